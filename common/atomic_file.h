@@ -1,0 +1,26 @@
+// Crash-safe file replacement: write a temp file beside the target, fsync it, rename it over the
+// target, fsync the directory. After a crash at any point the target holds either the old or the
+// new contents, never a mix.
+#ifndef PSCLUSTER_COMMON_ATOMIC_FILE_H_
+#define PSCLUSTER_COMMON_ATOMIC_FILE_H_
+
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace pscluster {
+
+// Writes `data` to `path` crash-safe. Errors name the path and the failing step.
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view data);
+
+// Reads a whole file. NOT_FOUND names the path when it does not exist.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// Creates `dir` and its parents (like mkdir -p).
+absl::Status MakeDirs(const std::string& dir);
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_COMMON_ATOMIC_FILE_H_

@@ -1,0 +1,38 @@
+// Client channels to pscluster daemons, with the message limits and keepalive settings the data
+// plane needs. Every call made on them must still set its own deadline (see CallContext()).
+#ifndef PSCLUSTER_COMMON_CHANNEL_H_
+#define PSCLUSTER_COMMON_CHANNEL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/tls.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+
+namespace pscluster {
+
+struct ChannelOptions {
+  TlsFiles tls;
+  int max_message_bytes = 64 << 20;
+  // Hostname the server certificate is checked against (default: the address's host).
+  std::string tls_server_name;
+  // Bearer token sent as "authorization: Bearer <token>" on every call (psctl -> scheduler).
+  std::string bearer_token;
+};
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
+                                                           const ChannelOptions& options = {});
+
+// A context with a deadline `timeout` from now (and the bearer token, if any).
+std::unique_ptr<grpc::ClientContext> CallContext(absl::Duration timeout,
+                                                 const ChannelOptions& options = {});
+
+// Waits until `channel` is connected or `timeout` passes.
+bool WaitForConnected(grpc::Channel* channel, absl::Duration timeout);
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_COMMON_CHANNEL_H_
