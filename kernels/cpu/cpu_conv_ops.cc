@@ -1,6 +1,8 @@
 // CpuBackend: im2col / col2im for NHWC convolutions, and max-pooling.
 #include <algorithm>
+#include <atomic>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_backend_impl.h"
 
 namespace pscluster::kernels {
@@ -8,39 +10,40 @@ namespace {
 
 constexpr int64_t kElementGrain = 1 << 14;
 
-// First and last (inclusive) output positions whose window [o*stride - pad, ... + kernel) covers
-// input position i; last < first when none does.
-inline void CoveringOutputs(int64_t i, int64_t pad, int64_t kernel, int64_t stride, int64_t outs,
-                            int64_t* first, int64_t* last) {
-  // o*stride - pad <= i  and  o*stride - pad + kernel - 1 >= i.
-  const int64_t hi = i + pad;              // o*stride <= hi
-  const int64_t lo = i + pad - kernel + 1;  // o*stride >= lo
-  *first = lo <= 0 ? 0 : (lo + stride - 1) / stride;
-  *last = std::min(outs - 1, hi / stride);
+// In NHWC the kernel_w * channels values a kernel row reads are contiguous in x and in the
+// patch, so im2col and col2im move whole kernel rows, clipped at the image border.
+struct RowSpan {
+  int64_t lo, hi;  // Valid kx range [lo, hi) for a kernel row starting at input column ix0.
+};
+inline RowSpan ValidColumns(int64_t ix0, int64_t kernel_w, int64_t width) {
+  return {std::max<int64_t>(0, -ix0), std::min<int64_t>(kernel_w, width - ix0)};
 }
 
 }  // namespace
 
 absl::Status CpuBackend::DoIm2Col(const ConvGeometry& g, const float* x, float* cols) {
   const int64_t oh = g.out_h(), ow = g.out_w(), c = g.channels, patch = g.patch_size();
+  const int64_t row_len = g.kernel_w * c;
   const int64_t grain = std::max<int64_t>(1, kElementGrain / patch);
   pool_.ParallelFor(g.num_patches(), grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / (oh * ow);
       const int64_t oy = (r / ow) % oh;
       const int64_t ox = r % ow;
-      float* out = cols + r * patch;
+      const int64_t ix0 = ox * g.stride - g.pad_w;
+      const RowSpan span = ValidColumns(ix0, g.kernel_w, g.width);
       for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
+        float* dst = cols + r * patch + ky * row_len;
         const int64_t iy = oy * g.stride - g.pad_h + ky;
-        for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
-          const int64_t ix = ox * g.stride - g.pad_w + kx;
-          float* dst = out + (ky * g.kernel_w + kx) * c;
-          if (iy < 0 || iy >= g.height || ix < 0 || ix >= g.width) {
-            std::fill(dst, dst + c, 0.0f);
-          } else {
-            std::copy_n(x + ((b * g.height + iy) * g.width + ix) * c, c, dst);
-          }
+        if (iy < 0 || iy >= g.height || span.hi <= span.lo) {
+          for (int64_t i = 0; i < row_len; ++i) dst[i] = 0.0f;
+          continue;
         }
+        const float* src = x + ((b * g.height + iy) * g.width + ix0 + span.lo) * c;
+        for (int64_t i = 0; i < span.lo * c; ++i) dst[i] = 0.0f;
+        float* mid = dst + span.lo * c;
+        for (int64_t i = 0; i < (span.hi - span.lo) * c; ++i) mid[i] = src[i];
+        for (int64_t i = span.hi * c; i < row_len; ++i) dst[i] = 0.0f;
       }
     }
   });
@@ -48,27 +51,28 @@ absl::Status CpuBackend::DoIm2Col(const ConvGeometry& g, const float* x, float* 
 }
 
 absl::Status CpuBackend::DoCol2Im(const ConvGeometry& g, const float* cols, float* dx) {
-  // Gather form: each input pixel sums the patch entries that read it, so no two threads ever
-  // write the same element and the summation order is fixed.
+  // Each thread owns whole images and adds their patches' kernel rows back in patch order, so
+  // no element is written by two threads and the summation order is fixed.
   const int64_t oh = g.out_h(), ow = g.out_w(), c = g.channels, patch = g.patch_size();
-  const int64_t pixels = g.batch * g.height * g.width;
-  const int64_t grain = std::max<int64_t>(1, kElementGrain / (c * g.kernel_h * g.kernel_w));
-  pool_.ParallelFor(pixels, grain, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t b = p / (g.height * g.width);
-      const int64_t iy = (p / g.width) % g.height;
-      const int64_t ix = p % g.width;
-      float* out = dx + p * c;
-      std::fill(out, out + c, 0.0f);
-      int64_t oy0, oy1, ox0, ox1;
-      CoveringOutputs(iy, g.pad_h, g.kernel_h, g.stride, oh, &oy0, &oy1);
-      CoveringOutputs(ix, g.pad_w, g.kernel_w, g.stride, ow, &ox0, &ox1);
-      for (int64_t oy = oy0; oy <= oy1; ++oy) {
-        const int64_t ky = iy + g.pad_h - oy * g.stride;
-        for (int64_t ox = ox0; ox <= ox1; ++ox) {
-          const int64_t kx = ix + g.pad_w - ox * g.stride;
-          const float* src = cols + ((b * oh + oy) * ow + ox) * patch + (ky * g.kernel_w + kx) * c;
-          for (int64_t ch = 0; ch < c; ++ch) out[ch] += src[ch];
+  const int64_t row_len = g.kernel_w * c;
+  const int64_t image = g.height * g.width * c;
+  pool_.ParallelFor(g.batch, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      float* img = dx + b * image;
+      std::fill(img, img + image, 0.0f);
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          const float* src_patch = cols + ((b * oh + oy) * ow + ox) * patch;
+          const int64_t ix0 = ox * g.stride - g.pad_w;
+          const RowSpan span = ValidColumns(ix0, g.kernel_w, g.width);
+          if (span.hi <= span.lo) continue;
+          for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
+            const int64_t iy = oy * g.stride - g.pad_h + ky;
+            if (iy < 0 || iy >= g.height) continue;
+            const float* src = src_patch + ky * row_len + span.lo * c;
+            float* dst = img + (iy * g.width + ix0 + span.lo) * c;
+            for (int64_t i = 0; i < (span.hi - span.lo) * c; ++i) dst[i] += src[i];
+          }
         }
       }
     }
@@ -115,29 +119,29 @@ absl::Status CpuBackend::DoMaxPoolForward(const PoolGeometry& g, const float* x,
 
 absl::Status CpuBackend::DoMaxPoolBackward(const PoolGeometry& g, const float* dy,
                                            const int32_t* argmax, float* dx) {
-  const int64_t oh = g.out_h(), ow = g.out_w(), c = g.channels;
-  const int64_t pixels = g.batch * g.height * g.width;
-  const int64_t grain = std::max<int64_t>(1, kElementGrain / c);
-  pool_.ParallelFor(pixels, grain, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t b = p / (g.height * g.width);
-      const int64_t iy = (p / g.width) % g.height;
-      const int64_t ix = p % g.width;
-      float* out = dx + p * c;
-      std::fill(out, out + c, 0.0f);
-      int64_t oy0, oy1, ox0, ox1;
-      CoveringOutputs(iy, 0, g.window, g.stride, oh, &oy0, &oy1);
-      CoveringOutputs(ix, 0, g.window, g.stride, ow, &ox0, &ox1);
-      for (int64_t oy = oy0; oy <= oy1; ++oy) {
-        for (int64_t ox = ox0; ox <= ox1; ++ox) {
-          const int64_t q = ((b * oh + oy) * ow + ox) * c;
-          for (int64_t ch = 0; ch < c; ++ch) {
-            if (argmax[q + ch] == p * c + ch) out[ch] += dy[q + ch];
-          }
+  // Each thread owns whole images: zero them, then add every output's gradient to its argmax.
+  const int64_t image = g.height * g.width * g.channels;
+  const int64_t outputs = g.out_h() * g.out_w() * g.channels;
+  std::atomic<int64_t> bad{-1};
+  pool_.ParallelFor(g.batch, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      float* img = dx + b * image;
+      std::fill(img, img + image, 0.0f);
+      const int64_t base = b * image;
+      for (int64_t q = b * outputs; q < (b + 1) * outputs; ++q) {
+        const int64_t i = static_cast<int64_t>(argmax[q]) - base;
+        if (i < 0 || i >= image) {
+          bad.store(q, std::memory_order_relaxed);
+          continue;
         }
+        img[i] += dy[q];
       }
     }
   });
+  if (bad.load() >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("MaxPoolBackward: argmax[", bad.load(),
+                                                   "] is not in its window's image"));
+  }
   return absl::OkStatus();
 }
 

@@ -2,6 +2,8 @@
 // first) finds the k-th largest key |x| on the device; a tiled, scanned compaction then writes
 // the selected indices in ascending order, taking the lowest-index ties, so the result equals
 // the CPU backend's exactly. No host synchronisation in between.
+#include <cstddef>
+
 #include "kernels/cuda/cuda_backend_impl.h"
 #include "kernels/half_bits.h"
 
@@ -11,6 +13,10 @@ namespace {
 
 constexpr int kItemsPerThread = 16;
 constexpr int kTile = kThreads * kItemsPerThread;
+// Shared tiles skip one word every 32, so the 32 threads of a warp reading their consecutive
+// 16-element runs hit 32 different banks.
+constexpr int kPaddedTile = kTile + kTile / 32;
+__device__ inline int Padded(int i) { return i + i / 32; }
 
 struct TopKState {
   uint32_t prefix;     // Key bits decided so far.
@@ -95,7 +101,7 @@ __device__ void CountTile(int64_t n, const float* x, uint32_t threshold, float* 
                           uint32_t* gt, uint32_t* eq) {
   const int64_t base = blockIdx.x * int64_t{kTile};
   for (int i = threadIdx.x; i < kTile; i += kThreads) {
-    tile[i] = base + i < n ? x[base + i] : 0.0f;
+    tile[Padded(i)] = base + i < n ? x[base + i] : 0.0f;
   }
   __syncthreads();
   *gt = 0;
@@ -103,7 +109,7 @@ __device__ void CountTile(int64_t n, const float* x, uint32_t threshold, float* 
   for (int j = 0; j < kItemsPerThread; ++j) {
     const int local = threadIdx.x * kItemsPerThread + j;
     if (base + local >= n) break;
-    const uint32_t key = AbsKey(tile[local]);
+    const uint32_t key = AbsKey(tile[Padded(local)]);
     *gt += key > threshold;
     *eq += key == threshold;
   }
@@ -111,7 +117,7 @@ __device__ void CountTile(int64_t n, const float* x, uint32_t threshold, float* 
 
 __global__ void TopKCountKernel(int64_t n, const float* x, const TopKState* state,
                                 uint32_t* block_gt, uint32_t* block_eq) {
-  __shared__ float tile[kTile];
+  __shared__ float tile[kPaddedTile];
   uint32_t gt, eq, total;
   CountTile(n, x, state->prefix, tile, &gt, &eq);
   BlockExclusiveScan(gt, &total);
@@ -142,7 +148,7 @@ __global__ void TopKScanBlocksKernel(int64_t blocks, uint32_t* block_gt, uint32_
 __global__ void TopKWriteKernel(int64_t n, const float* x, const TopKState* state,
                                 const uint32_t* block_gt, const uint32_t* block_eq,
                                 int32_t* out_idx, float* out_val) {
-  __shared__ float tile[kTile];
+  __shared__ float tile[kPaddedTile];
   const uint32_t threshold = state->prefix;
   const uint32_t need_eq = state->remaining;
   uint32_t gt, eq, total;
@@ -153,7 +159,7 @@ __global__ void TopKWriteKernel(int64_t n, const float* x, const TopKState* stat
   for (int j = 0; j < kItemsPerThread; ++j) {
     const int local = threadIdx.x * kItemsPerThread + j;
     if (base + local >= n) break;
-    const float v = tile[local];
+    const float v = tile[Padded(local)];
     const uint32_t key = AbsKey(v);
     if (key > threshold) {
       const uint32_t pos = gt_rank + min(eq_rank, need_eq);
@@ -188,7 +194,9 @@ absl::Status CudaBackend::DoTopKAbs(int64_t n, const float* x, int64_t k, int32_
   const unsigned grid = cuda::GridFor(n, sm_count_);
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
-    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(state->hist, 0, sizeof(state->hist), stream_));
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(reinterpret_cast<char*>(state) +
+                                             offsetof(cuda::TopKState, hist),
+                                         0, sizeof(cuda::TopKState::hist), stream_));
     cuda::RadixHistogramKernel<<<grid, cuda::kThreads, 0, stream_>>>(n, x, shift, state);
     CUDA_RETURN_IF_LAUNCH_FAILED("RadixHistogramKernel");
     cuda::RadixSelectDigitKernel<<<1, 256, 0, stream_>>>(shift, state);
