@@ -53,14 +53,15 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::RunChunks() {
+void ThreadPool::RunChunks(Job* job) {
+  const bool outer = in_parallel_loop;
   in_parallel_loop = true;
   for (;;) {
-    const int64_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
-    if (begin >= n_) break;
-    (*fn_)(begin, std::min(n_, begin + chunk_));
+    const int64_t begin = job->next.fetch_add(job->chunk, std::memory_order_relaxed);
+    if (begin >= job->n) break;
+    (*job->fn)(begin, std::min(job->n, begin + job->chunk));
   }
-  in_parallel_loop = false;
+  in_parallel_loop = outer;
 }
 
 void ThreadPool::WorkerLoop() {
@@ -78,8 +79,10 @@ void ThreadPool::WorkerLoop() {
     }
     if (stop_.load(std::memory_order_acquire)) return;
     seen = generation_.load(std::memory_order_acquire);
-    RunChunks();
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    joined_.fetch_add(1, std::memory_order_seq_cst);
+    Job* job = current_.load(std::memory_order_seq_cst);
+    if (job != nullptr) RunChunks(job);
+    if (joined_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
       absl::MutexLock l(&mu_);
       if (caller_sleeping_) done_cv_.Signal();
     }
@@ -96,26 +99,26 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   }
   // About four chunks per thread balance uneven chunks without much scheduling traffic.
   const int64_t threads = num_threads();
-  const int64_t chunk = std::max(grain, (n + 4 * threads - 1) / (4 * threads));
-  fn_ = &fn;
-  n_ = n;
-  chunk_ = chunk;
-  next_.store(0, std::memory_order_relaxed);
-  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  Job job;
+  job.fn = &fn;
+  job.n = n;
+  job.chunk = std::max(grain, (n + 4 * threads - 1) / (4 * threads));
+  current_.store(&job, std::memory_order_seq_cst);
   {
     absl::MutexLock l(&mu_);
     generation_.fetch_add(1, std::memory_order_release);
     if (sleeping_workers_ > 0) work_cv_.SignalAll();
   }
-  RunChunks();
-  auto finished = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+  RunChunks(&job);
+  // Every chunk is claimed now; close the job and wait for the workers still running chunks.
+  current_.store(nullptr, std::memory_order_seq_cst);
+  auto finished = [&] { return joined_.load(std::memory_order_seq_cst) == 0; };
   if (!SpinUntil(finished)) {
     absl::MutexLock l(&mu_);
     caller_sleeping_ = true;
     while (!finished()) done_cv_.Wait(&mu_);
     caller_sleeping_ = false;
   }
-  fn_ = nullptr;
 }
 
 }  // namespace pscluster::kernels

@@ -33,24 +33,31 @@ class ThreadPool {
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
+  // One ParallelFor call; lives on the caller's stack.
+  struct Job {
+    const std::function<void(int64_t, int64_t)>* fn = nullptr;
+    int64_t n = 0;
+    int64_t chunk = 1;
+    std::atomic<int64_t> next{0};  // First index not yet claimed.
+  };
+
   void WorkerLoop();
-  void RunChunks();
+  static void RunChunks(Job* job);
 
   std::vector<std::thread> workers_;
 
-  // The loop being run. Written by the caller before `generation_` is bumped; read by workers
-  // after they observe the bump (release/acquire on generation_).
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  int64_t n_ = 0;
-  int64_t chunk_ = 1;
-  std::atomic<int64_t> next_{0};
-  std::atomic<int> pending_{0};  // Workers that have not finished the current loop.
+  // The job being run, or null. A worker joins a job by incrementing joined_ and then loading
+  // current_; the caller closes it by storing null and then waiting for joined_ to reach 0
+  // (both sequentially consistent, so a worker either sees null or is waited for). Workers that
+  // never woke up are not waited for: once every chunk is claimed, the caller returns.
+  std::atomic<Job*> current_{nullptr};
+  std::atomic<int> joined_{0};
 
-  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> generation_{0};  // Bumped for every job, to wake workers.
   std::atomic<bool> stop_{false};
   absl::Mutex mu_;
   absl::CondVar work_cv_;  // Signalled when generation_ moves or stop_ is set.
-  absl::CondVar done_cv_;  // Signalled when pending_ reaches 0.
+  absl::CondVar done_cv_;  // Signalled when joined_ reaches 0 while the caller sleeps.
   int sleeping_workers_ ABSL_GUARDED_BY(mu_) = 0;
   bool caller_sleeping_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -1,6 +1,8 @@
 #include "kernels/cpu/thread_pool.h"
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -39,17 +41,19 @@ TEST(ThreadPoolTest, ManyBackToBackLoopsAndNestedCallsRunInline) {
 
 TEST(ThreadPoolTest, UsesMoreThanOneThread) {
   ThreadPool pool(2);
-  std::atomic<int> inside{0}, max_inside{0};
-  // Each chunk waits until both threads are inside or a long time has passed.
+  std::atomic<int> arrived{0};
+  std::atomic<bool> both_inside{false};
+  // Each chunk waits (sleeping, so the other thread gets a core on a busy machine) until the
+  // other chunk has started or 10 s have passed.
   pool.ParallelFor(2, 1, [&](int64_t, int64_t) {
-    int now = inside.fetch_add(1) + 1;
-    int prev = max_inside.load();
-    while (now > prev && !max_inside.compare_exchange_weak(prev, now)) {
+    const bool first = arrived.fetch_add(1) == 0;
+    for (int i = 0; i < 100000 && arrived.load() < 2; ++i) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
-    for (int i = 0; i < 2000000 && inside.load() < 2; ++i) std::this_thread::yield();
-    inside.fetch_sub(1);
+    // Run one after the other (one thread), the first chunk would time out alone.
+    if (first && arrived.load() == 2) both_inside = true;
   });
-  EXPECT_EQ(max_inside.load(), 2);
+  EXPECT_TRUE(both_inside.load());
 }
 
 }  // namespace
