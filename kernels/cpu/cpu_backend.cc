@@ -16,7 +16,7 @@ namespace {
 
 constexpr size_t kAlignment = 256;
 // GEMMs below this many multiply-adds run on one thread: slicing them costs more than it saves.
-constexpr int64_t kParallelGemmMacs = int64_t{1} << 18;
+constexpr int64_t kParallelGemmMacs = int64_t{1} << 20;
 
 std::string OpenBlasVersion() {
   const char* config = openblas_get_config();

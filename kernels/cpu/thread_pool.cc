@@ -10,8 +10,9 @@
 namespace pscluster::kernels {
 namespace {
 
-// How long an idle thread polls before it sleeps on a condition variable.
-constexpr auto kSpinTime = std::chrono::microseconds(200);
+// How long an idle thread polls before it sleeps on a condition variable: longer than the gap
+// between the ops of a training step, short enough not to matter to other processes.
+constexpr auto kSpinTime = std::chrono::microseconds(100);
 
 thread_local bool in_parallel_loop = false;
 
@@ -23,7 +24,8 @@ inline void CpuRelax() {
 #endif
 }
 
-// Polls `done` for up to kSpinTime; returns whether it became true.
+// Polls `done` for up to kSpinTime, yielding the core now and then (so an oversubscribed
+// machine loses little); returns whether it became true.
 template <typename Pred>
 bool SpinUntil(Pred done) {
   const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
@@ -33,6 +35,7 @@ bool SpinUntil(Pred done) {
       CpuRelax();
     }
     if (std::chrono::steady_clock::now() >= deadline) return done();
+    std::this_thread::yield();
   }
 }
 
