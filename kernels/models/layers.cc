@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "kernels/models/step_io.h"
 #include "kernels/status_macros.h"
 
 namespace pscluster::kernels {
