@@ -224,11 +224,11 @@ class JsonParser {
         case 'r': out->push_back('\r'); break;
         case 't': out->push_back('\t'); break;
         case 'u': {
-          uint32_t cp;
+          uint32_t cp = 0;
           absl::Status s = ParseHex4(&cp);
           if (!s.ok()) return s;
           if (cp >= 0xd800 && cp < 0xdc00) {
-            uint32_t lo;
+            uint32_t lo = 0;
             if (in_.substr(pos_, 2) != "\\u") return Error("unpaired surrogate");
             pos_ += 2;
             s = ParseHex4(&lo);
