@@ -37,6 +37,8 @@ class LeastLoaded {
     heap_.push({(load + 1) / weight, server});
   }
   bool empty() const { return heap_.empty(); }
+  // Items dealt to `server` by Take().
+  int Taken(int server) const { return server < static_cast<int>(taken_.size()) ? taken_[server] : 0; }
   // Pops the least loaded server for which `ok(server)` holds, charges it one item and puts it
   // back. Returns -1 when no server qualifies.
   template <typename Ok>
@@ -54,6 +56,8 @@ class LeastLoaded {
     }
     for (const Entry& e : skipped) heap_.push(e);
     if (chosen >= 0) {
+      taken_.resize(std::max<size_t>(taken_.size(), chosen + 1), 0);
+      ++taken_[chosen];
       loads_[chosen] += 1;
       heap_.push({(loads_[chosen] + 1) / weights_[chosen], chosen});
     }
@@ -71,6 +75,7 @@ class LeastLoaded {
   std::priority_queue<Entry> heap_;
   std::vector<double> weights_;
   std::vector<double> loads_;
+  std::vector<int> taken_;
 };
 
 std::string Names(const std::vector<std::string>& ids, size_t limit = 8) {
@@ -204,15 +209,12 @@ absl::StatusOr<v1::ShardMap> CapacityPlacement::Replace(
   for (v1::ShardAssignment& a : *out.mutable_assignments()) {
     bool lost_primary = a.primary() == dead;
     bool lost_backup = false;
+    for (const std::string& b : a.backups()) lost_backup = lost_backup || b == dead;
+    if (!lost_primary && !lost_backup) continue;  // Untouched: the common case.
     std::vector<std::string> backups;
     for (const std::string& b : a.backups()) {
-      if (b == dead) {
-        lost_backup = true;
-      } else {
-        backups.push_back(b);
-      }
+      if (b != dead) backups.push_back(b);
     }
-    if (!lost_primary && !lost_backup) continue;
     if (lost_primary) {
       if (!backups.empty()) {
         a.set_primary(backups.front());
@@ -233,14 +235,20 @@ absl::StatusOr<v1::ShardMap> CapacityPlacement::Replace(
     for (const std::string& b : backups) a.add_backups(b);
   }
 
-  // Endpoints: every server still named.
-  absl::flat_hash_map<std::string, std::string> address;
-  for (const v1::ServerEndpoint& ep : map.servers()) address[ep.node_id()] = ep.address();
-  for (const ServerCandidate* c : cands) address[c->node_id] = c->address;
+  // Endpoints: the map's servers but the dead one (each keeps its shards), plus those that took
+  // shards now.
   absl::flat_hash_set<std::string> named;
-  for (const v1::ShardAssignment& a : out.assignments()) {
-    named.insert(a.primary());
-    for (const std::string& b : a.backups()) named.insert(b);
+  absl::flat_hash_map<std::string, std::string> address;
+  for (const v1::ServerEndpoint& ep : map.servers()) {
+    if (ep.node_id() == dead) continue;
+    named.insert(ep.node_id());
+    address[ep.node_id()] = ep.address();
+  }
+  for (size_t i = 0; i < cands.size(); ++i) {
+    if (dealer.Taken(i) > 0) {
+      named.insert(cands[i]->node_id);
+      address[cands[i]->node_id] = cands[i]->address;
+    }
   }
   out.clear_servers();
   std::vector<std::string> ids(named.begin(), named.end());
