@@ -101,6 +101,15 @@ void Scheduler::CheckLeases() {
 }
 
 std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
+  {
+    // Most passes have nothing to place: skip the registry snapshot then.
+    absl::MutexLock l(&mu_);
+    bool any = false;
+    for (const auto& [id, rec] : jobs_) {
+      any = any || rec.job.state() == v1::JOB_QUEUED || rec.placement_pending;
+    }
+    if (!any) return {};
+  }
   std::vector<v1::NodeStatus> nodes = registry_.Snapshot();
   absl::Time now = clock_->Now();
   absl::MutexLock l(&mu_);
