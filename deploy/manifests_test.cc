@@ -74,6 +74,9 @@ TEST(ManifestsTest, Scheduler) {
   EXPECT_THAT(args, HasSubstr("--db=/var/lib/pscluster/db/"));
   EXPECT_EQ(c["volumeMounts"][0]["mountPath"].as<std::string>(), "/var/lib/pscluster/db");
   EXPECT_EQ(m["Service"]["spec"]["ports"][0]["port"].as<int>(), 7070);
+  EXPECT_THAT(args, HasSubstr("--metrics_listen=0.0.0.0:9090"));
+  EXPECT_EQ(d["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"].as<std::string>(),
+            "9090");
 }
 
 TEST(ManifestsTest, ServersAreAStatefulSetWithCheckpointVolumesAndAHeadlessService) {

@@ -209,6 +209,7 @@ absl::Status Scheduler::RegisterNode(const v1::RegisterNodeRequest& req,
                                      v1::RegisterNodeResponse* resp) {
   auto reg = registry_.Register(req.node());
   if (!reg.ok()) return reg.status();
+  ++registrations_;
   resp->set_node_id(reg->node_id);
   resp->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
   resp->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(registry_.heartbeat_interval()));
@@ -230,6 +231,7 @@ absl::Status Scheduler::RegisterNode(const v1::RegisterNodeRequest& req,
 absl::Status Scheduler::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
   absl::Status s = registry_.Heartbeat(req);
   if (!s.ok()) return s;
+  ++heartbeats_;
   resp->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
   return absl::OkStatus();
 }
@@ -302,6 +304,7 @@ absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJob
   jobs_.emplace(id, std::move(rec));
   resp->set_job_id(id);
   resp->set_state(v1::JOB_QUEUED);
+  ++submissions_;
   Wake();
   return absl::OkStatus();
 }
@@ -385,6 +388,7 @@ absl::Status Scheduler::ReportProgress(const v1::ReportProgressRequest& req,
     resp->set_cancel(true);
     return absl::OkStatus();
   }
+  ++progress_reports_;
   v1::WorkerProgress* w = job.mutable_progress()->mutable_workers(p.rank());
   *w = p;
   w->set_node_id(assigned);

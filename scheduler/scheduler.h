@@ -19,6 +19,7 @@
 #ifndef PSCLUSTER_SCHEDULER_SCHEDULER_H_
 #define PSCLUSTER_SCHEDULER_SCHEDULER_H_
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <string>
@@ -82,6 +83,10 @@ class Scheduler {
                               v1::ReportProgressResponse* resp);
   absl::Status ClusterStatus(const v1::ClusterStatusRequest& req,
                              v1::ClusterStatusResponse* resp);
+
+  // Prometheus text exposition: nodes by role and state, jobs by state, running jobs' progress,
+  // and call counters. Thread-safe.
+  std::string RenderMetrics() const;
 
   const NodeRegistry& registry() const { return registry_; }
 
@@ -171,6 +176,12 @@ class Scheduler {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loop_;
   std::thread poll_loop_;
+
+  // Counters for RenderMetrics().
+  std::atomic<uint64_t> heartbeats_{0};
+  std::atomic<uint64_t> registrations_{0};
+  std::atomic<uint64_t> submissions_{0};
+  std::atomic<uint64_t> progress_reports_{0};
 };
 
 }  // namespace pscluster::scheduler

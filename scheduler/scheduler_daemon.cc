@@ -37,6 +37,19 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
     return server.status();
   }
   d->server_ = std::move(*server);
+  if (!options.metrics_address.empty()) {
+    Scheduler* sched = d->scheduler_.get();
+    auto metrics = MetricsHttpServer::Start(options.metrics_address,
+                                            [sched] { return sched->RenderMetrics(); });
+    if (!metrics.ok()) {
+      d->Shutdown();
+      return metrics.status();
+    }
+    d->metrics_ = std::move(*metrics);
+    Logger("scheduler")->info("metrics at http://{}:{}/metrics",
+                              options.metrics_address.substr(0, options.metrics_address.rfind(':')),
+                              d->metrics_->port());
+  }
   Logger("scheduler")->info("scheduler {} serving on {} with database {}",
                             options.scheduler.version, d->server_->address(), options.db_path);
   return d;
@@ -47,6 +60,7 @@ SchedulerDaemon::~SchedulerDaemon() { Shutdown(); }
 void SchedulerDaemon::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  metrics_.reset();
   if (server_) server_->Shutdown(absl::Seconds(2));
   if (scheduler_) scheduler_->Stop();
 }

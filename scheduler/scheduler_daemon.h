@@ -14,6 +14,7 @@
 #include "common/grpc_server.h"
 #include "common/tls.h"
 #include "scheduler/grpc_cluster_rpc.h"
+#include "scheduler/metrics_http.h"
 #include "scheduler/placement.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_service.h"
@@ -28,6 +29,7 @@ struct SchedulerDaemonOptions {
   bool db_full_sync = true;     // fsync every commit.
   TlsFiles tls;                 // Server side; also presented to servers and workers.
   absl::Duration rpc_timeout = absl::Seconds(5);  // Deadline of calls to servers and workers.
+  std::string metrics_address;  // host:port of the Prometheus /metrics endpoint ("" = none).
   SchedulerOptions scheduler;
 };
 
@@ -43,6 +45,8 @@ class SchedulerDaemon {
   void Shutdown();
 
   const std::string& address() const { return server_->address(); }
+  // Port of the /metrics endpoint (0 when it is off).
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   Scheduler& scheduler() { return *scheduler_; }
 
  private:
@@ -55,6 +59,7 @@ class SchedulerDaemon {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<SchedulerService> service_;
   std::unique_ptr<GrpcServer> server_;
+  std::unique_ptr<MetricsHttpServer> metrics_;
   bool shut_down_ = false;
 };
 

@@ -20,6 +20,8 @@ ABSL_FLAG(std::string, db, "ps_scheduler.db",
 ABSL_FLAG(std::string, db_sync, "full",
           "full: fsync every commit (survives power loss); normal: WAL's default (survives a "
           "killed process)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port serving Prometheus text at /metrics (empty = no metrics endpoint)");
 ABSL_FLAG(int64_t, lease_ms, 10000, "heartbeat lease of servers and workers, in milliseconds");
 ABSL_FLAG(int64_t, rpc_timeout_ms, 5000, "deadline of calls to servers and workers");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
   pscluster::scheduler::SchedulerDaemonOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.port_file = absl::GetFlag(FLAGS_port_file);
+  options.metrics_address = absl::GetFlag(FLAGS_metrics_listen);
   options.db_path = absl::GetFlag(FLAGS_db);
   std::string sync = absl::GetFlag(FLAGS_db_sync);
   if (sync != "full" && sync != "normal") {

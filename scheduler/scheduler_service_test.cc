@@ -2,6 +2,11 @@
 // workers that register, heartbeat and report simulated training progress on loopback.
 #include "scheduler/scheduler_daemon.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/channel.h"
@@ -15,6 +20,27 @@
 
 namespace pscluster::scheduler {
 namespace {
+
+// GET http://127.0.0.1:port/path, the whole response (status line, headers, body).
+std::string HttpGet(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return "";
+  }
+  std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(fd);
+  return out;
+}
 
 using ::pscluster::scheduler::testing::FakeNode;
 using ::pscluster::scheduler::testing::FakeNodeOptions;
@@ -53,6 +79,7 @@ class SchedulerServiceTest : public ::testing::Test {
     o.scheduler.tick = absl::Milliseconds(20);
     o.scheduler.status_poll_interval = absl::Milliseconds(100);
     o.scheduler.startup_grace = absl::Milliseconds(1);
+    o.metrics_address = "127.0.0.1:0";
     auto d = SchedulerDaemon::Start(o);
     ASSERT_THAT(d, IsOk());
     daemon_ = std::move(*d);
@@ -169,6 +196,21 @@ TEST_F(SchedulerServiceTest, AJobRunsToSuccessOverGrpc) {
   ASSERT_THAT(status.jobs(), SizeIs(1));
   EXPECT_EQ(status.jobs(0).state(), v1::JOB_SUCCEEDED);
   EXPECT_GT(status.now_unix_ms(), 0);
+}
+
+TEST_F(SchedulerServiceTest, ServesPrometheusMetrics) {
+  Add(v1::ROLE_SERVER);
+  Add(v1::ROLE_WORKER);
+  ASSERT_GT(daemon_->metrics_port(), 0);
+  std::string page = HttpGet(daemon_->metrics_port(), "/metrics");
+  EXPECT_THAT(page, HasSubstr("HTTP/1.0 200 OK"));
+  EXPECT_THAT(page, HasSubstr("text/plain; version=0.0.4"));
+  EXPECT_THAT(page, HasSubstr("pscluster_scheduler_nodes{role=\"server\",state=\"alive\"} 1"));
+  EXPECT_THAT(page, HasSubstr("pscluster_scheduler_nodes{role=\"worker\",state=\"alive\"} 1"));
+  EXPECT_THAT(page, HasSubstr("pscluster_scheduler_jobs{state=\"queued\"} 0"));
+  EXPECT_THAT(page, HasSubstr("pscluster_scheduler_registrations_total 2"));
+  EXPECT_THAT(page, HasSubstr("# TYPE pscluster_scheduler_heartbeats_total counter"));
+  EXPECT_THAT(HttpGet(daemon_->metrics_port(), "/other"), HasSubstr("404 Not Found"));
 }
 
 TEST_F(SchedulerServiceTest, ErrorsTravelWithTheirExactCodes) {
