@@ -1,7 +1,10 @@
 // The scheduler's control loop: leases, placement, server status polls, cleanups, persistence.
 // Every call to another daemon happens here, outside `mu_`.
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <set>
+#include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -15,6 +18,8 @@ namespace pscluster::scheduler {
 namespace {
 
 constexpr int kMaxCleanupAttempts = 3;
+// Calls to different nodes run side by side, so one slow node costs one deadline, not many.
+constexpr size_t kMaxParallelCalls = 32;
 constexpr absl::Duration kCleanupRetry = absl::Seconds(1);
 
 std::shared_ptr<spdlog::logger> Log() { return Logger("scheduler"); }
@@ -23,6 +28,22 @@ int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
 
 bool IsLive(const v1::NodeStatus& n) {
   return n.state() == v1::NODE_ALIVE || n.state() == v1::NODE_SUSPECT;
+}
+
+// Runs fn(0) ... fn(n - 1) on up to kMaxParallelCalls threads and returns when all are done.
+void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
+  if (n <= 1) {
+    if (n == 1) fn(0);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < std::min(n, kMaxParallelCalls); ++t) {
+    threads.emplace_back([&] {
+      for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
+    });
+  }
+  for (std::thread& t : threads) t.join();
 }
 
 }  // namespace
@@ -214,45 +235,58 @@ std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
 void Scheduler::ExecutePlacement(const PlacementWork& w) {
   const uint32_t n = w.workers.size();
   std::vector<std::string> reached_servers, reached_workers;
-  absl::Status failure;
-  for (const v1::ServerEndpoint& ep : w.map.servers()) {
+  // First every server learns the map (all in parallel), then every worker gets its task.
+  const int num_servers = w.map.servers_size();
+  std::vector<absl::Status> server_status(num_servers);
+  ParallelFor(num_servers, [&](size_t i) {
+    const v1::ServerEndpoint& ep = w.map.servers(i);
     v1::UpdateShardMapRequest req;
     *req.mutable_map() = w.map;
     req.set_self(ep.node_id());
     absl::Status s = rpc_->UpdateShardMap(ep.address(), req);
-    reached_servers.push_back(ep.node_id());
     if (!s.ok()) {
-      failure = absl::Status(s.code(), absl::StrCat("server ", ep.node_id(), ": ", s.message()));
-      break;
+      s = absl::Status(s.code(), absl::StrCat("server ", ep.node_id(), ": ", s.message()));
     }
+    server_status[i] = s;
+  });
+  absl::Status failure;
+  for (int i = 0; i < num_servers; ++i) {
+    reached_servers.push_back(w.map.servers(i).node_id());
+    if (failure.ok() && !server_status[i].ok()) failure = server_status[i];
   }
-  for (uint32_t rank = 0; failure.ok() && rank < n; ++rank) {
-    const std::string& node = w.workers[rank];
-    auto status = registry_.Get(node);
-    if (!status.has_value() || !IsLive(*status)) {
-      failure = absl::UnavailableError(absl::StrCat("worker ", node, " is no longer alive"));
-      break;
-    }
-    const std::string& addr = status->info().address();
-    v1::AssignTaskRequest req;
-    req.set_job_id(w.job_id);
-    *req.mutable_spec() = w.spec;
-    req.set_rank(rank);
-    req.set_num_workers(n);
-    req.mutable_partition()->set_index(rank);
-    req.mutable_partition()->set_count(n);
-    *req.mutable_shard_map() = w.map;
-    absl::Status s = rpc_->AssignTask(addr, req);
-    if (s.code() == absl::StatusCode::kFailedPrecondition) {
-      // Busy: fine if it is already running this very task (we restarted mid-placement).
-      auto ws = rpc_->WorkerStatus(addr);
-      if (ws.ok() && ws->busy() && ws->job_id() == w.job_id && ws->rank() == rank) {
-        s = absl::OkStatus();
+  if (failure.ok()) {
+    std::vector<absl::Status> worker_status(n);
+    ParallelFor(n, [&](size_t rank) {
+      const std::string& node = w.workers[rank];
+      auto status = registry_.Get(node);
+      if (!status.has_value() || !IsLive(*status)) {
+        worker_status[rank] =
+            absl::UnavailableError(absl::StrCat("worker ", node, " is no longer alive"));
+        return;
       }
-    }
-    reached_workers.push_back(node);
-    if (!s.ok()) {
-      failure = absl::Status(s.code(), absl::StrCat("worker ", node, ": ", s.message()));
+      const std::string& addr = status->info().address();
+      v1::AssignTaskRequest req;
+      req.set_job_id(w.job_id);
+      *req.mutable_spec() = w.spec;
+      req.set_rank(rank);
+      req.set_num_workers(n);
+      req.mutable_partition()->set_index(rank);
+      req.mutable_partition()->set_count(n);
+      *req.mutable_shard_map() = w.map;
+      absl::Status s = rpc_->AssignTask(addr, req);
+      if (s.code() == absl::StatusCode::kFailedPrecondition) {
+        // Busy: fine if it already runs this very task (we restarted mid-placement).
+        auto ws = rpc_->WorkerStatus(addr);
+        if (ws.ok() && ws->busy() && ws->job_id() == w.job_id && ws->rank() == rank) {
+          s = absl::OkStatus();
+        }
+      }
+      if (!s.ok()) s = absl::Status(s.code(), absl::StrCat("worker ", node, ": ", s.message()));
+      worker_status[rank] = s;
+    });
+    for (uint32_t rank = 0; rank < n; ++rank) {
+      reached_workers.push_back(w.workers[rank]);
+      if (failure.ok() && !worker_status[rank].ok()) failure = worker_status[rank];
     }
   }
 
@@ -336,7 +370,8 @@ void Scheduler::PollServers() {
       polls.push_back(std::move(p));
     }
   }
-  for (const Poll& p : polls) {
+  ParallelFor(polls.size(), [&](size_t i) {
+    const Poll& p = polls[i];
     std::set<uint32_t> waiting;
     bool any = false;
     for (const std::string& addr : p.addresses) {
@@ -350,13 +385,13 @@ void Scheduler::PollServers() {
         if (j.job_id() == p.job_id) waiting.insert(j.waiting_for().begin(), j.waiting_for().end());
       }
     }
-    if (!any) continue;
+    if (!any) return;
     absl::MutexLock l(&mu_);
     JobRecord* rec = FindJob(p.job_id);
-    if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING) continue;
+    if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING) return;
     rec->server_waiting_for.assign(waiting.begin(), waiting.end());
     Summarize(rec->job.spec(), rec->server_waiting_for, rec->job.mutable_progress());
-  }
+  });
 }
 
 void Scheduler::RunCleanups() {
@@ -379,22 +414,23 @@ void Scheduler::RunCleanups() {
     }
     cleanups_ = std::move(later);
   }
-  for (Cleanup& c : due) {
+  ParallelFor(due.size(), [&](size_t i) {
+    Cleanup& c = due[i];
     auto node = registry_.Get(c.node_id);
-    if (!node.has_value() || !IsLive(*node)) continue;  // Gone: nothing to free there.
+    if (!node.has_value() || !IsLive(*node)) return;  // Gone: nothing to free there.
     const std::string& addr = node->info().address();
     absl::Status s = c.drop_job ? rpc_->DropJob(addr, c.job_id)
                                 : rpc_->StopTask(addr, c.job_id, c.reason);
-    if (s.ok()) continue;
+    if (s.ok()) return;
     if (++c.attempts >= kMaxCleanupAttempts) {
       Log()->warn("job {}: giving up on {} at {}: {}", c.job_id,
                   c.drop_job ? "DropJob" : "StopTask", c.node_id, s);
-      continue;
+      return;
     }
     c.not_before = now + kCleanupRetry;
     absl::MutexLock l(&mu_);
     cleanups_.push_back(std::move(c));
-  }
+  });
 }
 
 void Scheduler::PersistProgress() {
