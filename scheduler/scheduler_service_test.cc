@@ -75,7 +75,7 @@ class SchedulerServiceTest : public ::testing::Test {
     o.db_path = db;
     o.db_full_sync = false;
     o.rpc_timeout = absl::Seconds(2);
-    o.scheduler.lease = absl::Milliseconds(600);
+    o.scheduler.lease = absl::Milliseconds(2000);
     o.scheduler.tick = absl::Milliseconds(20);
     o.scheduler.status_poll_interval = absl::Milliseconds(100);
     o.scheduler.startup_grace = absl::Milliseconds(1);

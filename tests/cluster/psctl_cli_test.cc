@@ -46,7 +46,7 @@ class PsctlCliTest : public ::testing::Test {
  protected:
   void StartCluster(SimulatedTraining training) {
     dir_ = TestDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
-    auto s = SchedulerProcess::Start(dir_, dir_ + "/s.db", "127.0.0.1:0", {"--lease_ms=1000"});
+    auto s = SchedulerProcess::Start(dir_, dir_ + "/s.db", "127.0.0.1:0", {"--lease_ms=5000", "--startup_grace_ms=300"});
     ASSERT_TRUE(s.ok()) << s.status();
     sched_ = std::move(*s);
     started_ = absl::Now();
@@ -63,9 +63,9 @@ class PsctlCliTest : public ::testing::Test {
       nodes_.push_back(std::move(*n));
     }
   }
-  // Past the scheduler's start-up grace (one lease), oversized jobs are refused outright.
+  // Past the scheduler's start-up grace (--startup_grace_ms), oversized jobs are refused.
   void PastStartupGrace() {
-    absl::Duration left = started_ + absl::Milliseconds(1100) - absl::Now();
+    absl::Duration left = started_ + absl::Milliseconds(400) - absl::Now();
     if (left > absl::ZeroDuration()) absl::SleepFor(left);
   }
   std::string WriteJob(const std::string& name, const std::string& text) {
