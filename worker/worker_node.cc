@@ -21,7 +21,13 @@ WorkerNode::WorkerNode(WorkerNodeOptions options, SchedulerClient* scheduler,
     : options_(std::move(options)),
       scheduler_(scheduler),
       factory_(std::move(factory)),
+      address_(options_.address),
       heartbeat_interval_(options_.heartbeat_interval) {}
+
+void WorkerNode::SetAddress(const std::string& address) {
+  absl::MutexLock l(&mu_);
+  address_ = address;
+}
 
 WorkerNode::~WorkerNode() { Shutdown(); }
 
@@ -58,7 +64,10 @@ absl::Status WorkerNode::RegisterOnce() {
   v1::NodeInfo info;
   info.set_node_id(node_id());
   info.set_role(v1::ROLE_WORKER);
-  info.set_address(options_.address);
+  {
+    absl::MutexLock l(&mu_);
+    info.set_address(address_);
+  }
   *info.mutable_capacity() = options_.capacity;
   info.set_hostname(Hostname());
   info.set_pid(::getpid());
@@ -185,7 +194,12 @@ void WorkerNode::RunTask(TaskRunner* runner, std::string job_id, uint32_t rank) 
   } else if (s.code() == absl::StatusCode::kCancelled) {
     log->info("task stopped: job {} rank {}: {}", job_id, rank, s.message());
   } else {
-    final.set_error(absl::StrCat("worker ", options_.address, " rank ", rank, ": ", s.ToString()));
+    std::string address;
+    {
+      absl::MutexLock l(&mu_);
+      address = address_;
+    }
+    final.set_error(absl::StrCat("worker ", address, " rank ", rank, ": ", s.ToString()));
     log->error("task failed: job {} rank {}: {}", job_id, rank, s);
   }
   if (s.code() != absl::StatusCode::kCancelled && scheduler_ != nullptr) {

@@ -44,6 +44,10 @@ class WorkerNode : public ProgressSink {
   WorkerNode(WorkerNodeOptions options, SchedulerClient* scheduler, TaskRunnerFactory factory);
   ~WorkerNode() override;
 
+  // The host:port the scheduler calls this worker at, known once its server listens.
+  // REQUIRES: called before Start().
+  void SetAddress(const std::string& address);
+
   // Starts registration and heartbeats. `on_fatal` is called (once, from the heartbeat thread)
   // when the scheduler stayed unreachable for registration_timeout at start.
   void Start(std::function<void(absl::Status)> on_fatal);
@@ -76,6 +80,7 @@ class WorkerNode : public ProgressSink {
 
   mutable absl::Mutex mu_;
   std::string node_id_ ABSL_GUARDED_BY(mu_);
+  std::string address_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
