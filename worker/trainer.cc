@@ -287,7 +287,7 @@ absl::Status Trainer::RunImpl(State* st) {
   int64_t win_correct = 0, win_examples = 0;
   absl::Duration win_pull, win_compute, win_push, tot_pull, tot_compute, tot_push;
   absl::Time win_start = absl::Now();
-  const absl::Time run_start = absl::Now();
+  absl::Duration train_time;  // In the step loop, evaluation excluded.
   int64_t run_examples = 0;
   auto report = [&](int64_t done_steps, bool force) -> bool {
     absl::Time now = absl::Now();
@@ -336,6 +336,7 @@ absl::Status Trainer::RunImpl(State* st) {
   int64_t step = task_.start_step();
   for (int64_t epoch = step / steps_per_epoch; epoch < spec.epochs(); ++epoch) {
     order = data::EpochOrder(st->partition, spec.seed(), static_cast<uint32_t>(epoch), part.index);
+    const absl::Time epoch_start = absl::Now();
     for (int64_t j = step - epoch * steps_per_epoch; j < steps_per_epoch; ++j, ++step) {
       if (cancelled_.load()) {
         (void)wait_push();
@@ -387,6 +388,7 @@ absl::Status Trainer::RunImpl(State* st) {
     }
     absl::Status prev = wait_push();
     if (!prev.ok()) return prev;
+    train_time += absl::Now() - epoch_start;
     const bool last_epoch = epoch + 1 == spec.epochs();
     if (rank == 0 && (options_.eval_every_epoch || last_epoch)) {
       auto ev = evaluate(step);
@@ -451,7 +453,8 @@ absl::Status Trainer::RunImpl(State* st) {
   result_.test_accuracy = progress.test_accuracy();
   result_.test_loss = progress.test_loss();
   result_.train_loss = progress.loss();
-  result_.samples_per_sec = run_examples / std::max(1e-9, Seconds(absl::Now() - run_start));
+  result_.train_sec = Seconds(train_time);
+  result_.samples_per_sec = run_examples / std::max(1e-9, Seconds(train_time));
   result_.pull_wait_sec = Seconds(tot_pull);
   result_.compute_sec = Seconds(tot_compute);
   result_.push_wait_sec = Seconds(tot_push);

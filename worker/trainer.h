@@ -57,7 +57,9 @@ struct TrainerResult {
   double test_accuracy = -1;
   double test_loss = -1;
   double train_loss = 0;          // Last reporting window.
-  double samples_per_sec = 0;     // Over the whole run.
+  double samples_per_sec = 0;     // Training examples per second of the step loop (evaluation
+                                  // and export excluded).
+  double train_sec = 0;           // Time in the step loop.
   double pull_wait_sec = 0;
   double compute_sec = 0;
   double push_wait_sec = 0;
