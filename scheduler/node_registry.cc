@@ -68,8 +68,10 @@ absl::Status NodeRegistry::Restore() {
     Node n;
     n.status = std::move(s);
     if (IsLive(n)) {
-      n.status.set_state(v1::NODE_ALIVE);
-      n.last_heartbeat = now;  // A fresh lease to reach the restarted scheduler.
+      // Suspect until it is heard from (no new work goes there), with a fresh lease to reach
+      // the restarted scheduler.
+      n.status.set_state(v1::NODE_SUSPECT);
+      n.last_heartbeat = now;
       n.status.set_last_heartbeat_unix_ms(UnixMs(now));
     } else {
       n.last_heartbeat = absl::FromUnixMillis(n.status.last_heartbeat_unix_ms());

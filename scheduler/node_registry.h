@@ -4,8 +4,9 @@
 //
 // Liveness from the lease: a node is ALIVE while heartbeats arrive, SUSPECT once half a lease has
 // passed without one, DEAD once a whole lease has; a heartbeat from a DEAD node gets NOT_FOUND
-// and the node registers again (keeping its id). Nodes restored from the database start with a
-// fresh lease, so that they have time to reach the restarted scheduler.
+// and the node registers again (keeping its id). Nodes restored from the database start SUSPECT
+// with a fresh lease: they have a whole lease to reach the restarted scheduler, and no new work
+// is placed on them until they do.
 //
 // Thread-safe. Never calls out of itself except into the Store.
 #ifndef PSCLUSTER_SCHEDULER_NODE_REGISTRY_H_
@@ -41,7 +42,7 @@ class NodeRegistry {
   // REQUIRES: clock and store outlive the registry.
   NodeRegistry(const RegistryOptions& options, const Clock* clock, Store* store);
 
-  // Loads the nodes of a previous run; live ones get a fresh lease from now.
+  // Loads the nodes of a previous run; live ones become SUSPECT with a fresh lease from now.
   absl::Status Restore();
 
   // INVALID_ARGUMENT names the bad field (node.role, node.address, ...).

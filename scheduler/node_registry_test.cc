@@ -159,11 +159,12 @@ TEST_F(NodeRegistryTest, RestoredNodesKeepIdsAndGetAFreshLease) {
   ASSERT_THAT(registry_->Deregister(b->node_id), IsOk());
   clock_.Advance(absl::Seconds(9));
   Reopen();  // The scheduler restarted.
-  EXPECT_EQ(State(a->node_id), v1::NODE_ALIVE);
+  EXPECT_EQ(State(a->node_id), v1::NODE_SUSPECT);  // Until it is heard from.
   EXPECT_EQ(State(b->node_id), v1::NODE_LEFT);
   clock_.Advance(absl::Seconds(9));
   EXPECT_THAT(registry_->ExpireLeases(), IsEmpty());  // Lease counted from the restart.
   ASSERT_THAT(Beat(a->node_id), IsOk());
+  EXPECT_EQ(State(a->node_id), v1::NODE_ALIVE);
   // New registrations continue the id sequence.
   auto c = registry_->Register(Info(v1::ROLE_SERVER, "h3:1000"));
   ASSERT_THAT(c, IsOk());

@@ -149,7 +149,7 @@ std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
   std::vector<WorkerCandidate> workers;
   for (const v1::NodeStatus& n : nodes) {
     address[n.info().node_id()] = n.info().address();
-    if (!IsLive(n)) continue;
+    if (n.state() != v1::NODE_ALIVE) continue;  // No new work on suspect or dead nodes.
     const v1::Resources& cap = n.info().capacity();
     if (n.info().role() == v1::ROLE_SERVER) {
       ServerCandidate c;

@@ -511,6 +511,20 @@ TEST_F(SchedulerTest, WaitingForComesFromTheServersToo) {
   EXPECT_THAT(Get(*id).progress().waiting_for(), ElementsAre(0));
 }
 
+TEST_F(SchedulerTest, RestoredNodesGetNoNewWorkUntilHeardFrom) {
+  AddCluster(1, 1);
+  StartScheduler();  // Restarted: the nodes are known but not yet heard from.
+  auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 1"},
+                                              {"num_servers: 2", "num_servers: 1"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  EXPECT_EQ(Get(*id).state(), v1::JOB_QUEUED);
+  EXPECT_THAT(Get(*id).reason(), HasSubstr("waiting for resources"));
+  BeatAll();
+  sched_->RunOnce();
+  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+}
+
 TEST_F(SchedulerTest, RestartKeepsJobsWithoutLossOrDuplicates) {
   AddCluster(2, 2);
   auto running = Submit(kJob, "token-a");

@@ -63,6 +63,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     absl::Status s = MakeDirs(options.work_dir + sub);
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--work_dir: ", s.message()));
   }
+  // A local cluster is new each time: no jobs or nodes of an earlier run.
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::remove(absl::StrCat(options.work_dir, "/scheduler.db", suffix).c_str());
+  }
   std::unique_ptr<LocalCluster> c(new LocalCluster(options));
   const std::string level = absl::StrCat("--log_level=", options.log_level);
   absl::Status s = c->Launch(

@@ -67,7 +67,7 @@ Percentiles Summarize(std::vector<int64_t> ns) {
   return p;
 }
 
-// Issues one async call per node per interval, evenly spread, and records each latency.
+// Sends one async call per node per interval, evenly spread, and records each latency.
 struct Phase {
   std::string name;
   std::vector<int64_t> latencies_ns;
@@ -76,8 +76,8 @@ struct Phase {
   double seconds = 0;
 };
 
-template <typename Issue>
-void RunPhase(Phase& phase, int nodes, absl::Duration interval, double seconds, Issue issue) {
+template <typename Send>
+void RunPhase(Phase& phase, int nodes, absl::Duration interval, double seconds, Send send) {
   absl::Mutex mu;
   std::atomic<int64_t> in_flight{0};
   const absl::Duration warmup = std::min(absl::GetFlag(FLAGS_warmup), interval * 2);
@@ -98,7 +98,7 @@ void RunPhase(Phase& phase, int nodes, absl::Duration interval, double seconds, 
       if (measured) ++phase.sent;
       in_flight.fetch_add(1);
       Clock::time_point start = Clock::now();
-      issue(node, [&, start, measured](bool ok) {
+      send(node, [&, start, measured](bool ok) {
         int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start)
                          .count();
         if (measured) {

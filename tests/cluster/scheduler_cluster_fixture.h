@@ -1,4 +1,4 @@
-// Cluster-tier helpers for the scheduler and psctl: the real binaries (Bazel data deps) started
+// Cluster-tier support for the scheduler and psctl: the real binaries (Bazel data deps) started
 // as processes on loopback ports chosen by the OS, and psctl runs with their output captured.
 #ifndef PSCLUSTER_TESTS_CLUSTER_SCHEDULER_CLUSTER_FIXTURE_H_
 #define PSCLUSTER_TESTS_CLUSTER_SCHEDULER_CLUSTER_FIXTURE_H_
