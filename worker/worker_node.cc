@@ -203,8 +203,13 @@ void WorkerNode::RunTask(TaskRunner* runner, std::string job_id, uint32_t rank) 
     log->error("task failed: job {} rank {}: {}", job_id, rank, s);
   }
   if (s.code() != absl::StatusCode::kCancelled && scheduler_ != nullptr) {
-    // The final report decides the job's fate: retry it for a while.
-    for (int attempt = 0; attempt < 20; ++attempt) {
+    // The final report decides the job's fate: retry it for two minutes (the scheduler may be
+    // restarting).
+    for (int attempt = 0; attempt < 240; ++attempt) {
+      {
+        absl::MutexLock l(&mu_);
+        if (shutting_down_) break;
+      }
       auto r = scheduler_->ReportProgress(job_id, final);
       if (r.ok()) break;
       log->warn("final progress report: {} (retrying)", r.status());
