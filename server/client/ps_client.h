@@ -1,0 +1,134 @@
+// The data-plane client of the parameter servers, used by workers and benchmarks: routes dense
+// blocks and sparse rows to servers with common/sharding.h, and pulls and pushes them over one
+// long-lived PushPull stream per server, all servers in parallel, with payloads sent from and
+// received into the caller's buffers without intermediate copies (fp16/bf16 per table).
+//
+// Every call has a deadline (options.call_timeout, covering retries). A server that refuses a
+// request for a stale shard-map epoch makes the client ask options.refresh_shard_map for a newer
+// map and retry; UNAVAILABLE (a server restarting, a map not yet installed) is retried with
+// backoff. Pushes are tagged (job, worker, step, seq) and retries reuse their tags, so a server
+// applies each at most once.
+//
+// Thread model: a PsClient may be used from several threads at once; calls run concurrently on
+// the same streams (each call has its own request ids).
+#ifndef PSCLUSTER_SERVER_CLIENT_PS_CLIENT_H_
+#define PSCLUSTER_SERVER_CLIENT_PS_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/channel.h"
+#include "proto/ps.grpc.pb.h"
+
+namespace pscluster {
+
+struct PsClientOptions {
+  std::string job_id;       // Job whose tables are read and written.
+  uint32_t worker = 0;      // This worker's rank (tags pushes, gates BSP/SSP pulls).
+  ChannelOptions channel;   // TLS / bearer token for the server channels.
+  // Deadline of each call (Pull, Push, PushPull, control calls), retries and waiting for slow
+  // workers under BSP/SSP included.
+  absl::Duration call_timeout = absl::Seconds(60);
+  // Deadline of the long-lived streams; they are replaced well before it.
+  absl::Duration stream_lifetime = absl::Hours(1);
+  // Largest payload of one message (sparse requests are split to fit).
+  size_t chunk_bytes = 4 << 20;
+  // First retry delay (doubles up to 1 s).
+  absl::Duration retry_backoff = absl::Milliseconds(20);
+  // Returns a newer shard map (normally from the scheduler's GetShardMap) after a server said
+  // the client's epoch is stale. Unset: such errors are returned to the caller.
+  std::function<absl::StatusOr<v1::ShardMap>()> refresh_shard_map;
+};
+
+// Read a whole dense table into `data` (TableSpec elements, row-major).
+struct DenseTarget {
+  std::string table;
+  float* data = nullptr;
+};
+// Read the rows of `keys` (duplicates allowed) into `rows` (keys.size() * row_width floats).
+struct SparseTarget {
+  std::string table;
+  absl::Span<const uint64_t> keys;
+  float* rows = nullptr;
+};
+struct PullTargets {
+  std::vector<DenseTarget> dense;
+  std::vector<SparseTarget> sparse;
+};
+
+// Gradient of a whole dense table (TableSpec elements).
+struct DenseSource {
+  std::string table;
+  const float* grad = nullptr;
+};
+// Gradient rows for `keys` (keys.size() * row_width floats); duplicate keys add up.
+struct SparseSource {
+  std::string table;
+  absl::Span<const uint64_t> keys;
+  const float* grads = nullptr;
+};
+struct PushSources {
+  std::vector<DenseSource> dense;
+  std::vector<SparseSource> sparse;
+};
+
+class PsClient {
+ public:
+  // `map` routes the job's `tables` (the same TableSpecs the job declares). Connects lazily.
+  static absl::StatusOr<std::unique_ptr<PsClient>> Create(PsClientOptions options, v1::ShardMap map,
+                                                          std::vector<v1::TableSpec> tables);
+  ~PsClient();
+
+  // Declares the job's tables on every server of the map (idempotent: every worker calls it
+  // at task start).
+  absl::Status CreateTables(const v1::ConsistencySpec& consistency, uint32_t num_workers,
+                            uint32_t checkpoint_every_steps = 0,
+                            const std::string& checkpoint_dir = "");
+  // Sends the current map to every server (UpdateShardMap, self = the server's node_id). The
+  // scheduler does this in a cluster; standalone setups and tests call it themselves.
+  absl::Status InstallShardMap();
+  // Replaces the routing map (ignored unless its epoch is newer).
+  absl::Status SetShardMap(v1::ShardMap map);
+  v1::ShardMap shard_map() const;
+
+  // Reads the targets as of `clock` (the step about to be computed). Under BSP/SSP the servers
+  // answer once the slowest worker allows it.
+  absl::Status Pull(int64_t clock, const PullTargets& targets);
+  // Pushes the gradients of `step`; with end_of_step (the normal case) every server of the map
+  // is told the step is complete, even those that got no gradient, so their clocks advance.
+  // REQUIRES: the source buffers stay unchanged until the call returns.
+  absl::Status Push(int64_t step, const PushSources& sources, bool end_of_step = true);
+  // Push of `step` (with end_of_step) and a pull of `targets` at clock step + 1, in one round
+  // trip per server.
+  absl::Status PushPull(int64_t step, const PushSources& sources, const PullTargets& targets);
+
+  // Status of every server, in map order.
+  absl::StatusOr<std::vector<v1::ServerStatus>> ServerStatuses();
+  // A checkpoint on every server (into `dir`, or the job's configured directory).
+  absl::StatusOr<std::vector<v1::CheckpointResponse>> Checkpoint(const std::string& dir = "");
+  // Forgets the job on every server.
+  absl::Status DropJob();
+
+  // Slowest worker's clock reported by the servers in the last completed pull (-1 = none).
+  int64_t last_min_clock() const { return last_min_clock_.load(); }
+
+ private:
+  struct Impl;
+  explicit PsClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::atomic<int64_t> last_min_clock_{-1};
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_SERVER_CLIENT_PS_CLIENT_H_

@@ -1,0 +1,81 @@
+// A long-lived PushPull stream to one server carrying many rounds (distinct request_ids) at
+// once: writes are queued and sent one at a time, replies are dispatched to their round by
+// request_id. A broken stream fails its pending rounds with the call's status; the owner opens
+// a new one.
+//
+// Thread model: Send() from any thread; reactions on gRPC threads. `mu_` guards the round table
+// and write queue; gRPC operations are started without holding it. The stream object lives
+// until both its owner dropped it and gRPC called OnDone (it holds a reference to itself until
+// then).
+#ifndef PSCLUSTER_SERVER_CLIENT_PS_STREAM_H_
+#define PSCLUSTER_SERVER_CLIENT_PS_STREAM_H_
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/channel.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "server/client/round.h"
+
+namespace pscluster {
+
+class PsStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  // Opens /pscluster.v1.ParameterServer/PushPull on `stub`'s channel with a deadline
+  // `lifetime` from now. `peer` names the server in errors.
+  static std::shared_ptr<PsStream> Open(grpc::GenericStub* stub, const std::string& peer,
+                                        absl::Duration lifetime, const ChannelOptions& channel);
+
+  // Registers `round` and queues its messages. UNAVAILABLE when the stream is closing.
+  absl::Status Send(const std::shared_ptr<Round>& round, std::vector<grpc::ByteBuffer> messages);
+  // Drops a round (it timed out); late replies to it are ignored.
+  void Forget(uint64_t request_id);
+  // Cancels the call; pending rounds fail with CANCELLED.
+  void Cancel();
+  // Half-closes once no round is pending; then the stream ends.
+  void Retire();
+
+  bool usable() const;
+  absl::Time opened() const { return opened_; }
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnWritesDoneDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  PsStream(std::string peer) : peer_(std::move(peer)) {}
+  void StartNextWrite();
+  // Marks the stream closing; releases the hold once no operation is being started.
+  void BeginClose(bool half_close) ABSL_LOCKS_EXCLUDED(mu_);
+  void EndOp();
+  void FailAll(const absl::Status& st);
+
+  const std::string peer_;
+  grpc::ClientContext ctx_;
+  absl::Time opened_;
+  std::shared_ptr<PsStream> self_;  // Until OnDone.
+
+  mutable absl::Mutex mu_;
+  grpc::ByteBuffer read_buf_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Round>> rounds_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer current_write_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;    // No new rounds.
+  bool retiring_ ABSL_GUARDED_BY(mu_) = false;   // Close when idle.
+  bool half_close_ ABSL_GUARDED_BY(mu_) = false; // WritesDone wanted.
+  bool hold_released_ ABSL_GUARDED_BY(mu_) = false;
+  int starting_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_SERVER_CLIENT_PS_STREAM_H_

@@ -1,0 +1,103 @@
+#include "server/client/round.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+
+namespace pscluster {
+
+bool Round::Enter(const v1::PullChunk& chunk) {
+  absl::MutexLock l(&mu_);
+  if (done_) return false;
+  ++copying_;
+  if (chunk.last()) last_seen_ = true;
+  if (min_clock_ < 0 || chunk.min_clock() < min_clock_) min_clock_ = chunk.min_clock();
+  return true;
+}
+
+void Round::Copy(const v1::PullChunk& chunk, const Payload& values) {
+  absl::Status bad;
+  if (chunk.index() >= dests_.size()) {
+    bad = absl::InternalError(absl::StrCat("reply to request ", request_id_, " names chunk ",
+                                           chunk.index(), " of ", dests_.size()));
+  } else if (!values.empty()) {
+    const ReplyDest& d = dests_[chunk.index()];
+    const size_t es = DTypeSize(chunk.dtype());
+    const uint64_t n = es ? values.size() / es : 0;
+    if (chunk.dtype() != d.dtype || es == 0 || values.size() % es != 0 || d.elems == 0 ||
+        chunk.offset() > d.elems || n > d.elems - chunk.offset() ||
+        (d.pos != nullptr && (chunk.offset() % d.width != 0 || n % d.width != 0))) {
+      bad = absl::InternalError(absl::StrCat("reply to request ", request_id_, " chunk ",
+                                             chunk.index(), " does not fit its slice"));
+    } else {
+      CopyIn(chunk, values, d);
+    }
+  }
+  bool notify_fail = !bad.ok();
+  absl::MutexLock l(&mu_);
+  --copying_;
+  if (notify_fail && !done_) {
+    done_ = true;
+    status_ = bad;
+  } else if (last_seen_ && copying_ == 0) {
+    done_ = true;
+  }
+}
+
+void Round::CopyIn(const v1::PullChunk& chunk, const Payload& values, const ReplyDest& d) {
+  const size_t es = DTypeSize(chunk.dtype());
+  const uint64_t n = values.size() / es;
+  if (d.pos == nullptr) {
+    values.DecodeFloats(chunk.dtype(), 0, n, d.base + chunk.offset());
+    return;
+  }
+  const uint64_t first_row = chunk.offset() / d.width;
+  const uint64_t rows = n / d.width;
+  for (uint64_t r = 0; r < rows; ++r) {
+    values.DecodeFloats(chunk.dtype(), r * d.width, d.width,
+                        d.rows + static_cast<size_t>(d.pos[first_row + r]) * d.width);
+  }
+}
+
+void Round::Fail(const absl::Status& st) {
+  absl::MutexLock l(&mu_);
+  if (done_) return;
+  done_ = true;
+  status_ = st;
+}
+
+void Round::AddSlice() {
+  absl::MutexLock l(&mu_);
+  ++slices_;
+}
+
+void Round::ReleaseSlice() {
+  absl::MutexLock l(&mu_);
+  --slices_;
+}
+
+absl::Status Round::Wait(absl::Time deadline) {
+  absl::MutexLock l(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ && copying_ == 0; };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
+    done_ = true;
+    status_ = absl::DeadlineExceededError(
+        absl::StrCat("request ", request_id_, " got no complete reply before its deadline"));
+    // A copy may still be running on the reading thread; wait for it before returning.
+    mu_.Await(absl::Condition(+[](int* c) { return *c == 0; }, &copying_));
+  }
+  return status_;
+}
+
+void Round::WaitSlicesReleased() {
+  absl::MutexLock l(&mu_);
+  mu_.Await(absl::Condition(+[](int* s) { return *s == 0; }, &slices_));
+}
+
+int64_t Round::min_clock() const {
+  absl::MutexLock l(&mu_);
+  return min_clock_;
+}
+
+}  // namespace pscluster

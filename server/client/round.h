@@ -1,0 +1,73 @@
+// One round trip on a data-plane stream: the chunks sent to one server under one request_id and
+// the PullChunks that come back, copied (and widened from fp16/bf16) straight into the
+// caller's buffers as they arrive.
+#ifndef PSCLUSTER_SERVER_CLIENT_ROUND_H_
+#define PSCLUSTER_SERVER_CLIENT_ROUND_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/ps.pb.h"
+#include "server/payload.h"
+
+namespace pscluster {
+
+// Where the reply to one chunk of the round goes.
+struct ReplyDest {
+  uint64_t elems = 0;          // Elements the reply covers (0: the chunk asks for no reply).
+  v1::DataType dtype = v1::DT_FLOAT32;
+  float* base = nullptr;       // DENSE: element 0 of the slice in the caller's buffer.
+  // SPARSE: row r of the slice goes to rows + pos[r] * width.
+  const uint32_t* pos = nullptr;
+  uint32_t width = 1;
+  float* rows = nullptr;
+};
+
+class Round {
+ public:
+  Round(uint64_t request_id, std::vector<ReplyDest> dests)
+      : request_id_(request_id), dests_(std::move(dests)) {}
+
+  uint64_t request_id() const { return request_id_; }
+
+  // A reply chunk arrived (called in arrival order, before the next reply is read). Returns
+  // false when the round is over and the chunk must be dropped.
+  bool Enter(const v1::PullChunk& chunk);
+  // Copies an entered chunk into place (may run concurrently with later chunks). Malformed
+  // replies fail the round.
+  void Copy(const v1::PullChunk& chunk, const Payload& values);
+  // Ends the round with an error (the first one wins).
+  void Fail(const absl::Status& st);
+
+  // A zero-copy slice of this round was handed to gRPC / released by it.
+  void AddSlice();
+  void ReleaseSlice();
+
+  // Waits until every reply arrived or the round failed, or `deadline` (DEADLINE_EXCEEDED).
+  absl::Status Wait(absl::Time deadline);
+  // Waits until gRPC released every slice of the caller's memory.
+  void WaitSlicesReleased();
+
+  int64_t min_clock() const;
+
+ private:
+  void CopyIn(const v1::PullChunk& chunk, const Payload& values, const ReplyDest& d);
+
+  const uint64_t request_id_;
+  const std::vector<ReplyDest> dests_;
+  mutable absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool last_seen_ ABSL_GUARDED_BY(mu_) = false;
+  int copying_ ABSL_GUARDED_BY(mu_) = 0;
+  int slices_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  int64_t min_clock_ ABSL_GUARDED_BY(mu_) = -1;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_SERVER_CLIENT_ROUND_H_

@@ -1,0 +1,1092 @@
+#include "server/job.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
+#include "common/dtype.h"
+#include "common/safetensors.h"
+#include "common/sharding.h"
+#include "server/checkpoint.pb.h"
+
+namespace pscluster {
+namespace {
+
+constexpr char kHeadMagic[] = "PSCKPT01";
+constexpr char kTailMagic[] = "PSCKEND1";
+constexpr size_t kTrailerBytes = 4 + 8 + 8;
+
+std::string DName(v1::DataType t) { return std::string(DTypeName(t)); }
+
+bool IsFloatTransport(v1::DataType t) {
+  return t == v1::DT_FLOAT32 || t == v1::DT_FLOAT16 || t == v1::DT_BFLOAT16;
+}
+
+void PutLe64(std::string* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint64_t GetLe64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+uint64_t HashKeys(absl::Span<const uint64_t> keys) {
+  uint64_t h = Mix64(keys.size());
+  for (uint64_t k : keys) h = Mix64(h ^ k);
+  return h;
+}
+
+uint64_t ChunkIdentity(uint64_t seq, const SliceRef& s, uint64_t offset, uint64_t n) {
+  uint64_t h = Mix64(seq);
+  h = Mix64(h ^ (static_cast<uint64_t>(s.table) << 1 | (s.dense ? 1 : 0)));
+  h = Mix64(h ^ s.block);
+  h = Mix64(h ^ offset);
+  h = Mix64(h ^ s.keys_hash);
+  return Mix64(h ^ n);
+}
+
+}  // namespace
+
+struct Job::AggStep {
+  absl::Mutex mu;
+  // (table, block) -> summed gradient of the whole block.
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> dense ABSL_GUARDED_BY(mu);
+  // table -> key -> summed gradient row.
+  std::map<uint32_t, absl::flat_hash_map<uint64_t, std::vector<float>>> sparse ABSL_GUARDED_BY(mu);
+};
+
+Job::Job(JobConfig config, MemoryBudget* budget, const Clock* clock, DataPlaneLimits limits)
+    : config_(std::move(config)),
+      budget_(budget),
+      clock_(clock),
+      limits_(limits),
+      held_(config_.num_shards, true),
+      clocks_(config_.num_workers, 0),
+      applied_(config_.num_workers),
+      shard_bytes_(new std::atomic<uint64_t>[config_.num_shards]),
+      shard_requests_(new std::atomic<uint64_t>[config_.num_shards]) {
+  for (uint32_t i = 0; i < config_.num_shards; ++i) {
+    shard_bytes_[i] = 0;
+    shard_requests_[i] = 0;
+  }
+}
+
+Job::~Job() {
+  absl::MutexLock l(&state_mu_);
+  for (auto& t : tables_) {
+    if (t.dense) t.dense->Clear(budget_);
+    if (t.sparse) t.sparse->Clear(budget_);
+  }
+}
+
+// ------------------------------------------------------------------ control plane
+
+absl::StatusOr<uint32_t> Job::AddTables(const std::vector<v1::TableSpec>& specs,
+                                        const std::vector<OptimizerParams>& optimizers) {
+  absl::MutexLock l(&state_mu_);
+  std::vector<size_t> fresh;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto it = table_index_.find(specs[i].name());
+    if (it == table_index_.end()) {
+      fresh.push_back(i);
+      continue;
+    }
+    TableInfo probe(specs[i], optimizers[i], config_.num_shards);
+    if (probe.spec.SerializeAsString() != tables_[it->second].info->spec.SerializeAsString()) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "tables[", i, "]: table '", specs[i].name(), "' of job '", id(),
+          "' already exists with a different spec"));
+    }
+  }
+  const size_t first_new = tables_.size();
+  for (size_t i : fresh) {
+    TableState t;
+    t.info = std::make_unique<TableInfo>(specs[i], optimizers[i], config_.num_shards);
+    if (t.info->dense()) {
+      t.dense = std::make_unique<DenseTable>(t.info.get());
+      absl::Status s = t.dense->SetHeldShards(held_, budget_);
+      if (!s.ok()) {
+        for (size_t j = first_new; j < tables_.size(); ++j) {
+          if (tables_[j].dense) tables_[j].dense->Clear(budget_);
+          table_index_.erase(tables_[j].info->spec.name());
+        }
+        tables_.resize(first_new);
+        return absl::Status(s.code(), absl::StrCat("tables[", i, "]: ", s.message()));
+      }
+    } else {
+      t.sparse = std::make_unique<SparseTable>(t.info.get());
+    }
+    table_index_[specs[i].name()] = static_cast<uint32_t>(tables_.size());
+    tables_.push_back(std::move(t));
+  }
+  return static_cast<uint32_t>(fresh.size());
+}
+
+absl::Status Job::SetShards(uint64_t epoch, std::vector<bool> held) {
+  absl::MutexLock l(&state_mu_);
+  if (have_map_ && epoch <= epoch_) return absl::OkStatus();
+  // Phase 1: allocate newly held blocks (keeping old ones), so a failure loses nothing.
+  std::vector<bool> both(held.size());
+  for (size_t i = 0; i < held.size(); ++i) both[i] = held[i] || held_[i];
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    if (!tables_[t].dense) continue;
+    absl::Status s = tables_[t].dense->SetHeldShards(both, budget_);
+    if (!s.ok()) {
+      for (size_t u = 0; u < t; ++u) {
+        if (tables_[u].dense) (void)tables_[u].dense->SetHeldShards(held_, budget_);
+      }
+      return s;
+    }
+  }
+  // Phase 2: free what is no longer held.
+  for (auto& t : tables_) {
+    if (t.dense) (void)t.dense->SetHeldShards(held, budget_);
+    if (t.sparse) t.sparse->DropUnheld(held, budget_);
+  }
+  held_ = std::move(held);
+  epoch_ = epoch;
+  have_map_ = true;
+  return absl::OkStatus();
+}
+
+uint64_t Job::epoch() const {
+  absl::ReaderMutexLock l(&state_mu_);
+  return epoch_;
+}
+
+absl::Status Job::CheckRequestEpoch(uint64_t epoch) const {
+  absl::ReaderMutexLock l(&state_mu_);
+  return CheckEpoch(epoch, "epoch");
+}
+
+void Job::Drop() {
+  dropped_ = true;
+  std::vector<Waiter> waiters;
+  {
+    absl::MutexLock l(&state_mu_);
+    for (auto& t : tables_) {
+      if (t.dense) t.dense->Clear(budget_);
+      if (t.sparse) t.sparse->Clear(budget_);
+    }
+    absl::MutexLock c(&clock_mu_);
+    for (auto& [id, w] : waiters_) waiters.push_back(std::move(w));
+    waiters_.clear();
+    waits_by_need_.clear();
+    agg_.clear();
+  }
+  for (auto& w : waiters) {
+    w.ready(absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped")));
+  }
+}
+
+// ------------------------------------------------------------------ validation
+
+absl::Status Job::CheckEpoch(uint64_t epoch, absl::string_view field) const {
+  if (!have_map_) return absl::OkStatus();  // Standalone: every shard is held.
+  if (epoch < epoch_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ": request epoch ", epoch, " is older than the server's epoch ", epoch_,
+        " for job '", id(), "'; refresh the shard map (current epoch ", epoch_, ")"));
+  }
+  if (epoch > epoch_) {
+    return absl::UnavailableError(absl::StrCat(
+        field, ": request epoch ", epoch, " is newer than the server's epoch ", epoch_,
+        " for job '", id(), "' (the map has not reached this server yet); retry"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SliceRef> Job::Resolve(const v1::Slice& slice, absl::string_view field) const {
+  auto it = table_index_.find(slice.table());
+  if (it == table_index_.end()) {
+    return absl::NotFoundError(absl::StrCat(field, ".table: unknown table '", slice.table(),
+                                            "' in job '", id(), "'"));
+  }
+  SliceRef s;
+  s.table = it->second;
+  const TableState& t = tables_[s.table];
+  const TableInfo& info = *t.info;
+  s.dense = info.dense();
+  if (s.dense) {
+    if (!slice.keys().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".keys: table '", slice.table(), "' is dense; address it by block, not keys"));
+    }
+    if (slice.block() >= t.dense->num_blocks()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".block: block ", slice.block(), " is outside table '", slice.table(), "' (",
+          t.dense->num_blocks(), " blocks)"));
+    }
+    uint32_t shard = t.dense->ShardOf(slice.block());
+    if (!held_[shard]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          field, ".block: block ", slice.block(), " of '", slice.table(), "' is on virtual shard ",
+          shard, ", not held by this server at epoch ", epoch_, "; refresh the shard map"));
+    }
+    s.block = slice.block();
+    s.elems = t.dense->BlockLen(s.block);
+    return s;
+  }
+  const std::string& kb = slice.keys();
+  if (kb.size() % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".keys: ", kb.size(), " bytes is not a whole number of uint64 keys"));
+  }
+  const uint64_t nkeys = kb.size() / 8;
+  if (nkeys > limits_.max_keys) {
+    return absl::ResourceExhaustedError(absl::StrCat(field, ".keys: ", nkeys,
+                                                     " keys exceed the limit of ", limits_.max_keys,
+                                                     " per slice"));
+  }
+  s.keys.resize(nkeys);
+  if (nkeys > 0) std::memcpy(s.keys.data(), kb.data(), kb.size());
+  const uint64_t space = info.spec.key_space();
+  for (uint64_t k : s.keys) {
+    if (space != 0 && k >= space) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".keys: key ", k,
+                                                     " is outside table '", slice.table(),
+                                                     "' (key_space ", space, ")"));
+    }
+    uint32_t shard = t.sparse->ShardOf(k);
+    if (!held_[shard]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          field, ".keys: key ", k, " of '", slice.table(), "' is on virtual shard ", shard,
+          ", not held by this server at epoch ", epoch_, "; refresh the shard map"));
+    }
+  }
+  s.elems = nkeys * info.width;
+  s.keys_hash = HashKeys(s.keys);
+  return s;
+}
+
+uint32_t Job::ShardOfSlice(const SliceRef& s) const {
+  const TableState& t = tables_[s.table];
+  if (s.dense) return t.dense->ShardOf(s.block);
+  return s.keys.empty() ? 0 : t.sparse->ShardOf(s.keys[0]);
+}
+
+void Job::CountShard(uint32_t shard, uint64_t bytes) {
+  if (shard >= config_.num_shards) return;
+  shard_bytes_[shard].fetch_add(bytes, std::memory_order_relaxed);
+  shard_requests_[shard].fetch_add(1, std::memory_order_relaxed);
+}
+
+uint32_t Job::table_width(uint32_t table) const {
+  absl::ReaderMutexLock l(&state_mu_);
+  return tables_[table].info->dense() ? 1 : tables_[table].info->width;
+}
+
+// ------------------------------------------------------------------ push
+
+absl::StatusOr<PushResult> Job::Push(const v1::PushChunk& chunk, const Payload& values) {
+  if (dropped_) {
+    return absl::NotFoundError(absl::StrCat("tag.job_id: job '", id(), "' was dropped"));
+  }
+  std::vector<std::function<void(absl::Status)>> ready;
+  absl::StatusOr<PushResult> r;
+  {
+    absl::ReaderMutexLock l(&state_mu_);
+    r = PushLocked(chunk, values, &ready);
+  }
+  for (auto& f : ready) f(absl::OkStatus());
+  return r;
+}
+
+absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Payload& values,
+                                           std::vector<std::function<void(absl::Status)>>* ready) {
+  absl::Status st = CheckEpoch(chunk.epoch(), "epoch");
+  if (!st.ok()) return st;
+  const v1::Tag& tag = chunk.tag();
+  if (tag.worker() >= config_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat("tag.worker: rank ", tag.worker(),
+                                                   " is outside job '", id(), "' (",
+                                                   config_.num_workers, " workers)"));
+  }
+  if (tag.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tag.step: ", tag.step(), " is negative"));
+  }
+  const v1::DataType dtype = TransportType(chunk.dtype());
+  if (!IsFloatTransport(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype: values must be float32, float16 or bfloat16, got ", DName(dtype),
+        " (", static_cast<int>(chunk.dtype()), ")"));
+  }
+  if (values.size() > limits_.max_chunk_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "values: ", values.size(), " bytes exceed the limit of ", limits_.max_chunk_bytes,
+        " bytes per chunk; split tensors into chunks of about 4 MiB"));
+  }
+  if (chunk.pull_after() && chunk.pull_clock() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("pull_clock: ", chunk.pull_clock(),
+                                                   " is negative"));
+  }
+  const bool has_slice = !chunk.slice().table().empty();
+  SliceRef s;
+  uint64_t n = 0;
+  if (!has_slice) {
+    if (!values.empty() || !chunk.indices().empty() || chunk.pull_after()) {
+      return absl::InvalidArgumentError("slice.table: values or pull_after without a table");
+    }
+  } else {
+    auto r = Resolve(chunk.slice(), "slice");
+    if (!r.ok()) return r.status();
+    s = std::move(*r);
+    const size_t es = DTypeSize(dtype);
+    if (values.size() % es != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("values: ", values.size(),
+                                                     " bytes is not a whole number of ",
+                                                     DName(dtype), " elements"));
+    }
+    n = values.size() / es;
+    const uint32_t width = s.dense ? 1 : tables_[s.table].info->width;
+    if (!chunk.indices().empty()) {
+      if (!s.dense) {
+        return absl::InvalidArgumentError(
+            "indices: top-k indices apply to dense blocks; sparse pushes list their rows in keys");
+      }
+      if (chunk.indices().size() % 4 != 0 || chunk.indices().size() / 4 != n) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "indices: ", chunk.indices().size(), " bytes do not hold one uint32 per value (",
+            n, " values)"));
+      }
+      if (chunk.offset() != 0) {
+        return absl::InvalidArgumentError("offset: must be 0 for a top-k push");
+      }
+      for (uint64_t i = 0; i < n; ++i) {
+        uint32_t idx;
+        std::memcpy(&idx, chunk.indices().data() + 4 * i, 4);
+        if (idx >= s.elems) {
+          return absl::InvalidArgumentError(absl::StrCat("indices: index ", idx,
+                                                         " is outside block ", s.block, " (",
+                                                         s.elems, " elements)"));
+        }
+      }
+    } else {
+      if (chunk.offset() > s.elems || n > s.elems - chunk.offset()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "values: ", n, " elements at offset ", chunk.offset(), " overrun the slice of '",
+            chunk.slice().table(), "' (", s.elems, " elements)"));
+      }
+      if (chunk.offset() % width != 0 || n % width != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "values: offset ", chunk.offset(), " and ", n,
+            " elements must be whole rows of width ", width));
+      }
+    }
+  }
+
+  PushResult result;
+  const uint32_t w = tag.worker();
+  uint64_t identity = has_slice ? ChunkIdentity(tag.seq(), s, chunk.offset(), n) : 0;
+  if (n > 0) {
+    absl::MutexLock c(&clock_mu_);
+    if (tag.step() < clocks_[w] || !applied_[w][tag.step()].insert(identity).second) {
+      result.duplicate = true;
+    }
+  }
+  if (n > 0 && !result.duplicate) {
+    absl::Status a = config_.consistency.aggregate() ? Aggregate(s, chunk, values, dtype, n)
+                                                     : ApplyValues(s, chunk, values, dtype, n);
+    if (!a.ok()) {
+      absl::MutexLock c(&clock_mu_);
+      applied_[w][tag.step()].erase(identity);
+      return a;
+    }
+    result.applied = true;
+    CountShard(ShardOfSlice(s), values.size());
+  }
+  bool advanced = false;
+  {
+    absl::MutexLock c(&clock_mu_);
+    if (chunk.end_of_step() && clocks_[w] < tag.step() + 1) {
+      int64_t before = MinClockLocked();
+      clocks_[w] = tag.step() + 1;
+      auto& steps = applied_[w];
+      steps.erase(steps.begin(), steps.lower_bound(clocks_[w]));
+      advanced = MinClockLocked() != before;
+    }
+    result.clock = clocks_[w];
+  }
+  if (advanced) AfterAdvance(ready);
+  return result;
+}
+
+absl::Status Job::ApplyValues(const SliceRef& s, const v1::PushChunk& chunk,
+                              const Payload& values, v1::DataType dtype, uint64_t n) {
+  const TableState& t = tables_[s.table];
+  if (s.dense) {
+    DenseBlock* b = t.dense->block(s.block);
+    if (chunk.indices().empty()) {
+      t.dense->Apply(b, chunk.offset(), n,
+                     [&](size_t first, size_t k, float* out) {
+                       values.DecodeFloats(dtype, first, k, out);
+                     },
+                     chunk.offset() == 0);
+      return absl::OkStatus();
+    }
+    std::vector<float> sparse_vals(n), g(s.elems, 0.f);
+    values.DecodeFloats(dtype, 0, n, sparse_vals.data());
+    for (uint64_t i = 0; i < n; ++i) {
+      uint32_t idx;
+      std::memcpy(&idx, chunk.indices().data() + 4 * i, 4);
+      g[idx] += sparse_vals[i];
+    }
+    t.dense->Apply(b, 0, s.elems,
+                   [&](size_t first, size_t k, float* out) {
+                     std::memcpy(out, g.data() + first, k * sizeof(float));
+                   },
+                   true);
+    return absl::OkStatus();
+  }
+  const uint32_t width = t.info->width;
+  absl::Span<const uint64_t> keys(s.keys.data() + chunk.offset() / width, n / width);
+  // Duplicate keys add their gradients: sum them first so each row gets one update.
+  absl::flat_hash_map<uint64_t, uint32_t> first_pos;
+  first_pos.reserve(keys.size());
+  bool dups = false;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!first_pos.emplace(keys[i], static_cast<uint32_t>(i)).second) dups = true;
+  }
+  if (!dups) {
+    return t.sparse->Apply(
+        keys,
+        [&](size_t first, size_t k, float* out) { values.DecodeFloats(dtype, first, k, out); },
+        budget_);
+  }
+  std::vector<float> all(n);
+  values.DecodeFloats(dtype, 0, n, all.data());
+  std::vector<uint64_t> uniq;
+  std::vector<float> sum;
+  absl::flat_hash_map<uint64_t, uint32_t> slot;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, fresh] = slot.emplace(keys[i], static_cast<uint32_t>(uniq.size()));
+    if (fresh) {
+      uniq.push_back(keys[i]);
+      sum.insert(sum.end(), all.begin() + i * width, all.begin() + (i + 1) * width);
+    } else {
+      float* dst = sum.data() + static_cast<size_t>(it->second) * width;
+      for (uint32_t j = 0; j < width; ++j) dst[j] += all[i * width + j];
+    }
+  }
+  return t.sparse->Apply(
+      uniq,
+      [&](size_t first, size_t k, float* out) {
+        std::memcpy(out, sum.data() + first, k * sizeof(float));
+      },
+      budget_);
+}
+
+absl::Status Job::Aggregate(const SliceRef& s, const v1::PushChunk& chunk, const Payload& values,
+                            v1::DataType dtype, uint64_t n) {
+  AggStep* step;
+  {
+    absl::MutexLock c(&clock_mu_);
+    auto& slot = agg_[chunk.tag().step()];
+    if (!slot) slot = std::make_unique<AggStep>();
+    step = slot.get();
+  }
+  std::vector<float> g(n);
+  values.DecodeFloats(dtype, 0, n, g.data());
+  absl::MutexLock a(&step->mu);
+  if (s.dense) {
+    auto& sum = step->dense[{s.table, s.block}];
+    if (sum.empty()) sum.assign(s.elems, 0.f);
+    if (chunk.indices().empty()) {
+      float* dst = sum.data() + chunk.offset();
+      for (uint64_t i = 0; i < n; ++i) dst[i] += g[i];
+    } else {
+      for (uint64_t i = 0; i < n; ++i) {
+        uint32_t idx;
+        std::memcpy(&idx, chunk.indices().data() + 4 * i, 4);
+        sum[idx] += g[i];
+      }
+    }
+    return absl::OkStatus();
+  }
+  const uint32_t width = tables_[s.table].info->width;
+  auto& rows = step->sparse[s.table];
+  const uint64_t first_row = chunk.offset() / width;
+  for (uint64_t r = 0; r < n / width; ++r) {
+    auto& row = rows[s.keys[first_row + r]];
+    if (row.empty()) row.assign(width, 0.f);
+    for (uint32_t j = 0; j < width; ++j) row[j] += g[r * width + j];
+  }
+  return absl::OkStatus();
+}
+
+int64_t Job::MinClockLocked() const {
+  int64_t m = std::numeric_limits<int64_t>::max();
+  for (int64_t c : clocks_) m = std::min(m, c);
+  return clocks_.empty() ? 0 : m;
+}
+
+int64_t Job::min_clock() const {
+  absl::MutexLock c(&clock_mu_);
+  return MinClockLocked();
+}
+
+void Job::AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready) {
+  {
+    absl::MutexLock a(&advance_mu_);
+    int64_t min;
+    std::vector<std::unique_ptr<AggStep>> steps;
+    {
+      absl::MutexLock c(&clock_mu_);
+      min = MinClockLocked();
+      while (!agg_.empty() && agg_.begin()->first < min) {
+        steps.push_back(std::move(agg_.begin()->second));
+        agg_.erase(agg_.begin());
+      }
+    }
+    for (auto& step : steps) {
+      absl::MutexLock sl(&step->mu);
+      for (auto& [key, sum] : step->dense) {
+        const TableState& t = tables_[key.first];
+        DenseBlock* b = t.dense->block(key.second);
+        if (b == nullptr) continue;  // Shard moved away meanwhile.
+        t.dense->Apply(b, 0, sum.size(),
+                       [&](size_t first, size_t k, float* out) {
+                         std::memcpy(out, sum.data() + first, k * sizeof(float));
+                       },
+                       true);
+      }
+      for (auto& [table, rows] : step->sparse) {
+        const uint32_t width = tables_[table].info->width;
+        std::vector<uint64_t> keys;
+        std::vector<float> g;
+        keys.reserve(rows.size());
+        g.reserve(rows.size() * width);
+        for (auto& [k, row] : rows) {
+          keys.push_back(k);
+          g.insert(g.end(), row.begin(), row.end());
+        }
+        (void)tables_[table].sparse->Apply(
+            keys,
+            [&](size_t first, size_t k, float* out) {
+              std::memcpy(out, g.data() + first, k * sizeof(float));
+            },
+            budget_);
+      }
+    }
+    absl::MutexLock c(&clock_mu_);
+    released_min_ = min;
+    while (!waits_by_need_.empty() && waits_by_need_.begin()->first <= min) {
+      auto it = waiters_.find(waits_by_need_.begin()->second);
+      if (it != waiters_.end()) {
+        ready->push_back(std::move(it->second.ready));
+        waiters_.erase(it);
+      }
+      waits_by_need_.erase(waits_by_need_.begin());
+    }
+    const int64_t every = config_.checkpoint_every_steps;
+    if (every > 0 && min / every > checkpointed_step_ / every) {
+      checkpointed_step_ = min;
+      checkpoint_due_ = true;
+    }
+  }
+}
+
+// ------------------------------------------------------------------ reads
+
+absl::StatusOr<SliceRef> Job::ResolveForRead(const v1::Slice& slice, uint64_t epoch,
+                                             absl::string_view field) const {
+  if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
+  absl::ReaderMutexLock l(&state_mu_);
+  absl::Status st = CheckEpoch(epoch, "epoch");
+  if (!st.ok()) return st;
+  return Resolve(slice, field);
+}
+
+absl::Status Job::CheckReader(uint32_t worker, int64_t clock, v1::DataType dtype,
+                              absl::string_view worker_field,
+                              absl::string_view dtype_field) const {
+  if (worker >= config_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(worker_field, ": rank ", worker,
+                                                   " is outside job '", id(), "' (",
+                                                   config_.num_workers, " workers)"));
+  }
+  if (clock < 0) return absl::InvalidArgumentError(absl::StrCat("clock: ", clock, " is negative"));
+  if (!IsFloatTransport(TransportType(dtype))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dtype_field, ": pulls return float32, float16 or bfloat16, not ", DName(dtype), " (",
+        static_cast<int>(dtype), ")"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t Job::NeedFor(int64_t clock) const {
+  switch (config_.consistency.mode()) {
+    case v1::ConsistencySpec::ASP:
+      return std::numeric_limits<int64_t>::min();
+    case v1::ConsistencySpec::SSP:
+      return clock - static_cast<int64_t>(config_.consistency.staleness());
+    default:
+      return clock;
+  }
+}
+
+bool Job::WhenReadable(int64_t clock, std::function<void(absl::Status)> ready,
+                       uint64_t* wait_id) {
+  const int64_t need = NeedFor(clock);
+  absl::MutexLock c(&clock_mu_);
+  if (need <= released_min_ || dropped_) return true;
+  uint64_t id = next_wait_id_++;
+  waiters_[id] = Waiter{need, std::move(ready)};
+  waits_by_need_.emplace(need, id);
+  *wait_id = id;
+  return false;
+}
+
+bool Job::CancelWait(uint64_t wait_id) {
+  absl::MutexLock c(&clock_mu_);
+  return waiters_.erase(wait_id) > 0;
+}
+
+absl::Status Job::Read(const SliceRef& s, uint64_t epoch, uint64_t first, uint64_t n,
+                       v1::DataType dtype, char* out) {
+  if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
+  absl::ReaderMutexLock l(&state_mu_);
+  absl::Status st = CheckEpoch(epoch, "epoch");
+  if (!st.ok()) return st;
+  const TableState& t = tables_[s.table];
+  if (s.dense) {
+    DenseBlock* b = t.dense->block(s.block);
+    if (b == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "slice.block: block ", s.block, " is no longer held here (epoch ", epoch_, ")"));
+    }
+    t.dense->Read(b, first, n, TransportType(dtype), out);
+    CountShard(t.dense->ShardOf(s.block), n * DTypeSize(TransportType(dtype)));
+    return absl::OkStatus();
+  }
+  const uint32_t width = t.info->width;
+  absl::Span<const uint64_t> keys(s.keys.data() + first / width, n / width);
+  st = t.sparse->Read(keys, TransportType(dtype), out, budget_);
+  if (st.ok()) CountShard(ShardOfSlice(s), n * DTypeSize(TransportType(dtype)));
+  return st;
+}
+
+int64_t Job::RecordServedPull(int64_t reader_clock) {
+  absl::MutexLock c(&clock_mu_);
+  int64_t min = MinClockLocked();
+  int64_t stale = std::max<int64_t>(0, reader_clock - min);
+  staleness_sum_ += static_cast<double>(stale);
+  ++staleness_count_;
+  staleness_max_ = std::max(staleness_max_, stale);
+  return min;
+}
+
+// ------------------------------------------------------------------ checkpoints
+
+absl::StatusOr<Job::Snapshot> Job::MakeCheckpoint(const std::string& node_id,
+                                                  int64_t now_unix_ms) {
+  if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
+  Snapshot snap;
+  absl::MutexLock l(&state_mu_);  // Exclusive: no push changes the tables meanwhile.
+  v1::CheckpointHeader h;
+  h.set_job_id(id());
+  h.set_epoch(epoch_);
+  h.set_num_virtual_shards(config_.num_shards);
+  h.set_node_id(node_id);
+  h.set_created_unix_ms(now_unix_ms);
+  for (uint32_t i = 0; i < held_.size(); ++i) {
+    if (held_[i]) h.add_shards(i);
+  }
+  {
+    absl::MutexLock c(&clock_mu_);
+    // With aggregation the tables reflect exactly the steps applied (released_min_); later
+    // pushes wait in buffers that a checkpoint does not keep, so every clock is recorded there.
+    int64_t step = config_.consistency.aggregate() ? released_min_ : MinClockLocked();
+    for (uint32_t w = 0; w < clocks_.size(); ++w) {
+      auto* wc = h.add_clocks();
+      wc->set_worker(w);
+      wc->set_clock(config_.consistency.aggregate() ? released_min_ : clocks_[w]);
+    }
+    h.set_step(step);
+    snap.step = step;
+  }
+  // Pass 1: layout.
+  uint64_t off = 0;
+  std::vector<uint64_t> sparse_rows(tables_.size(), 0);
+  for (size_t ti = 0; ti < tables_.size(); ++ti) {
+    const TableState& t = tables_[ti];
+    auto* ct = h.add_tables();
+    *ct->mutable_spec() = t.info->spec;
+    const uint64_t fpe = t.info->floats_per_elem();
+    if (t.dense) {
+      for (uint64_t b = 0; b < t.dense->num_blocks(); ++b) {
+        DenseBlock* blk = t.dense->block(b);
+        if (blk == nullptr) continue;
+        auto* cb = ct->add_blocks();
+        cb->set_block(b);
+        cb->set_elems(blk->elems);
+        {
+          absl::MutexLock bl(&blk->mu);
+          cb->set_updates(blk->updates);
+        }
+        cb->set_offset(off);
+        off += blk->elems * fpe * sizeof(float);
+      }
+    } else {
+      uint64_t rows = t.sparse->rows();
+      sparse_rows[ti] = rows;
+      ct->set_rows(rows);
+      ct->set_values_offset(off);
+      off += rows * t.info->width * fpe * sizeof(float);
+      ct->set_keys_offset(off);
+      off += rows * 8;
+      ct->set_updates_offset(off);
+      off += rows * 8;
+    }
+  }
+  h.set_data_bytes(off);
+  std::string header = h.SerializeAsString();
+  std::string& f = snap.bytes;
+  f.reserve(16 + header.size() + off + kTrailerBytes);
+  f.append(kHeadMagic, 8);
+  PutLe64(&f, header.size());
+  f.append(header);
+  const size_t data_start = f.size();
+  // Pass 2: data.
+  for (size_t ti = 0; ti < tables_.size(); ++ti) {
+    const TableState& t = tables_[ti];
+    const uint64_t fpe = t.info->floats_per_elem();
+    if (t.dense) {
+      for (uint64_t b = 0; b < t.dense->num_blocks(); ++b) {
+        DenseBlock* blk = t.dense->block(b);
+        if (blk == nullptr) continue;
+        absl::MutexLock bl(&blk->mu);
+        f.append(reinterpret_cast<const char*>(blk->data.get()), blk->elems * fpe * sizeof(float));
+      }
+    } else {
+      std::vector<uint64_t> keys;
+      std::vector<int64_t> updates;
+      keys.reserve(sparse_rows[ti]);
+      updates.reserve(sparse_rows[ti]);
+      const size_t row_bytes = t.info->width * fpe * sizeof(float);
+      t.sparse->ForEachRowSorted([&](uint64_t key, int64_t u, const float* row) {
+        keys.push_back(key);
+        updates.push_back(u);
+        f.append(reinterpret_cast<const char*>(row), row_bytes);
+      });
+      f.append(reinterpret_cast<const char*>(keys.data()), keys.size() * 8);
+      f.append(reinterpret_cast<const char*>(updates.data()), updates.size() * 8);
+    }
+  }
+  if (f.size() - data_start != off) {
+    return absl::InternalError("checkpoint layout changed while writing");  // Own invariant.
+  }
+  uint64_t body = f.size();
+  snap.crc = Crc32c(f);
+  for (int i = 0; i < 4; ++i) f.push_back(static_cast<char>((snap.crc >> (8 * i)) & 0xff));
+  PutLe64(&f, body);
+  f.append(kTailMagic, 8);
+  return snap;
+}
+
+absl::StatusOr<std::pair<int64_t, uint32_t>> Job::Restore(const std::string& f,
+                                                          absl::string_view path) {
+  auto corrupt = [&](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " refused: ", what,
+                                            "; nothing was loaded"));
+  };
+  if (f.size() < 16 + kTrailerBytes || f.compare(0, 8, kHeadMagic) != 0) {
+    return corrupt(absl::StrCat("not a pscluster checkpoint (", f.size(), " bytes, bad magic)"));
+  }
+  if (f.compare(f.size() - 8, 8, kTailMagic) != 0) {
+    return corrupt("truncated: the end marker is missing");
+  }
+  const uint64_t body = GetLe64(f.data() + f.size() - 16);
+  if (body != f.size() - kTrailerBytes) {
+    return corrupt(absl::StrCat("truncated or padded: trailer says ", body, " bytes, file has ",
+                                f.size() - kTrailerBytes));
+  }
+  uint32_t stored = 0;
+  for (int i = 0; i < 4; ++i) {
+    stored |= static_cast<uint32_t>(static_cast<uint8_t>(f[body + i])) << (8 * i);
+  }
+  const uint32_t computed = Crc32c(absl::string_view(f.data(), body));
+  if (stored != computed) {
+    return corrupt(absl::StrCat("checksum mismatch (stored crc32c ", stored, ", computed ",
+                                computed, ")"));
+  }
+  const uint64_t hlen = GetLe64(f.data() + 8);
+  if (hlen > body - 16) return corrupt("header length exceeds the file");
+  v1::CheckpointHeader h;
+  if (!h.ParseFromArray(f.data() + 16, static_cast<int>(hlen))) return corrupt("header unreadable");
+  const uint64_t data_start = 16 + hlen;
+  if (h.data_bytes() != body - data_start) return corrupt("data section length mismatch");
+  if (h.job_id() != id()) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " belongs to job '",
+                                                      h.job_id(), "', not '", id(), "'"));
+  }
+  if (h.num_virtual_shards() != config_.num_shards) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path, " has ", h.num_virtual_shards(), " virtual shards, job '", id(),
+        "' has ", config_.num_shards));
+  }
+  const char* data = f.data() + data_start;
+  const uint64_t data_bytes = h.data_bytes();
+  auto in_range = [&](uint64_t off, uint64_t len) { return off <= data_bytes && len <= data_bytes - off; };
+
+  absl::MutexLock l(&state_mu_);
+  // Validate every table section before anything changes.
+  std::vector<uint32_t> table_of(h.tables_size());
+  uint64_t new_bytes = 0, old_bytes = 0;
+  std::vector<bool> covered(config_.num_shards, false);
+  for (uint32_t s : h.shards()) {
+    if (s >= config_.num_shards) return corrupt(absl::StrCat("shard ", s, " out of range"));
+    covered[s] = true;
+  }
+  for (int i = 0; i < h.tables_size(); ++i) {
+    const auto& ct = h.tables(i);
+    auto it = table_index_.find(ct.spec().name());
+    if (it == table_index_.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", path, " holds table '", ct.spec().name(), "' which job '", id(),
+          "' has not declared; CreateTables first"));
+    }
+    const TableState& t = tables_[it->second];
+    if (ct.spec().SerializeAsString() != t.info->spec.SerializeAsString()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", path, ": table '", ct.spec().name(),
+          "' was declared with a different spec (shape, optimizer or initializer)"));
+    }
+    table_of[i] = it->second;
+    const uint64_t fpe = t.info->floats_per_elem();
+    if (t.dense) {
+      for (const auto& cb : ct.blocks()) {
+        if (cb.block() >= t.dense->num_blocks() || cb.elems() != t.dense->BlockLen(cb.block()) ||
+            !in_range(cb.offset(), cb.elems() * fpe * sizeof(float))) {
+          return corrupt(absl::StrCat("table '", ct.spec().name(), "' block ", cb.block(),
+                                      " does not fit the table or the file"));
+        }
+      }
+    } else {
+      const uint64_t rows = ct.rows();
+      if (rows > data_bytes / 8 || !in_range(ct.keys_offset(), rows * 8) ||
+          !in_range(ct.updates_offset(), rows * 8) ||
+          !in_range(ct.values_offset(), rows * t.info->width * fpe * sizeof(float))) {
+        return corrupt(absl::StrCat("table '", ct.spec().name(), "' rows do not fit the file"));
+      }
+      const uint64_t space = t.info->spec.key_space();
+      uint64_t prev = 0;
+      for (uint64_t r = 0; r < rows; ++r) {
+        uint64_t k = GetLe64(data + ct.keys_offset() + 8 * r);
+        if ((r > 0 && k <= prev) || (space != 0 && k >= space)) {
+          return corrupt(absl::StrCat("table '", ct.spec().name(), "' has a bad key ", k));
+        }
+        prev = k;
+        if (held_[t.sparse->ShardOf(k)]) new_bytes += t.info->width * fpe * sizeof(float);
+      }
+      old_bytes += t.sparse->bytes_held();
+    }
+  }
+  if (budget_->limit() != 0 && budget_->used() - old_bytes + new_bytes > budget_->limit()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "checkpoint ", path, " needs ", new_bytes, " bytes of rows; --memory_bytes limit ",
+        budget_->limit(), " would be exceeded"));
+  }
+  // Apply.
+  std::vector<bool> replace(config_.num_shards);
+  for (uint32_t s = 0; s < config_.num_shards; ++s) replace[s] = covered[s] && held_[s];
+  for (int i = 0; i < h.tables_size(); ++i) {
+    const auto& ct = h.tables(i);
+    TableState& t = tables_[table_of[i]];
+    const uint64_t fpe = t.info->floats_per_elem();
+    if (t.dense) {
+      for (const auto& cb : ct.blocks()) {
+        DenseBlock* blk = t.dense->block(cb.block());
+        if (blk == nullptr || !replace[t.dense->ShardOf(cb.block())]) continue;
+        absl::MutexLock bl(&blk->mu);
+        std::memcpy(blk->data.get(), data + cb.offset(), cb.elems() * fpe * sizeof(float));
+        blk->updates = cb.updates();
+      }
+    } else {
+      t.sparse->DropShards(replace, budget_);
+      const size_t row_floats = t.info->width * fpe;
+      std::vector<float> row(row_floats);
+      for (uint64_t r = 0; r < ct.rows(); ++r) {
+        uint64_t k = GetLe64(data + ct.keys_offset() + 8 * r);
+        if (!replace[t.sparse->ShardOf(k)]) continue;
+        int64_t u = static_cast<int64_t>(GetLe64(data + ct.updates_offset() + 8 * r));
+        std::memcpy(row.data(), data + ct.values_offset() + r * row_floats * sizeof(float),
+                    row_floats * sizeof(float));
+        absl::Status s = t.sparse->PutRow(k, u, row.data(), budget_);
+        if (!s.ok()) return s;
+      }
+    }
+  }
+  {
+    absl::MutexLock c(&clock_mu_);
+    for (const auto& wc : h.clocks()) {
+      if (wc.worker() < clocks_.size()) clocks_[wc.worker()] = wc.clock();
+    }
+    for (auto& a : applied_) a.clear();
+    agg_.clear();
+    released_min_ = MinClockLocked();
+    checkpointed_step_ = released_min_;
+  }
+  return std::make_pair(h.step(), static_cast<uint32_t>(h.tables_size()));
+}
+
+absl::StatusOr<std::pair<std::string, uint32_t>> Job::Export(
+    const std::vector<std::string>& names) {
+  if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
+  absl::MutexLock l(&state_mu_);
+  std::vector<uint32_t> which;
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = table_index_.find(names[i]);
+    if (it == table_index_.end()) {
+      return absl::NotFoundError(absl::StrCat("tables[", i, "]: unknown table '", names[i],
+                                              "' in job '", id(), "'"));
+    }
+    which.push_back(it->second);
+  }
+  if (names.empty()) {
+    for (uint32_t i = 0; i < tables_.size(); ++i) {
+      if (tables_[i].dense) which.push_back(i);
+    }
+  }
+  std::vector<std::string> storage;  // Owns the bytes the tensors point at.
+  storage.reserve(which.size() * 2);
+  std::vector<SafetensorsTensor> tensors;
+  for (uint32_t ti : which) {
+    const TableState& t = tables_[ti];
+    const std::string& name = t.info->spec.name();
+    if (t.dense) {
+      const bool whole = t.dense->blocks_held() == t.dense->num_blocks();
+      if (whole) {
+        std::string bytes;
+        bytes.reserve(t.info->elems * 4);
+        for (uint64_t b = 0; b < t.dense->num_blocks(); ++b) {
+          DenseBlock* blk = t.dense->block(b);
+          absl::MutexLock bl(&blk->mu);
+          bytes.append(reinterpret_cast<const char*>(blk->data.get()), blk->elems * 4);
+        }
+        storage.push_back(std::move(bytes));
+        std::vector<uint64_t> shape(t.info->spec.shape().dims().begin(),
+                                    t.info->spec.shape().dims().end());
+        tensors.push_back({name, v1::DT_FLOAT32, shape, storage.back()});
+      } else {
+        for (uint64_t b = 0; b < t.dense->num_blocks(); ++b) {
+          DenseBlock* blk = t.dense->block(b);
+          if (blk == nullptr) continue;
+          absl::MutexLock bl(&blk->mu);
+          storage.emplace_back(reinterpret_cast<const char*>(blk->data.get()), blk->elems * 4);
+          tensors.push_back({absl::StrCat(name, ":block:", b), v1::DT_FLOAT32, {blk->elems},
+                             storage.back()});
+        }
+      }
+    } else {
+      std::string keys, values;
+      uint64_t rows = 0;
+      const uint32_t width = t.info->width;
+      t.sparse->ForEachRowSorted([&](uint64_t key, int64_t, const float* row) {
+        keys.append(reinterpret_cast<const char*>(&key), 8);
+        values.append(reinterpret_cast<const char*>(row), width * 4);
+        ++rows;
+      });
+      storage.push_back(std::move(keys));
+      tensors.push_back({absl::StrCat(name, ":keys"), v1::DT_UINT64, {rows}, storage.back()});
+      storage.push_back(std::move(values));
+      tensors.push_back({absl::StrCat(name, ":values"), v1::DT_FLOAT32, {rows, width},
+                         storage.back()});
+    }
+  }
+  int64_t step;
+  {
+    absl::MutexLock c(&clock_mu_);
+    step = MinClockLocked();
+  }
+  auto bytes = EncodeSafetensors(
+      tensors, {{"pscluster.job_id", id()}, {"pscluster.step", absl::StrCat(step)}});
+  if (!bytes.ok()) return bytes.status();
+  return std::make_pair(std::move(*bytes), static_cast<uint32_t>(tensors.size()));
+}
+
+void Job::NoteCheckpoint(const std::string& path, absl::Time when) {
+  absl::MutexLock c(&clock_mu_);
+  last_checkpoint_ = path;
+  last_checkpoint_time_ = when;
+}
+
+bool Job::TakeCheckpointDue() {
+  absl::MutexLock c(&clock_mu_);
+  bool due = checkpoint_due_;
+  checkpoint_due_ = false;
+  return due;
+}
+
+// ------------------------------------------------------------------ status
+
+void Job::FillStatus(v1::JobOnServer* out) const {
+  out->set_job_id(id());
+  *out->mutable_consistency() = config_.consistency;
+  {
+    absl::ReaderMutexLock l(&state_mu_);
+    out->set_epoch(epoch_);
+    for (uint32_t i = 0; i < held_.size(); ++i) {
+      if (held_[i]) out->add_shards(i);
+    }
+    for (const auto& t : tables_) {
+      auto* ts = out->add_tables();
+      ts->set_name(t.info->spec.name());
+      ts->set_kind(t.info->spec.kind());
+      if (t.dense) {
+        ts->set_rows(t.dense->blocks_held());
+        ts->set_bytes(t.dense->bytes_held());
+        ts->set_elements(t.dense->elements_held());
+      } else {
+        uint64_t rows = t.sparse->rows();
+        ts->set_rows(rows);
+        ts->set_bytes(t.sparse->bytes_held());
+        ts->set_elements(rows * t.info->width);
+      }
+    }
+  }
+  absl::MutexLock c(&clock_mu_);
+  int64_t max_clock = 0;
+  for (uint32_t w = 0; w < clocks_.size(); ++w) {
+    auto* wc = out->add_clocks();
+    wc->set_worker(w);
+    wc->set_clock(clocks_[w]);
+    max_clock = std::max(max_clock, clocks_[w]);
+  }
+  out->set_min_clock(MinClockLocked());
+  out->set_max_clock(max_clock);
+  out->set_mean_staleness(staleness_count_ ? staleness_sum_ / staleness_count_ : 0.0);
+  out->set_max_staleness(staleness_max_);
+  out->set_waiting_pulls(static_cast<uint32_t>(waiters_.size()));
+  int64_t max_need = std::numeric_limits<int64_t>::min();
+  for (const auto& [id, w] : waiters_) max_need = std::max(max_need, w.need);
+  if (!waiters_.empty()) {
+    for (uint32_t w = 0; w < clocks_.size(); ++w) {
+      if (clocks_[w] < max_need) out->add_waiting_for(w);
+    }
+  }
+  out->set_checkpoint_age_sec(last_checkpoint_time_ == absl::InfinitePast()
+                                  ? -1.0
+                                  : absl::ToDoubleSeconds(clock_->Now() - last_checkpoint_time_));
+  out->set_last_checkpoint(last_checkpoint_);
+}
+
+void Job::TakeShardLoads(double window_sec, std::vector<v1::ShardLoad>* out) {
+  if (window_sec <= 0) window_sec = 1;
+  for (uint32_t s = 0; s < config_.num_shards; ++s) {
+    uint64_t bytes = shard_bytes_[s].exchange(0, std::memory_order_relaxed);
+    uint64_t reqs = shard_requests_[s].exchange(0, std::memory_order_relaxed);
+    if (bytes == 0 && reqs == 0) continue;
+    v1::ShardLoad sl;
+    sl.set_job_id(id());
+    sl.set_shard(s);
+    sl.mutable_load()->set_bytes_per_sec(static_cast<double>(bytes) / window_sec);
+    sl.mutable_load()->set_requests_per_sec(static_cast<double>(reqs) / window_sec);
+    out->push_back(std::move(sl));
+  }
+}
+
+}  // namespace pscluster

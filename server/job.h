@@ -1,0 +1,224 @@
+// One job's state on a server: its tables (the shards held here), per-worker clocks, the
+// exactly-once record of applied pushes, synchronous aggregation buffers and parked pulls.
+//
+// Thread model: every public method is thread-safe. `state_mu_` is a reader/writer lock: data-
+// plane calls (Push, Read) hold it shared and lock individual blocks/stripes; shard-map changes,
+// checkpoints, restores and new tables hold it exclusively. `clock_mu_` guards clocks, the
+// dedup record, aggregation buffers and parked pulls; it is never held while table memory is
+// touched. `advance_mu_` serialises what follows a clock advance (applying aggregated steps,
+// releasing parked pulls) so that pulls are released in clock order after the step's update.
+// Callbacks of parked pulls run on the thread that advanced the clock, with no lock held.
+#ifndef PSCLUSTER_SERVER_JOB_H_
+#define PSCLUSTER_SERVER_JOB_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "proto/ps.pb.h"
+#include "server/memory_budget.h"
+#include "server/payload.h"
+#include "server/table.h"
+
+namespace pscluster {
+
+// How a job was declared (CreateTablesRequest without the tables).
+struct JobConfig {
+  std::string job_id;
+  v1::ConsistencySpec consistency;
+  uint32_t num_workers = 1;
+  uint32_t num_shards = 0;
+  uint32_t checkpoint_every_steps = 0;
+  std::string checkpoint_dir;
+};
+
+// A validated part of a table.
+struct SliceRef {
+  uint32_t table = 0;           // Index into the job's tables.
+  bool dense = true;
+  uint64_t block = 0;           // DENSE.
+  std::vector<uint64_t> keys;   // SPARSE.
+  uint64_t elems = 0;           // Elements of the whole slice.
+  uint64_t keys_hash = 0;       // SPARSE: identity of the key list (for the dedup record).
+};
+
+struct PushResult {
+  bool duplicate = false;  // Acknowledged, not applied (tag seen before).
+  bool applied = false;    // Values applied (or added to the step's aggregate).
+  int64_t clock = 0;       // The worker's clock after the chunk.
+};
+
+// Limits that protect the server from oversized requests.
+struct DataPlaneLimits {
+  uint64_t max_chunk_bytes = 16 << 20;  // `values` of one chunk.
+  uint64_t max_keys = 1 << 20;          // Keys in one sparse slice.
+};
+
+class Job {
+ public:
+  // `tables` must have been validated. REQUIRES: budget and clock outlive the job.
+  Job(JobConfig config, MemoryBudget* budget, const Clock* clock, DataPlaneLimits limits);
+  ~Job();
+
+  const JobConfig& config() const { return config_; }
+  const std::string& id() const { return config_.job_id; }
+
+  // ---- Control plane.
+
+  // Declares tables (already validated, with resolved optimizers). Existing tables with an
+  // identical spec are kept; a different spec is ALREADY_EXISTS naming the table. All or
+  // nothing. Returns the number of tables created.
+  absl::StatusOr<uint32_t> AddTables(const std::vector<v1::TableSpec>& specs,
+                                     const std::vector<OptimizerParams>& optimizers);
+  // Installs the shards held for `epoch` (ignored when not newer, unless it is the first map).
+  // Blocks of newly held shards start from the initializer; blocks and rows of shards no longer
+  // held are freed. RESOURCE_EXHAUSTED (and nothing changes) when new blocks do not fit.
+  absl::Status SetShards(uint64_t epoch, std::vector<bool> held);
+  uint64_t epoch() const;
+  // FAILED_PRECONDITION (older) or UNAVAILABLE (newer) unless `epoch` is the one in force.
+  absl::Status CheckRequestEpoch(uint64_t epoch) const;
+  // Forgets everything; parked pulls finish with NOT_FOUND.
+  void Drop();
+  bool dropped() const { return dropped_.load(); }
+
+  // ---- Data plane.
+
+  // Validates one push chunk and applies it exactly once (see the class comment). Every error
+  // names the field at fault and leaves the job unchanged.
+  absl::StatusOr<PushResult> Push(const v1::PushChunk& chunk, const Payload& values);
+
+  // Validates a slice for reading at `epoch`. `field` prefixes error messages ("slices[2]").
+  absl::StatusOr<SliceRef> ResolveForRead(const v1::Slice& slice, uint64_t epoch,
+                                          absl::string_view field) const;
+  // Validates the rest of a read request: worker rank, clock and dtype.
+  absl::Status CheckReader(uint32_t worker, int64_t clock, v1::DataType dtype,
+                           absl::string_view worker_field, absl::string_view dtype_field) const;
+  // Whether a read at `clock` may be served now; if not, parks `ready` (called once, later,
+  // with OK when it may, or an error when the job is dropped) and returns its id in *wait_id.
+  bool WhenReadable(int64_t clock, std::function<void(absl::Status)> ready, uint64_t* wait_id);
+  // Forgets a parked read (its callback will not be called). False if it already ran.
+  bool CancelWait(uint64_t wait_id);
+  // Reads elements [first, first + n) of a slice, encoded as `dtype`, into `out`.
+  // FAILED_PRECONDITION when the shard map moved past `epoch` meanwhile.
+  absl::Status Read(const SliceRef& slice, uint64_t epoch, uint64_t first, uint64_t n,
+                    v1::DataType dtype, char* out);
+  // Records one served pull (for the staleness statistics); returns the min clock.
+  int64_t RecordServedPull(int64_t reader_clock);
+  // Bytes per element on the wire for `dtype` (float32 for DT_INVALID).
+  static v1::DataType TransportType(v1::DataType requested) {
+    return requested == v1::DT_INVALID ? v1::DT_FLOAT32 : requested;
+  }
+  uint32_t table_width(uint32_t table) const;  // SPARSE row width; 1 for dense.
+
+  // ---- Checkpoints and export.
+
+  struct Snapshot {
+    std::string bytes;   // The whole checkpoint file.
+    int64_t step = 0;
+    uint32_t crc = 0;
+  };
+  absl::StatusOr<Snapshot> MakeCheckpoint(const std::string& node_id, int64_t now_unix_ms);
+  // Verifies `file` (checksum, layout, table specs) and only then replaces the shards it covers
+  // that are held here, and the clocks. Returns (step, tables restored).
+  absl::StatusOr<std::pair<int64_t, uint32_t>> Restore(const std::string& file,
+                                                       absl::string_view path);
+  // Safetensors bytes of the named tables (all dense ones when empty). Returns tensor count.
+  absl::StatusOr<std::pair<std::string, uint32_t>> Export(const std::vector<std::string>& tables);
+
+  void NoteCheckpoint(const std::string& path, absl::Time when);
+
+  // ---- Status.
+
+  void FillStatus(v1::JobOnServer* out) const;
+  // Adds (job, shard, bytes, requests) for every shard with traffic since the last call.
+  void TakeShardLoads(double window_sec, std::vector<v1::ShardLoad>* out);
+  int64_t min_clock() const;
+  // Set when a periodic checkpoint is due (min clock crossed a multiple of N); cleared by the
+  // caller that writes it.
+  bool TakeCheckpointDue();
+
+ private:
+  struct TableState {
+    std::unique_ptr<TableInfo> info;
+    std::unique_ptr<DenseTable> dense;
+    std::unique_ptr<SparseTable> sparse;
+  };
+  struct Waiter {
+    int64_t need = 0;
+    std::function<void(absl::Status)> ready;
+  };
+  // Gradients of one step summed over workers (aggregate mode).
+  struct AggStep;
+
+  absl::Status CheckEpoch(uint64_t epoch, absl::string_view field) const
+      ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+  absl::StatusOr<SliceRef> Resolve(const v1::Slice& slice, absl::string_view field) const
+      ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+  absl::Status ApplyValues(const SliceRef& s, const v1::PushChunk& chunk, const Payload& values,
+                           v1::DataType dtype, uint64_t n) ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+  absl::Status Aggregate(const SliceRef& s, const v1::PushChunk& chunk, const Payload& values,
+                         v1::DataType dtype, uint64_t n) ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+  // After clocks moved: applies finished aggregate steps, releases parked reads, marks
+  // periodic checkpoints due.
+  // The callbacks of released reads go to *ready, to be run once no lock is held.
+  void AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready)
+      ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+  absl::StatusOr<PushResult> PushLocked(const v1::PushChunk& chunk, const Payload& values,
+                                        std::vector<std::function<void(absl::Status)>>* ready)
+      ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+  int64_t MinClockLocked() const ABSL_SHARED_LOCKS_REQUIRED(clock_mu_);
+  int64_t NeedFor(int64_t clock) const;
+  void CountShard(uint32_t shard, uint64_t bytes);
+  uint32_t ShardOfSlice(const SliceRef& s) const ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+
+  const JobConfig config_;
+  MemoryBudget* const budget_;
+  const Clock* const clock_;
+  const DataPlaneLimits limits_;
+  std::atomic<bool> dropped_{false};
+
+  mutable absl::Mutex state_mu_;
+  std::vector<TableState> tables_ ABSL_GUARDED_BY(state_mu_);
+  absl::flat_hash_map<std::string, uint32_t> table_index_ ABSL_GUARDED_BY(state_mu_);
+  uint64_t epoch_ ABSL_GUARDED_BY(state_mu_) = 0;
+  bool have_map_ ABSL_GUARDED_BY(state_mu_) = false;
+  std::vector<bool> held_ ABSL_GUARDED_BY(state_mu_);
+
+  absl::Mutex advance_mu_ ABSL_ACQUIRED_BEFORE(clock_mu_);
+  mutable absl::Mutex clock_mu_;
+  std::vector<int64_t> clocks_ ABSL_GUARDED_BY(clock_mu_);
+  // Min clock up to which aggregated steps are applied and parked reads released; reads with
+  // need <= released_min_ are served at once.
+  int64_t released_min_ ABSL_GUARDED_BY(clock_mu_) = 0;
+  // Per worker: step -> identities of the chunks applied for that step (steps >= its clock).
+  std::vector<std::map<int64_t, absl::flat_hash_set<uint64_t>>> applied_ ABSL_GUARDED_BY(clock_mu_);
+  std::map<int64_t, std::unique_ptr<AggStep>> agg_ ABSL_GUARDED_BY(clock_mu_);
+  std::multimap<int64_t, uint64_t> waits_by_need_ ABSL_GUARDED_BY(clock_mu_);
+  absl::flat_hash_map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(clock_mu_);
+  uint64_t next_wait_id_ ABSL_GUARDED_BY(clock_mu_) = 1;
+  double staleness_sum_ ABSL_GUARDED_BY(clock_mu_) = 0;
+  uint64_t staleness_count_ ABSL_GUARDED_BY(clock_mu_) = 0;
+  int64_t staleness_max_ ABSL_GUARDED_BY(clock_mu_) = 0;
+  int64_t checkpointed_step_ ABSL_GUARDED_BY(clock_mu_) = 0;
+  bool checkpoint_due_ ABSL_GUARDED_BY(clock_mu_) = false;
+  std::string last_checkpoint_ ABSL_GUARDED_BY(clock_mu_);
+  absl::Time last_checkpoint_time_ ABSL_GUARDED_BY(clock_mu_) = absl::InfinitePast();
+
+  std::unique_ptr<std::atomic<uint64_t>[]> shard_bytes_;
+  std::unique_ptr<std::atomic<uint64_t>[]> shard_requests_;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_SERVER_JOB_H_

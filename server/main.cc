@@ -1,0 +1,93 @@
+// ps_server: the parameter-server daemon. Flags fill PsServerOptions; everything else is in
+// server/ps_server.h.
+//
+// Exit codes: 0 after SIGTERM/SIGINT, 1 on a configuration or startup error, 138 on a
+// retryable fault (the scheduler could not be reached to register), 2 for bad flags.
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "server/ps_server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve on (port 0 = any free port)");
+ABSL_FLAG(std::string, port_file, "", "write host:port here once serving (and registered)");
+ABSL_FLAG(std::string, scheduler, "",
+          "host:port of ps_scheduler to register and heartbeat with; empty = standalone");
+ABSL_FLAG(uint64_t, memory_bytes, 0,
+          "bytes of parameters and optimizer state this server may hold (0 = unlimited)");
+ABSL_FLAG(std::string, checkpoint_dir, "", "default directory for checkpoints");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain (enables TLS with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle: requires and verifies client certificates");
+ABSL_FLAG(int, data_threads, 0, "threads applying pushes and serving pulls (0 = one per core)");
+ABSL_FLAG(int, register_timeout_sec, 30,
+          "give up registering with --scheduler after this long (exit 138, retryable)");
+ABSL_FLAG(uint64_t, max_chunk_bytes, 16 << 20, "largest payload accepted in one chunk");
+
+namespace {
+
+constexpr int kExitRetryable = 138;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("ps_server: pscluster parameter-server daemon");
+  absl::ParseCommandLine(argc, argv);
+  auto log = pscluster::Logger("server");
+  absl::Status st = pscluster::SetLogLevel(absl::GetFlag(FLAGS_log_level));
+  if (!st.ok()) {
+    log->error("{}", st);
+    return 2;
+  }
+  pscluster::PsServerOptions o;
+  o.listen = absl::GetFlag(FLAGS_listen);
+  o.port_file = absl::GetFlag(FLAGS_port_file);
+  o.scheduler = absl::GetFlag(FLAGS_scheduler);
+  o.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
+  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  o.tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  o.tls.key = absl::GetFlag(FLAGS_tls_key);
+  o.tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  o.data_threads = absl::GetFlag(FLAGS_data_threads);
+  o.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_sec));
+  o.limits.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
+  if (o.data_threads < 0 || o.data_threads > 1024) {
+    log->error("--data_threads: must be in [0, 1024], got {}", o.data_threads);
+    return 2;
+  }
+  if (o.limits.max_chunk_bytes < (1 << 20) || o.limits.max_chunk_bytes > (1u << 30)) {
+    log->error("--max_chunk_bytes: must be in [1 MiB, 1 GiB]");
+    return 2;
+  }
+
+  // Signals are taken by a sigwait below, not by asynchronous handlers; block them before any
+  // thread starts so every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  pscluster::RealClock clock;
+  auto server = pscluster::PsServer::Start(o, &clock);
+  if (!server.ok()) {
+    log->error("{}", server.status());
+    return server.status().code() == absl::StatusCode::kUnavailable && !o.scheduler.empty()
+               ? kExitRetryable
+               : 1;
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  log->info("signal {}: shutting down", sig);
+  (*server)->Shutdown(absl::Seconds(2));
+  return 0;
+}

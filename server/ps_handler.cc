@@ -1,0 +1,467 @@
+#include "server/ps_handler.h"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/atomic_file.h"
+#include "common/logging.h"
+#include "common/sharding.h"
+#include "server/validate.h"
+
+namespace pscluster {
+namespace {
+
+constexpr absl::Duration kRateWindow = absl::Seconds(10);
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty() || dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+std::string ParentDir(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+PsHandler::PsHandler(PsHandlerOptions options, const Clock* clock, Runner background)
+    : options_(std::move(options)),
+      clock_(clock),
+      background_(std::move(background)),
+      started_(clock->Now()),
+      budget_(options_.memory_bytes) {
+  absl::MutexLock l(&mu_);
+  last_tick_ = started_;
+}
+
+PsHandler::~PsHandler() = default;
+
+void PsHandler::set_node_id(const std::string& id) {
+  absl::MutexLock l(&mu_);
+  node_id_ = id;
+}
+
+void PsHandler::set_address(const std::string& address) {
+  absl::MutexLock l(&mu_);
+  address_ = address;
+}
+
+std::string PsHandler::node_id() const {
+  absl::MutexLock l(&mu_);
+  return node_id_;
+}
+
+absl::StatusOr<std::shared_ptr<Job>> PsHandler::FindJob(absl::string_view job_id,
+                                                        absl::string_view field) const {
+  if (job_id.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": empty job id"));
+  absl::ReaderMutexLock l(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat(field, ": unknown job '", job_id,
+                                            "' on this server (CreateTables first)"));
+  }
+  return it->second;
+}
+
+// ------------------------------------------------------------------ control plane
+
+absl::Status PsHandler::CreateTables(const v1::CreateTablesRequest& req,
+                                     v1::CreateTablesResponse* resp) {
+  std::vector<v1::TableSpec> specs;
+  std::vector<OptimizerParams> optimizers;
+  absl::Status s = ValidateCreateTables(req, &specs, &optimizers);
+  if (!s.ok()) return s;
+  auto same_config = [&](const JobConfig& c) -> absl::Status {
+    uint32_t shards = req.num_virtual_shards() ? req.num_virtual_shards() : c.num_shards;
+    if (c.num_workers != req.num_workers() || shards != c.num_shards ||
+        c.consistency.SerializeAsString() != req.consistency().SerializeAsString()) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "consistency: job '", req.job_id(),
+          "' already exists with different consistency, num_workers or num_virtual_shards"));
+    }
+    return absl::OkStatus();
+  };
+  std::shared_ptr<Job> job;
+  std::optional<std::pair<v1::ShardMap, std::string>> pending;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = jobs_.find(req.job_id());
+    if (it != jobs_.end()) {
+      job = it->second;
+    } else {
+      auto pm = pending_maps_.find(req.job_id());
+      if (pm != pending_maps_.end()) pending = pm->second;
+    }
+  }
+  if (job == nullptr) {
+    // Build the new job outside the lock (initialising tables may take a while); if another
+    // CreateTables of the same job wins the race, its job is used below instead.
+    JobConfig c;
+    c.job_id = req.job_id();
+    c.consistency = req.consistency();
+    c.num_workers = req.num_workers();
+    c.checkpoint_every_steps = req.checkpoint_every_steps();
+    c.checkpoint_dir = req.checkpoint_dir();
+    const uint32_t map_shards = pending ? pending->first.num_virtual_shards() : 0;
+    c.num_shards = req.num_virtual_shards() ? req.num_virtual_shards()
+                                            : (map_shards ? map_shards : kDefaultVirtualShards);
+    if (map_shards != 0 && map_shards != c.num_shards) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "num_virtual_shards: ", c.num_shards, " differs from the installed shard map's ",
+          map_shards));
+    }
+    auto fresh = std::make_shared<Job>(std::move(c), &budget_, clock_, options_.limits);
+    if (pending) {
+      const v1::ShardMap& map = pending->first;
+      std::vector<bool> held(map.num_virtual_shards());
+      for (const auto& a : map.assignments()) held[a.shard()] = a.primary() == pending->second;
+      s = fresh->SetShards(map.epoch(), std::move(held));
+      if (!s.ok()) return s;
+    }
+    auto created = fresh->AddTables(specs, optimizers);
+    if (!created.ok()) return created.status();
+    {
+      absl::MutexLock l(&mu_);
+      auto it = jobs_.find(req.job_id());
+      if (it == jobs_.end()) {
+        jobs_[req.job_id()] = fresh;
+        auto pm = pending_maps_.find(req.job_id());
+        if (pm != pending_maps_.end() && pm->second.first.epoch() <= fresh->epoch()) {
+          pending_maps_.erase(pm);
+        }
+        resp->set_created(*created);
+        Logger("server")->info("job '{}': {} tables created ({} workers, {} virtual shards)",
+                               req.job_id(), *created, req.num_workers(),
+                               fresh->config().num_shards);
+        return absl::OkStatus();
+      }
+      job = it->second;  // Lost the race.
+    }
+  }
+  s = same_config(job->config());
+  if (!s.ok()) return s;
+  auto created = job->AddTables(specs, optimizers);
+  if (!created.ok()) return created.status();
+  resp->set_created(*created);
+  return absl::OkStatus();
+}
+
+absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
+                                       v1::UpdateShardMapResponse* resp) {
+  absl::Status s = ValidateShardMap(req.map(), "map");
+  if (!s.ok()) return s;
+  if (req.self().empty()) {
+    return absl::InvalidArgumentError("self: the receiving server's node_id is required");
+  }
+  const v1::ShardMap& map = req.map();
+  std::shared_ptr<Job> job;
+  {
+    absl::MutexLock l(&mu_);
+    if (!node_id_.empty() && req.self() != node_id_) {
+      return absl::InvalidArgumentError(absl::StrCat("self: this server is '", node_id_,
+                                                     "', not '", req.self(), "'"));
+    }
+    auto it = jobs_.find(map.job_id());
+    if (it == jobs_.end()) {
+      auto& pending = pending_maps_[map.job_id()];
+      if (pending.first.epoch() <= map.epoch() || pending.first.job_id().empty()) {
+        pending = {map, req.self()};
+      }
+      resp->set_epoch(pending.first.epoch());
+      return absl::OkStatus();
+    }
+    job = it->second;
+  }
+  if (map.num_virtual_shards() != job->config().num_shards) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "map.num_virtual_shards: ", map.num_virtual_shards(), " differs from job '",
+        map.job_id(), "' (", job->config().num_shards, ")"));
+  }
+  std::vector<bool> held(map.num_virtual_shards());
+  for (const auto& a : map.assignments()) held[a.shard()] = a.primary() == req.self();
+  s = job->SetShards(map.epoch(), std::move(held));
+  if (!s.ok()) return s;
+  resp->set_epoch(job->epoch());
+  return absl::OkStatus();
+}
+
+std::string PsHandler::CheckpointPrefix() const {
+  absl::MutexLock l(&mu_);
+  std::string who = !node_id_.empty() ? node_id_
+                                      : (address_.empty() ? std::string("server") : address_);
+  return absl::StrReplaceAll(who, {{":", "_"}, {"/", "_"}, {"[", ""}, {"]", ""}});
+}
+
+absl::StatusOr<v1::CheckpointResponse> PsHandler::WriteCheckpoint(const std::shared_ptr<Job>& job,
+                                                                  const std::string& dir_override,
+                                                                  bool periodic) {
+  std::string base = !dir_override.empty()            ? dir_override
+                     : !job->config().checkpoint_dir.empty() ? job->config().checkpoint_dir
+                                                              : options_.checkpoint_dir;
+  if (base.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dir: no checkpoint directory for job '", job->id(),
+        "' (give one in the request, in CreateTables, or with --checkpoint_dir)"));
+  }
+  absl::MutexLock cl(&checkpoint_mu_);
+  const std::string dir = JoinPath(base, job->id());
+  absl::Status s = MakeDirs(dir);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("dir: ", s.message()));
+  const std::string prefix = CheckpointPrefix();
+  auto snap = job->MakeCheckpoint(node_id(), absl::ToUnixMillis(clock_->Now()));
+  if (!snap.ok()) return snap.status();
+  const std::string path = JoinPath(dir, absl::StrCat(prefix, "-step", snap->step, ".ckpt"));
+  s = WriteFileAtomically(path, snap->bytes);
+  if (!s.ok()) return s;
+  job->NoteCheckpoint(path, clock_->Now());
+  if (periodic) PruneCheckpoints(dir, prefix);
+  v1::CheckpointResponse resp;
+  resp.set_path(path);
+  resp.set_step(snap->step);
+  resp.set_bytes(snap->bytes.size());
+  resp.set_crc32c(snap->crc);
+  Logger("server")->info("job '{}': checkpoint at step {} written to {} ({} bytes)", job->id(),
+                         snap->step, path, snap->bytes.size());
+  return resp;
+}
+
+void PsHandler::PruneCheckpoints(const std::string& dir, const std::string& prefix) {
+  if (options_.keep_checkpoints <= 0) return;
+  std::vector<std::pair<int64_t, std::string>> found;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  const std::string head = prefix + "-step";
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (!absl::StartsWith(name, head) || !absl::EndsWith(name, ".ckpt")) continue;
+    std::string num = name.substr(head.size(), name.size() - head.size() - 5);
+    char* end = nullptr;
+    long long step = std::strtoll(num.c_str(), &end, 10);
+    if (end == nullptr || *end != '\0' || num.empty()) continue;
+    found.emplace_back(step, name);
+  }
+  closedir(d);
+  std::sort(found.begin(), found.end());
+  for (size_t i = 0; i + options_.keep_checkpoints < found.size(); ++i) {
+    ::unlink(JoinPath(dir, found[i].second).c_str());
+  }
+}
+
+absl::Status PsHandler::Checkpoint(const v1::CheckpointRequest& req,
+                                   v1::CheckpointResponse* resp) {
+  auto job = FindJob(req.job_id(), "job_id");
+  if (!job.ok()) return job.status();
+  auto r = WriteCheckpoint(*job, req.dir(), false);
+  if (!r.ok()) return r.status();
+  *resp = std::move(*r);
+  return absl::OkStatus();
+}
+
+absl::Status PsHandler::Restore(const v1::RestoreRequest& req, v1::RestoreResponse* resp) {
+  auto job = FindJob(req.job_id(), "job_id");
+  if (!job.ok()) return job.status();
+  if (req.path().empty()) return absl::InvalidArgumentError("path: empty checkpoint path");
+  auto file = ReadFile(req.path());
+  if (!file.ok()) {
+    return absl::Status(file.status().code(), absl::StrCat("path: ", file.status().message()));
+  }
+  auto r = (*job)->Restore(*file, req.path());
+  if (!r.ok()) return r.status();
+  resp->set_step(r->first);
+  resp->set_tables(r->second);
+  Logger("server")->info("job '{}': restored {} tables at step {} from {}", req.job_id(),
+                         r->second, r->first, req.path());
+  return absl::OkStatus();
+}
+
+absl::Status PsHandler::Export(const v1::ExportRequest& req, v1::ExportResponse* resp) {
+  auto job = FindJob(req.job_id(), "job_id");
+  if (!job.ok()) return job.status();
+  if (req.path().empty()) return absl::InvalidArgumentError("path: empty output path");
+  std::vector<std::string> tables(req.tables().begin(), req.tables().end());
+  auto bytes = (*job)->Export(tables);
+  if (!bytes.ok()) return bytes.status();
+  absl::Status s = MakeDirs(ParentDir(req.path()));
+  if (s.ok()) s = WriteFileAtomically(req.path(), bytes->first);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("path: ", s.message()));
+  resp->set_path(req.path());
+  resp->set_bytes(bytes->first.size());
+  resp->set_tensors(bytes->second);
+  return absl::OkStatus();
+}
+
+absl::Status PsHandler::DropJob(const v1::DropJobRequest& req, v1::DropJobResponse*) {
+  std::shared_ptr<Job> job;
+  {
+    absl::MutexLock l(&mu_);
+    pending_maps_.erase(req.job_id());
+    auto it = jobs_.find(req.job_id());
+    if (it == jobs_.end()) return absl::OkStatus();
+    job = std::move(it->second);
+    jobs_.erase(it);
+  }
+  job->Drop();
+  Logger("server")->info("job '{}' dropped", req.job_id());
+  return absl::OkStatus();
+}
+
+// ------------------------------------------------------------------ data plane
+
+absl::StatusOr<PushResult> PsHandler::Push(const v1::PushChunk& chunk, const Payload& values) {
+  auto job = FindJob(chunk.tag().job_id(), "tag.job_id");
+  if (!job.ok()) return job.status();
+  auto r = (*job)->Push(chunk, values);
+  if (!r.ok()) return r;
+  if (r->applied) {
+    pushes_total_.fetch_add(1, std::memory_order_relaxed);
+    bytes_in_total_.fetch_add(values.size(), std::memory_order_relaxed);
+  }
+  if (r->duplicate) duplicates_total_.fetch_add(1, std::memory_order_relaxed);
+  if (chunk.end_of_step() && (*job)->TakeCheckpointDue()) {
+    std::shared_ptr<Job> j = *job;
+    background_([this, j] {
+      auto w = WriteCheckpoint(j, "", true);
+      if (!w.ok() && w.status().code() != absl::StatusCode::kNotFound) {
+        Logger("server")->error("job '{}': periodic checkpoint failed: {}", j->id(), w.status());
+      }
+    });
+  }
+  return r;
+}
+
+absl::StatusOr<PsHandler::PullPlan> PsHandler::PlanPull(const v1::PullRequest& req) {
+  auto job = FindJob(req.job_id(), "job_id");
+  if (!job.ok()) return job.status();
+  PullPlan plan;
+  plan.job = *job;
+  absl::Status s = plan.job->CheckReader(req.worker(), req.clock(), req.dtype(), "worker", "dtype");
+  if (!s.ok()) return s;
+  plan.dtype = Job::TransportType(req.dtype());
+  plan.slices.reserve(req.slices_size());
+  for (int i = 0; i < req.slices_size(); ++i) {
+    auto r = plan.job->ResolveForRead(req.slices(i), req.epoch(), absl::StrCat("slices[", i, "]"));
+    if (!r.ok()) return r.status();
+    plan.slices.push_back(std::move(*r));
+  }
+  if (req.slices_size() == 0) {
+    // Still checks the epoch, so an empty pull answers whether the map is current.
+    s = plan.job->CheckRequestEpoch(req.epoch());
+    if (!s.ok()) return s;
+  }
+  return plan;
+}
+
+absl::StatusOr<PsHandler::PullPlan> PsHandler::PlanPullAfter(const v1::PushChunk& chunk) {
+  auto job = FindJob(chunk.tag().job_id(), "tag.job_id");
+  if (!job.ok()) return job.status();
+  PullPlan plan;
+  plan.job = *job;
+  absl::Status s = plan.job->CheckReader(chunk.tag().worker(), chunk.pull_clock(), chunk.dtype(),
+                                         "tag.worker", "dtype");
+  if (!s.ok()) return s;
+  plan.dtype = Job::TransportType(chunk.dtype());
+  auto r = plan.job->ResolveForRead(chunk.slice(), chunk.epoch(), "slice");
+  if (!r.ok()) return r.status();
+  plan.slices.push_back(std::move(*r));
+  return plan;
+}
+
+// ------------------------------------------------------------------ status
+
+PsHandler::Totals PsHandler::CurrentTotals() const {
+  Totals t;
+  t.at = clock_->Now();
+  t.pushes = pushes_total_.load();
+  t.pulls = pulls_total_.load();
+  t.bytes_in = bytes_in_total_.load();
+  t.bytes_out = bytes_out_total_.load();
+  return t;
+}
+
+void PsHandler::SampleRates(double* push, double* pull, double* in, double* out) {
+  Totals now = CurrentTotals();
+  absl::MutexLock l(&mu_);
+  if (samples_.empty() || now.at - samples_.back().at >= absl::Seconds(1)) samples_.push_back(now);
+  while (samples_.size() > 2 && now.at - samples_.front().at > kRateWindow) samples_.pop_front();
+  const Totals& old = samples_.front();
+  double dt = absl::ToDoubleSeconds(now.at - old.at);
+  if (dt <= 0) {
+    *push = *pull = *in = *out = 0;
+    return;
+  }
+  *push = (now.pushes - old.pushes) / dt;
+  *pull = (now.pulls - old.pulls) / dt;
+  *in = (now.bytes_in - old.bytes_in) / dt;
+  *out = (now.bytes_out - old.bytes_out) / dt;
+}
+
+void PsHandler::Tick(v1::Load* load, std::vector<v1::ShardLoad>* shard_loads) {
+  double push, pull, in, out;
+  SampleRates(&push, &pull, &in, &out);
+  std::vector<std::shared_ptr<Job>> jobs;
+  double window;
+  {
+    absl::MutexLock l(&mu_);
+    for (auto& [id, j] : jobs_) jobs.push_back(j);
+    absl::Time now = clock_->Now();
+    window = absl::ToDoubleSeconds(now - last_tick_);
+    last_tick_ = now;
+  }
+  std::vector<v1::ShardLoad> loads;
+  for (auto& j : jobs) j->TakeShardLoads(window, &loads);
+  if (load != nullptr) {
+    load->set_bytes_per_sec(in + out);
+    load->set_requests_per_sec(push + pull);
+    load->set_memory_used_bytes(budget_.used());
+  }
+  if (shard_loads != nullptr) *shard_loads = loads;
+  absl::MutexLock l(&mu_);
+  last_shard_loads_ = std::move(loads);
+}
+
+absl::Status PsHandler::Status(const v1::ServerStatusRequest& req, v1::ServerStatus* resp) {
+  std::vector<std::shared_ptr<Job>> jobs;
+  if (!req.job_id().empty()) {
+    auto job = FindJob(req.job_id(), "job_id");
+    if (!job.ok()) return job.status();
+    jobs.push_back(*job);
+  }
+  double push, pull, in, out;
+  SampleRates(&push, &pull, &in, &out);
+  {
+    absl::MutexLock l(&mu_);
+    resp->set_node_id(node_id_);
+    resp->set_address(address_);
+    if (req.job_id().empty()) {
+      for (auto& [id, j] : jobs_) jobs.push_back(j);
+    }
+    for (const auto& sl : last_shard_loads_) {
+      if (req.job_id().empty() || sl.job_id() == req.job_id()) *resp->add_shard_loads() = sl;
+    }
+  }
+  std::sort(jobs.begin(), jobs.end(),
+            [](const auto& a, const auto& b) { return a->id() < b->id(); });
+  resp->set_uptime_sec(absl::ToDoubleSeconds(clock_->Now() - started_));
+  for (auto& j : jobs) j->FillStatus(resp->add_jobs());
+  resp->set_push_per_sec(push);
+  resp->set_pull_per_sec(pull);
+  resp->set_bytes_in_per_sec(in);
+  resp->set_bytes_out_per_sec(out);
+  resp->set_pushes_total(pushes_total_.load());
+  resp->set_pulls_total(pulls_total_.load());
+  resp->set_duplicates_total(duplicates_total_.load());
+  resp->set_bytes_in_total(bytes_in_total_.load());
+  resp->set_bytes_out_total(bytes_out_total_.load());
+  resp->set_queue_depth(static_cast<uint32_t>(std::max<int64_t>(0, queue_depth_.load())));
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster

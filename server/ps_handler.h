@@ -1,0 +1,133 @@
+// The parameter server's logic behind the gRPC edge: jobs, shard maps, the data plane entry
+// points, checkpoints, export and status. Every method returns absl::Status with a message that
+// names the request field at fault; bad input changes nothing.
+//
+// Thread model: all methods are thread-safe. `mu_` guards the job and pending-map tables only;
+// each Job synchronises its own state. Periodic checkpoints are handed to the `background`
+// runner given at construction (never run on the caller's thread).
+#ifndef PSCLUSTER_SERVER_PS_HANDLER_H_
+#define PSCLUSTER_SERVER_PS_HANDLER_H_
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "proto/ps.pb.h"
+#include "server/job.h"
+#include "server/memory_budget.h"
+#include "server/payload.h"
+
+namespace pscluster {
+
+struct PsHandlerOptions {
+  // Checkpoint directory for jobs that name none (--checkpoint_dir).
+  std::string checkpoint_dir;
+  // Bytes of parameters and optimizer state this server may hold; 0 = unlimited.
+  uint64_t memory_bytes = 0;
+  DataPlaneLimits limits;
+  // Periodic checkpoints kept per job (older ones are deleted).
+  int keep_checkpoints = 3;
+};
+
+class PsHandler {
+ public:
+  using Runner = std::function<void(std::function<void()>)>;
+
+  // `background` runs periodic checkpoints off the data path. REQUIRES: clock outlives this.
+  PsHandler(PsHandlerOptions options, const Clock* clock, Runner background);
+  ~PsHandler();
+
+  // Identity reported in Status and used in checkpoint names (set after registration).
+  void set_node_id(const std::string& id);
+  void set_address(const std::string& address);
+  std::string node_id() const;
+
+  // ---- Control plane (one call each).
+  absl::Status CreateTables(const v1::CreateTablesRequest& req, v1::CreateTablesResponse* resp);
+  absl::Status UpdateShardMap(const v1::UpdateShardMapRequest& req,
+                              v1::UpdateShardMapResponse* resp);
+  absl::Status Checkpoint(const v1::CheckpointRequest& req, v1::CheckpointResponse* resp);
+  absl::Status Restore(const v1::RestoreRequest& req, v1::RestoreResponse* resp);
+  absl::Status Export(const v1::ExportRequest& req, v1::ExportResponse* resp);
+  absl::Status DropJob(const v1::DropJobRequest& req, v1::DropJobResponse* resp);
+  absl::Status Status(const v1::ServerStatusRequest& req, v1::ServerStatus* resp);
+
+  // ---- Data plane.
+
+  // One push chunk: validated, applied at most once, clocks advanced.
+  absl::StatusOr<PushResult> Push(const v1::PushChunk& chunk, const Payload& values);
+
+  // A validated pull request.
+  struct PullPlan {
+    std::shared_ptr<Job> job;
+    std::vector<SliceRef> slices;
+    v1::DataType dtype = v1::DT_FLOAT32;
+  };
+  absl::StatusOr<PullPlan> PlanPull(const v1::PullRequest& req);
+  // The read a PushPull chunk with pull_after asks for (validated again, as a read).
+  absl::StatusOr<PullPlan> PlanPullAfter(const v1::PushChunk& chunk);
+  // Counts a pull request as served and `bytes` as sent.
+  void CountPullServed() { pulls_total_.fetch_add(1, std::memory_order_relaxed); }
+  void CountBytesOut(uint64_t bytes) { bytes_out_total_.fetch_add(bytes, std::memory_order_relaxed); }
+  // Requests accepted and not finished (maintained by the gRPC edge).
+  void AddQueueDepth(int delta) { queue_depth_.fetch_add(delta, std::memory_order_relaxed); }
+
+  // Takes a rate sample and the per-shard load of the window since the last tick. Called about
+  // once a second by the daemon; returns what a heartbeat reports.
+  void Tick(v1::Load* load, std::vector<v1::ShardLoad>* shard_loads);
+
+  MemoryBudget* budget() { return &budget_; }
+
+ private:
+  struct Totals {
+    absl::Time at;
+    uint64_t pushes = 0, pulls = 0, bytes_in = 0, bytes_out = 0;
+  };
+  absl::StatusOr<std::shared_ptr<Job>> FindJob(absl::string_view job_id, absl::string_view field) const;
+  absl::StatusOr<v1::CheckpointResponse> WriteCheckpoint(const std::shared_ptr<Job>& job,
+                                                         const std::string& dir_override,
+                                                         bool periodic);
+  void PruneCheckpoints(const std::string& dir, const std::string& prefix);
+  std::string CheckpointPrefix() const;
+  Totals CurrentTotals() const;
+  void SampleRates(double* push, double* pull, double* in, double* out);
+
+  const PsHandlerOptions options_;
+  const Clock* const clock_;
+  const Runner background_;
+  const absl::Time started_;
+  MemoryBudget budget_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  // Shard maps that arrived before their job's tables: job -> (map, self).
+  absl::flat_hash_map<std::string, std::pair<v1::ShardMap, std::string>> pending_maps_
+      ABSL_GUARDED_BY(mu_);
+  std::string node_id_ ABSL_GUARDED_BY(mu_);
+  std::string address_ ABSL_GUARDED_BY(mu_);
+  std::deque<Totals> samples_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::ShardLoad> last_shard_loads_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_tick_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex checkpoint_mu_;  // One checkpoint write at a time.
+
+  std::atomic<uint64_t> pushes_total_{0};
+  std::atomic<uint64_t> pulls_total_{0};
+  std::atomic<uint64_t> duplicates_total_{0};
+  std::atomic<uint64_t> bytes_in_total_{0};
+  std::atomic<uint64_t> bytes_out_total_{0};
+  std::atomic<int64_t> queue_depth_{0};
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_SERVER_PS_HANDLER_H_

@@ -1,0 +1,611 @@
+// Unit tier: tables, consistency, exactly-once pushes, aggregation, checkpoints, export and
+// status, driven through PsHandler with a fake clock (no gRPC).
+#include "server/ps_handler.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <dirent.h>
+#include <fstream>
+
+#include "common/atomic_file.h"
+#include "common/dtype.h"
+#include "common/safetensors.h"
+#include "common/sharding.h"
+#include "server/optimizer.h"
+#include "server/testing/test_tables.h"
+
+namespace pscluster {
+namespace {
+
+using namespace ::pscluster::testing;  // NOLINT
+
+std::string Bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+}
+std::string KeyBytes(const std::vector<uint64_t>& k) {
+  return std::string(reinterpret_cast<const char*>(k.data()), k.size() * 8);
+}
+
+class HandlerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Make(PsHandlerOptions{}); }
+
+  void Make(PsHandlerOptions o) {
+    if (o.checkpoint_dir.empty()) {
+      o.checkpoint_dir = TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    }
+    h_ = std::make_unique<PsHandler>(o, &clock_, [](std::function<void()> f) { f(); });
+  }
+
+  void Create(const v1::CreateTablesRequest& r) {
+    v1::CreateTablesResponse resp;
+    ASSERT_TRUE(h_->CreateTables(r, &resp).ok()) << h_->CreateTables(r, &resp);
+  }
+
+  v1::PushChunk Chunk(const std::string& job, uint32_t worker, int64_t step, uint64_t seq) {
+    v1::PushChunk c;
+    c.mutable_tag()->set_job_id(job);
+    c.mutable_tag()->set_worker(worker);
+    c.mutable_tag()->set_step(step);
+    c.mutable_tag()->set_seq(seq);
+    c.set_epoch(epoch_);
+    c.set_dtype(v1::DT_FLOAT32);
+    return c;
+  }
+
+  absl::StatusOr<PushResult> PushDense(const std::string& job, uint32_t worker, int64_t step,
+                                       uint64_t seq, const std::string& table, uint64_t block,
+                                       const std::vector<float>& g, bool eos) {
+    v1::PushChunk c = Chunk(job, worker, step, seq);
+    c.mutable_slice()->set_table(table);
+    c.mutable_slice()->set_block(block);
+    c.set_end_of_step(eos);
+    c.set_last(true);
+    return h_->Push(c, Payload::FromString(Bytes(g)));
+  }
+
+  absl::StatusOr<PushResult> PushSparse(const std::string& job, uint32_t worker, int64_t step,
+                                        uint64_t seq, const std::string& table,
+                                        const std::vector<uint64_t>& keys,
+                                        const std::vector<float>& g, bool eos) {
+    v1::PushChunk c = Chunk(job, worker, step, seq);
+    c.mutable_slice()->set_table(table);
+    c.mutable_slice()->set_keys(KeyBytes(keys));
+    c.set_end_of_step(eos);
+    return h_->Push(c, Payload::FromString(Bytes(g)));
+  }
+
+  absl::StatusOr<PushResult> EndStep(const std::string& job, uint32_t worker, int64_t step) {
+    v1::PushChunk c = Chunk(job, worker, step, 99);
+    c.set_end_of_step(true);
+    return h_->Push(c, Payload());
+  }
+
+  // Reads the slices at once; FAILED_PRECONDITION-free. `parked` tells whether the read had to
+  // wait (then nothing is read and the wait is cancelled).
+  absl::StatusOr<std::vector<float>> Pull(const std::string& job, uint32_t worker, int64_t clock,
+                                          const std::vector<v1::Slice>& slices,
+                                          bool* parked = nullptr,
+                                          v1::DataType dtype = v1::DT_FLOAT32) {
+    v1::PullRequest req;
+    req.set_job_id(job);
+    req.set_worker(worker);
+    req.set_clock(clock);
+    req.set_epoch(epoch_);
+    req.set_dtype(dtype);
+    for (const auto& s : slices) *req.add_slices() = s;
+    auto plan = h_->PlanPull(req);
+    if (!plan.ok()) return plan.status();
+    uint64_t id = 0;
+    bool ready = plan->job->WhenReadable(clock, [](absl::Status) {}, &id);
+    if (parked) *parked = !ready;
+    if (!ready) {
+      plan->job->CancelWait(id);
+      return std::vector<float>();
+    }
+    std::vector<float> out;
+    for (const auto& s : plan->slices) {
+      std::string buf(s.elems * DTypeSize(plan->dtype), '\0');
+      absl::Status st = plan->job->Read(s, epoch_, 0, s.elems, plan->dtype, buf.data());
+      if (!st.ok()) return st;
+      size_t at = out.size();
+      out.resize(at + s.elems);
+      DecodeFloats(buf.data(), s.elems, plan->dtype, out.data() + at);
+    }
+    plan->job->RecordServedPull(clock);
+    return out;
+  }
+
+  static v1::Slice Block(const std::string& table, uint64_t b) {
+    v1::Slice s;
+    s.set_table(table);
+    s.set_block(b);
+    return s;
+  }
+  static v1::Slice Rows(const std::string& table, const std::vector<uint64_t>& keys) {
+    v1::Slice s;
+    s.set_table(table);
+    s.set_keys(KeyBytes(keys));
+    return s;
+  }
+
+  v1::ServerStatus Status(const std::string& job = "") {
+    v1::ServerStatusRequest req;
+    req.set_job_id(job);
+    v1::ServerStatus s;
+    EXPECT_TRUE(h_->Status(req, &s).ok());
+    return s;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<PsHandler> h_;
+  uint64_t epoch_ = 0;
+};
+
+const v1::OptimizerSpec kSgd = Optimizer(v1::OptimizerSpec::SGD, 0.5f);
+const v1::OptimizerSpec kAdam = Optimizer(v1::OptimizerSpec::ADAM, 0.01f);
+
+TEST_F(HandlerTest, DenseTablesAreCutIntoBlocksWithDeterministicInitialValues) {
+  // 150000 elements in blocks of 65536: 3 blocks, the last one short.
+  Create(CreateRequest("j", {DenseSpec("w", {300, 500}, kSgd)}, v1::ConsistencySpec::ASP, 1));
+  auto b2 = Pull("j", 0, 0, {Block("w", 2)});
+  ASSERT_TRUE(b2.ok()) << b2.status();
+  EXPECT_EQ(b2->size(), 150000u - 2 * 65536u);
+  auto b0 = Pull("j", 0, 0, {Block("w", 0)});
+  for (float v : *b0) ASSERT_TRUE(v >= -0.5f && v < 0.5f) << v;
+  // Another server (a fresh handler) computes the same values.
+  auto other = std::make_unique<PsHandler>(PsHandlerOptions{}, &clock_, [](auto f) { f(); });
+  std::swap(other, h_);
+  Create(CreateRequest("j", {DenseSpec("w", {300, 500}, kSgd)}, v1::ConsistencySpec::ASP, 1));
+  EXPECT_EQ(*Pull("j", 0, 0, {Block("w", 0)}), *b0);
+  // Idempotent CreateTables; a different spec is ALREADY_EXISTS naming the table.
+  v1::CreateTablesResponse resp;
+  ASSERT_TRUE(h_->CreateTables(CreateRequest("j", {DenseSpec("w", {300, 500}, kSgd)},
+                                             v1::ConsistencySpec::ASP, 1),
+                               &resp)
+                  .ok());
+  EXPECT_EQ(resp.created(), 0u);
+  absl::Status s = h_->CreateTables(
+      CreateRequest("j", {DenseSpec("w", {300, 501}, kSgd)}, v1::ConsistencySpec::ASP, 1), &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(s.message().find("'w'"), std::string::npos) << s;
+}
+
+TEST_F(HandlerTest, SparseRowsAreCreatedOnFirstTouchWithTheInitializer) {
+  Create(CreateRequest("j", {SparseSpec("emb", 8, 1000, kSgd)}, v1::ConsistencySpec::ASP, 1));
+  EXPECT_EQ(Status("j").jobs(0).tables(0).rows(), 0u);
+  auto rows = Pull("j", 0, 0, {Rows("emb", {5, 999, 5})});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 24u);
+  EXPECT_TRUE(std::equal(rows->begin(), rows->begin() + 8, rows->begin() + 16))
+      << "a repeated key returns the same row";
+  EXPECT_FALSE(std::equal(rows->begin(), rows->begin() + 8, rows->begin() + 8));
+  auto st = Status("j").jobs(0).tables(0);
+  EXPECT_EQ(st.rows(), 2u);
+  EXPECT_EQ(st.elements(), 16u);
+  // A push to a fresh row starts from the same initial values: SGD lr 0.5, g = 2 -> w - 1.
+  std::vector<float> g(8, 2.f);
+  ASSERT_TRUE(PushSparse("j", 0, 0, 0, "emb", {7}, g, false).ok());
+  auto after = Pull("j", 0, 0, {Rows("emb", {7})});
+  std::vector<float> init(8);
+  TableInfo info(SparseSpec("emb", 8, 1000, kSgd), OptimizerParams(), 16);
+  info.init.FillRow(7, 8, init.data());
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ((*after)[i], init[i] - 1.f);
+}
+
+TEST_F(HandlerTest, DuplicateKeysInOnePushAddTheirGradients) {
+  Create(CreateRequest("j", {SparseSpec("emb", 2, 0, kSgd)}, v1::ConsistencySpec::ASP, 1));
+  auto before = *Pull("j", 0, 0, {Rows("emb", {1, 2})});
+  ASSERT_TRUE(PushSparse("j", 0, 0, 0, "emb", {1, 2, 1}, {1, 1, 2, 2, 3, 3}, false).ok());
+  auto after = *Pull("j", 0, 0, {Rows("emb", {1, 2})});
+  EXPECT_FLOAT_EQ(after[0], before[0] - 0.5f * 4);  // 1 + 3
+  EXPECT_FLOAT_EQ(after[2], before[2] - 0.5f * 2);
+}
+
+TEST_F(HandlerTest, AppliesEachTagExactlyOnceWhenPushesAreReplayed) {
+  Create(CreateRequest("j", {DenseSpec("w", {1000}, kSgd), SparseSpec("e", 4, 0, kSgd)},
+                       v1::ConsistencySpec::ASP, 2));
+  auto w0 = *Pull("j", 0, 0, {Block("w", 0)});
+  std::vector<float> g(1000, 1.f);
+  std::vector<float> ge(8, 1.f);
+  auto e0 = *Pull("j", 0, 0, {Rows("e", {3, 4})});
+  for (int replay = 0; replay < 5; ++replay) {
+    auto r = PushDense("j", 0, 0, 0, "w", 0, g, false);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->duplicate, replay > 0);
+    auto rs = PushSparse("j", 0, 0, 1, "e", {3, 4}, ge, false);
+    ASSERT_TRUE(rs.ok());
+    EXPECT_EQ(rs->duplicate, replay > 0);
+  }
+  auto w1 = *Pull("j", 0, 0, {Block("w", 0)});
+  for (int i = 0; i < 1000; ++i) ASSERT_FLOAT_EQ(w1[i], w0[i] - 0.5f);
+  auto e1 = *Pull("j", 0, 0, {Rows("e", {3, 4})});
+  for (int i = 0; i < 8; ++i) ASSERT_FLOAT_EQ(e1[i], e0[i] - 0.5f);
+  // Same step, another seq: a new push. Another worker with the same seq: a new push.
+  EXPECT_FALSE(PushDense("j", 0, 0, 2, "w", 0, g, false)->duplicate);
+  EXPECT_FALSE(PushDense("j", 1, 0, 0, "w", 0, g, false)->duplicate);
+  // End the step; replays of anything in it (also after the clock moved) are duplicates.
+  auto end = PushDense("j", 0, 0, 3, "w", 0, g, true);
+  EXPECT_EQ(end->clock, 1);
+  for (uint64_t seq : {0, 2, 3}) {
+    auto r = PushDense("j", 0, 0, seq, "w", 0, g, true);
+    EXPECT_TRUE(r->duplicate) << seq;
+    EXPECT_EQ(r->clock, 1);
+  }
+  auto w2 = *Pull("j", 0, 0, {Block("w", 0)});
+  for (int i = 0; i < 1000; ++i) ASSERT_FLOAT_EQ(w2[i], w0[i] - 4 * 0.5f);
+  auto st = Status();
+  EXPECT_EQ(st.duplicates_total(), 8u + 3u);
+  EXPECT_EQ(st.pushes_total(), 2u + 3u);  // First dense + sparse, seq 2, worker 1, seq 3.
+}
+
+TEST_F(HandlerTest, SynchronousAggregationSumsAllWorkersThenAppliesOnce) {
+  Create(CreateRequest("j", {DenseSpec("w", {10}, kAdam), SparseSpec("e", 2, 0, kAdam)},
+                       v1::ConsistencySpec::BSP, 3, 0, true));
+  auto w0 = *Pull("j", 0, 0, {Block("w", 0)});
+  auto e0 = *Pull("j", 0, 0, {Rows("e", {9})});
+  for (uint32_t w = 0; w < 3; ++w) {
+    std::vector<float> g(10, static_cast<float>(w + 1));
+    ASSERT_TRUE(PushDense("j", w, 0, 0, "w", 0, g, false).ok());
+    ASSERT_TRUE(PushDense("j", w, 0, 0, "w", 0, g, false)->duplicate);  // Not added twice.
+    ASSERT_TRUE(PushSparse("j", w, 0, 1, "e", {9}, {1.f * (w + 1), -1.f}, false).ok());
+    if (w < 2) ASSERT_TRUE(EndStep("j", w, 0).ok());
+    // Nothing applied before every worker finished the step.
+    EXPECT_EQ(*Pull("j", w, 0, {Block("w", 0)}), w0);
+  }
+  bool parked = false;
+  Pull("j", 0, 1, {Block("w", 0)}, &parked);
+  EXPECT_TRUE(parked) << "BSP read of step 1 must wait for worker 2";
+  ASSERT_TRUE(EndStep("j", 2, 0).ok());
+  auto w1 = *Pull("j", 0, 1, {Block("w", 0)}, &parked);
+  EXPECT_FALSE(parked);
+  // One Adam step on the sum 1 + 2 + 3 = 6.
+  auto p = *ResolveOptimizer(kAdam, "o");
+  std::vector<float> expect = w0, m(10, 0.f), v(10, 0.f), sum(10, 6.f);
+  ApplyUpdate(p, 1, 10, sum.data(), expect.data(), m.data(), v.data());
+  for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(w1[i], expect[i]);
+  auto e1 = *Pull("j", 0, 1, {Rows("e", {9})});
+  std::vector<float> ee = e0, em(2, 0.f), ev(2, 0.f), es = {6.f, -3.f};
+  ApplyUpdate(p, 1, 2, es.data(), ee.data(), em.data(), ev.data());
+  EXPECT_FLOAT_EQ(e1[0], ee[0]);
+  EXPECT_FLOAT_EQ(e1[1], ee[1]);
+}
+
+TEST_F(HandlerTest, ParkedReadsAreReleasedWhenTheSlowestWorkerCatchesUp) {
+  Create(CreateRequest("bsp", {DenseSpec("w", {4}, kSgd)}, v1::ConsistencySpec::BSP, 2));
+  Create(CreateRequest("ssp", {DenseSpec("w", {4}, kSgd)}, v1::ConsistencySpec::SSP, 2, 2));
+  Create(CreateRequest("asp", {DenseSpec("w", {4}, kSgd)}, v1::ConsistencySpec::ASP, 2));
+  // Worker 0 runs ahead: 3 steps done; worker 1 none.
+  for (const char* job : {"bsp", "ssp", "asp"}) {
+    for (int s = 0; s < 3; ++s) ASSERT_TRUE(EndStep(job, 0, s).ok());
+  }
+  bool parked;
+  Pull("asp", 0, 3, {Block("w", 0)}, &parked);
+  EXPECT_FALSE(parked);
+  Pull("ssp", 0, 2, {Block("w", 0)}, &parked);
+  EXPECT_FALSE(parked) << "SSP(2) at clock 2 needs min clock 0";
+  Pull("ssp", 0, 3, {Block("w", 0)}, &parked);
+  EXPECT_TRUE(parked) << "SSP(2) at clock 3 needs min clock 1";
+  Pull("bsp", 1, 0, {Block("w", 0)}, &parked);
+  EXPECT_FALSE(parked);
+  Pull("bsp", 0, 1, {Block("w", 0)}, &parked);
+  EXPECT_TRUE(parked);
+
+  // A parked read's callback runs when the slow worker reaches the bound.
+  auto job = *h_->PlanPull([] {
+    v1::PullRequest r;
+    r.set_job_id("ssp");
+    r.set_clock(3);
+    *r.add_slices() = Block("w", 0);
+    return r;
+  }());
+  std::atomic<int> released{0};
+  uint64_t id;
+  ASSERT_FALSE(job.job->WhenReadable(3, [&](absl::Status s) { released += s.ok(); }, &id));
+  auto st = Status("ssp").jobs(0);
+  EXPECT_EQ(st.waiting_pulls(), 1u);
+  ASSERT_EQ(st.waiting_for_size(), 1);
+  EXPECT_EQ(st.waiting_for(0), 1u);
+  EXPECT_EQ(st.min_clock(), 0);
+  EXPECT_EQ(st.max_clock(), 3);
+  EXPECT_EQ(released.load(), 0);
+  ASSERT_TRUE(EndStep("ssp", 1, 0).ok());
+  EXPECT_EQ(released.load(), 1);
+  EXPECT_EQ(Status("ssp").jobs(0).waiting_pulls(), 0u);
+  // Staleness of the reads served: clock 2 at min 0, then 3 at min 1.
+  Pull("ssp", 0, 3, {Block("w", 0)}, &parked);
+  EXPECT_EQ(Status("ssp").jobs(0).max_staleness(), 2);
+  // Dropping a job finishes its parked reads with NOT_FOUND.
+  absl::Status dropped_status;
+  ASSERT_FALSE(job.job->WhenReadable(9, [&](absl::Status s) { dropped_status = s; }, &id));
+  v1::DropJobResponse dr;
+  ASSERT_TRUE(h_->DropJob([] { v1::DropJobRequest r; r.set_job_id("ssp"); return r; }(), &dr).ok());
+  EXPECT_EQ(dropped_status.code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(HandlerTest, ServesOnlyHeldShardsAndRefusesStaleEpochs) {
+  Create(CreateRequest("j", {DenseSpec("w", {16, 1000}, kSgd, 1000),
+                             SparseSpec("e", 4, 0, kSgd)},
+                       v1::ConsistencySpec::ASP, 1));
+  v1::UpdateShardMapRequest req;
+  *req.mutable_map() = RoundRobinMap("j", 5, {"a:1", "b:2"});
+  req.set_self("s1");
+  v1::UpdateShardMapResponse resp;
+  ASSERT_TRUE(h_->UpdateShardMap(req, &resp).ok());
+  EXPECT_EQ(resp.epoch(), 5u);
+  epoch_ = 5;
+  // Find a held and a foreign block.
+  const uint64_t th = TableHash("w");
+  uint64_t mine = 99, foreign = 99;
+  for (uint64_t b = 0; b < 16; ++b) {
+    (ShardOfBlock(th, b, 16) % 2 == 1 ? mine : foreign) = b;
+  }
+  ASSERT_NE(mine, 99u);
+  ASSERT_NE(foreign, 99u);
+  EXPECT_TRUE(Pull("j", 0, 0, {Block("w", mine)}).ok());
+  auto r = Pull("j", 0, 0, {Block("w", foreign)});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("slices[0].block"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("epoch 5"), std::string::npos) << r.status();
+  std::vector<float> g(1000, 1.f);
+  EXPECT_EQ(PushDense("j", 0, 0, 0, "w", foreign, g, false).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Only the held half of the blocks is allocated.
+  auto st = Status("j").jobs(0);
+  EXPECT_EQ(st.epoch(), 5u);
+  EXPECT_EQ(st.shards_size(), 8);
+  EXPECT_LT(st.tables(0).rows(), 16u);
+  // An older map is ignored; requests with the old epoch are refused with the current one.
+  *req.mutable_map() = RoundRobinMap("j", 4, {"a:1", "b:2"});
+  ASSERT_TRUE(h_->UpdateShardMap(req, &resp).ok());
+  EXPECT_EQ(resp.epoch(), 5u);
+  epoch_ = 4;
+  r = Pull("j", 0, 0, {Block("w", mine)});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("current epoch 5"), std::string::npos) << r.status();
+  // A newer map moves every shard here; blocks appear, the epoch follows.
+  *req.mutable_map() = RoundRobinMap("j", 6, {"b:2"});
+  req.set_self("s0");
+  ASSERT_TRUE(h_->UpdateShardMap(req, &resp).ok());
+  epoch_ = 6;
+  EXPECT_TRUE(Pull("j", 0, 0, {Block("w", foreign)}).ok());
+  EXPECT_EQ(Status("j").jobs(0).tables(0).rows(), 16u);
+}
+
+TEST_F(HandlerTest, MapsThatArriveBeforeTheTablesAreKept) {
+  v1::UpdateShardMapRequest req;
+  *req.mutable_map() = RoundRobinMap("j", 3, {"a:1", "b:2"});
+  req.set_self("s0");
+  v1::UpdateShardMapResponse resp;
+  ASSERT_TRUE(h_->UpdateShardMap(req, &resp).ok());
+  Create(CreateRequest("j", {DenseSpec("w", {16, 100}, kSgd, 100)}, v1::ConsistencySpec::ASP, 1));
+  auto st = Status("j").jobs(0);
+  EXPECT_EQ(st.epoch(), 3u);
+  EXPECT_EQ(st.shards_size(), 8);
+}
+
+TEST_F(HandlerTest, TransportsFloat16AndBFloat16) {
+  Create(CreateRequest("j", {DenseSpec("w", {64}, kSgd)}, v1::ConsistencySpec::ASP, 1));
+  auto exact = *Pull("j", 0, 0, {Block("w", 0)});
+  for (auto dt : {v1::DT_FLOAT16, v1::DT_BFLOAT16}) {
+    auto r = Pull("j", 0, 0, {Block("w", 0)}, nullptr, dt);
+    ASSERT_TRUE(r.ok());
+    for (int i = 0; i < 64; ++i) EXPECT_NEAR((*r)[i], exact[i], 4e-3) << i;
+  }
+  // A bf16 gradient of 1.0 is exactly 1.0 after widening.
+  v1::PushChunk c = Chunk("j", 0, 0, 0);
+  c.mutable_slice()->set_table("w");
+  c.set_dtype(v1::DT_BFLOAT16);
+  std::string g(64 * 2, '\0');
+  for (int i = 0; i < 64; ++i) {
+    uint16_t one = FloatToBFloat16(1.f);
+    std::memcpy(&g[2 * i], &one, 2);
+  }
+  ASSERT_TRUE(h_->Push(c, Payload::FromString(g)).ok());
+  auto after = *Pull("j", 0, 0, {Block("w", 0)});
+  for (int i = 0; i < 64; ++i) EXPECT_FLOAT_EQ(after[i], exact[i] - 0.5f);
+}
+
+
+class CheckpointTest : public HandlerTest {
+ protected:
+  void SetUp() override {
+    HandlerTest::SetUp();
+    auto momentum = Optimizer(v1::OptimizerSpec::MOMENTUM, 0.1f);
+    momentum.set_momentum(0.9f);
+    Create(CreateRequest("j",
+                         {DenseSpec("adam", {200, 700}, kAdam), DenseSpec("mom", {33}, momentum),
+                          SparseSpec("emb", 16, 0, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.1f))},
+                         v1::ConsistencySpec::SSP, 2, 1));
+  }
+
+  void Train(int from, int to) {
+    for (int step = from; step < to; ++step) {
+      for (uint32_t w = 0; w < 2; ++w) {
+        for (uint64_t b = 0; b < 3; ++b) {
+          std::vector<float> g(b < 2 ? 65536 : 140000 - 2 * 65536);
+          for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(step * 0.7 + i * 0.01 + w);
+          ASSERT_TRUE(PushDense("j", w, step, b, "adam", b, g, false).ok());
+        }
+        ASSERT_TRUE(PushDense("j", w, step, 3, "mom", 0, std::vector<float>(33, 0.3f * step), false).ok());
+        std::vector<uint64_t> keys = {static_cast<uint64_t>(step), 1000, 7u + w};
+        ASSERT_TRUE(PushSparse("j", w, step, 4, "emb", keys, std::vector<float>(48, 0.5f), true).ok());
+      }
+    }
+  }
+
+  std::vector<float> All() {
+    return *Pull("j", 0, 0,
+                 {Block("adam", 0), Block("adam", 1), Block("adam", 2), Block("mom", 0),
+                  Rows("emb", {0, 1, 2, 3, 4, 5, 1000, 7, 8})});
+  }
+
+  std::string Ckpt() {
+    v1::CheckpointRequest req;
+    req.set_job_id("j");
+    v1::CheckpointResponse resp;
+    absl::Status s = h_->Checkpoint(req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_GT(resp.bytes(), 140000u * 3 * 4);
+    return resp.path();
+  }
+
+  absl::Status Restore(const std::string& path) {
+    v1::RestoreRequest req;
+    req.set_job_id("j");
+    req.set_path(path);
+    v1::RestoreResponse resp;
+    return h_->Restore(req, &resp);
+  }
+};
+
+TEST_F(CheckpointTest, RestoreReproducesTablesAndOptimizerStateBitForBit) {
+  Train(0, 3);
+  std::string path = Ckpt();
+  EXPECT_NE(path.find("-step3.ckpt"), std::string::npos) << path;
+  const auto at_ckpt = All();
+  Train(3, 6);
+  const auto trained = All();
+  ASSERT_NE(trained, at_ckpt);
+  ASSERT_TRUE(Restore(path).ok()) << Restore(path);
+  EXPECT_EQ(Status("j").jobs(0).min_clock(), 3);
+  const auto restored = All();
+  ASSERT_EQ(std::memcmp(restored.data(), at_ckpt.data(), restored.size() * 4), 0);
+  // The optimizer slots and step counts came back too: the same pushes give the same result.
+  Train(3, 6);
+  const auto retrained = All();
+  EXPECT_EQ(std::memcmp(retrained.data(), trained.data(), trained.size() * 4), 0);
+}
+
+TEST_F(CheckpointTest, CorruptOrTruncatedCheckpointsAreRefusedAndChangeNothing) {
+  Train(0, 2);
+  std::string path = Ckpt();
+  std::string good = *ReadFile(path);
+  Train(2, 3);
+  const auto before = All();
+  struct Case {
+    std::string name;
+    std::string bytes;
+    std::string needle;
+  };
+  std::string flipped = good;
+  flipped[good.size() / 2] ^= 0x40;
+  std::vector<Case> cases = {
+      {"flipped", flipped, "checksum mismatch"},
+      {"truncated", good.substr(0, good.size() - 1000), "truncated"},
+      {"cut_trailer", good.substr(0, good.size() - 5), "truncated"},
+      {"empty", "", "not a pscluster checkpoint"},
+      {"padded", good + "xxxxxxxxxxxxxxxxxxxxxxxx", "truncated"},
+  };
+  for (const auto& c : cases) {
+    std::string p = TempDir("bad-" + c.name + ".ckpt");
+    ASSERT_TRUE(WriteFileAtomically(p, c.bytes).ok());
+    absl::Status s = Restore(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << c.name << ": " << s;
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << c.name << ": " << s;
+    EXPECT_NE(s.message().find(p), std::string::npos) << "names the file: " << s;
+  }
+  EXPECT_EQ(All(), before);
+  EXPECT_EQ(Status("j").jobs(0).min_clock(), 3);
+  EXPECT_EQ(Restore(TempDir("missing.ckpt")).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(Restore(path).ok());
+}
+
+TEST_F(CheckpointTest, ExportsDenseTablesAsSafetensors) {
+  Train(0, 2);
+  const auto values = All();
+  v1::ExportRequest req;
+  req.set_job_id("j");
+  req.set_path(TempDir("export/model.safetensors"));
+  v1::ExportResponse resp;
+  ASSERT_TRUE(h_->Export(req, &resp).ok());
+  EXPECT_EQ(resp.tensors(), 2u);
+  auto f = SafetensorsFile::Read(req.path());
+  ASSERT_TRUE(f.ok()) << f.status();
+  const auto* adam = f->Find("adam");
+  ASSERT_NE(adam, nullptr);
+  EXPECT_EQ(adam->shape, (std::vector<uint64_t>{200, 700}));
+  EXPECT_EQ(adam->dtype, v1::DT_FLOAT32);
+  EXPECT_EQ(std::memcmp(f->Data(*adam).data(), values.data(), 140000 * 4), 0);
+  EXPECT_EQ(f->Find("mom")->shape, (std::vector<uint64_t>{33}));
+  EXPECT_EQ(f->metadata().at("pscluster.step"), "2");
+  // A sparse table named explicitly exports its materialised rows.
+  req.add_tables("emb");
+  ASSERT_TRUE(h_->Export(req, &resp).ok());
+  f = SafetensorsFile::Read(req.path());
+  EXPECT_EQ(f->Find("emb:values")->shape[1], 16u);
+  req.add_tables("nope");
+  absl::Status s = h_->Export(req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("tables[1]"), std::string::npos);
+}
+
+TEST_F(HandlerTest, WritesPeriodicCheckpointsAndKeepsTheNewest) {
+  PsHandlerOptions o;
+  o.keep_checkpoints = 2;
+  o.checkpoint_dir = TempDir("periodic");
+  Make(o);
+  auto r = CreateRequest("j", {DenseSpec("w", {10}, kSgd)}, v1::ConsistencySpec::BSP, 2);
+  r.set_checkpoint_every_steps(2);
+  Create(r);
+  for (int step = 0; step < 8; ++step) {
+    for (uint32_t w = 0; w < 2; ++w) {
+      ASSERT_TRUE(PushDense("j", w, step, 0, "w", 0, std::vector<float>(10, 1.f), true).ok());
+    }
+  }
+  std::vector<std::string> files;
+  DIR* d = opendir((o.checkpoint_dir + "/j").c_str());
+  ASSERT_NE(d, nullptr);
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') files.push_back(e->d_name);
+  }
+  closedir(d);
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"server-step6.ckpt", "server-step8.ckpt"}));
+  auto st = Status("j").jobs(0);
+  EXPECT_NE(st.last_checkpoint().find("server-step8.ckpt"), std::string::npos);
+  EXPECT_GE(st.checkpoint_age_sec(), 0.0);
+}
+
+TEST_F(HandlerTest, MemoryLimitRefusesTablesThatDoNotFit) {
+  PsHandlerOptions o;
+  o.memory_bytes = 1 << 20;
+  Make(o);
+  Create(CreateRequest("j", {DenseSpec("small", {1000}, kAdam)}, v1::ConsistencySpec::ASP, 1));
+  v1::CreateTablesResponse resp;
+  absl::Status s = h_->CreateTables(
+      CreateRequest("j", {DenseSpec("big", {1 << 20}, kSgd)}, v1::ConsistencySpec::ASP, 1), &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("memory_bytes"), std::string::npos) << s;
+  EXPECT_EQ(Status("j").jobs(0).tables_size(), 1);
+  EXPECT_EQ(h_->budget()->used(), 1000u * 3 * 4);
+}
+
+TEST_F(HandlerTest, StatusReportsRatesAndTotals) {
+  Create(CreateRequest("j", {DenseSpec("w", {1000}, kSgd)}, v1::ConsistencySpec::ASP, 1));
+  Status();  // First rate sample.
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(PushDense("j", 0, i, 0, "w", 0, std::vector<float>(1000, 0.1f), true).ok());
+  }
+  clock_.Advance(absl::Seconds(2));
+  v1::Load load;
+  std::vector<v1::ShardLoad> shards;
+  h_->Tick(&load, &shards);
+  auto st = Status();
+  EXPECT_EQ(st.pushes_total(), 10u);
+  EXPECT_EQ(st.bytes_in_total(), 40000u);
+  EXPECT_DOUBLE_EQ(st.push_per_sec(), 5.0);
+  EXPECT_DOUBLE_EQ(st.bytes_in_per_sec(), 20000.0);
+  ASSERT_EQ(shards.size(), 1u);
+  EXPECT_DOUBLE_EQ(shards[0].load().bytes_per_sec(), 20000.0);
+  EXPECT_EQ(load.memory_used_bytes(), 4000u);
+  EXPECT_EQ(st.shard_loads_size(), 1);
+  EXPECT_EQ(st.jobs(0).clocks(0).clock(), 10);
+  EXPECT_GT(st.uptime_sec(), 1.9);
+}
+
+}  // namespace
+}  // namespace pscluster

@@ -1,0 +1,96 @@
+#include "server/ps_server.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
+#include "common/logging.h"
+
+namespace pscluster {
+
+absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions& options,
+                                                          const Clock* clock) {
+  std::unique_ptr<PsServer> s(new PsServer());
+  int threads = options.data_threads > 0
+                    ? options.data_threads
+                    : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  s->data_ = std::make_unique<Executor>(threads, "data");
+  s->control_ = std::make_unique<Executor>(1, "control");
+  s->background_ = std::make_unique<Executor>(1, "background");
+  PsHandlerOptions ho;
+  ho.checkpoint_dir = options.checkpoint_dir;
+  ho.memory_bytes = options.memory_bytes;
+  ho.limits = options.limits;
+  Executor* bg = s->background_.get();
+  s->handler_ = std::make_unique<PsHandler>(ho, clock, [bg](std::function<void()> f) {
+    bg->Post(std::move(f));
+  });
+  s->service_ = std::make_unique<PsService>(s->handler_.get(), s->data_.get(), s->control_.get(),
+                                            options.data_plane);
+  GrpcServerOptions go;
+  go.listen_address = options.listen;
+  go.tls = options.tls;
+  go.component = "server";
+  // Data-plane chunks are about 4 MiB; leave room above the largest accepted chunk.
+  go.max_message_bytes =
+      static_cast<int>(std::max<uint64_t>(64 << 20, options.limits.max_chunk_bytes + (1 << 20)));
+  // The port file is written only after registration, so a launcher that sees it can use the
+  // server right away.
+  auto grpc = GrpcServer::Start(go, {s->service_.get()});
+  if (!grpc.ok()) return grpc.status();
+  s->grpc_ = std::move(*grpc);
+  s->handler_->set_address(s->grpc_->address());
+  if (!options.scheduler.empty()) {
+    SchedulerLinkOptions lo;
+    lo.scheduler = options.scheduler;
+    lo.advertise_address = s->grpc_->address();
+    lo.memory_bytes = options.memory_bytes;
+    lo.channel.tls = options.tls;
+    lo.register_timeout = options.register_timeout;
+    s->link_ = std::make_unique<SchedulerLink>(lo, s->handler_.get());
+    absl::Status st = s->link_->Start();
+    if (!st.ok()) {
+      s->grpc_->Shutdown(absl::ZeroDuration());
+      return st;
+    }
+  } else {
+    PsHandler* h = s->handler_.get();
+    absl::Notification* stop = &s->stop_ticks_;
+    s->ticker_ = std::thread([h, stop] {
+      while (!stop->WaitForNotificationWithTimeout(absl::Seconds(1))) h->Tick(nullptr, nullptr);
+    });
+  }
+  if (!options.port_file.empty()) {
+    absl::Status st = WriteFileAtomically(options.port_file, s->grpc_->address() + "\n");
+    if (!st.ok()) {
+      s->Shutdown(absl::ZeroDuration());
+      return absl::Status(st.code(), absl::StrCat("--port_file: ", st.message()));
+    }
+  }
+  Logger("server")->info("ps_server serving on {} ({}; {} data threads)", s->grpc_->address(),
+                         options.scheduler.empty() ? std::string("standalone")
+                                                   : "scheduler " + options.scheduler,
+                         threads);
+  return s;
+}
+
+void PsServer::Shutdown(absl::Duration grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (link_) link_->Stop();
+  if (ticker_.joinable()) {
+    stop_ticks_.Notify();
+    ticker_.join();
+  }
+  if (grpc_) grpc_->Shutdown(grace);
+}
+
+PsServer::~PsServer() {
+  Shutdown(absl::ZeroDuration());
+  // Executors join after the gRPC server stopped, so no reactor posts work any more.
+  data_.reset();
+  control_.reset();
+  background_.reset();
+}
+
+}  // namespace pscluster

@@ -1,0 +1,70 @@
+// The ps_server daemon as a library: the options struct its flags fill, and the object that
+// owns the handler, executors, gRPC server and scheduler link.
+//
+// Thread model: gRPC callback threads receive; `data` executor threads apply pushes and serve
+// reads; one `control` thread runs control-plane calls; one `background` thread writes periodic
+// checkpoints; one thread ticks rates (standalone) or heartbeats (with a scheduler).
+#ifndef PSCLUSTER_SERVER_PS_SERVER_H_
+#define PSCLUSTER_SERVER_PS_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "common/clock.h"
+#include "common/grpc_server.h"
+#include "common/tls.h"
+#include "server/data_stream.h"
+#include "server/executor.h"
+#include "server/ps_handler.h"
+#include "server/ps_service.h"
+#include "server/scheduler_link.h"
+
+namespace pscluster {
+
+struct PsServerOptions {
+  std::string listen = "127.0.0.1:0";  // --listen
+  std::string port_file;               // --port_file
+  std::string scheduler;               // --scheduler (empty = standalone)
+  uint64_t memory_bytes = 0;           // --memory_bytes (0 = unlimited)
+  std::string checkpoint_dir;          // --checkpoint_dir
+  TlsFiles tls;                        // --tls_cert / --tls_key / --tls_ca
+  int data_threads = 0;                // --data_threads (0 = one per core)
+  absl::Duration register_timeout = absl::Seconds(30);  // --register_timeout
+  DataPlaneOptions data_plane;
+  DataPlaneLimits limits;
+};
+
+class PsServer {
+ public:
+  // Listens, registers (when a scheduler is given) and serves. UNAVAILABLE from registration is
+  // the retryable fault the daemon exits 138 for.
+  static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options,
+                                                         const Clock* clock);
+  ~PsServer();
+
+  const std::string& address() const { return grpc_->address(); }
+  PsHandler* handler() { return handler_.get(); }
+  // Deregisters, stops accepting calls and lets in-flight ones finish (within `grace`).
+  void Shutdown(absl::Duration grace = absl::Seconds(2));
+
+ private:
+  PsServer() = default;
+
+  std::unique_ptr<Executor> data_;
+  std::unique_ptr<Executor> control_;
+  std::unique_ptr<Executor> background_;
+  std::unique_ptr<PsHandler> handler_;
+  std::unique_ptr<PsService> service_;
+  std::unique_ptr<GrpcServer> grpc_;
+  std::unique_ptr<SchedulerLink> link_;
+  absl::Notification stop_ticks_;
+  std::thread ticker_;
+  bool shut_down_ = false;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_SERVER_PS_SERVER_H_

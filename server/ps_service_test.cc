@@ -1,0 +1,370 @@
+// In-process tier: real ps_server instances on loopback port 0, driven through the client
+// library and through the generated gRPC stubs.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "common/channel.h"
+#include "common/dtype.h"
+#include "common/status_convert.h"
+#include "server/initializer.h"
+#include "server/testing/cluster.h"
+
+namespace pscluster {
+namespace {
+
+using namespace ::pscluster::testing;  // NOLINT
+
+const v1::OptimizerSpec kSgd = Optimizer(v1::OptimizerSpec::SGD, 0.5f);
+
+std::vector<float> InitialDense(const v1::TableSpec& spec, uint64_t n) {
+  std::vector<float> v(n);
+  Initializer(spec).FillDense(0, n, v.data());
+  return v;
+}
+
+std::vector<float> InitialRows(const v1::TableSpec& spec, const std::vector<uint64_t>& keys) {
+  std::vector<float> v(keys.size() * spec.row_width());
+  Initializer init(spec);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    init.FillRow(keys[i], spec.row_width(), v.data() + i * spec.row_width());
+  }
+  return v;
+}
+
+class ServiceTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ServiceTest, PushesAndPullsDenseAndSparseThroughTheClient) {
+  InProcessCluster cluster(GetParam());
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  // 10 blocks of 1000 plus a short one; a sparse table with a key space.
+  auto w = DenseSpec("fc/w", {10, 1050}, kSgd, 1000);
+  auto e = SparseSpec("emb", 16, 1u << 30, kSgd);
+  auto client = cluster.Client("job", {w, e});
+  ASSERT_TRUE(client.ok()) << client.status();
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
+  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok()) << "idempotent";
+
+  std::vector<float> wv(10500, -1.f);
+  std::vector<uint64_t> keys = {5, 1u << 29, 77, 5, 123456789};
+  std::vector<float> rows(keys.size() * 16, -1.f);
+  PullTargets targets{{{"fc/w", wv.data()}}, {{"emb", keys, rows.data()}}};
+  ASSERT_TRUE((*client)->Pull(0, targets).ok());
+  EXPECT_EQ(wv, InitialDense(w, 10500));
+  EXPECT_EQ(rows, InitialRows(e, keys));
+
+  std::vector<float> g(10500);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 7);
+  std::vector<float> eg(keys.size() * 16, 1.f);
+  PushSources sources{{{"fc/w", g.data()}}, {{"emb", keys, eg.data()}}};
+  ASSERT_TRUE((*client)->Push(0, sources).ok());
+  ASSERT_TRUE((*client)->Pull(1, targets).ok());
+  auto w0 = InitialDense(w, 10500);
+  for (size_t i = 0; i < wv.size(); ++i) ASSERT_FLOAT_EQ(wv[i], w0[i] - 0.5f * g[i]) << i;
+  auto r0 = InitialRows(e, keys);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    float times = keys[i / 16] == 5 ? 2.f : 1.f;  // Key 5 twice: its gradients add.
+    ASSERT_FLOAT_EQ(rows[i], r0[i] - 0.5f * times) << i;
+  }
+  // PushPull: the reply reflects this push.
+  ASSERT_TRUE((*client)->PushPull(1, sources, targets).ok());
+  for (size_t i = 0; i < wv.size(); ++i) ASSERT_FLOAT_EQ(wv[i], w0[i] - 1.0f * g[i]) << i;
+
+  auto statuses = (*client)->ServerStatuses();
+  ASSERT_TRUE(statuses.ok());
+  uint64_t blocks = 0;
+  for (const auto& s : *statuses) {
+    ASSERT_EQ(s.jobs_size(), 1);
+    EXPECT_EQ(s.jobs(0).clocks(0).clock(), 2) << "every server saw both steps end";
+    for (const auto& t : s.jobs(0).tables()) {
+      if (t.name() == "fc/w") blocks += t.rows();
+    }
+  }
+  EXPECT_EQ(blocks, 11u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Servers, ServiceTest, ::testing::Values(1, 2));
+
+v1::ConsistencySpec Mode(v1::ConsistencySpec::Mode mode, uint32_t staleness = 0) {
+  v1::ConsistencySpec c;
+  c.set_mode(mode);
+  c.set_staleness(staleness);
+  return c;
+}
+
+// The data plane speaks plain protobuf: the generated stubs work against it.
+TEST(ServiceInteropTest, GeneratedStubsPullPushAndPushPull) {
+  InProcessCluster cluster(1);
+  ASSERT_TRUE(cluster.status().ok());
+  auto w = DenseSpec("w", {3000}, kSgd, 1000);
+  auto client = cluster.Client("job", {w});
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->CreateTables(Mode(v1::ConsistencySpec::ASP), 1).ok());
+  auto channel = *MakeChannel(cluster.addresses()[0]);
+  auto stub = v1::ParameterServer::NewStub(channel);
+  const auto w0 = InitialDense(w, 3000);
+
+  // Pull: one request, one chunk per block; `last` on the final one.
+  v1::PullRequest pr;
+  pr.set_request_id(42);
+  pr.set_job_id("job");
+  pr.set_epoch(1);
+  for (int b : {2, 0}) {
+    auto* sl = pr.add_slices();
+    sl->set_table("w");
+    sl->set_block(b);
+  }
+  {
+    auto ctx = CallContext(absl::Seconds(10));
+    auto reader = stub->Pull(ctx.get(), pr);
+    v1::PullChunk chunk;
+    std::vector<v1::PullChunk> got;
+    while (reader->Read(&chunk)) got.push_back(chunk);
+    ASSERT_TRUE(reader->Finish().ok());
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0].request_id(), 42u);
+    EXPECT_EQ(got[0].index(), 0u);
+    EXPECT_EQ(got[1].index(), 1u);
+    EXPECT_FALSE(got[0].last());
+    EXPECT_TRUE(got[1].last());
+    ASSERT_EQ(got[0].values().size(), 4000u);
+    EXPECT_EQ(std::memcmp(got[0].values().data(), w0.data() + 2000, 4000), 0);
+    EXPECT_EQ(std::memcmp(got[1].values().data(), w0.data(), 4000), 0);
+  }
+
+  // Push: a client stream, one acknowledgement; a replay is acknowledged as duplicates.
+  auto push = [&](v1::PushResponse* resp) {
+    auto ctx = CallContext(absl::Seconds(10));
+    auto writer = stub->Push(ctx.get(), resp);
+    for (int b = 0; b < 3; ++b) {
+      v1::PushChunk c;
+      c.set_request_id(7);
+      c.mutable_tag()->set_job_id("job");
+      c.mutable_tag()->set_step(0);
+      c.set_epoch(1);
+      c.mutable_slice()->set_table("w");
+      c.mutable_slice()->set_block(b);
+      c.set_values(std::string(4000, '\0'));
+      std::vector<float> g(1000, 1.f + b);
+      std::memcpy(c.mutable_values()->data(), g.data(), 4000);
+      c.set_last(b == 2);
+      c.set_end_of_step(b == 2);
+      EXPECT_TRUE(writer->Write(c));
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  v1::PushResponse resp;
+  ASSERT_TRUE(push(&resp).ok());
+  EXPECT_EQ(resp.request_id(), 7u);
+  EXPECT_EQ(resp.applied(), 3u);
+  EXPECT_EQ(resp.duplicates(), 0u);
+  EXPECT_EQ(resp.clock(), 1);
+  ASSERT_TRUE(push(&resp).ok());
+  EXPECT_EQ(resp.applied(), 0u);
+  EXPECT_EQ(resp.duplicates(), 3u);
+
+  // PushPull: the reply carries the slice after this push's update.
+  {
+    auto ctx = CallContext(absl::Seconds(10));
+    auto rw = stub->PushPull(ctx.get());
+    v1::PushChunk c;
+    c.set_request_id(9);
+    c.mutable_tag()->set_job_id("job");
+    c.mutable_tag()->set_step(1);
+    c.set_epoch(1);
+    c.mutable_slice()->set_table("w");
+    c.mutable_slice()->set_block(1);
+    std::vector<float> g(1000, 2.f);
+    c.set_values(std::string(reinterpret_cast<char*>(g.data()), 4000));
+    c.set_pull_after(true);
+    c.set_pull_clock(2);
+    c.set_last(true);
+    c.set_end_of_step(true);
+    ASSERT_TRUE(rw->Write(c));
+    rw->WritesDone();
+    v1::PullChunk reply;
+    ASSERT_TRUE(rw->Read(&reply));
+    EXPECT_TRUE(reply.last());
+    EXPECT_EQ(reply.request_id(), 9u);
+    std::vector<float> v(1000);
+    ASSERT_EQ(reply.values().size(), 4000u);
+    std::memcpy(v.data(), reply.values().data(), 4000);
+    for (int i = 0; i < 1000; ++i) ASSERT_FLOAT_EQ(v[i], w0[1000 + i] - 0.5f * 2 - 0.5f * 2);
+    EXPECT_FALSE(rw->Read(&reply));
+    ASSERT_TRUE(rw->Finish().ok());
+  }
+}
+
+// A server refuses a stale epoch; the client refreshes its map and retries with the same tags,
+// so the chunks the first attempt did apply are not applied again.
+TEST(ServiceEpochTest, StaleEpochRefreshesTheMapAndRetriesExactlyOnce) {
+  InProcessCluster cluster(2);
+  ASSERT_TRUE(cluster.status().ok());
+  auto w = DenseSpec("w", {64, 500}, kSgd, 500);
+  std::atomic<int> refreshes{0};
+  PsClientOptions opts;
+  auto bump = [&](int server) {
+    v1::UpdateShardMapRequest req;
+    *req.mutable_map() = cluster.Map("job", 2);
+    req.set_self("s" + std::to_string(server));
+    v1::UpdateShardMapResponse resp;
+    return cluster.server(server)->handler()->UpdateShardMap(req, &resp);
+  };
+  opts.refresh_shard_map = [&]() -> absl::StatusOr<v1::ShardMap> {
+    ++refreshes;
+    absl::Status st = bump(0);  // The scheduler reaches server 0 too.
+    if (!st.ok()) return st;
+    return cluster.Map("job", 2);
+  };
+  auto client = cluster.Client("job", {w}, 0, opts);
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->CreateTables(Mode(v1::ConsistencySpec::ASP), 1).ok());
+  ASSERT_TRUE(bump(1).ok());  // Server 1 moves to epoch 2 first.
+  std::vector<float> g(32000, 1.f);
+  ASSERT_TRUE((*client)->Push(0, {{{"w", g.data()}}, {}}).ok());
+  EXPECT_EQ(refreshes.load(), 1);
+  EXPECT_EQ((*client)->shard_map().epoch(), 2u);
+  std::vector<float> v(32000);
+  ASSERT_TRUE((*client)->Pull(1, {{{"w", v.data()}}, {}}).ok());
+  const auto w0 = InitialDense(w, 32000);
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_FLOAT_EQ(v[i], w0[i] - 0.5f) << i;
+  auto st = (*client)->ServerStatuses();
+  ASSERT_TRUE(st.ok());
+  EXPECT_GT((*st)[0].duplicates_total(), 0u) << "server 0 saw the retried chunks again";
+  EXPECT_EQ((*st)[1].duplicates_total(), 0u);
+}
+
+TEST(ServiceCompressionTest, Float16AndBFloat16TransportPerTable) {
+  InProcessCluster cluster(2);
+  ASSERT_TRUE(cluster.status().ok());
+  auto h = DenseSpec("half", {5000}, kSgd, 1000);
+  h.mutable_compression()->set_transport(v1::DT_FLOAT16);
+  auto b = SparseSpec("bf", 32, 0, kSgd);
+  b.mutable_compression()->set_transport(v1::DT_BFLOAT16);
+  auto client = cluster.Client("job", {h, b});
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->CreateTables(Mode(v1::ConsistencySpec::ASP), 1).ok());
+  std::vector<float> hv(5000), hg(5000, 0.25f);
+  std::vector<uint64_t> keys = {1, 2, 3, 1000000};
+  std::vector<float> rows(keys.size() * 32), rg(keys.size() * 32, 0.5f);
+  ASSERT_TRUE((*client)->PushPull(0, {{{"half", hg.data()}}, {{"bf", keys, rg.data()}}},
+                                  {{{"half", hv.data()}}, {{"bf", keys, rows.data()}}})
+                  .ok());
+  const auto h0 = InitialDense(h, 5000);
+  for (size_t i = 0; i < hv.size(); ++i) ASSERT_NEAR(hv[i], h0[i] - 0.125f, 1e-3) << i;
+  const auto r0 = InitialRows(b, keys);
+  for (size_t i = 0; i < rows.size(); ++i) ASSERT_NEAR(rows[i], r0[i] - 0.25f, 4e-3) << i;
+  auto st = (*client)->ServerStatuses();
+  uint64_t in = 0;
+  for (const auto& s : *st) in += s.bytes_in_total();
+  EXPECT_EQ(in, 5000u * 2 + keys.size() * 32 * 2) << "2 bytes per element on the wire";
+}
+
+// Parked pulls hold no thread: with a single data thread, 24 pulls waiting for a slow worker do
+// not stop another job from being served.
+TEST(ServiceConsistencyTest, ParkedPullsHoldNoThread) {
+  PsServerOptions o;
+  o.data_threads = 1;
+  InProcessCluster cluster(1, o);
+  ASSERT_TRUE(cluster.status().ok());
+  auto w = DenseSpec("w", {100}, kSgd);
+  auto bsp0 = cluster.Client("bsp", {w}, 0);
+  auto bsp1 = cluster.Client("bsp", {w}, 1);
+  auto other = cluster.Client("asp", {w}, 0);
+  ASSERT_TRUE((*bsp0)->CreateTables(Mode(v1::ConsistencySpec::BSP), 2).ok());
+  ASSERT_TRUE((*other)->CreateTables(Mode(v1::ConsistencySpec::ASP), 1).ok());
+  std::vector<float> g(100, 1.f);
+  ASSERT_TRUE((*bsp0)->Push(0, {{{"w", g.data()}}, {}}).ok());
+  // Pulls from separate clients (separate streams, as many workers would have).
+  constexpr int kPulls = 24;
+  std::vector<std::vector<float>> out(kPulls, std::vector<float>(100));
+  std::vector<std::unique_ptr<PsClient>> readers;
+  for (int i = 0; i < kPulls; ++i) readers.push_back(std::move(*cluster.Client("bsp", {w}, 0)));
+  std::vector<std::thread> pulls;
+  std::atomic<int> done{0};
+  for (int i = 0; i < kPulls; ++i) {
+    pulls.emplace_back([&, i] {
+      EXPECT_TRUE(readers[i]->Pull(1, {{{"w", out[i].data()}}, {}}).ok());
+      EXPECT_EQ(readers[i]->last_min_clock(), 1);
+      ++done;
+    });
+  }
+  // Wait until every pull is parked on the server.
+  for (int i = 0; i < 500; ++i) {
+    auto st = (*bsp0)->ServerStatuses();
+    if (st.ok() && (*st)[0].jobs(0).waiting_pulls() == kPulls) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  auto st = (*bsp0)->ServerStatuses();
+  ASSERT_EQ((*st)[0].jobs(0).waiting_pulls(), static_cast<uint32_t>(kPulls));
+  ASSERT_EQ((*st)[0].jobs(0).waiting_for_size(), 1);
+  EXPECT_EQ((*st)[0].jobs(0).waiting_for(0), 1u);
+  // The other job is served meanwhile.
+  std::vector<float> v(100);
+  for (int step = 0; step < 20; ++step) {
+    ASSERT_TRUE((*other)->PushPull(step, {{{"w", g.data()}}, {}}, {{{"w", v.data()}}, {}}).ok());
+  }
+  EXPECT_EQ(done.load(), 0);
+  // The slow worker finishes step 0: every parked pull is answered, with the update applied.
+  ASSERT_TRUE((*bsp1)->Push(0, {{{"w", g.data()}}, {}}).ok());
+  for (auto& t : pulls) t.join();
+  const auto w0 = InitialDense(w, 100);
+  for (int i = 0; i < kPulls; ++i) ASSERT_FLOAT_EQ(out[i][5], w0[5] - 1.0f);
+}
+
+// SSP(s): a pull for clock c returns only once the slowest worker completed step c - s - 1
+// (clock >= c - s). The slow worker announces each push before sending it, so at the moment a
+// fast pull returns that announcement must already be there.
+void RunSlowWorker(v1::ConsistencySpec::Mode mode, uint32_t s, int* max_lead) {
+  InProcessCluster cluster(2);
+  ASSERT_TRUE(cluster.status().ok());
+  auto w = DenseSpec("w", {2000}, kSgd, 500);
+  auto fast = cluster.Client("job", {w}, 0);
+  auto slow = cluster.Client("job", {w}, 1);
+  ASSERT_TRUE((*fast)->CreateTables(Mode(mode, s), 2).ok());
+  constexpr int kSteps = 10;
+  std::atomic<int> slow_pushing{-1};  // Step whose push the slow worker has started.
+  std::thread slow_thread([&] {
+    std::vector<float> v(2000), g(2000, 0.01f);
+    for (int c = 0; c < kSteps; ++c) {
+      ASSERT_TRUE((*slow)->Pull(c, {{{"w", v.data()}}, {}}).ok());
+      absl::SleepFor(absl::Milliseconds(15));
+      slow_pushing = c;
+      ASSERT_TRUE((*slow)->Push(c, {{{"w", g.data()}}, {}}).ok());
+    }
+  });
+  std::vector<float> v(2000), g(2000, 0.01f);
+  *max_lead = 0;
+  for (int c = 0; c <= kSteps; ++c) {
+    ASSERT_TRUE((*fast)->Pull(c, {{{"w", v.data()}}, {}}).ok());
+    const int announced = slow_pushing.load();
+    if (mode != v1::ConsistencySpec::ASP) {
+      EXPECT_GE(announced, c - static_cast<int>(s) - 1) << "pull at clock " << c;
+      EXPECT_GE((*fast)->last_min_clock(), c - static_cast<int64_t>(s)) << "pull at clock " << c;
+    }
+    *max_lead = std::max(*max_lead, c - (announced + 1));
+    if (c < kSteps) ASSERT_TRUE((*fast)->Push(c, {{{"w", g.data()}}, {}}).ok());
+  }
+  slow_thread.join();
+}
+
+TEST(ServiceConsistencyTest, SspBoundHoldsWithADeliberatelySlowWorker) {
+  int lead = 0;
+  RunSlowWorker(v1::ConsistencySpec::SSP, 2, &lead);
+  EXPECT_LE(lead, 3);
+  EXPECT_GE(lead, 2) << "the fast worker should run ahead up to the bound";
+  RunSlowWorker(v1::ConsistencySpec::BSP, 0, &lead);
+  EXPECT_LE(lead, 1);
+  // Without a bound the fast worker runs far ahead: the checks above are not vacuous.
+  RunSlowWorker(v1::ConsistencySpec::ASP, 0, &lead);
+  EXPECT_GT(lead, 5);
+}
+
+}  // namespace
+}  // namespace pscluster

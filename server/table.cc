@@ -1,0 +1,326 @@
+#include "server/table.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/sharding.h"
+
+namespace pscluster {
+namespace {
+
+constexpr size_t kScratchFloats = 4096;  // 16 KiB: stays in L1 while the optimizer runs.
+constexpr size_t kPageBytes = 64 << 10;
+
+}  // namespace
+
+TableInfo::TableInfo(const v1::TableSpec& s, const OptimizerParams& o, uint32_t shards)
+    : spec(s), hash(TableHash(s.name())), optimizer(o), init(s), num_shards(shards) {
+  if (dense()) {
+    elems = 1;
+    for (uint64_t d : spec.shape().dims()) elems *= d;
+    if (spec.block_elems() == 0) spec.set_block_elems(kDefaultBlockElems);
+  } else {
+    width = spec.row_width();
+  }
+}
+
+DenseBlock::DenseBlock(size_t n, int num_slots) : elems(n), slots(num_slots) {}
+
+// ---------------------------------------------------------------- dense
+
+DenseTable::DenseTable(const TableInfo* info)
+    : info_(info),
+      block_elems_(info->spec.block_elems()),
+      num_blocks_(NumBlocks(info->elems, info->spec.block_elems())),
+      blocks_(num_blocks_) {}
+
+DenseTable::~DenseTable() = default;
+
+uint64_t DenseTable::BlockLen(uint64_t b) const {
+  uint64_t first = b * block_elems_;
+  return std::min<uint64_t>(block_elems_, info_->elems - first);
+}
+
+uint32_t DenseTable::ShardOf(uint64_t b) const {
+  return ShardOfBlock(info_->hash, b, info_->num_shards);
+}
+
+absl::Status DenseTable::SetHeldShards(const std::vector<bool>& held, MemoryBudget* budget) {
+  const int slots = info_->optimizer.num_slots();
+  const size_t fpe = info_->floats_per_elem();
+  uint64_t need = 0;
+  for (uint64_t b = 0; b < num_blocks_; ++b) {
+    if (held[ShardOf(b)] && blocks_[b] == nullptr) need += BlockLen(b) * fpe * sizeof(float);
+  }
+  if (need > 0 && !budget->TryReserve(need)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "table '", info_->spec.name(), "' needs ", need, " more bytes; this server holds ",
+        budget->used(), " of its --memory_bytes limit ", budget->limit()));
+  }
+  for (uint64_t b = 0; b < num_blocks_; ++b) {
+    bool want = held[ShardOf(b)];
+    if (want && blocks_[b] == nullptr) {
+      auto blk = std::make_unique<DenseBlock>(BlockLen(b), slots);
+      absl::MutexLock l(&blk->mu);
+      blk->data.reset(new float[blk->elems * fpe]);
+      info_->init.FillDense(b * block_elems_, blk->elems, blk->data.get());
+      InitSlots(info_->optimizer, blk->data.get() + blk->elems, blk->elems);
+      blocks_[b] = std::move(blk);
+    } else if (!want && blocks_[b] != nullptr) {
+      budget->Release(blocks_[b]->bytes());
+      blocks_[b].reset();
+    }
+  }
+  return absl::OkStatus();
+}
+
+void DenseTable::Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad, bool advance) {
+  float scratch[kScratchFloats];
+  absl::MutexLock l(&b->mu);
+  if (advance || b->updates == 0) ++b->updates;
+  const int64_t t = b->updates;
+  float* w = b->data.get();
+  float* s0 = b->slots >= 1 ? w + b->elems : nullptr;
+  float* s1 = b->slots >= 2 ? w + 2 * b->elems : nullptr;
+  for (size_t done = 0; done < n;) {
+    size_t k = std::min(kScratchFloats, n - done);
+    grad(done, k, scratch);
+    size_t at = offset + done;
+    ApplyUpdate(info_->optimizer, t, k, scratch, w + at, s0 ? s0 + at : nullptr,
+                s1 ? s1 + at : nullptr);
+    done += k;
+  }
+}
+
+void DenseTable::Read(DenseBlock* b, uint64_t offset, size_t n, v1::DataType dtype, char* out) {
+  absl::MutexLock l(&b->mu);
+  EncodeFloats(b->data.get() + offset, n, dtype, out);
+}
+
+uint64_t DenseTable::blocks_held() const {
+  uint64_t n = 0;
+  for (const auto& b : blocks_) n += b != nullptr;
+  return n;
+}
+
+uint64_t DenseTable::elements_held() const {
+  uint64_t n = 0;
+  for (const auto& b : blocks_) n += b ? b->elems : 0;
+  return n;
+}
+
+uint64_t DenseTable::bytes_held() const {
+  uint64_t n = 0;
+  for (const auto& b : blocks_) n += b ? b->bytes() : 0;
+  return n;
+}
+
+void DenseTable::Clear(MemoryBudget* budget) {
+  for (auto& b : blocks_) {
+    if (b) budget->Release(b->bytes());
+    b.reset();
+  }
+}
+
+// ---------------------------------------------------------------- sparse
+
+SparseTable::SparseTable(const TableInfo* info)
+    : info_(info),
+      row_floats_(info->width * info->floats_per_elem()),
+      rows_per_page_(std::max<size_t>(1, kPageBytes / (row_floats_ * sizeof(float)))),
+      stripes_(new Stripe[kStripes]) {}
+
+SparseTable::~SparseTable() = default;
+
+uint32_t SparseTable::ShardOf(uint64_t key) const {
+  return ShardOfKey(info_->hash, key, info_->num_shards);
+}
+
+int SparseTable::StripeOf(uint64_t key) {
+  return static_cast<int>(Mix64(key ^ 0xa0761d6478bd642fULL) >> 58);  // Top 6 bits: 64 stripes.
+}
+
+float* SparseTable::RowPtr(Stripe* s, uint32_t id) {
+  return s->pages[id / rows_per_page_].get() + (id % rows_per_page_) * row_floats_;
+}
+
+float* SparseTable::FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget,
+                                 int64_t** updates) {
+  auto it = s->index.find(key);
+  if (it != s->index.end()) {
+    *updates = &s->updates[it->second];
+    return RowPtr(s, it->second);
+  }
+  if (!budget->TryReserve(row_floats_ * sizeof(float))) return nullptr;
+  uint32_t id = static_cast<uint32_t>(s->keys.size());
+  if (id / rows_per_page_ >= s->pages.size()) {
+    s->pages.emplace_back(new float[rows_per_page_ * row_floats_]);
+  }
+  s->index.emplace(key, id);
+  s->keys.push_back(key);
+  s->updates.push_back(0);
+  float* row = RowPtr(s, id);
+  info_->init.FillRow(key, info_->width, row);
+  InitSlots(info_->optimizer, row + info_->width, info_->width);
+  *updates = &s->updates[id];
+  return row;
+}
+
+absl::Status SparseTable::VisitRows(absl::Span<const uint64_t> keys, MemoryBudget* budget,
+                                    absl::FunctionRef<void(size_t, float*, int64_t*)> f) {
+  // Counting sort of the request positions by stripe, so each stripe is locked once.
+  int count[kStripes + 1] = {0};
+  std::vector<uint8_t> stripe_of(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    stripe_of[i] = static_cast<uint8_t>(StripeOf(keys[i]));
+    ++count[stripe_of[i] + 1];
+  }
+  for (int s = 0; s < kStripes; ++s) count[s + 1] += count[s];
+  std::vector<uint32_t> order(keys.size());
+  {
+    int pos[kStripes];
+    std::copy(count, count + kStripes, pos);
+    for (size_t i = 0; i < keys.size(); ++i) order[pos[stripe_of[i]]++] = static_cast<uint32_t>(i);
+  }
+  for (int s = 0; s < kStripes; ++s) {
+    if (count[s] == count[s + 1]) continue;
+    Stripe* st = &stripes_[s];
+    absl::MutexLock l(&st->mu);
+    for (int j = count[s]; j < count[s + 1]; ++j) {
+      size_t i = order[j];
+      int64_t* updates = nullptr;
+      float* row = FindOrCreate(st, keys[i], budget, &updates);
+      if (row == nullptr) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "table '", info_->spec.name(), "': no memory for new row ", keys[i], "; ",
+            budget->used(), " bytes held of the --memory_bytes limit ", budget->limit()));
+      }
+      f(i, row, updates);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseTable::Apply(absl::Span<const uint64_t> keys, GradientFn grad,
+                                MemoryBudget* budget) {
+  const size_t width = info_->width;
+  const OptimizerParams& opt = info_->optimizer;
+  std::vector<float> g(width);
+  return VisitRows(keys, budget, [&](size_t i, float* row, int64_t* updates) {
+    grad(i * width, width, g.data());
+    ++*updates;
+    ApplyUpdate(opt, *updates, width, g.data(), row, opt.num_slots() >= 1 ? row + width : nullptr,
+                opt.num_slots() >= 2 ? row + 2 * width : nullptr);
+  });
+}
+
+absl::Status SparseTable::Read(absl::Span<const uint64_t> keys, v1::DataType dtype, char* out,
+                               MemoryBudget* budget) {
+  const size_t width = info_->width;
+  const size_t row_bytes = width * DTypeSize(dtype);
+  return VisitRows(keys, budget, [&](size_t i, float* row, int64_t*) {
+    EncodeFloats(row, width, dtype, out + i * row_bytes);
+  });
+}
+
+void SparseTable::DropIf(absl::FunctionRef<bool(uint64_t)> drop, MemoryBudget* budget) {
+  for (int s = 0; s < kStripes; ++s) {
+    Stripe* st = &stripes_[s];
+    absl::MutexLock l(&st->mu);
+    bool any = false;
+    for (uint64_t k : st->keys) {
+      if (drop(k)) {
+        any = true;
+        break;
+      }
+    }
+    if (!any) continue;
+    Stripe fresh;
+    absl::MutexLock lf(&fresh.mu);
+    for (uint32_t id = 0; id < st->keys.size(); ++id) {
+      uint64_t key = st->keys[id];
+      if (drop(key)) {
+        budget->Release(row_floats_ * sizeof(float));
+        continue;
+      }
+      uint32_t nid = static_cast<uint32_t>(fresh.keys.size());
+      if (nid / rows_per_page_ >= fresh.pages.size()) {
+        fresh.pages.emplace_back(new float[rows_per_page_ * row_floats_]);
+      }
+      fresh.index.emplace(key, nid);
+      fresh.keys.push_back(key);
+      fresh.updates.push_back(st->updates[id]);
+      std::memcpy(RowPtr(&fresh, nid), RowPtr(st, id), row_floats_ * sizeof(float));
+    }
+    st->index.swap(fresh.index);
+    st->pages.swap(fresh.pages);
+    st->keys.swap(fresh.keys);
+    st->updates.swap(fresh.updates);
+  }
+}
+
+void SparseTable::DropUnheld(const std::vector<bool>& held, MemoryBudget* budget) {
+  DropIf([&](uint64_t key) { return !held[ShardOf(key)]; }, budget);
+}
+
+void SparseTable::DropShards(const std::vector<bool>& shards, MemoryBudget* budget) {
+  DropIf([&](uint64_t key) { return static_cast<bool>(shards[ShardOf(key)]); }, budget);
+}
+
+void SparseTable::ForEachRowSorted(
+    absl::FunctionRef<void(uint64_t, int64_t, const float*)> f) {
+  struct Ref {
+    uint64_t key;
+    int stripe;
+    uint32_t id;
+  };
+  std::vector<Ref> refs;
+  refs.reserve(rows());
+  for (int s = 0; s < kStripes; ++s) {
+    absl::MutexLock l(&stripes_[s].mu);
+    for (uint32_t id = 0; id < stripes_[s].keys.size(); ++id) {
+      refs.push_back({stripes_[s].keys[id], s, id});
+    }
+  }
+  std::sort(refs.begin(), refs.end(), [](const Ref& a, const Ref& b) { return a.key < b.key; });
+  for (const Ref& r : refs) {
+    Stripe* st = &stripes_[r.stripe];
+    absl::MutexLock l(&st->mu);
+    f(r.key, st->updates[r.id], RowPtr(st, r.id));
+  }
+}
+
+absl::Status SparseTable::PutRow(uint64_t key, int64_t updates, const float* row,
+                                 MemoryBudget* budget) {
+  Stripe* st = &stripes_[StripeOf(key)];
+  absl::MutexLock l(&st->mu);
+  int64_t* u = nullptr;
+  float* dst = FindOrCreate(st, key, budget, &u);
+  if (dst == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "table '", info_->spec.name(), "': no memory to restore row ", key, " (--memory_bytes ",
+        budget->limit(), ")"));
+  }
+  std::memcpy(dst, row, row_floats_ * sizeof(float));
+  *u = updates;
+  return absl::OkStatus();
+}
+
+uint64_t SparseTable::rows() const {
+  uint64_t n = 0;
+  for (int s = 0; s < kStripes; ++s) {
+    absl::MutexLock l(&stripes_[s].mu);
+    n += stripes_[s].keys.size();
+  }
+  return n;
+}
+
+uint64_t SparseTable::bytes_held() const { return rows() * row_floats_ * sizeof(float); }
+
+void SparseTable::Clear(MemoryBudget* budget) {
+  DropIf([](uint64_t) { return true; }, budget);
+}
+
+}  // namespace pscluster

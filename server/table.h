@@ -1,0 +1,154 @@
+// Storage of one table's part on this server, with the optimizer applied in place.
+//
+// A dense table is cut into blocks of block_elems elements; the server allocates the blocks of
+// the virtual shards it holds. A sparse table maps uint64 keys to rows of row_width elements,
+// created on first touch with the table's initializer and spread over lock stripes. Each element
+// carries its optimizer slots beside it (block: [weights | slot0 | slot1], row likewise).
+//
+// Thread model: Apply/Read/VisitRows may run concurrently from many threads (each block and each
+// stripe has its own mutex). SetHeldShards, DropUnheld, Load* and Clear need exclusive access
+// to the table (the owning job's writer lock).
+#ifndef PSCLUSTER_SERVER_TABLE_H_
+#define PSCLUSTER_SERVER_TABLE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "proto/job.pb.h"
+#include "server/initializer.h"
+#include "server/memory_budget.h"
+#include "server/optimizer.h"
+
+namespace pscluster {
+
+// Produces gradient elements [first, first + n) (relative to the start of the update) as float32.
+using GradientFn = absl::FunctionRef<void(size_t first, size_t n, float* out)>;
+
+// The declared, validated description of a table, shared by its dense or sparse storage.
+struct TableInfo {
+  v1::TableSpec spec;        // As declared (block_elems filled in for dense tables).
+  uint64_t hash = 0;         // TableHash(name).
+  OptimizerParams optimizer;
+  Initializer init;
+  uint32_t num_shards = 0;   // Virtual shards of the job.
+  uint64_t elems = 0;        // DENSE: product of the shape.
+  uint32_t width = 0;        // SPARSE: row width.
+
+  TableInfo(const v1::TableSpec& s, const OptimizerParams& o, uint32_t shards);
+  bool dense() const { return spec.kind() == v1::DENSE; }
+  // Floats stored per parameter element (weights plus slots).
+  size_t floats_per_elem() const { return 1 + static_cast<size_t>(optimizer.num_slots()); }
+};
+
+struct DenseBlock {
+  DenseBlock(size_t n, int num_slots);
+  absl::Mutex mu;
+  const size_t elems;
+  const int slots;
+  int64_t updates ABSL_GUARDED_BY(mu) = 0;       // Optimizer steps applied (Adam's t).
+  std::unique_ptr<float[]> data ABSL_PT_GUARDED_BY(mu);  // (1 + slots) * elems floats.
+  size_t bytes() const { return (1 + static_cast<size_t>(slots)) * elems * sizeof(float); }
+};
+
+class DenseTable {
+ public:
+  explicit DenseTable(const TableInfo* info);
+  ~DenseTable();
+
+  uint64_t num_blocks() const { return num_blocks_; }
+  uint64_t block_elems() const { return block_elems_; }
+  uint64_t BlockLen(uint64_t b) const;
+  uint32_t ShardOf(uint64_t b) const;
+
+  // Allocates (initialised) the blocks of held shards and frees the others; all or nothing.
+  // RESOURCE_EXHAUSTED names the table and the limit when the budget is short.
+  absl::Status SetHeldShards(const std::vector<bool>& held, MemoryBudget* budget);
+  // nullptr when the block is not held here.
+  DenseBlock* block(uint64_t b) const { return b < blocks_.size() ? blocks_[b].get() : nullptr; }
+
+  // Applies a gradient for elements [offset, offset + n) of block `b`. `advance` counts this
+  // as a new optimizer step (Adam's t); pass true for the chunk holding the slice's first element.
+  void Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad, bool advance);
+  // Writes elements [offset, offset + n) of the weights, encoded as `dtype`, to `out`.
+  void Read(DenseBlock* b, uint64_t offset, size_t n, v1::DataType dtype, char* out);
+
+  uint64_t blocks_held() const;
+  uint64_t elements_held() const;
+  uint64_t bytes_held() const;
+  // Frees every block (job dropped).
+  void Clear(MemoryBudget* budget);
+
+ private:
+  const TableInfo* info_;
+  uint64_t block_elems_;
+  uint64_t num_blocks_;
+  std::vector<std::unique_ptr<DenseBlock>> blocks_;
+};
+
+class SparseTable {
+ public:
+  static constexpr int kStripes = 64;
+
+  explicit SparseTable(const TableInfo* info);
+  ~SparseTable();
+
+  uint32_t ShardOf(uint64_t key) const;
+
+  // Calls f(i, row, updates) for each keys[i] (in stripe order, each under its stripe's lock),
+  // creating missing rows with the initializer. `row` points at [weights | slots] of the row.
+  // RESOURCE_EXHAUSTED when a new row does not fit the budget (rows created so far stay).
+  absl::Status VisitRows(absl::Span<const uint64_t> keys, MemoryBudget* budget,
+                         absl::FunctionRef<void(size_t i, float* row, int64_t* updates)> f);
+
+  // Applies gradient rows to `keys`. REQUIRES: keys are distinct; grad gives rows in key order.
+  absl::Status Apply(absl::Span<const uint64_t> keys, GradientFn grad, MemoryBudget* budget);
+  // Writes the weights of keys[i] (encoded as `dtype`) at out + i * width * DTypeSize(dtype).
+  absl::Status Read(absl::Span<const uint64_t> keys, v1::DataType dtype, char* out,
+                    MemoryBudget* budget);
+
+  // Drops rows whose shard is not held (exclusive access).
+  void DropUnheld(const std::vector<bool>& held, MemoryBudget* budget);
+  // Drops rows whose shard is in `shards` (exclusive access; used by restore).
+  void DropShards(const std::vector<bool>& shards, MemoryBudget* budget);
+  // Every row as (key, updates, [weights | slots]) sorted by key (exclusive access).
+  void ForEachRowSorted(absl::FunctionRef<void(uint64_t key, int64_t updates, const float* row)> f);
+  // Inserts or replaces a row (exclusive access).
+  absl::Status PutRow(uint64_t key, int64_t updates, const float* row, MemoryBudget* budget);
+
+  uint64_t rows() const;
+  uint64_t bytes_held() const;
+  void Clear(MemoryBudget* budget);
+
+ private:
+  struct Stripe {
+    absl::Mutex mu;
+    absl::flat_hash_map<uint64_t, uint32_t> index ABSL_GUARDED_BY(mu);  // key -> row id
+    std::vector<std::unique_ptr<float[]>> pages ABSL_GUARDED_BY(mu);
+    std::vector<uint64_t> keys ABSL_GUARDED_BY(mu);     // row id -> key
+    std::vector<int64_t> updates ABSL_GUARDED_BY(mu);   // row id -> optimizer steps
+  };
+  static int StripeOf(uint64_t key);
+  float* RowPtr(Stripe* s, uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+  // Finds or creates the row of `key`; nullptr when the budget is exhausted.
+  float* FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget, int64_t** updates)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+  void DropIf(absl::FunctionRef<bool(uint64_t key)> drop, MemoryBudget* budget);
+
+  const TableInfo* info_;
+  size_t row_floats_;
+  size_t rows_per_page_;
+  std::unique_ptr<Stripe[]> stripes_;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_SERVER_TABLE_H_

@@ -1,0 +1,157 @@
+#include "server/validate.h"
+
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/sharding.h"
+#include "server/initializer.h"
+
+namespace pscluster {
+namespace {
+
+bool IsNameChar(char c, bool allow_slash) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.' || c == '-' || (allow_slash && c == '/');
+}
+
+bool IsValidTableName(absl::string_view name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (char c : name) {
+    if (!IsNameChar(c, true)) return false;
+  }
+  return true;
+}
+
+absl::Status ValidateTable(v1::TableSpec* t, absl::string_view f) {
+  auto bad = [&](absl::string_view member, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(f, ".", member, ": ", why));
+  };
+  if (!IsValidTableName(t->name())) {
+    return bad("name", absl::StrCat("'", t->name(), "' must match [A-Za-z0-9_./-]{1,128}"));
+  }
+  if (t->dtype() != v1::DT_INVALID && t->dtype() != v1::DT_FLOAT32) {
+    return bad("dtype", absl::StrCat("tables are stored as float32 (DT_FLOAT32), not ",
+                                     v1::DataType_Name(t->dtype())));
+  }
+  t->set_dtype(v1::DT_FLOAT32);
+  if (t->kind() == v1::DENSE) {
+    unsigned __int128 elems = 1;
+    for (int i = 0; i < t->shape().dims_size(); ++i) {
+      if (t->shape().dims(i) == 0) {
+        return bad(absl::StrCat("shape.dims[", i, "]"), "every dimension must be > 0");
+      }
+      elems *= t->shape().dims(i);
+      if (elems > (static_cast<unsigned __int128>(1) << 42)) {
+        return bad("shape", "more than 2^42 elements");
+      }
+    }
+    if (t->block_elems() == 0) t->set_block_elems(kDefaultBlockElems);
+    if (t->block_elems() > kMaxBlockElems) {
+      return bad("block_elems", absl::StrCat(t->block_elems(), " exceeds ", kMaxBlockElems,
+                                             " (a block must fit one 4 MiB chunk)"));
+    }
+    if (t->row_width() != 0 || t->key_space() != 0) {
+      return bad("row_width", "row_width and key_space are for sparse tables");
+    }
+  } else if (t->kind() == v1::SPARSE) {
+    if (t->row_width() == 0 || t->row_width() > kMaxRowWidth) {
+      return bad("row_width", absl::StrCat("must be in [1, ", kMaxRowWidth, "], got ",
+                                           t->row_width()));
+    }
+    if (t->shape().dims_size() != 0 || t->block_elems() != 0) {
+      return bad("shape", "shape and block_elems are for dense tables");
+    }
+  } else {
+    return bad("kind", "must be DENSE or SPARSE");
+  }
+  absl::Status s = ValidateInitializer(*t, absl::StrCat(f, ".init"));
+  if (!s.ok()) return s;
+  const auto transport = t->compression().transport();
+  if (transport != v1::DT_INVALID && transport != v1::DT_FLOAT32 && transport != v1::DT_FLOAT16 &&
+      transport != v1::DT_BFLOAT16) {
+    return bad("compression.transport", "must be DT_FLOAT32, DT_FLOAT16 or DT_BFLOAT16");
+  }
+  const float k = t->compression().topk_ratio();
+  if (!(k >= 0.f && k <= 1.f)) return bad("compression.topk_ratio", "must be in [0, 1]");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsValidJobId(absl::string_view id) {
+  if (id.empty() || id.size() > 128 || id == "." || id == "..") return false;
+  for (char c : id) {
+    if (!IsNameChar(c, false)) return false;
+  }
+  return true;
+}
+
+absl::Status ValidateCreateTables(const v1::CreateTablesRequest& req,
+                                  std::vector<v1::TableSpec>* specs,
+                                  std::vector<OptimizerParams>* optimizers) {
+  if (!IsValidJobId(req.job_id())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job_id: '", req.job_id(), "' must match [A-Za-z0-9_.-]{1,128}"));
+  }
+  if (req.num_workers() == 0 || req.num_workers() > kMaxWorkers) {
+    return absl::InvalidArgumentError(absl::StrCat("num_workers: must be in [1, ", kMaxWorkers,
+                                                   "], got ", req.num_workers()));
+  }
+  if (req.num_virtual_shards() > kMaxVirtualShards) {
+    return absl::InvalidArgumentError(absl::StrCat("num_virtual_shards: at most ",
+                                                   kMaxVirtualShards));
+  }
+  const auto& c = req.consistency();
+  if (!v1::ConsistencySpec::Mode_IsValid(c.mode())) {
+    return absl::InvalidArgumentError("consistency.mode: must be BSP, SSP or ASP");
+  }
+  if (c.aggregate() && c.mode() != v1::ConsistencySpec::BSP) {
+    return absl::InvalidArgumentError(
+        "consistency.aggregate: synchronous aggregation needs mode BSP");
+  }
+  std::set<std::string> names;
+  specs->clear();
+  optimizers->clear();
+  for (int i = 0; i < req.tables_size(); ++i) {
+    const std::string f = absl::StrCat("tables[", i, "]");
+    v1::TableSpec t = req.tables(i);
+    absl::Status s = ValidateTable(&t, f);
+    if (!s.ok()) return s;
+    if (!names.insert(t.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(f, ".name: '", t.name(),
+                                                     "' is declared twice"));
+    }
+    auto opt = ResolveOptimizer(t.optimizer(), absl::StrCat(f, ".optimizer"));
+    if (!opt.ok()) return opt.status();
+    specs->push_back(std::move(t));
+    optimizers->push_back(*opt);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateShardMap(const v1::ShardMap& map, absl::string_view field) {
+  if (!IsValidJobId(map.job_id())) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".job_id: '", map.job_id(),
+                                                   "' is not a valid job id"));
+  }
+  if (map.num_virtual_shards() == 0 || map.num_virtual_shards() > kMaxVirtualShards) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".num_virtual_shards: must be in [1, ",
+                                                   kMaxVirtualShards, "]"));
+  }
+  if (static_cast<uint32_t>(map.assignments_size()) != map.num_virtual_shards()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".assignments: ", map.assignments_size(), " assignments for ",
+        map.num_virtual_shards(), " virtual shards (need exactly one each)"));
+  }
+  for (int i = 0; i < map.assignments_size(); ++i) {
+    if (map.assignments(i).shard() != static_cast<uint32_t>(i)) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".assignments[", i, "].shard: is ",
+                                                     map.assignments(i).shard(), ", expected ", i,
+                                                     " (ordered by shard)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster
