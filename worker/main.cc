@@ -19,6 +19,7 @@
 #include "common/atomic_file.h"
 #include "common/grpc_server.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "kernels/device_probe.h"
 #include "scheduler/job_yaml.h"
 #include "worker/scheduler_client.h"
@@ -47,6 +48,8 @@ ABSL_FLAG(int, call_timeout_sec, 120,
           "deadline of each pull/push, waiting for slower workers included");
 ABSL_FLAG(int, register_timeout_sec, 60,
           "give up registering with --scheduler after this long (exit 138, retryable)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port serving Prometheus text at /metrics (empty = no metrics endpoint)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of this worker (TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -203,6 +206,36 @@ int main(int argc, char** argv) {
   std::string address = host.empty() ? (*server)->address()
                                      : absl::StrCat(host, ":", (*server)->port());
   node->SetAddress(address);
+
+  // Prometheus metrics, computed from the node's status at scrape time.
+  MetricsRegistry metrics;
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  worker::WorkerNode* n = node.get();
+  auto gauge = [&metrics, n](const std::string& name, const std::string& help,
+                             std::function<double(const v1::WorkerStatus&)> fn) {
+    metrics.AddGaugeCallback(name, help, [n, fn] {
+      v1::WorkerStatus st = n->Status();
+      return std::vector<Sample>{{"", fn(st)}};
+    });
+  };
+  gauge("pscluster_worker_busy", "1 while a training task runs.",
+        [](const v1::WorkerStatus& s) { return s.busy() ? 1.0 : 0.0; });
+  gauge("pscluster_worker_step", "Steps completed by the current task.",
+        [](const v1::WorkerStatus& s) { return static_cast<double>(s.step()); });
+  gauge("pscluster_worker_samples_per_second", "Training throughput, last window.",
+        [](const v1::WorkerStatus& s) { return s.samples_per_sec(); });
+  gauge("pscluster_worker_pull_wait_seconds", "Time waiting on pulls, current task.",
+        [](const v1::WorkerStatus& s) { return s.pull_wait_sec(); });
+  gauge("pscluster_worker_compute_seconds", "Time computing, current task.",
+        [](const v1::WorkerStatus& s) { return s.compute_sec(); });
+  gauge("pscluster_worker_push_wait_seconds", "Time blocked on pushes, current task.",
+        [](const v1::WorkerStatus& s) { return s.push_sec(); });
+  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
+    auto ms = MetricsHttpServer::Start(absl::GetFlag(FLAGS_metrics_listen), &metrics);
+    if (!ms.ok()) return Fail(ms.status(), 2);
+    metrics_server = std::move(*ms);
+    log->info("Prometheus metrics on port {} (/metrics)", metrics_server->port());
+  }
 
   std::atomic<int> exit_code{0};
   node->Start([&exit_code](absl::Status why) {
