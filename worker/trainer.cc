@@ -1,10 +1,13 @@
 #include "worker/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <future>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/safetensors.h"
 #include "kernels/create_backend.h"
@@ -196,6 +199,22 @@ absl::Status Trainer::RunImpl(State* st) {
   st->tables = std::move(*tables);
   log->info("job {} rank {}: {} model on {}, {} tables", task_.job_id(), rank, model_spec.kind(),
             st->backend->name(), st->tables.size());
+
+  // The export directory is created (and checked writable) now, not after hours of training.
+  if (rank == 0 && !spec.export_path().empty()) {
+    const std::string& path = spec.export_path();
+    size_t slash = path.rfind('/');
+    std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+    absl::Status ds = MakeDirs(dir);
+    if (ds.ok()) {
+      std::string probe = absl::StrCat(path, ".probe");
+      ds = WriteFileAtomically(probe, "");
+      ::unlink(probe.c_str());
+    }
+    if (!ds.ok()) {
+      return absl::Status(ds.code(), absl::StrCat("export_path: ", ds.message()));
+    }
+  }
 
   // Parameter servers.
   PsClientOptions copts;

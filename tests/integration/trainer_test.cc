@@ -91,7 +91,9 @@ class TrainerTest : public ::testing::Test {
 };
 
 TEST_F(TrainerTest, TwoWorkersTrainSoftmaxUnderBspAndExport) {
-  std::string export_path = std::string(std::getenv("TEST_TMPDIR")) + "/softmax.safetensors";
+  // The export directory does not exist yet: rank 0 creates it.
+  std::string export_path =
+      std::string(std::getenv("TEST_TMPDIR")) + "/models/new/softmax.safetensors";
   TestSink sinks[2];
   std::unique_ptr<Trainer> trainers[2];
   for (uint32_t r = 0; r < 2; ++r) {
@@ -187,6 +189,16 @@ TEST_F(TrainerTest, BadTasksAreRefusedWithTheFieldNamed) {
   s = (*t3)->Run();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("model.kind"), std::string::npos) << s;
+
+  // An export path that cannot be written fails the task before any training.
+  task = Task("job-bad", 0, 1);
+  task.mutable_spec()->set_export_path("/proc/no-such-dir/model.safetensors");
+  auto t5 = Trainer::Create(task, Options(), &sink);
+  ASSERT_TRUE(t5.ok());
+  s = (*t5)->Run();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("export_path"), std::string::npos) << s;
+  EXPECT_EQ((*t5)->Snapshot().step, 0);
 
   task = Task("job-bad", 0, 1);
   (*task.mutable_spec()->mutable_table_optimizers())["nope"].set_learning_rate(1);
