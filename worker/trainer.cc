@@ -45,18 +45,17 @@ struct Trainer::State {
   std::unique_ptr<kernels::Model> model;
   std::vector<v1::TableSpec> tables;
   std::unique_ptr<PsClient> client;
-  std::unique_ptr<Batcher> train_batcher;
   std::unique_ptr<Batcher> test_batcher;
   std::vector<int64_t> partition;
 
-  // Per-step buffers, double-buffered by step parity: step n's push reads slot n % 2 while step
-  // n + 1 pulls into and computes with the other slot.
+  // Per-step buffers: step n computes with slot n % 3 while the pull of step n + 1 and the push of
+  // step n - 1 use the other two.
   struct Slot {
     std::vector<std::vector<uint64_t>> keys;   // Per parameter (sparse only).
     std::vector<std::vector<float>> values;    // Per parameter.
     std::vector<std::vector<float>> grads;     // Per parameter.
   };
-  Slot slots[2];
+  Slot slots[3];
 
   // Sizes the slot's buffers for `keys` and builds the pull targets / push sources over it.
   void Prepare(Slot* slot, std::vector<std::vector<uint64_t>> keys) {
@@ -253,7 +252,6 @@ absl::Status Trainer::RunImpl(State* st) {
   const int64_t smallest_part = st->data->train_size() / part.count;
   const int64_t steps_per_epoch = std::max<int64_t>(1, smallest_part / batch);
   const int64_t total_steps = steps_per_epoch * spec.epochs();
-  st->train_batcher = st->data->TrainBatcher();
   st->test_batcher = st->data->TestBatcher();
   const bool aggregate = spec.consistency().mode() == v1::ConsistencySpec::BSP &&
                          spec.consistency().aggregate();
@@ -341,50 +339,106 @@ absl::Status Trainer::RunImpl(State* st) {
     return true;
   };
 
-  // The training loop.
-  std::future<absl::Status> pending_push;
-  auto wait_push = [&]() -> absl::Status {
-    if (!pending_push.valid()) return absl::OkStatus();
+  // The training loop. Step n computes with slot n % 3: the pull of step n + 1 (prefetched where
+  // the consistency model allows) fills slot (n + 1) % 3 and the push of step n - 1 reads slot
+  // (n - 1) % 3 meanwhile. Batches alternate between two batchers for the same reason.
+  const v1::ConsistencySpec& cons = spec.consistency();
+  // A read one step early misses only this worker's own latest push: allowed when the servers
+  // may serve reads that stale anyway (SSP with s >= 1, ASP).
+  const bool prefetch = cons.mode() == v1::ConsistencySpec::ASP ||
+                        (cons.mode() == v1::ConsistencySpec::SSP && cons.staleness() >= 1);
+  std::unique_ptr<Batcher> batchers[2] = {st->data->TrainBatcher(), st->data->TrainBatcher()};
+  kernels::Batch batches[2];
+  std::vector<int64_t> orders[2];  // Epoch orders, by epoch parity.
+  int64_t order_epoch[2] = {-1, -1};
+  std::vector<int64_t> ids(batch);
+  auto prepare = [&](int64_t n) -> absl::Status {
+    int64_t epoch = n / steps_per_epoch, j = n % steps_per_epoch;
+    std::vector<int64_t>& order = orders[epoch & 1];
+    if (order_epoch[epoch & 1] != epoch) {
+      order = data::EpochOrder(st->partition, spec.seed(), static_cast<uint32_t>(epoch), part.index);
+      order_epoch[epoch & 1] = epoch;
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+      ids[i] = order[static_cast<size_t>((j * batch + i) % static_cast<int64_t>(order.size()))];
+    }
+    batches[n & 1] = batchers[n & 1]->Make(ids);
+    auto keys = st->model->SparseKeys(batches[n & 1]);
+    if (!keys.ok()) return keys.status();
+    st->Prepare(&st->slots[n % 3], std::move(*keys));
+    return absl::OkStatus();
+  };
+  PsClient* psc = st->client.get();
+  std::future<absl::Status> pending_push, pending_pull;
+  auto start_pull = [&](int64_t n) {
+    PullTargets targets = st->Targets(&st->slots[n % 3], true, true);
+    pending_pull = std::async(std::launch::async, [psc, n, targets = std::move(targets)] {
+      return psc->Pull(n, targets);
+    });
+  };
+  auto wait = [&](std::future<absl::Status>* f, absl::Duration* win,
+                  absl::Duration* total) -> absl::Status {
+    if (!f->valid()) return absl::OkStatus();
     absl::Time t0 = absl::Now();
-    absl::Status ps = pending_push.get();
-    win_push += absl::Now() - t0;
-    tot_push += absl::Now() - t0;
+    absl::Status ps = f->get();
+    *win += absl::Now() - t0;
+    *total += absl::Now() - t0;
     return ps;
   };
-  std::vector<int64_t> order, ids(batch);
+  auto drain = [&]() {
+    if (pending_pull.valid()) pending_pull.wait();
+    if (pending_push.valid()) pending_push.wait();
+  };
+
   int64_t step = task_.start_step();
+  if (step < total_steps) {
+    absl::Status s0 = prepare(step);
+    if (!s0.ok()) return s0;
+    if (prefetch) start_pull(step);
+  }
   for (int64_t epoch = step / steps_per_epoch; epoch < spec.epochs(); ++epoch) {
-    order = data::EpochOrder(st->partition, spec.seed(), static_cast<uint32_t>(epoch), part.index);
     const absl::Time epoch_start = absl::Now();
     for (int64_t j = step - epoch * steps_per_epoch; j < steps_per_epoch; ++j, ++step) {
       if (cancelled_.load()) {
-        (void)wait_push();
+        drain();
         return absl::CancelledError("cancelled");
       }
-      State::Slot& slot = st->slots[step & 1];
-      for (int64_t i = 0; i < batch; ++i) {
-        ids[i] = order[static_cast<size_t>((j * batch + i) % static_cast<int64_t>(order.size()))];
+      State::Slot& slot = st->slots[step % 3];
+      absl::Status ps;
+      if (prefetch) {
+        ps = wait(&pending_pull, &win_pull, &tot_pull);
+      } else {
+        absl::Time t0 = absl::Now();
+        ps = psc->Pull(step, st->Targets(&slot, true, true));
+        win_pull += absl::Now() - t0;
+        tot_pull += absl::Now() - t0;
       }
-      kernels::Batch b = st->train_batcher->Make(ids);
-      auto keys = st->model->SparseKeys(b);
-      if (!keys.ok()) return keys.status();
-      st->Prepare(&slot, std::move(*keys));
-
-      absl::Time t0 = absl::Now();
-      absl::Status ps = st->client->Pull(step, st->Targets(&slot, true, true));
-      if (!ps.ok()) return ps;
+      if (!ps.ok()) {
+        drain();
+        return ps;
+      }
+      if (step + 1 < total_steps) {
+        absl::Status s1 = prepare(step + 1);
+        if (!s1.ok()) {
+          drain();
+          return s1;
+        }
+        if (prefetch) start_pull(step + 1);
+      }
       absl::Time t1 = absl::Now();
       kernels::StepResult r;
-      absl::Status cs = st->model->TrainStep(b, State::Values(slot), State::Grads(&slot), &r);
-      if (!cs.ok()) return cs;
+      absl::Status cs =
+          st->model->TrainStep(batches[step & 1], State::Values(slot), State::Grads(&slot), &r);
+      if (!cs.ok()) {
+        drain();
+        return cs;
+      }
       if (grad_scale != 1.0f) {
         for (auto& g : slot.grads) {
           for (float& v : g) v *= grad_scale;
         }
       }
       absl::Time t2 = absl::Now();
-      win_pull += t1 - t0;
-      tot_pull += t1 - t0;
       win_compute += t2 - t1;
       tot_compute += t2 - t1;
       win_loss += r.loss * r.examples;
@@ -393,25 +447,33 @@ absl::Status Trainer::RunImpl(State* st) {
       run_examples += r.examples;
 
       // Step n - 1's push must be done before step n's starts (one push in flight, in order).
-      absl::Status prev = wait_push();
-      if (!prev.ok()) return prev;
+      absl::Status prev = wait(&pending_push, &win_push, &tot_push);
+      if (!prev.ok()) {
+        drain();
+        return prev;
+      }
       PushSources sources = st->Sources(slot);
-      PsClient* client = st->client.get();
-      pending_push = std::async(std::launch::async, [client, step, sources = std::move(sources)] {
-        return client->Push(step, sources);
+      pending_push = std::async(std::launch::async, [psc, step, sources = std::move(sources)] {
+        return psc->Push(step, sources);
       });
       if (!report(step + 1, false)) {
-        (void)wait_push();
+        drain();
         return absl::CancelledError("cancelled");
       }
     }
-    absl::Status prev = wait_push();
-    if (!prev.ok()) return prev;
+    absl::Status prev = wait(&pending_push, &win_push, &tot_push);
+    if (!prev.ok()) {
+      drain();
+      return prev;
+    }
     train_time += absl::Now() - epoch_start;
     const bool last_epoch = epoch + 1 == spec.epochs();
     if (rank == 0 && (options_.eval_every_epoch || last_epoch)) {
       auto ev = evaluate(step);
-      if (!ev.ok()) return ev.status();
+      if (!ev.ok()) {
+        drain();
+        return ev.status();
+      }
       progress.set_test_accuracy(ev->accuracy);
       progress.set_test_loss(ev->loss);
       log->info("job {} epoch {}/{}: test accuracy {:.4f}, loss {:.4f}", task_.job_id(), epoch + 1,

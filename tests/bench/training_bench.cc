@@ -44,7 +44,7 @@ namespace {
 
 using worker::TrainerResult;
 
-v1::JobSpec Spec() {
+v1::JobSpec Spec(v1::ConsistencySpec::Mode mode = v1::ConsistencySpec::BSP) {
   v1::JobSpec spec;
   spec.set_name("bench");
   spec.mutable_model()->set_kind("mlp");
@@ -54,7 +54,8 @@ v1::JobSpec Spec() {
   spec.mutable_dataset()->set_name("fashion_mnist");
   spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
   spec.mutable_optimizer()->set_learning_rate(1e-3f);
-  spec.mutable_consistency()->set_mode(v1::ConsistencySpec::BSP);
+  spec.mutable_consistency()->set_mode(mode);
+  if (mode == v1::ConsistencySpec::SSP) spec.mutable_consistency()->set_staleness(1);
   spec.set_epochs(absl::GetFlag(FLAGS_epochs));
   spec.set_batch_size(absl::GetFlag(FLAGS_batch));
   spec.set_device("cpu");
@@ -151,7 +152,8 @@ class NullSink final : public worker::ProgressSink {
   }
 };
 
-absl::StatusOr<Row> Cluster(const std::string& server_address, int workers, int run) {
+absl::StatusOr<Row> Cluster(const std::string& server_address, int workers, int run,
+                            v1::ConsistencySpec::Mode mode) {
   std::vector<std::unique_ptr<worker::Trainer>> trainers;
   NullSink sink;
   worker::TrainerOptions to;
@@ -162,7 +164,7 @@ absl::StatusOr<Row> Cluster(const std::string& server_address, int workers, int 
   for (int r = 0; r < workers; ++r) {
     v1::AssignTaskRequest task;
     task.set_job_id(absl::StrCat("bench-", workers, "x-", run));
-    *task.mutable_spec() = Spec();
+    *task.mutable_spec() = Spec(mode);
     task.mutable_spec()->set_num_workers(workers);
     task.set_rank(r);
     task.set_num_workers(workers);
@@ -179,7 +181,8 @@ absl::StatusOr<Row> Cluster(const std::string& server_address, int workers, int 
   st[0] = trainers[0]->Run();
   for (auto& t : threads) t.join();
   Row row;
-  row.name = absl::StrCat("1 server x ", workers, " worker", workers > 1 ? "s" : "");
+  row.name = absl::StrCat("1 server x ", workers, " worker", workers > 1 ? "s" : "",
+                          mode == v1::ConsistencySpec::BSP ? " (BSP)" : " (SSP s=1, prefetch)");
   int64_t steps = 0;
   for (int r = 0; r < workers; ++r) {
     if (!st[r].ok()) return st[r];
@@ -249,10 +252,13 @@ int Main(int argc, char** argv) {
   }
   rows.push_back(*single);
   int run = 0;
-  for (int workers : {1, 2}) {
+  for (auto [workers, mode] : std::vector<std::pair<int, v1::ConsistencySpec::Mode>>{
+           {1, v1::ConsistencySpec::BSP},
+           {1, v1::ConsistencySpec::SSP},
+           {2, v1::ConsistencySpec::BSP}}) {
     if (workers == 2 && absl::GetFlag(FLAGS_skip_two_workers)) continue;
     std::fprintf(stderr, "training through the server with %d worker(s)...\n", workers);
-    auto row = Cluster(address, workers, run++);
+    auto row = Cluster(address, workers, run++, mode);
     if (!row.ok()) {
       std::fprintf(stderr, "%d workers: %s\n", workers, row.status().ToString().c_str());
       return 1;
@@ -266,8 +272,9 @@ int Main(int argc, char** argv) {
                 r.samples_per_sec, r.samples_per_sec / rows[0].samples_per_sec, r.pull * 1e3,
                 r.compute * 1e3, r.push * 1e3, r.accuracy);
   }
-  if (rows.size() == 3) {
-    std::printf("\n2 workers / 1 worker: %.2f\n", rows[2].samples_per_sec / rows[1].samples_per_sec);
+  if (rows.size() == 4) {
+    std::printf("\n2 workers / 1 worker (BSP): %.2f\n",
+                rows[3].samples_per_sec / rows[1].samples_per_sec);
   }
   (*server)->Terminate(absl::Seconds(5));
   return 0;

@@ -6,6 +6,8 @@
 
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+
 #include "common/clock.h"
 #include "common/safetensors.h"
 #include "server/ps_server.h"
@@ -136,6 +138,31 @@ TEST_F(TrainerTest, TwoWorkersTrainSoftmaxUnderBspAndExport) {
   EXPECT_EQ(w->shape, (std::vector<uint64_t>{784, 10}));
   ASSERT_NE(file->Find("linear/bias"), nullptr);
   EXPECT_EQ(file->metadata().at("job_id"), "job-bsp");
+}
+
+// Under SSP (s >= 1) and ASP the worker prefetches step n + 1's parameters while computing step n.
+TEST_F(TrainerTest, SspAndAspWithPrefetchTrainToo) {
+  for (auto mode : {v1::ConsistencySpec::SSP, v1::ConsistencySpec::ASP}) {
+    TestSink sinks[2];
+    std::unique_ptr<Trainer> trainers[2];
+    std::string job = absl::StrCat("job-", v1::ConsistencySpec::Mode_Name(mode));
+    for (uint32_t r = 0; r < 2; ++r) {
+      auto task = Task(job, r, 2);
+      task.mutable_spec()->mutable_consistency()->set_mode(mode);
+      task.mutable_spec()->mutable_consistency()->set_staleness(2);
+      auto t = Trainer::Create(task, Options(), &sinks[r]);
+      ASSERT_TRUE(t.ok()) << t.status();
+      trainers[r] = std::move(*t);
+    }
+    absl::Status st[2];
+    std::thread other([&] { st[1] = trainers[1]->Run(); });
+    st[0] = trainers[0]->Run();
+    other.join();
+    ASSERT_TRUE(st[0].ok()) << st[0];
+    ASSERT_TRUE(st[1].ok()) << st[1];
+    EXPECT_EQ(trainers[0]->result().steps, 300);
+    EXPECT_GT(trainers[0]->result().test_accuracy, 0.78) << job;
+  }
 }
 
 TEST_F(TrainerTest, CancelStopsPromptly) {
