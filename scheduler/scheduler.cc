@@ -63,6 +63,7 @@ absl::Status Scheduler::Restore() {
     rec.last_persist = now;
     const std::string id = rec.job.job_id();
     if (rec.job.state() == v1::JOB_PLACING) rec.placement_pending = true;
+    if (IsTerminal(rec.job.state())) rec.job.mutable_progress()->clear_waiting_for();
     if (IsActive(rec.job.state())) ++active;
     if (!rec.client_token.empty()) by_token_[rec.client_token] = id;
     order_.push_back(id);
@@ -125,6 +126,9 @@ void Scheduler::Finish(JobRecord& rec, v1::JobState state, const std::string& re
   rec.job.set_reason(reason);
   rec.job.set_finished_unix_ms(UnixMs(clock_->Now()));
   rec.placement_pending = false;
+  // A finished job waits for no one.
+  rec.server_waiting_for.clear();
+  rec.job.mutable_progress()->clear_waiting_for();
   (void)Persist(rec);
   if (held) QueueCleanups(rec, reason);
   auto log = state == v1::JOB_SUCCEEDED ? spdlog::level::info : spdlog::level::warn;

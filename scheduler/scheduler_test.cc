@@ -511,6 +511,49 @@ TEST_F(SchedulerTest, WaitingForComesFromTheServersToo) {
   EXPECT_THAT(Get(*id).progress().waiting_for(), ElementsAre(0));
 }
 
+TEST_F(SchedulerTest, AFinishedJobWaitsForNoOne) {
+  AddCluster(2, 2);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  // The servers' last poll saw both ranks holding pulls back.
+  Node(job.servers(0))->server()->SetWaitingFor({0, 1});
+  ASSERT_THAT(Report(*id, 0, 5, false), IsOk());
+  ASSERT_THAT(Report(*id, 1, 5, false), IsOk());
+  clock_.Advance(options_.status_poll_interval);
+  sched_->RunOnce();
+  EXPECT_THAT(Get(*id).progress().waiting_for(), ElementsAre(0, 1));
+  // Rank 1 is done: it is no longer waited for, though the servers said so last.
+  ASSERT_THAT(Report(*id, 1, 10, true), IsOk());
+  EXPECT_THAT(Get(*id).progress().waiting_for(), ElementsAre(0));
+  ASSERT_THAT(Report(*id, 0, 10, true, "", "/tmp/m.safetensors"), IsOk());
+  EXPECT_EQ(Get(*id).state(), v1::JOB_SUCCEEDED);
+  EXPECT_THAT(Get(*id).progress().waiting_for(), IsEmpty());
+  FinishTasks(*id);
+
+  // A cancelled job, likewise, right away and after a restart.
+  auto second = Submit(kJob);
+  ASSERT_THAT(second, IsOk());
+  sched_->RunOnce();
+  job = Get(*second);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING);
+  Node(job.servers(0))->server()->SetWaitingFor({1});
+  ASSERT_THAT(Report(*second, 0, 5, false), IsOk());
+  ASSERT_THAT(Report(*second, 1, 4, false), IsOk());
+  clock_.Advance(options_.status_poll_interval);
+  sched_->RunOnce();
+  EXPECT_THAT(Get(*second).progress().waiting_for(), ElementsAre(1));
+  v1::CancelJobRequest req;
+  req.set_job_id(*second);
+  v1::CancelJobResponse resp;
+  ASSERT_THAT(sched_->CancelJob(req, &resp), IsOk());
+  EXPECT_THAT(Get(*second).progress().waiting_for(), IsEmpty());
+  StartScheduler();
+  EXPECT_THAT(Get(*second).progress().waiting_for(), IsEmpty());
+  EXPECT_THAT(Get(*id).progress().waiting_for(), IsEmpty());
+}
+
 TEST_F(SchedulerTest, RestoredNodesGetNoNewWorkUntilHeardFrom) {
   AddCluster(1, 1);
   StartScheduler();  // Restarted: the nodes are known but not yet heard from.
