@@ -132,6 +132,9 @@ class Scheduler {
   void CheckLeases();
   std::vector<PlacementWork> PlaceQueuedJobs();
   void ExecutePlacement(const PlacementWork& work);
+  // Before a placement calls anyone: if a chosen worker still runs the task of a job that has
+  // ended, puts the job back in the queue (the attempt not counted) and returns true.
+  bool WaitForStoppingWorkers(const PlacementWork& work);
   void PollServers();
   void RunCleanups();
   void PersistProgress();

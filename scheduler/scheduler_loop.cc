@@ -21,6 +21,8 @@ constexpr int kMaxCleanupAttempts = 3;
 // Calls to different nodes run side by side, so one slow node costs one deadline, not many.
 constexpr size_t kMaxParallelCalls = 32;
 constexpr absl::Duration kCleanupRetry = absl::Seconds(1);
+// How soon a placement that waits for workers still stopping an ended job's task looks again.
+constexpr absl::Duration kStoppingRetry = absl::Milliseconds(200);
 
 std::shared_ptr<spdlog::logger> Log() { return Logger("scheduler"); }
 
@@ -232,7 +234,47 @@ std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
   return work;
 }
 
+bool Scheduler::WaitForStoppingWorkers(const PlacementWork& w) {
+  const uint32_t n = w.workers.size();
+  std::vector<std::string> busy_with(n);
+  ParallelFor(n, [&](size_t rank) {
+    auto status = registry_.Get(w.workers[rank]);
+    if (!status.has_value()) return;
+    auto ws = rpc_->WorkerStatus(status->info().address());
+    if (ws.ok() && ws->busy() && ws->job_id() != w.job_id) busy_with[rank] = ws->job_id();
+  });
+  absl::MutexLock l(&mu_);
+  std::vector<std::string> stopping;
+  for (uint32_t rank = 0; rank < n; ++rank) {
+    if (busy_with[rank].empty()) continue;
+    const JobRecord* other = FindJob(busy_with[rank]);
+    // Only a job this scheduler has ended: its task is on its way out. Anything else is a real
+    // conflict, which AssignTask reports.
+    if (other == nullptr || !IsTerminal(other->job.state())) continue;
+    stopping.push_back(absl::StrCat(w.workers[rank], " (", busy_with[rank], ")"));
+  }
+  if (stopping.empty()) return false;
+  JobRecord* rec = FindJob(w.job_id);
+  if (rec == nullptr || rec->job.state() != v1::JOB_PLACING) return true;
+  // Nothing was called yet: back to the queue, the attempt not counted.
+  v1::Job& job = rec->job;
+  std::string reason = absl::StrCat(
+      "waiting for resources: ", stopping.size() == 1 ? "worker " : "workers ",
+      absl::StrJoin(stopping, ", "), " still stopping the task of a job that ended");
+  if (reason != job.reason()) Log()->info("job {}: {}", w.job_id, reason);
+  job.set_state(v1::JOB_QUEUED);
+  job.set_reason(reason);
+  job.clear_servers();
+  job.clear_workers();
+  rec->next_attempt = clock_->Now() + kStoppingRetry;
+  (void)Persist(*rec);
+  return true;
+}
+
 void Scheduler::ExecutePlacement(const PlacementWork& w) {
+  // Workers still finishing the task of a job that ended (cancelled, or its final report just
+  // in) would refuse the task: wait for them instead of failing an attempt.
+  if (WaitForStoppingWorkers(w)) return;
   const uint32_t n = w.workers.size();
   std::vector<std::string> reached_servers, reached_workers;
   // First every server learns the map (all in parallel), then every worker gets its task.

@@ -497,6 +497,44 @@ TEST_F(SchedulerTest, ABusyWorkerRollsThePlacementBack) {
   EXPECT_THAT(other->stopped(), SizeIs(1));
 }
 
+TEST_F(SchedulerTest, WorkersStillStoppingAnEndedJobAreWaitedForNotFailed) {
+  AddCluster(2, 2);
+  auto first = Submit(kJob);
+  auto second = Submit(kJob);
+  ASSERT_THAT(first, IsOk());
+  ASSERT_THAT(second, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*first);
+  // job-1 succeeds, but its workers have not yet left their tasks (their final reports just
+  // came in).
+  ASSERT_THAT(Report(*first, 0, 10, true), IsOk());
+  ASSERT_THAT(Report(*first, 1, 10, true), IsOk());
+  ASSERT_EQ(Get(*first).state(), v1::JOB_SUCCEEDED);
+  for (int i = 0; i < 2 * options_.max_placement_attempts; ++i) {
+    clock_.Advance(options_.placement_backoff);
+    BeatAll();
+    sched_->RunOnce();
+    v1::Job queued = Get(*second);
+    ASSERT_EQ(queued.state(), v1::JOB_QUEUED) << queued.reason();
+    EXPECT_THAT(queued.reason(),
+                HasSubstr(absl::StrCat("waiting for resources: workers ", job.workers(0), " (",
+                                       *first, "), ", job.workers(1), " (", *first,
+                                       ") still stopping the task of a job that ended")));
+  }
+  // Nothing was asked of anyone meanwhile.
+  for (const std::string& s : job.servers()) {
+    for (const auto& u : Node(s)->server()->updates()) EXPECT_NE(u.map().job_id(), *second);
+  }
+  for (const std::string& w : job.workers()) EXPECT_THAT(Node(w)->worker()->assigned(), SizeIs(1));
+  // Once they are idle, job-2 runs there.
+  FinishTasks(*first);
+  clock_.Advance(absl::Seconds(1));
+  sched_->RunOnce();
+  v1::Job running = Get(*second);
+  EXPECT_EQ(running.state(), v1::JOB_RUNNING) << running.reason();
+  for (const std::string& w : job.workers()) EXPECT_THAT(Node(w)->worker()->assigned(), SizeIs(2));
+}
+
 TEST_F(SchedulerTest, WaitingForComesFromTheServersToo) {
   AddCluster(2, 2);
   auto id = Submit(kJob);
