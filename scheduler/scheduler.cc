@@ -31,7 +31,9 @@ Scheduler::Scheduler(const SchedulerOptions& options, Store* store, const Clock*
       rpc_(rpc),
       placement_(placement),
       registry_(RegistryOptions{options.lease}, clock, store),
-      started_(clock->Now()) {}
+      started_(clock->Now()) {
+  RegisterMetrics();
+}
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& options,
                                                              Store* store, const Clock* clock,
@@ -213,7 +215,7 @@ absl::Status Scheduler::RegisterNode(const v1::RegisterNodeRequest& req,
                                      v1::RegisterNodeResponse* resp) {
   auto reg = registry_.Register(req.node());
   if (!reg.ok()) return reg.status();
-  ++registrations_;
+  registrations_->Add();
   resp->set_node_id(reg->node_id);
   resp->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
   resp->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(registry_.heartbeat_interval()));
@@ -235,7 +237,7 @@ absl::Status Scheduler::RegisterNode(const v1::RegisterNodeRequest& req,
 absl::Status Scheduler::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
   absl::Status s = registry_.Heartbeat(req);
   if (!s.ok()) return s;
-  ++heartbeats_;
+  heartbeats_->Add();
   resp->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
   return absl::OkStatus();
 }
@@ -308,7 +310,7 @@ absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJob
   jobs_.emplace(id, std::move(rec));
   resp->set_job_id(id);
   resp->set_state(v1::JOB_QUEUED);
-  ++submissions_;
+  submissions_->Add();
   Wake();
   return absl::OkStatus();
 }
@@ -392,7 +394,7 @@ absl::Status Scheduler::ReportProgress(const v1::ReportProgressRequest& req,
     resp->set_cancel(true);
     return absl::OkStatus();
   }
-  ++progress_reports_;
+  progress_reports_->Add();
   v1::WorkerProgress* w = job.mutable_progress()->mutable_workers(p.rank());
   *w = p;
   w->set_node_id(assigned);

@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/cluster_rpc.h"
 #include "scheduler/node_registry.h"
@@ -84,9 +85,11 @@ class Scheduler {
   absl::Status ClusterStatus(const v1::ClusterStatusRequest& req,
                              v1::ClusterStatusResponse* resp);
 
-  // Prometheus text exposition: nodes by role and state, jobs by state, running jobs' progress,
-  // and call counters. Thread-safe.
-  std::string RenderMetrics() const;
+  // The scheduler's metrics (nodes by role and state, jobs by state, running jobs' progress,
+  // call counters), for a MetricsHttpServer; RenderMetrics() is their Prometheus text.
+  // Thread-safe.
+  const MetricsRegistry& metrics() const { return metrics_; }
+  std::string RenderMetrics() const { return metrics_.Render(); }
 
   const NodeRegistry& registry() const { return registry_; }
 
@@ -123,6 +126,8 @@ class Scheduler {
   Scheduler(const SchedulerOptions& options, Store* store, const Clock* clock, ClusterRpc* rpc,
             const PlacementPolicy* placement);
   absl::Status Restore();
+  // Adds the scheduler's families to metrics_ (called once, by the constructor).
+  void RegisterMetrics();
   void Loop();
   void PollLoop();
   void ControlPass();
@@ -180,11 +185,12 @@ class Scheduler {
   std::thread loop_;
   std::thread poll_loop_;
 
-  // Counters for RenderMetrics().
-  std::atomic<uint64_t> heartbeats_{0};
-  std::atomic<uint64_t> registrations_{0};
-  std::atomic<uint64_t> submissions_{0};
-  std::atomic<uint64_t> progress_reports_{0};
+  // Metrics; the counters belong to metrics_ (set by RegisterMetrics(), never null after).
+  MetricsRegistry metrics_;
+  Counter* heartbeats_ = nullptr;
+  Counter* registrations_ = nullptr;
+  Counter* submissions_ = nullptr;
+  Counter* progress_reports_ = nullptr;
 };
 
 }  // namespace pscluster::scheduler
