@@ -37,6 +37,15 @@ TEST(E2eCancelTest, CancelStopsTheRealWorkersAndTheNextJobRunsOnThem) {
     EXPECT_EQ(s->job_id(), "job-1") << w;
   }
 
+  // The scheduler's /metrics shows the running job and the nodes.
+  auto metrics = c.SchedulerMetrics();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_THAT(*metrics, HasSubstr("pscluster_scheduler_nodes{role=\"worker\",state=\"alive\"} 2"));
+  EXPECT_THAT(*metrics, HasSubstr("pscluster_scheduler_nodes{role=\"server\",state=\"alive\"} 2"));
+  EXPECT_THAT(*metrics, HasSubstr("pscluster_scheduler_jobs{state=\"running\"} 1"));
+  EXPECT_THAT(*metrics, HasSubstr("pscluster_job_step{job=\"job-1\",name=\"long\"} "));
+  EXPECT_THAT(*metrics, HasSubstr("pscluster_scheduler_progress_reports_total "));
+
   CommandResult cancel = c.Psctl({"cancel", "job-1", "--reason=wrong learning rate"});
   ASSERT_EQ(cancel.exit_code, 0) << cancel.output;
   EXPECT_THAT(cancel.output, HasSubstr("job-1 cancelled"));
@@ -82,6 +91,11 @@ TEST(E2eCancelTest, CancelStopsTheRealWorkersAndTheNextJobRunsOnThem) {
   cancel = c.Psctl({"cancel", "job-1"});
   EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
   EXPECT_THAT(cancel.output, HasSubstr("job-1 cancelled"));
+
+  metrics = c.SchedulerMetrics();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_THAT(*metrics, HasSubstr("pscluster_scheduler_jobs{state=\"cancelled\"} 1"));
+  EXPECT_THAT(*metrics, Not(HasSubstr("pscluster_job_step{")));
 
   // A new job runs to the end on the same workers.
   CommandResult next = c.Psctl(

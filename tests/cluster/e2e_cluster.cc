@@ -1,8 +1,14 @@
 #include "tests/cluster/e2e_cluster.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/atomic_file.h"
@@ -100,7 +106,8 @@ absl::StatusOr<std::unique_ptr<E2eCluster>> E2eCluster::Start(const std::string&
   lo.work_dir = c->dir_ + "/cluster";
   lo.device = "cpu";
   lo.startup_timeout = options.startup_timeout;
-  lo.scheduler_args = {"--startup_grace_ms=200", "--lease_ms=4000", "--db_sync=normal"};
+  lo.scheduler_args = {"--startup_grace_ms=200", "--lease_ms=4000", "--db_sync=normal",
+                       "--metrics_listen=127.0.0.1:0"};
   lo.scheduler_args.insert(lo.scheduler_args.end(), options.scheduler_args.begin(),
                            options.scheduler_args.end());
   lo.server_args = options.server_args;
@@ -198,6 +205,43 @@ absl::StatusOr<v1::ServerStatus> E2eCluster::ServerStatus(const std::string& nam
   absl::Status s = FromGrpcStatus(stub->Status(ctx.get(), req, &resp));
   if (!s.ok()) return s;
   return resp;
+}
+
+absl::StatusOr<std::string> E2eCluster::SchedulerMetrics() const {
+  // The last "metrics at http://127.0.0.1:PORT/metrics" the scheduler logged (it may have
+  // restarted).
+  std::string log = ReadFile(cluster_->LogFile("scheduler")).value_or("");
+  const std::string marker = "metrics at http://127.0.0.1:";
+  size_t at = log.rfind(marker);
+  int port = 0;
+  if (at == std::string::npos ||
+      !absl::SimpleAtoi(log.substr(at + marker.size(),
+                                   log.find('/', at + marker.size()) - at - marker.size()),
+                        &port)) {
+    return absl::NotFoundError("the scheduler's log names no metrics endpoint");
+  }
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError("socket() failed");
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    ::close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot connect to 127.0.0.1:", port));
+  }
+  const std::string req = "GET /metrics HTTP/1.0\r\n\r\n";
+  (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  std::string reply;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) reply.append(buf, n);
+  ::close(fd);
+  if (reply.rfind("HTTP/1.0 200", 0) != 0) {
+    return absl::InternalError(absl::StrCat("GET /metrics: ", reply.substr(0, 200)));
+  }
+  return reply.substr(reply.find("\r\n\r\n") + 4);
 }
 
 absl::StatusOr<v1::Job> E2eCluster::WaitForEnd(const std::string& job_id,

@@ -37,8 +37,8 @@ struct E2eClusterOptions {
   int servers = 2;
   int workers = 2;
   // Extra flags per daemon kind. The scheduler always gets a short start-up grace (so that an
-  // oversized job is refused, not queued, once the nodes are up) and a 4 s lease; the workers
-  // one CPU thread each (the daemons share the machine's cores).
+  // oversized job is refused, not queued, once the nodes are up), a 4 s lease and a /metrics
+  // endpoint on port 0; the workers one CPU thread each (the daemons share the machine's cores).
   std::vector<std::string> scheduler_args;
   std::vector<std::string> server_args;
   std::vector<std::string> worker_args;
@@ -111,6 +111,9 @@ class E2eCluster {
   absl::StatusOr<v1::WorkerStatus> WorkerStatus(const std::string& name) const;
   // ParameterServer.Status of a server process ("server-1").
   absl::StatusOr<v1::ServerStatus> ServerStatus(const std::string& name) const;
+
+  // The scheduler's Prometheus page (GET /metrics on the port its log names).
+  absl::StatusOr<std::string> SchedulerMetrics() const;
 
   // Waits until the job is in a final state; returns it (DEADLINE_EXCEEDED with its last state).
   absl::StatusOr<v1::Job> WaitForEnd(const std::string& job_id, absl::Duration timeout) const;
