@@ -107,13 +107,30 @@ void Scheduler::Wake() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { wake_ = true; }
 
 void Scheduler::QueueCleanups(const JobRecord& rec, const std::string& reason) {
   const v1::Job& job = rec.job;
-  if (job.state() != v1::JOB_SUCCEEDED) {
+  // Workers are stopped first; the servers drop the job once they have (or after a grace).
+  const bool stopping = job.state() != v1::JOB_SUCCEEDED;
+  if (stopping) {
     for (const std::string& w : job.workers()) {
-      cleanups_.push_back(Cleanup{false, w, job.job_id(), reason, 0, absl::InfinitePast()});
+      Cleanup c;
+      c.node_id = w;
+      c.job_id = job.job_id();
+      c.reason = reason;
+      c.not_before = absl::InfinitePast();
+      cleanups_.push_back(std::move(c));
     }
   }
   for (const std::string& s : job.servers()) {
-    cleanups_.push_back(Cleanup{true, s, job.job_id(), reason, 0, absl::InfinitePast()});
+    Cleanup c;
+    c.drop_job = true;
+    c.node_id = s;
+    c.job_id = job.job_id();
+    c.reason = reason;
+    c.not_before = absl::InfinitePast();
+    if (stopping) {
+      c.stopping_workers.assign(job.workers().begin(), job.workers().end());
+      c.stop_deadline = clock_->Now() + options_.task_stop_grace;
+    }
+    cleanups_.push_back(std::move(c));
   }
 }
 

@@ -48,6 +48,10 @@ struct SchedulerOptions {
   absl::Duration progress_persist_interval = absl::Seconds(2);  // Progress written at most this often.
   absl::Duration placement_backoff = absl::Seconds(2);  // Wait before retrying a refused placement.
   int max_placement_attempts = 5;  // Then the job fails with the last refusal as its reason.
+  // A job that ends before its workers are done (cancelled, failed) is dropped on its servers
+  // once its workers have stopped their tasks, or after this long: a server that forgets the
+  // job while a worker's push or pull is in flight fails that call.
+  absl::Duration task_stop_grace = absl::Seconds(2);
   // Oversized jobs (more servers or workers than the cluster has) are refused at submission
   // once the scheduler has run this long (before that, nodes may still be re-registering).
   absl::Duration startup_grace = absl::ZeroDuration();  // 0 = one lease.
@@ -114,6 +118,10 @@ class Scheduler {
     std::string reason;
     int attempts = 0;
     absl::Time not_before;
+    // DropJob only: until this time, wait while one of these workers still runs the job's task
+    // (the servers keep its tables while its workers stop; see task_stop_grace).
+    std::vector<std::string> stopping_workers;
+    absl::Time stop_deadline;
   };
   // Placement calls prepared under the lock and made outside it.
   struct PlacementWork {
@@ -142,6 +150,8 @@ class Scheduler {
   bool WaitForStoppingWorkers(const PlacementWork& work);
   void PollServers();
   void RunCleanups();
+  // Whether one of `workers` (live, reachable) still runs a task of `job_id`.
+  bool WorkerStillRuns(const std::vector<std::string>& workers, const std::string& job_id);
   void PersistProgress();
 
   // Under mu_.

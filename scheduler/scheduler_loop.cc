@@ -21,6 +21,8 @@ constexpr int kMaxCleanupAttempts = 3;
 // Calls to different nodes run side by side, so one slow node costs one deadline, not many.
 constexpr size_t kMaxParallelCalls = 32;
 constexpr absl::Duration kCleanupRetry = absl::Seconds(1);
+// How often a job's DropJob looks again whether its workers have stopped.
+constexpr absl::Duration kStopRecheck = absl::Milliseconds(100);
 // How soon a placement that waits for workers still stopping an ended job's task looks again.
 constexpr absl::Duration kStoppingRetry = absl::Milliseconds(200);
 
@@ -456,11 +458,19 @@ void Scheduler::RunCleanups() {
     }
     cleanups_ = std::move(later);
   }
-  ParallelFor(due.size(), [&](size_t i) {
+  // Tasks are stopped before the job is dropped on the servers.
+  std::stable_partition(due.begin(), due.end(), [](const Cleanup& c) { return !c.drop_job; });
+  auto run = [&](size_t i) {
     Cleanup& c = due[i];
     auto node = registry_.Get(c.node_id);
     if (!node.has_value() || !IsLive(*node)) return;  // Gone: nothing to free there.
     const std::string& addr = node->info().address();
+    if (c.drop_job && now < c.stop_deadline && WorkerStillRuns(c.stopping_workers, c.job_id)) {
+      c.not_before = now + kStopRecheck;  // Not an attempt: the workers are stopping.
+      absl::MutexLock l(&mu_);
+      cleanups_.push_back(std::move(c));
+      return;
+    }
     absl::Status s = c.drop_job ? rpc_->DropJob(addr, c.job_id)
                                 : rpc_->StopTask(addr, c.job_id, c.reason);
     if (s.ok()) return;
@@ -472,7 +482,24 @@ void Scheduler::RunCleanups() {
     c.not_before = now + kCleanupRetry;
     absl::MutexLock l(&mu_);
     cleanups_.push_back(std::move(c));
+  };
+  const size_t stops = std::count_if(due.begin(), due.end(),
+                                     [](const Cleanup& c) { return !c.drop_job; });
+  ParallelFor(stops, run);
+  ParallelFor(due.size() - stops, [&](size_t i) { run(stops + i); });
+}
+
+bool Scheduler::WorkerStillRuns(const std::vector<std::string>& workers,
+                                const std::string& job_id) {
+  std::atomic<bool> any{false};
+  ParallelFor(workers.size(), [&](size_t i) {
+    auto node = registry_.Get(workers[i]);
+    if (!node.has_value() || !IsLive(*node)) return;
+    auto ws = rpc_->WorkerStatus(node->info().address());
+    // An unreachable worker cannot be waited for.
+    if (ws.ok() && ws->busy() && ws->job_id() == job_id) any = true;
   });
+  return any.load();
 }
 
 void Scheduler::PersistProgress() {

@@ -293,6 +293,58 @@ TEST_F(SchedulerTest, CancelStopsTasksAndKeepsFinalStates) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("job-404")));
 }
 
+TEST_F(SchedulerTest, AnEndedJobIsDroppedOnItsServersOnceItsWorkersHaveStopped) {
+  AddCluster(2, 2);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING);
+  for (const std::string& w : job.workers()) Node(w)->worker()->HoldOnStop(true);
+  v1::CancelJobRequest req;
+  req.set_job_id(*id);
+  v1::CancelJobResponse resp;
+  ASSERT_THAT(sched_->CancelJob(req, &resp), IsOk());
+  sched_->RunOnce();
+  // The workers were told to stop, but still run the task: the servers keep the job.
+  for (const std::string& w : job.workers()) {
+    EXPECT_THAT(Node(w)->worker()->stopped(), SizeIs(1));
+    EXPECT_TRUE(Node(w)->worker()->busy());
+  }
+  clock_.Advance(absl::Milliseconds(500));
+  sched_->RunOnce();
+  for (const std::string& s : job.servers()) EXPECT_THAT(Node(s)->server()->dropped(), IsEmpty());
+  // Once they have stopped, the job is dropped.
+  FinishTasks(*id);
+  clock_.Advance(absl::Milliseconds(200));
+  sched_->RunOnce();
+  for (const std::string& s : job.servers()) {
+    EXPECT_THAT(Node(s)->server()->dropped(), ElementsAre(*id)) << s;
+  }
+
+  // A worker that does not stop holds the servers back for task_stop_grace at most.
+  auto second = Submit(kJob);
+  ASSERT_THAT(second, IsOk());
+  sched_->RunOnce();
+  job = Get(*second);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  ASSERT_THAT(sched_->CancelJob([&] {
+    v1::CancelJobRequest r;
+    r.set_job_id(*second);
+    return r;
+  }(), &resp), IsOk());
+  sched_->RunOnce();
+  for (const std::string& s : job.servers()) {
+    EXPECT_THAT(Node(s)->server()->dropped(), ElementsAre(*id)) << s;
+  }
+  clock_.Advance(options_.task_stop_grace);
+  BeatAll();
+  sched_->RunOnce();
+  for (const std::string& s : job.servers()) {
+    EXPECT_THAT(Node(s)->server()->dropped(), ElementsAre(*id, *second)) << s;
+  }
+}
+
 TEST_F(SchedulerTest, QueuesWhileResourcesAreShortThenRuns) {
   AddCluster(2, 2);
   auto first = Submit(kJob);
