@@ -51,7 +51,7 @@ void Summarize(const v1::JobSpec& spec, const std::vector<uint32_t>& server_wait
   const int n = p->workers_size();
   p->clear_waiting_for();
   if (n == 0) return;
-  int64_t min_step = INT64_MAX, max_step = INT64_MIN;
+  int64_t min_step = INT64_MAX;
   int64_t min_total = 0;
   uint32_t min_epoch = UINT32_MAX;
   double loss_sum = 0, acc_sum = 0, sps = 0;
@@ -63,7 +63,6 @@ void Summarize(const v1::JobSpec& spec, const std::vector<uint32_t>& server_wait
       min_step = w.step();
       min_total = w.total_steps();
     }
-    max_step = std::max(max_step, w.step());
     min_epoch = std::min(min_epoch, w.epoch());
     if (w.updated_unix_ms() > 0) {
       loss_sum += w.loss();
@@ -101,19 +100,30 @@ void Summarize(const v1::JobSpec& spec, const std::vector<uint32_t>& server_wait
   }
 
   // Who holds the others back: under BSP (s = 0) or SSP (s), a worker at step c can go on only
-  // while the slowest has reached c - s; the ranks behind max_step - s are the ones waited for.
-  std::set<uint32_t> waiting(server_waiting_for.begin(), server_waiting_for.end());
+  // while the slowest has reached c - s. Only workers still training wait: a rank that reported
+  // done (or that has completed all its steps) waits for no one and is waited for by no one.
+  auto finished = [](const v1::WorkerProgress& w) {
+    return w.done() || (w.total_steps() > 0 && w.step() >= w.total_steps());
+  };
+  std::set<uint32_t> waiting;
   if (spec.consistency().mode() != v1::ConsistencySpec::ASP) {
     int64_t s = spec.consistency().mode() == v1::ConsistencySpec::SSP
                     ? spec.consistency().staleness()
                     : 0;
+    int64_t max_training_step = INT64_MIN;
     for (const v1::WorkerProgress& w : p->workers()) {
-      if (!w.done() && w.step() < max_step - s) waiting.insert(w.rank());
+      if (!finished(w)) max_training_step = std::max(max_training_step, w.step());
+    }
+    for (const v1::WorkerProgress& w : p->workers()) {
+      if (!w.done() && max_training_step != INT64_MIN && w.step() < max_training_step - s) {
+        waiting.insert(w.rank());
+      }
+    }
+    for (uint32_t r : server_waiting_for) {
+      if (static_cast<int>(r) < n && !p->workers(r).done()) waiting.insert(r);
     }
   }
-  for (uint32_t r : waiting) {
-    if (static_cast<int>(r) < n) p->add_waiting_for(r);
-  }
+  for (uint32_t r : waiting) p->add_waiting_for(r);
 }
 
 }  // namespace pscluster::scheduler

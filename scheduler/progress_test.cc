@@ -75,6 +75,35 @@ TEST(ProgressTest, WaitingForUnderBspAndSsp) {
   EXPECT_THAT(p.waiting_for(), ElementsAre(2));  // 7 is not a rank of this job.
 }
 
+TEST(ProgressTest, RanksThatAreDoneAreNeitherWaitedForNorWaiting) {
+  v1::JobProgress p = InitialProgress({"a", "b"});
+  // Rank 1 finished; rank 0 evaluates the test set, its last report a few steps back.
+  Report(&p, 0, 95);
+  Report(&p, 1, 100);
+  p.mutable_workers(1)->set_done(true);
+  Summarize(Spec(v1::ConsistencySpec::BSP), {}, &p);
+  EXPECT_THAT(p.waiting_for(), IsEmpty());
+  // A server's stale view of a rank that has since reported done is dropped too.
+  Summarize(Spec(v1::ConsistencySpec::BSP), {1}, &p);
+  EXPECT_THAT(p.waiting_for(), IsEmpty());
+  // A rank that completed every step (its done report still on the way) holds no one back.
+  p.mutable_workers(1)->set_done(false);
+  Summarize(Spec(v1::ConsistencySpec::BSP), {}, &p);
+  EXPECT_THAT(p.waiting_for(), IsEmpty());
+  // Three ranks, one finished: the two still training are compared with each other.
+  v1::JobProgress q = InitialProgress({"a", "b", "c"});
+  Report(&q, 0, 100);
+  q.mutable_workers(0)->set_done(true);
+  Report(&q, 1, 50);
+  Report(&q, 2, 52);
+  Summarize(Spec(v1::ConsistencySpec::BSP), {}, &q);
+  EXPECT_THAT(q.waiting_for(), ElementsAre(1));
+  // Everyone done: nobody is waited for, whatever the servers said last.
+  for (int r = 0; r < 3; ++r) q.mutable_workers(r)->set_done(true);
+  Summarize(Spec(v1::ConsistencySpec::BSP), {0, 1, 2}, &q);
+  EXPECT_THAT(q.waiting_for(), IsEmpty());
+}
+
 TEST(ProgressTest, UnknownThroughputMeansUnknownEta) {
   v1::JobProgress p = InitialProgress({"a", "b"});
   Report(&p, 0, 10, 0);

@@ -31,7 +31,9 @@ Scheduler::Scheduler(const SchedulerOptions& options, Store* store, const Clock*
       rpc_(rpc),
       placement_(placement),
       registry_(RegistryOptions{options.lease}, clock, store),
-      started_(clock->Now()) {}
+      started_(clock->Now()) {
+  RegisterMetrics();
+}
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& options,
                                                              Store* store, const Clock* clock,
@@ -63,6 +65,7 @@ absl::Status Scheduler::Restore() {
     rec.last_persist = now;
     const std::string id = rec.job.job_id();
     if (rec.job.state() == v1::JOB_PLACING) rec.placement_pending = true;
+    if (IsTerminal(rec.job.state())) rec.job.mutable_progress()->clear_waiting_for();
     if (IsActive(rec.job.state())) ++active;
     if (!rec.client_token.empty()) by_token_[rec.client_token] = id;
     order_.push_back(id);
@@ -104,13 +107,30 @@ void Scheduler::Wake() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { wake_ = true; }
 
 void Scheduler::QueueCleanups(const JobRecord& rec, const std::string& reason) {
   const v1::Job& job = rec.job;
-  if (job.state() != v1::JOB_SUCCEEDED) {
+  // Workers are stopped first; the servers drop the job once they have (or after a grace).
+  const bool stopping = job.state() != v1::JOB_SUCCEEDED;
+  if (stopping) {
     for (const std::string& w : job.workers()) {
-      cleanups_.push_back(Cleanup{false, w, job.job_id(), reason, 0, absl::InfinitePast()});
+      Cleanup c;
+      c.node_id = w;
+      c.job_id = job.job_id();
+      c.reason = reason;
+      c.not_before = absl::InfinitePast();
+      cleanups_.push_back(std::move(c));
     }
   }
   for (const std::string& s : job.servers()) {
-    cleanups_.push_back(Cleanup{true, s, job.job_id(), reason, 0, absl::InfinitePast()});
+    Cleanup c;
+    c.drop_job = true;
+    c.node_id = s;
+    c.job_id = job.job_id();
+    c.reason = reason;
+    c.not_before = absl::InfinitePast();
+    if (stopping) {
+      c.stopping_workers.assign(job.workers().begin(), job.workers().end());
+      c.stop_deadline = clock_->Now() + options_.task_stop_grace;
+    }
+    cleanups_.push_back(std::move(c));
   }
 }
 
@@ -125,6 +145,9 @@ void Scheduler::Finish(JobRecord& rec, v1::JobState state, const std::string& re
   rec.job.set_reason(reason);
   rec.job.set_finished_unix_ms(UnixMs(clock_->Now()));
   rec.placement_pending = false;
+  // A finished job waits for no one.
+  rec.server_waiting_for.clear();
+  rec.job.mutable_progress()->clear_waiting_for();
   (void)Persist(rec);
   if (held) QueueCleanups(rec, reason);
   auto log = state == v1::JOB_SUCCEEDED ? spdlog::level::info : spdlog::level::warn;
@@ -209,7 +232,7 @@ absl::Status Scheduler::RegisterNode(const v1::RegisterNodeRequest& req,
                                      v1::RegisterNodeResponse* resp) {
   auto reg = registry_.Register(req.node());
   if (!reg.ok()) return reg.status();
-  ++registrations_;
+  registrations_->Add();
   resp->set_node_id(reg->node_id);
   resp->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
   resp->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(registry_.heartbeat_interval()));
@@ -231,7 +254,7 @@ absl::Status Scheduler::RegisterNode(const v1::RegisterNodeRequest& req,
 absl::Status Scheduler::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
   absl::Status s = registry_.Heartbeat(req);
   if (!s.ok()) return s;
-  ++heartbeats_;
+  heartbeats_->Add();
   resp->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
   return absl::OkStatus();
 }
@@ -304,7 +327,7 @@ absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJob
   jobs_.emplace(id, std::move(rec));
   resp->set_job_id(id);
   resp->set_state(v1::JOB_QUEUED);
-  ++submissions_;
+  submissions_->Add();
   Wake();
   return absl::OkStatus();
 }
@@ -388,7 +411,7 @@ absl::Status Scheduler::ReportProgress(const v1::ReportProgressRequest& req,
     resp->set_cancel(true);
     return absl::OkStatus();
   }
-  ++progress_reports_;
+  progress_reports_->Add();
   v1::WorkerProgress* w = job.mutable_progress()->mutable_workers(p.rank());
   *w = p;
   w->set_node_id(assigned);

@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/cluster_rpc.h"
 #include "scheduler/node_registry.h"
@@ -47,6 +48,10 @@ struct SchedulerOptions {
   absl::Duration progress_persist_interval = absl::Seconds(2);  // Progress written at most this often.
   absl::Duration placement_backoff = absl::Seconds(2);  // Wait before retrying a refused placement.
   int max_placement_attempts = 5;  // Then the job fails with the last refusal as its reason.
+  // A job that ends before its workers are done (cancelled, failed) is dropped on its servers
+  // once its workers have stopped their tasks, or after this long: a server that forgets the
+  // job while a worker's push or pull is in flight fails that call.
+  absl::Duration task_stop_grace = absl::Seconds(2);
   // Oversized jobs (more servers or workers than the cluster has) are refused at submission
   // once the scheduler has run this long (before that, nodes may still be re-registering).
   absl::Duration startup_grace = absl::ZeroDuration();  // 0 = one lease.
@@ -84,9 +89,11 @@ class Scheduler {
   absl::Status ClusterStatus(const v1::ClusterStatusRequest& req,
                              v1::ClusterStatusResponse* resp);
 
-  // Prometheus text exposition: nodes by role and state, jobs by state, running jobs' progress,
-  // and call counters. Thread-safe.
-  std::string RenderMetrics() const;
+  // The scheduler's metrics (nodes by role and state, jobs by state, running jobs' progress,
+  // call counters), for a MetricsHttpServer; RenderMetrics() is their Prometheus text.
+  // Thread-safe.
+  const MetricsRegistry& metrics() const { return metrics_; }
+  std::string RenderMetrics() const { return metrics_.Render(); }
 
   const NodeRegistry& registry() const { return registry_; }
 
@@ -111,6 +118,10 @@ class Scheduler {
     std::string reason;
     int attempts = 0;
     absl::Time not_before;
+    // DropJob only: until this time, wait while one of these workers still runs the job's task
+    // (the servers keep its tables while its workers stop; see task_stop_grace).
+    std::vector<std::string> stopping_workers;
+    absl::Time stop_deadline;
   };
   // Placement calls prepared under the lock and made outside it.
   struct PlacementWork {
@@ -123,6 +134,8 @@ class Scheduler {
   Scheduler(const SchedulerOptions& options, Store* store, const Clock* clock, ClusterRpc* rpc,
             const PlacementPolicy* placement);
   absl::Status Restore();
+  // Adds the scheduler's families to metrics_ (called once, by the constructor).
+  void RegisterMetrics();
   void Loop();
   void PollLoop();
   void ControlPass();
@@ -132,8 +145,13 @@ class Scheduler {
   void CheckLeases();
   std::vector<PlacementWork> PlaceQueuedJobs();
   void ExecutePlacement(const PlacementWork& work);
+  // Before a placement calls anyone: if a chosen worker still runs the task of a job that has
+  // ended, puts the job back in the queue (the attempt not counted) and returns true.
+  bool WaitForStoppingWorkers(const PlacementWork& work);
   void PollServers();
   void RunCleanups();
+  // Whether one of `workers` (live, reachable) still runs a task of `job_id`.
+  bool WorkerStillRuns(const std::vector<std::string>& workers, const std::string& job_id);
   void PersistProgress();
 
   // Under mu_.
@@ -177,11 +195,12 @@ class Scheduler {
   std::thread loop_;
   std::thread poll_loop_;
 
-  // Counters for RenderMetrics().
-  std::atomic<uint64_t> heartbeats_{0};
-  std::atomic<uint64_t> registrations_{0};
-  std::atomic<uint64_t> submissions_{0};
-  std::atomic<uint64_t> progress_reports_{0};
+  // Metrics; the counters belong to metrics_ (set by RegisterMetrics(), never null after).
+  MetricsRegistry metrics_;
+  Counter* heartbeats_ = nullptr;
+  Counter* registrations_ = nullptr;
+  Counter* submissions_ = nullptr;
+  Counter* progress_reports_ = nullptr;
 };
 
 }  // namespace pscluster::scheduler

@@ -38,9 +38,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   }
   d->server_ = std::move(*server);
   if (!options.metrics_address.empty()) {
-    Scheduler* sched = d->scheduler_.get();
-    auto metrics = MetricsHttpServer::Start(options.metrics_address,
-                                            [sched] { return sched->RenderMetrics(); });
+    auto metrics = MetricsHttpServer::Start(options.metrics_address, &d->scheduler_->metrics());
     if (!metrics.ok()) {
       d->Shutdown();
       return metrics.status();

@@ -21,6 +21,10 @@ constexpr int kMaxCleanupAttempts = 3;
 // Calls to different nodes run side by side, so one slow node costs one deadline, not many.
 constexpr size_t kMaxParallelCalls = 32;
 constexpr absl::Duration kCleanupRetry = absl::Seconds(1);
+// How often a job's DropJob looks again whether its workers have stopped.
+constexpr absl::Duration kStopRecheck = absl::Milliseconds(100);
+// How soon a placement that waits for workers still stopping an ended job's task looks again.
+constexpr absl::Duration kStoppingRetry = absl::Milliseconds(200);
 
 std::shared_ptr<spdlog::logger> Log() { return Logger("scheduler"); }
 
@@ -232,7 +236,47 @@ std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
   return work;
 }
 
+bool Scheduler::WaitForStoppingWorkers(const PlacementWork& w) {
+  const uint32_t n = w.workers.size();
+  std::vector<std::string> busy_with(n);
+  ParallelFor(n, [&](size_t rank) {
+    auto status = registry_.Get(w.workers[rank]);
+    if (!status.has_value()) return;
+    auto ws = rpc_->WorkerStatus(status->info().address());
+    if (ws.ok() && ws->busy() && ws->job_id() != w.job_id) busy_with[rank] = ws->job_id();
+  });
+  absl::MutexLock l(&mu_);
+  std::vector<std::string> stopping;
+  for (uint32_t rank = 0; rank < n; ++rank) {
+    if (busy_with[rank].empty()) continue;
+    const JobRecord* other = FindJob(busy_with[rank]);
+    // Only a job this scheduler has ended: its task is on its way out. Anything else is a real
+    // conflict, which AssignTask reports.
+    if (other == nullptr || !IsTerminal(other->job.state())) continue;
+    stopping.push_back(absl::StrCat(w.workers[rank], " (", busy_with[rank], ")"));
+  }
+  if (stopping.empty()) return false;
+  JobRecord* rec = FindJob(w.job_id);
+  if (rec == nullptr || rec->job.state() != v1::JOB_PLACING) return true;
+  // Nothing was called yet: back to the queue, the attempt not counted.
+  v1::Job& job = rec->job;
+  std::string reason = absl::StrCat(
+      "waiting for resources: ", stopping.size() == 1 ? "worker " : "workers ",
+      absl::StrJoin(stopping, ", "), " still stopping the task of a job that ended");
+  if (reason != job.reason()) Log()->info("job {}: {}", w.job_id, reason);
+  job.set_state(v1::JOB_QUEUED);
+  job.set_reason(reason);
+  job.clear_servers();
+  job.clear_workers();
+  rec->next_attempt = clock_->Now() + kStoppingRetry;
+  (void)Persist(*rec);
+  return true;
+}
+
 void Scheduler::ExecutePlacement(const PlacementWork& w) {
+  // Workers still finishing the task of a job that ended (cancelled, or its final report just
+  // in) would refuse the task: wait for them instead of failing an attempt.
+  if (WaitForStoppingWorkers(w)) return;
   const uint32_t n = w.workers.size();
   std::vector<std::string> reached_servers, reached_workers;
   // First every server learns the map (all in parallel), then every worker gets its task.
@@ -414,11 +458,19 @@ void Scheduler::RunCleanups() {
     }
     cleanups_ = std::move(later);
   }
-  ParallelFor(due.size(), [&](size_t i) {
+  // Tasks are stopped before the job is dropped on the servers.
+  std::stable_partition(due.begin(), due.end(), [](const Cleanup& c) { return !c.drop_job; });
+  auto run = [&](size_t i) {
     Cleanup& c = due[i];
     auto node = registry_.Get(c.node_id);
     if (!node.has_value() || !IsLive(*node)) return;  // Gone: nothing to free there.
     const std::string& addr = node->info().address();
+    if (c.drop_job && now < c.stop_deadline && WorkerStillRuns(c.stopping_workers, c.job_id)) {
+      c.not_before = now + kStopRecheck;  // Not an attempt: the workers are stopping.
+      absl::MutexLock l(&mu_);
+      cleanups_.push_back(std::move(c));
+      return;
+    }
     absl::Status s = c.drop_job ? rpc_->DropJob(addr, c.job_id)
                                 : rpc_->StopTask(addr, c.job_id, c.reason);
     if (s.ok()) return;
@@ -430,7 +482,24 @@ void Scheduler::RunCleanups() {
     c.not_before = now + kCleanupRetry;
     absl::MutexLock l(&mu_);
     cleanups_.push_back(std::move(c));
+  };
+  const size_t stops = std::count_if(due.begin(), due.end(),
+                                     [](const Cleanup& c) { return !c.drop_job; });
+  ParallelFor(stops, run);
+  ParallelFor(due.size() - stops, [&](size_t i) { run(stops + i); });
+}
+
+bool Scheduler::WorkerStillRuns(const std::vector<std::string>& workers,
+                                const std::string& job_id) {
+  std::atomic<bool> any{false};
+  ParallelFor(workers.size(), [&](size_t i) {
+    auto node = registry_.Get(workers[i]);
+    if (!node.has_value() || !IsLive(*node)) return;
+    auto ws = rpc_->WorkerStatus(node->info().address());
+    // An unreachable worker cannot be waited for.
+    if (ws.ok() && ws->busy() && ws->job_id() == job_id) any = true;
   });
+  return any.load();
 }
 
 void Scheduler::PersistProgress() {

@@ -26,6 +26,9 @@ ABSL_FLAG(int64_t, lease_ms, 10000, "heartbeat lease of servers and workers, in 
 ABSL_FLAG(int64_t, startup_grace_ms, 0,
           "after a start, jobs asking for more nodes than have registered are queued rather than "
           "refused for this long, while nodes re-register (0 = one lease)");
+ABSL_FLAG(int64_t, task_stop_grace_ms, 2000,
+          "a cancelled or failed job stays on its servers until its workers have stopped their "
+          "tasks, or this long");
 ABSL_FLAG(int64_t, rpc_timeout_ms, 5000, "deadline of calls to servers and workers");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain (enables TLS)");
@@ -71,6 +74,9 @@ int main(int argc, char** argv) {
   int64_t grace_ms = absl::GetFlag(FLAGS_startup_grace_ms);
   if (grace_ms < 0) return Fail(absl::InvalidArgumentError("--startup_grace_ms: must be >= 0"));
   options.scheduler.startup_grace = absl::Milliseconds(grace_ms);
+  int64_t stop_ms = absl::GetFlag(FLAGS_task_stop_grace_ms);
+  if (stop_ms < 0) return Fail(absl::InvalidArgumentError("--task_stop_grace_ms: must be >= 0"));
+  options.scheduler.task_stop_grace = absl::Milliseconds(stop_ms);
   int64_t rpc_ms = absl::GetFlag(FLAGS_rpc_timeout_ms);
   if (rpc_ms < 10) return Fail(absl::InvalidArgumentError("--rpc_timeout_ms: must be >= 10"));
   options.rpc_timeout = absl::Milliseconds(rpc_ms);

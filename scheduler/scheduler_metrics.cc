@@ -1,8 +1,9 @@
-// Scheduler::RenderMetrics(): the Prometheus text served at /metrics.
+// The scheduler's Prometheus metrics (served at /metrics by the daemon): nodes by role and
+// liveness, jobs by state, running jobs' progress, and call counters.
 #include <map>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "scheduler/job_state.h"
 #include "scheduler/scheduler.h"
 
@@ -22,10 +23,6 @@ std::string Escape(const std::string& v) {
   return out;
 }
 
-void Header(std::string* out, const char* name, const char* type, const char* help) {
-  absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
-}
-
 const char* StateName(v1::NodeState s) {
   switch (s) {
     case v1::NODE_ALIVE:
@@ -43,67 +40,80 @@ const char* StateName(v1::NodeState s) {
 
 }  // namespace
 
-std::string Scheduler::RenderMetrics() const {
-  std::string out;
-  std::map<std::pair<std::string, std::string>, int> nodes;
-  for (const char* role : {"server", "worker"}) {
-    for (const char* state : {"alive", "suspect", "dead", "left"}) nodes[{role, state}] = 0;
-  }
-  for (const v1::NodeStatus& n : registry_.Snapshot()) {
-    nodes[{n.info().role() == v1::ROLE_SERVER ? "server" : "worker", StateName(n.state())}]++;
-  }
-  Header(&out, "pscluster_scheduler_nodes", "gauge", "Registered nodes by role and liveness.");
-  for (const auto& [k, v] : nodes) {
-    absl::StrAppend(&out, "pscluster_scheduler_nodes{role=\"", k.first, "\",state=\"", k.second,
-                    "\"} ", v, "\n");
+void Scheduler::RegisterMetrics() {
+  metrics_.AddGaugeCallback(
+      "pscluster_scheduler_nodes", "Registered nodes by role and liveness.", [this] {
+        std::map<std::pair<std::string, std::string>, int> nodes;
+        for (const char* role : {"server", "worker"}) {
+          for (const char* state : {"alive", "suspect", "dead", "left"}) nodes[{role, state}] = 0;
+        }
+        for (const v1::NodeStatus& n : registry_.Snapshot()) {
+          nodes[{n.info().role() == v1::ROLE_SERVER ? "server" : "worker",
+                 StateName(n.state())}]++;
+        }
+        std::vector<Sample> out;
+        for (const auto& [k, v] : nodes) {
+          out.push_back({absl::StrCat("role=\"", k.first, "\",state=\"", k.second, "\""),
+                         static_cast<double>(v)});
+        }
+        return out;
+      });
+  metrics_.AddGaugeCallback("pscluster_scheduler_jobs", "Jobs by lifecycle state.", [this] {
+    std::map<std::string, int> jobs;
+    for (v1::JobState s : {v1::JOB_QUEUED, v1::JOB_PLACING, v1::JOB_RUNNING, v1::JOB_SUCCEEDED,
+                           v1::JOB_FAILED, v1::JOB_CANCELLED}) {
+      jobs[JobStateName(s)] = 0;
+    }
+    {
+      absl::MutexLock l(&mu_);
+      for (const auto& [id, rec] : jobs_) jobs[JobStateName(rec.job.state())]++;
+    }
+    std::vector<Sample> out;
+    for (const auto& [state, n] : jobs) {
+      out.push_back({absl::StrCat("state=\"", state, "\""), static_cast<double>(n)});
+    }
+    return out;
+  });
+
+  // One family per progress field, a sample per running job.
+  using Field = double (*)(const v1::JobProgress&);
+  const std::tuple<const char*, const char*, Field> fields[] = {
+      {"pscluster_job_step", "Running jobs: the slowest worker's completed steps.",
+       [](const v1::JobProgress& p) { return static_cast<double>(p.step()); }},
+      {"pscluster_job_total_steps", "Running jobs: steps the slowest worker must complete.",
+       [](const v1::JobProgress& p) { return static_cast<double>(p.total_steps()); }},
+      {"pscluster_job_samples_per_second", "Running jobs: training throughput of all workers.",
+       [](const v1::JobProgress& p) { return p.samples_per_sec(); }},
+      {"pscluster_job_loss", "Running jobs: mean training loss over the workers.",
+       [](const v1::JobProgress& p) { return p.loss(); }},
+      {"pscluster_job_test_accuracy", "Running jobs: latest test accuracy (-1 = none yet).",
+       [](const v1::JobProgress& p) { return p.test_accuracy(); }},
+      {"pscluster_job_waiting_for_workers",
+       "Running jobs: workers the others are waiting for (BSP/SSP).",
+       [](const v1::JobProgress& p) { return static_cast<double>(p.waiting_for_size()); }}};
+  for (const auto& [name, help, field] : fields) {
+    metrics_.AddGaugeCallback(name, help, [this, field = field] {
+      std::vector<Sample> out;
+      absl::MutexLock l(&mu_);
+      for (const std::string& id : order_) {
+        const v1::Job& job = jobs_.at(id).job;
+        if (job.state() != v1::JOB_RUNNING) continue;
+        out.push_back({absl::StrCat("job=\"", Escape(id), "\",name=\"", Escape(job.spec().name()),
+                                    "\""),
+                       field(job.progress())});
+      }
+      return out;
+    });
   }
 
-  std::map<std::string, int> jobs;
-  for (v1::JobState s : {v1::JOB_QUEUED, v1::JOB_PLACING, v1::JOB_RUNNING, v1::JOB_SUCCEEDED,
-                         v1::JOB_FAILED, v1::JOB_CANCELLED}) {
-    jobs[JobStateName(s)] = 0;
-  }
-  std::string progress;
-  {
-    absl::MutexLock l(&mu_);
-    for (const auto& [id, rec] : jobs_) {
-      jobs[JobStateName(rec.job.state())]++;
-      if (rec.job.state() != v1::JOB_RUNNING) continue;
-      const v1::JobProgress& p = rec.job.progress();
-      std::string labels =
-          absl::StrCat("{job=\"", Escape(id), "\",name=\"", Escape(rec.job.spec().name()), "\"}");
-      absl::StrAppend(&progress, "pscluster_job_step", labels, " ", p.step(), "\n");
-      absl::StrAppend(&progress, "pscluster_job_total_steps", labels, " ", p.total_steps(), "\n");
-      absl::StrAppend(&progress, "pscluster_job_samples_per_second", labels, " ",
-                      absl::StrFormat("%g", p.samples_per_sec()), "\n");
-      absl::StrAppend(&progress, "pscluster_job_loss", labels, " ",
-                      absl::StrFormat("%g", p.loss()), "\n");
-      absl::StrAppend(&progress, "pscluster_job_test_accuracy", labels, " ",
-                      absl::StrFormat("%g", p.test_accuracy()), "\n");
-      absl::StrAppend(&progress, "pscluster_job_waiting_for_workers", labels, " ",
-                      p.waiting_for_size(), "\n");
-    }
-  }
-  Header(&out, "pscluster_scheduler_jobs", "gauge", "Jobs by lifecycle state.");
-  for (const auto& [state, n] : jobs) {
-    absl::StrAppend(&out, "pscluster_scheduler_jobs{state=\"", state, "\"} ", n, "\n");
-  }
-  Header(&out, "pscluster_job_step", "gauge",
-         "Running jobs: slowest worker's completed steps (with total_steps, samples_per_second, "
-         "loss, test_accuracy, waiting_for_workers beside it).");
-  out += progress;
-  const std::pair<const char*, uint64_t> counters[] = {
-      {"pscluster_scheduler_heartbeats_total", heartbeats_.load()},
-      {"pscluster_scheduler_registrations_total", registrations_.load()},
-      {"pscluster_scheduler_jobs_submitted_total", submissions_.load()},
-      {"pscluster_scheduler_progress_reports_total", progress_reports_.load()}};
-  for (const auto& [name, v] : counters) {
-    Header(&out, name, "counter", "Calls accepted since the scheduler started.");
-    absl::StrAppend(&out, name, " ", v, "\n");
-  }
-  absl::StrAppend(&out, "# TYPE pscluster_scheduler_info gauge\npscluster_scheduler_info{version=\"",
-                  Escape(options_.version), "\"} 1\n");
-  return out;
+  const char* kCalls = "Calls accepted since the scheduler started.";
+  heartbeats_ = metrics_.AddCounter("pscluster_scheduler_heartbeats_total", kCalls);
+  registrations_ = metrics_.AddCounter("pscluster_scheduler_registrations_total", kCalls);
+  submissions_ = metrics_.AddCounter("pscluster_scheduler_jobs_submitted_total", kCalls);
+  progress_reports_ = metrics_.AddCounter("pscluster_scheduler_progress_reports_total", kCalls);
+  metrics_.AddGaugeCallback("pscluster_scheduler_info", "The scheduler's version.", [this] {
+    return std::vector<Sample>{{absl::StrCat("version=\"", Escape(options_.version), "\""), 1}};
+  });
 }
 
 }  // namespace pscluster::scheduler

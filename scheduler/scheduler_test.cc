@@ -293,6 +293,58 @@ TEST_F(SchedulerTest, CancelStopsTasksAndKeepsFinalStates) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("job-404")));
 }
 
+TEST_F(SchedulerTest, AnEndedJobIsDroppedOnItsServersOnceItsWorkersHaveStopped) {
+  AddCluster(2, 2);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING);
+  for (const std::string& w : job.workers()) Node(w)->worker()->HoldOnStop(true);
+  v1::CancelJobRequest req;
+  req.set_job_id(*id);
+  v1::CancelJobResponse resp;
+  ASSERT_THAT(sched_->CancelJob(req, &resp), IsOk());
+  sched_->RunOnce();
+  // The workers were told to stop, but still run the task: the servers keep the job.
+  for (const std::string& w : job.workers()) {
+    EXPECT_THAT(Node(w)->worker()->stopped(), SizeIs(1));
+    EXPECT_TRUE(Node(w)->worker()->busy());
+  }
+  clock_.Advance(absl::Milliseconds(500));
+  sched_->RunOnce();
+  for (const std::string& s : job.servers()) EXPECT_THAT(Node(s)->server()->dropped(), IsEmpty());
+  // Once they have stopped, the job is dropped.
+  FinishTasks(*id);
+  clock_.Advance(absl::Milliseconds(200));
+  sched_->RunOnce();
+  for (const std::string& s : job.servers()) {
+    EXPECT_THAT(Node(s)->server()->dropped(), ElementsAre(*id)) << s;
+  }
+
+  // A worker that does not stop holds the servers back for task_stop_grace at most.
+  auto second = Submit(kJob);
+  ASSERT_THAT(second, IsOk());
+  sched_->RunOnce();
+  job = Get(*second);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  ASSERT_THAT(sched_->CancelJob([&] {
+    v1::CancelJobRequest r;
+    r.set_job_id(*second);
+    return r;
+  }(), &resp), IsOk());
+  sched_->RunOnce();
+  for (const std::string& s : job.servers()) {
+    EXPECT_THAT(Node(s)->server()->dropped(), ElementsAre(*id)) << s;
+  }
+  clock_.Advance(options_.task_stop_grace);
+  BeatAll();
+  sched_->RunOnce();
+  for (const std::string& s : job.servers()) {
+    EXPECT_THAT(Node(s)->server()->dropped(), ElementsAre(*id, *second)) << s;
+  }
+}
+
 TEST_F(SchedulerTest, QueuesWhileResourcesAreShortThenRuns) {
   AddCluster(2, 2);
   auto first = Submit(kJob);
@@ -497,6 +549,44 @@ TEST_F(SchedulerTest, ABusyWorkerRollsThePlacementBack) {
   EXPECT_THAT(other->stopped(), SizeIs(1));
 }
 
+TEST_F(SchedulerTest, WorkersStillStoppingAnEndedJobAreWaitedForNotFailed) {
+  AddCluster(2, 2);
+  auto first = Submit(kJob);
+  auto second = Submit(kJob);
+  ASSERT_THAT(first, IsOk());
+  ASSERT_THAT(second, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*first);
+  // job-1 succeeds, but its workers have not yet left their tasks (their final reports just
+  // came in).
+  ASSERT_THAT(Report(*first, 0, 10, true), IsOk());
+  ASSERT_THAT(Report(*first, 1, 10, true), IsOk());
+  ASSERT_EQ(Get(*first).state(), v1::JOB_SUCCEEDED);
+  for (int i = 0; i < 2 * options_.max_placement_attempts; ++i) {
+    clock_.Advance(options_.placement_backoff);
+    BeatAll();
+    sched_->RunOnce();
+    v1::Job queued = Get(*second);
+    ASSERT_EQ(queued.state(), v1::JOB_QUEUED) << queued.reason();
+    EXPECT_THAT(queued.reason(),
+                HasSubstr(absl::StrCat("waiting for resources: workers ", job.workers(0), " (",
+                                       *first, "), ", job.workers(1), " (", *first,
+                                       ") still stopping the task of a job that ended")));
+  }
+  // Nothing was asked of anyone meanwhile.
+  for (const std::string& s : job.servers()) {
+    for (const auto& u : Node(s)->server()->updates()) EXPECT_NE(u.map().job_id(), *second);
+  }
+  for (const std::string& w : job.workers()) EXPECT_THAT(Node(w)->worker()->assigned(), SizeIs(1));
+  // Once they are idle, job-2 runs there.
+  FinishTasks(*first);
+  clock_.Advance(absl::Seconds(1));
+  sched_->RunOnce();
+  v1::Job running = Get(*second);
+  EXPECT_EQ(running.state(), v1::JOB_RUNNING) << running.reason();
+  for (const std::string& w : job.workers()) EXPECT_THAT(Node(w)->worker()->assigned(), SizeIs(2));
+}
+
 TEST_F(SchedulerTest, WaitingForComesFromTheServersToo) {
   AddCluster(2, 2);
   auto id = Submit(kJob);
@@ -509,6 +599,49 @@ TEST_F(SchedulerTest, WaitingForComesFromTheServersToo) {
   clock_.Advance(options_.status_poll_interval);
   sched_->RunOnce();
   EXPECT_THAT(Get(*id).progress().waiting_for(), ElementsAre(0));
+}
+
+TEST_F(SchedulerTest, AFinishedJobWaitsForNoOne) {
+  AddCluster(2, 2);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  // The servers' last poll saw both ranks holding pulls back.
+  Node(job.servers(0))->server()->SetWaitingFor({0, 1});
+  ASSERT_THAT(Report(*id, 0, 5, false), IsOk());
+  ASSERT_THAT(Report(*id, 1, 5, false), IsOk());
+  clock_.Advance(options_.status_poll_interval);
+  sched_->RunOnce();
+  EXPECT_THAT(Get(*id).progress().waiting_for(), ElementsAre(0, 1));
+  // Rank 1 is done: it is no longer waited for, though the servers said so last.
+  ASSERT_THAT(Report(*id, 1, 10, true), IsOk());
+  EXPECT_THAT(Get(*id).progress().waiting_for(), ElementsAre(0));
+  ASSERT_THAT(Report(*id, 0, 10, true, "", "/tmp/m.safetensors"), IsOk());
+  EXPECT_EQ(Get(*id).state(), v1::JOB_SUCCEEDED);
+  EXPECT_THAT(Get(*id).progress().waiting_for(), IsEmpty());
+  FinishTasks(*id);
+
+  // A cancelled job, likewise, right away and after a restart.
+  auto second = Submit(kJob);
+  ASSERT_THAT(second, IsOk());
+  sched_->RunOnce();
+  job = Get(*second);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING);
+  Node(job.servers(0))->server()->SetWaitingFor({1});
+  ASSERT_THAT(Report(*second, 0, 5, false), IsOk());
+  ASSERT_THAT(Report(*second, 1, 4, false), IsOk());
+  clock_.Advance(options_.status_poll_interval);
+  sched_->RunOnce();
+  EXPECT_THAT(Get(*second).progress().waiting_for(), ElementsAre(1));
+  v1::CancelJobRequest req;
+  req.set_job_id(*second);
+  v1::CancelJobResponse resp;
+  ASSERT_THAT(sched_->CancelJob(req, &resp), IsOk());
+  EXPECT_THAT(Get(*second).progress().waiting_for(), IsEmpty());
+  StartScheduler();
+  EXPECT_THAT(Get(*second).progress().waiting_for(), IsEmpty());
+  EXPECT_THAT(Get(*id).progress().waiting_for(), IsEmpty());
 }
 
 TEST_F(SchedulerTest, RestoredNodesGetNoNewWorkUntilHeardFrom) {

@@ -10,6 +10,7 @@ namespace pscluster::psctl {
 namespace {
 
 constexpr absl::Duration kUnreachableGrace = absl::Seconds(60);
+constexpr absl::Duration kUnreachableNotice = absl::Seconds(10);
 
 bool Interrupted(const PsctlOptions& o) {
   return o.interrupt != nullptr && o.interrupt->requested.load();
@@ -28,6 +29,7 @@ absl::StatusOr<v1::Job> FollowJob(SchedulerClient& client, const std::string& jo
                                   std::ostream& out) {
   std::string last;
   absl::Time unreachable_since = absl::InfiniteFuture();
+  absl::Time last_notice = absl::InfinitePast();
   bool in_place = false;  // A line drawn with \r is on screen.
   while (true) {
     if (Interrupted(o)) {
@@ -44,15 +46,33 @@ absl::StatusOr<v1::Job> FollowJob(SchedulerClient& client, const std::string& jo
     auto job = client.GetJob(job_id);
     if (!job.ok()) {
       if (job.status().code() != absl::StatusCode::kUnavailable) return job.status();
-      if (unreachable_since == absl::InfiniteFuture()) unreachable_since = absl::Now();
-      if (absl::Now() - unreachable_since > kUnreachableGrace) return job.status();
-      if (in_place) out << "\n";
-      in_place = false;
-      out << "scheduler unreachable, retrying: " << job.status().message() << std::endl;
+      absl::Time now = absl::Now();
+      if (unreachable_since == absl::InfiniteFuture()) unreachable_since = now;
+      if (now - unreachable_since > kUnreachableGrace) return job.status();
+      // Said once, then every kUnreachableNotice while it lasts (not on every refresh).
+      if (now - last_notice >= kUnreachableNotice) {
+        if (in_place) out << "\n";
+        in_place = false;
+        last = "";
+        out << "scheduler unreachable, retrying for up to "
+            << absl::FormatDuration(kUnreachableGrace - (now - unreachable_since)) << ": "
+            << job.status().message() << std::endl;
+        last_notice = now;
+      }
       Nap(o, o.interval);
       continue;
     }
+    if (unreachable_since != absl::InfiniteFuture()) {
+      if (in_place) out << "\n";
+      in_place = false;
+      last = "";
+      out << "scheduler reachable again after "
+          << absl::FormatDuration(absl::Trunc(absl::Now() - unreachable_since,
+                                              absl::Milliseconds(100)))
+          << std::endl;
+    }
     unreachable_since = absl::InfiniteFuture();
+    last_notice = absl::InfinitePast();
     bool final = scheduler::IsTerminal(job->state());
     if (f.detail) {
       std::vector<v1::NodeStatus> nodes;

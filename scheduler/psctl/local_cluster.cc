@@ -1,5 +1,8 @@
 #include "scheduler/psctl/local_cluster.h"
 
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <deque>
@@ -69,10 +72,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   }
   std::unique_ptr<LocalCluster> c(new LocalCluster(options));
   const std::string level = absl::StrCat("--log_level=", options.log_level);
-  absl::Status s = c->Launch(
-      "scheduler", options.scheduler_bin,
-      {"--listen=127.0.0.1:0", absl::StrCat("--db=", options.work_dir, "/scheduler.db"), level},
-      progress);
+  std::vector<std::string> sched_args = {
+      "--listen=127.0.0.1:0", absl::StrCat("--db=", options.work_dir, "/scheduler.db"), level};
+  sched_args.insert(sched_args.end(), options.scheduler_args.begin(),
+                    options.scheduler_args.end());
+  absl::Status s = c->Launch("scheduler", options.scheduler_bin, sched_args, progress);
   if (!s.ok()) return s;
   c->scheduler_address_ = c->children_.back().address;
   const std::string sched = absl::StrCat("--scheduler=", c->scheduler_address_);
@@ -104,21 +108,29 @@ absl::Status LocalCluster::Launch(const std::string& name, const std::string& bi
   Child child;
   child.name = name;
   child.binary = binary;
+  child.args = args;
   child.log = absl::StrCat(options_.work_dir, "/logs/", name, ".log");
+  std::remove(child.log.c_str());
+  Child& c = children_.emplace_back(std::move(child));
+  return Spawn(c, std::move(args), progress);
+}
+
+absl::Status LocalCluster::Spawn(Child& c, std::vector<std::string> args,
+                                 std::ostream& progress) {
+  const std::string& name = c.name;
+  const std::string& binary = c.binary;
   std::string port_file = absl::StrCat(options_.work_dir, "/ports/", name, ".port");
   std::remove(port_file.c_str());
-  std::remove(child.log.c_str());
   args.push_back(absl::StrCat("--port_file=", port_file));
   SpawnOptions so;
   so.binary = binary;
   so.args = std::move(args);
-  so.log_file = child.log;
+  so.log_file = c.log;
   so.die_with_parent = !options_.detach;
   so.new_session = options_.detach;
   auto proc = Subprocess::Spawn(so);
   if (!proc.ok()) return proc.status();
-  child.proc = std::move(*proc);
-  Child& c = children_.emplace_back(std::move(child));
+  c.proc = std::move(*proc);
 
   // Its address, from the port file it writes once listening.
   absl::Time end = absl::Now() + options_.startup_timeout;
@@ -245,6 +257,72 @@ int LocalCluster::Stop() {
 }
 
 void LocalCluster::Release() { released_ = true; }
+
+LocalCluster::Child* LocalCluster::Find(const std::string& name) {
+  for (Child& c : children_) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+const LocalCluster::Child* LocalCluster::Find(const std::string& name) const {
+  for (const Child& c : children_) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> LocalCluster::Names() const {
+  std::vector<std::string> names;
+  for (const Child& c : children_) names.push_back(c.name);
+  return names;
+}
+
+pid_t LocalCluster::Pid(const std::string& name) const {
+  const Child* c = Find(name);
+  return c == nullptr ? -1 : c->proc->pid();
+}
+
+std::string LocalCluster::Address(const std::string& name) const {
+  const Child* c = Find(name);
+  return c == nullptr ? "" : c->address;
+}
+
+std::string LocalCluster::LogFile(const std::string& name) const {
+  const Child* c = Find(name);
+  return c == nullptr ? "" : c->log;
+}
+
+absl::Status LocalCluster::Signal(const std::string& name, int signal) {
+  Child* c = Find(name);
+  if (c == nullptr) return absl::NotFoundError(absl::StrCat("no process named '", name, "'"));
+  if (c->proc->Poll().has_value()) return absl::OkStatus();
+  if (signal == SIGKILL) {
+    ::kill(c->proc->pid(), SIGKILL);
+    c->proc->Terminate(absl::ZeroDuration());  // Reaps it.
+    return absl::OkStatus();
+  }
+  if (::kill(c->proc->pid(), signal) != 0) {
+    return absl::InternalError(absl::StrCat("kill(", c->proc->pid(), ", ", signal, "): ",
+                                            static_cast<const char*>(strerror(errno))));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::Restart(const std::string& name, std::ostream& progress) {
+  Child* c = Find(name);
+  if (c == nullptr) return absl::NotFoundError(absl::StrCat("no process named '", name, "'"));
+  if (!c->proc->Poll().has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, " (pid ", c->proc->pid(), ") is still running"));
+  }
+  std::vector<std::string> args = c->args;
+  for (std::string& a : args) {
+    if (a.rfind("--listen=", 0) == 0 && !c->address.empty()) a = "--listen=" + c->address;
+  }
+  progress << "restarting " << name << " at " << c->address << std::endl;
+  return Spawn(*c, std::move(args), progress);
+}
 
 absl::Status LocalCluster::WriteStateFile(const std::string& path) const {
   std::string text = absl::StrCat("scheduler ", scheduler_address_, "\n");

@@ -32,6 +32,7 @@ struct LocalClusterOptions {
   absl::Duration startup_timeout = absl::Seconds(60);
   absl::Duration stop_grace = absl::Seconds(5);
   bool detach = false;  // Children survive psctl (stopped later with `psctl down`).
+  std::vector<std::string> scheduler_args;  // Extra flags for the scheduler.
   std::vector<std::string> server_args;  // Extra flags for every server.
   std::vector<std::string> worker_args;  // Extra flags for every worker.
   // Returns true when the start should be abandoned (Ctrl-C).
@@ -59,6 +60,20 @@ class LocalCluster {
   // Leaves the children running when this object goes away (detached clusters).
   void Release();
 
+  // The processes by name: "scheduler", "server-1" ... "server-N", "worker-1" ... "worker-M".
+  std::vector<std::string> Names() const;
+  // A process's pid (-1 for an unknown name), address (host:port) and log file ("" if unknown).
+  pid_t Pid(const std::string& name) const;
+  std::string Address(const std::string& name) const;
+  std::string LogFile(const std::string& name) const;
+  // Sends `signal` to a process; with SIGKILL, also waits until it is gone. NOT_FOUND for an
+  // unknown name.
+  absl::Status Signal(const std::string& name, int signal);
+  // Starts a process that has ended (killed, crashed) again with its original flags, listening
+  // on the address it had, so that the daemons that know it reconnect. FAILED_PRECONDITION while
+  // it still runs.
+  absl::Status Restart(const std::string& name, std::ostream& progress);
+
   // Stops the processes a state file lists (checking each pid still runs its binary), then
   // removes the file. NOT_FOUND when there is no state file.
   static absl::StatusOr<int> StopFromStateFile(const std::string& path, absl::Duration grace,
@@ -68,6 +83,7 @@ class LocalCluster {
   struct Child {
     std::string name;
     std::string binary;
+    std::vector<std::string> args;  // As first given (--port_file excluded).
     std::string log;
     std::string address;
     std::unique_ptr<Subprocess> proc;
@@ -75,6 +91,10 @@ class LocalCluster {
   explicit LocalCluster(const LocalClusterOptions& options) : options_(options) {}
   absl::Status Launch(const std::string& name, const std::string& binary,
                       std::vector<std::string> args, std::ostream& progress);
+  // Spawns `c` (its name, binary and args set) and waits until it listens and serves.
+  absl::Status Spawn(Child& c, std::vector<std::string> args, std::ostream& progress);
+  Child* Find(const std::string& name);
+  const Child* Find(const std::string& name) const;
   absl::Status WaitForNodes();
   std::string Tail(const Child& c) const;
 

@@ -115,7 +115,7 @@ grpc::ServerUnaryReactor* FakeWorker::StopTask(grpc::CallbackServerContext* ctx,
   stopped_.push_back(*req);
   if (busy_ && job_id_ == req->job_id()) {
     stop_ = true;
-    if (!training_.run || scheduler_address_.empty()) busy_ = false;
+    if ((!training_.run || scheduler_address_.empty()) && !hold_on_stop_) busy_ = false;
   }
   return Done(ctx, grpc::Status::OK);
 }
@@ -163,6 +163,11 @@ bool FakeWorker::busy() const {
 void FakeWorker::FinishTask() {
   absl::MutexLock l(&mu_);
   busy_ = false;
+}
+
+void FakeWorker::HoldOnStop(bool hold) {
+  absl::MutexLock l(&mu_);
+  hold_on_stop_ = hold;
 }
 
 void FakeWorker::JoinTask() {

@@ -89,6 +89,9 @@ class FakeWorker final : public v1::WorkerControl::CallbackService {
   bool busy() const;
   // Ends the current task as if it had finished (for workers that do not simulate training).
   void FinishTask();
+  // With `hold`, StopTask is acknowledged but the task stays busy until FinishTask() (a task
+  // that takes a while to stop).
+  void HoldOnStop(bool hold);
   // Waits for the simulated task to end.
   void JoinTask();
 
@@ -104,6 +107,7 @@ class FakeWorker final : public v1::WorkerControl::CallbackService {
   uint32_t rank_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool hold_on_stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<v1::AssignTaskRequest> assigned_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::StopTaskRequest> stopped_ ABSL_GUARDED_BY(mu_);
   std::thread task_;

@@ -176,8 +176,12 @@ TEST(PsctlUpLocalTest, MissingBinariesAreNamedAndNothingStarts) {
                                   "does not exist"));
   EXPECT_THAT(r.output, Not(HasSubstr("started")));
 
-  // Without the flag, the default places are searched and listed.
-  r = RunCommand(Runfile("scheduler/psctl"),
+  // Without the flag, the default places are searched and listed. psctl runs from a copy of
+  // its own, so that a ps_worker built next to it in Bazel's output tree is not found.
+  const std::string lone = dir + "/bin/psctl";
+  ASSERT_TRUE(MakeDirs(dir + "/bin").ok());
+  ASSERT_EQ(RunCommand("/bin/cp", {Runfile("scheduler/psctl"), lone}).exit_code, 0);
+  r = RunCommand(lone,
                  {"up", "--local", "--work_dir=" + dir + "/work",
                   "--scheduler_bin=" + Runfile("scheduler/ps_scheduler"),
                   "--server_bin=" + Runfile("scheduler/standin_server")});
