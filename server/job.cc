@@ -669,6 +669,22 @@ absl::Status Job::Read(const SliceRef& s, uint64_t epoch, uint64_t first, uint64
   return st;
 }
 
+absl::StatusOr<LentBytes> Job::Lend(const SliceRef& s, uint64_t epoch, uint64_t first,
+                                    uint64_t n) {
+  if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
+  absl::ReaderMutexLock l(&state_mu_);
+  absl::Status st = CheckEpoch(epoch, "epoch");
+  if (!st.ok()) return st;
+  const TableState& t = tables_[s.table];
+  DenseBlock* b = s.dense ? t.dense->block(s.block) : nullptr;
+  if (b == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "slice.block: block ", s.block, " is no longer held here (epoch ", epoch_, ")"));
+  }
+  CountShard(t.dense->ShardOf(s.block), n * sizeof(float));
+  return t.dense->Lend(b, first, n);
+}
+
 int64_t Job::RecordServedPull(int64_t reader_clock) {
   absl::MutexLock c(&clock_mu_);
   int64_t min = MinClockLocked();
@@ -759,7 +775,9 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpoint(const std::string& node_id,
         DenseBlock* blk = t.dense->block(b);
         if (blk == nullptr) continue;
         absl::MutexLock bl(&blk->mu);
-        f.append(reinterpret_cast<const char*>(blk->data.get()), blk->elems * fpe * sizeof(float));
+        f.append(reinterpret_cast<const char*>(blk->weights.get()), blk->elems * sizeof(float));
+        f.append(reinterpret_cast<const char*>(blk->slot_data.get()),
+                 blk->elems * (fpe - 1) * sizeof(float));
       }
     } else {
       std::vector<uint64_t> keys;
@@ -902,7 +920,9 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::Restore(const std::string& f,
         DenseBlock* blk = t.dense->block(cb.block());
         if (blk == nullptr || !replace[t.dense->ShardOf(cb.block())]) continue;
         absl::MutexLock bl(&blk->mu);
-        std::memcpy(blk->data.get(), data + cb.offset(), cb.elems() * fpe * sizeof(float));
+        std::memcpy(blk->MutableWeights(), data + cb.offset(), cb.elems() * sizeof(float));
+        std::memcpy(blk->slot_data.get(), data + cb.offset() + cb.elems() * sizeof(float),
+                    cb.elems() * (fpe - 1) * sizeof(float));
         blk->updates = cb.updates();
       }
     } else {
@@ -965,7 +985,7 @@ absl::StatusOr<std::pair<std::string, uint32_t>> Job::Export(
         for (uint64_t b = 0; b < t.dense->num_blocks(); ++b) {
           DenseBlock* blk = t.dense->block(b);
           absl::MutexLock bl(&blk->mu);
-          bytes.append(reinterpret_cast<const char*>(blk->data.get()), blk->elems * 4);
+          bytes.append(reinterpret_cast<const char*>(blk->weights.get()), blk->elems * 4);
         }
         storage.push_back(std::move(bytes));
         std::vector<uint64_t> shape(t.info->spec.shape().dims().begin(),
@@ -976,7 +996,7 @@ absl::StatusOr<std::pair<std::string, uint32_t>> Job::Export(
           DenseBlock* blk = t.dense->block(b);
           if (blk == nullptr) continue;
           absl::MutexLock bl(&blk->mu);
-          storage.emplace_back(reinterpret_cast<const char*>(blk->data.get()), blk->elems * 4);
+          storage.emplace_back(reinterpret_cast<const char*>(blk->weights.get()), blk->elems * 4);
           tensors.push_back({absl::StrCat(name, ":block:", b), v1::DT_FLOAT32, {blk->elems},
                              storage.back()});
         }

@@ -113,6 +113,10 @@ class Job {
   // FAILED_PRECONDITION when the shard map moved past `epoch` meanwhile.
   absl::Status Read(const SliceRef& slice, uint64_t epoch, uint64_t first, uint64_t n,
                     v1::DataType dtype, char* out);
+  // Like Read for a dense slice in float32, but lends the weights instead of copying them.
+  // REQUIRES: slice.dense.
+  absl::StatusOr<LentBytes> Lend(const SliceRef& slice, uint64_t epoch, uint64_t first,
+                                 uint64_t n);
   // Records one served pull (for the staleness statistics); returns the min clock.
   int64_t RecordServedPull(int64_t reader_clock);
   // Bytes per element on the wire for `dtype` (float32 for DT_INVALID).

@@ -83,6 +83,9 @@ struct CallScratch {
   std::vector<Dup> dups;
 };
 
+// Payloads up to this size are copied into the message instead of lent to gRPC.
+constexpr size_t kCopyBelowBytes = 64 << 10;
+
 void ReleaseRoundSlice(void* p) {
   auto* round = static_cast<std::shared_ptr<Round>*>(p);
   (*round)->ReleaseSlice();
@@ -107,6 +110,9 @@ struct PsClient::Impl {
   absl::Mutex mu;
   std::shared_ptr<const Routing> routing ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, std::shared_ptr<Connection>> conns ABSL_GUARDED_BY(mu);
+
+  std::atomic<int64_t> plan_ns{0}, send_ns{0}, wait_ns{0}, copy_ns{0};
+  std::atomic<uint64_t> calls{0}, retries{0};
 
   absl::Mutex seq_mu;
   int64_t seq_step ABSL_GUARDED_BY(seq_mu) = -1;
@@ -475,7 +481,10 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
                                      int64_t* min_clock) {
   std::vector<std::vector<Planned>> plans;
   CallScratch scratch;
+  absl::Time t0 = absl::Now();
   absl::Status st = Plan(r, step, seq, src, dst, pull_clock, end_of_step, &plans, &scratch);
+  absl::Time t1 = absl::Now();
+  plan_ns.fetch_add(absl::ToInt64Nanoseconds(t1 - t0));
   if (!st.ok()) {
     for (auto& list : plans) {
       for (auto& p : list) pool->Release(p.owned);
@@ -496,13 +505,17 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
     std::vector<ReplyDest> dests;
     dests.reserve(list.size());
     for (const auto& p : list) dests.push_back(p.dest);
-    auto round = std::make_shared<Round>(id, std::move(dests));
+    auto round = std::make_shared<Round>(id, std::move(dests), &copy_ns);
     std::vector<grpc::ByteBuffer> msgs;
     msgs.reserve(list.size());
     for (auto& p : list) {
       p.header.set_request_id(id);
       std::vector<grpc::Slice> payload;
-      if (p.borrowed_bytes > 0) {
+      if (p.borrowed_bytes > 0 && p.borrowed_bytes <= kCopyBelowBytes) {
+        // Small payloads are copied: cheaper than waiting for gRPC to release the caller's
+        // memory after the write.
+        payload.emplace_back(p.borrowed, p.borrowed_bytes);
+      } else if (p.borrowed_bytes > 0) {
         round->AddSlice();
         payload.emplace_back(const_cast<char*>(p.borrowed), p.borrowed_bytes, &ReleaseRoundSlice,
                              new std::shared_ptr<Round>(round));
@@ -523,6 +536,8 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
   }
   absl::Status result = send_error;
   int64_t min = -1;
+  t0 = absl::Now();
+  send_ns.fetch_add(absl::ToInt64Nanoseconds(t0 - t1));
   for (auto& s : sent) {
     absl::Status rs = s.round->Wait(deadline);
     if (rs.code() == absl::StatusCode::kDeadlineExceeded) {
@@ -537,6 +552,7 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
     if (m >= 0 && (min < 0 || m < min)) min = m;
   }
   for (auto& s : sent) s.round->WaitSlicesReleased();
+  wait_ns.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - t0));
   if (!result.ok()) return result;
   for (const auto& d : scratch.dups) {
     std::copy_n(d.rows + static_cast<size_t>(d.from) * d.width, d.width,
@@ -578,7 +594,9 @@ absl::Status PsClient::Impl::Run(int64_t step, const PushSources* src, const Pul
   while (true) {
     auto r = current();
     absl::Status st = Attempt(*r, step, seq, src, dst, pull_clock, end_of_step, deadline, min_clock);
+    if (st.ok()) calls.fetch_add(1);
     if (st.ok() || !IsRetryable(st)) return st;
+    retries.fetch_add(1);
     if (absl::Now() + backoff >= deadline) return st;
     if (st.code() == absl::StatusCode::kFailedPrecondition) {
       if (!options.refresh_shard_map) return st;
@@ -608,6 +626,17 @@ absl::Status PsClient::PushPull(int64_t step, const PushSources& sources,
   absl::Status st = impl_->Run(step, &sources, &targets, step + 1, true, &min);
   if (st.ok()) last_min_clock_ = min;
   return st;
+}
+
+PsClient::Stats PsClient::stats() const {
+  Stats s;
+  s.plan_sec = impl_->plan_ns.load() * 1e-9;
+  s.send_sec = impl_->send_ns.load() * 1e-9;
+  s.wait_sec = impl_->wait_ns.load() * 1e-9;
+  s.copy_sec = impl_->copy_ns.load() * 1e-9;
+  s.calls = impl_->calls.load();
+  s.retries = impl_->retries.load();
+  return s;
 }
 
 // ------------------------------------------------------------------ control calls

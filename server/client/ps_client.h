@@ -122,6 +122,17 @@ class PsClient {
   // Slowest worker's clock reported by the servers in the last completed pull (-1 = none).
   int64_t last_min_clock() const { return last_min_clock_.load(); }
 
+  // Where this client's time went since it was created (summed over calling threads).
+  struct Stats {
+    double plan_sec = 0;  // Routing, summing sparse rows, fp16/bf16 encoding.
+    double send_sec = 0;  // Framing messages and queueing them on the streams.
+    double wait_sec = 0;  // Waiting for replies: network, server work, parked pulls.
+    double copy_sec = 0;  // Copying (and widening) replies into the caller's buffers.
+    uint64_t calls = 0;   // Pull / Push / PushPull calls completed.
+    uint64_t retries = 0; // Attempts repeated after a stale map or an unavailable server.
+  };
+  Stats stats() const;
+
  private:
   struct Impl;
   explicit PsClient(std::unique_ptr<Impl> impl);

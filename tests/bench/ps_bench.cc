@@ -1,0 +1,591 @@
+// Parameter-server data-plane benchmark. In one run, on loopback:
+//  * dense push, pull and push-pull (1 server x 1 client, then 2 servers x 2 clients) for 4 KiB
+//    .. 64 MiB tensors, median of >= 5 runs, GB/s and per-round latency;
+//  * sparse rows/s (1k-row requests, width 64, Zipf keys over a 10^7-row table) beside the
+//    in-process table's own rows/s;
+//  * optimizer apply GB/s (Adam, float32);
+// each beside baselines measured in the same run (raw TCP echo, bare gRPC bidi-stream echo,
+// memcpy) with the ratios, and a profile of where a round's time goes.
+//
+//   bazel run -c opt //tests/bench:ps_bench -- [--runs=5] [--quick] [--out=FILE]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/barrier.h"
+#include "absl/time/clock.h"
+#include "common/atomic_file.h"
+#include "common/logging.h"
+#include "server/client/ps_client.h"
+#include "server/optimizer.h"
+#include "server/payload.h"
+#include "server/table.h"
+#include "tests/bench/ps_bench_baselines.h"
+#include "tests/bench/ps_bench_process.h"
+
+ABSL_FLAG(std::string, serve, "", "internal: run an echo server (tcp or grpc)");
+ABSL_FLAG(std::string, port_file, "", "internal: port file of --serve");
+ABSL_FLAG(std::string, server_binary, "", "ps_server to launch (default: from the runfiles)");
+ABSL_FLAG(int, runs, 5, "runs per measurement (the median is reported)");
+ABSL_FLAG(bool, quick, false, "fewer rounds per run (a smoke test, not for the record)");
+ABSL_FLAG(std::string, sizes, "4096,262144,4194304,67108864", "dense payload sizes in bytes");
+ABSL_FLAG(std::string, out, "", "also write the report (markdown) to this file");
+ABSL_FLAG(std::string, echo_grpc_args, "",
+          "gRPC integer channel args for the gRPC echo baseline, name=value;... (experiments)");
+ABSL_FLAG(bool, echo_only, false, "measure only the echo baselines (experiments)");
+ABSL_FLAG(int, sparse_threads, 4, "client threads (requests in flight) for the sparse benchmark");
+
+namespace pscluster {
+namespace bench {
+namespace {
+
+std::string self_path;
+
+std::vector<std::pair<std::string, int>> EchoGrpcArgs() {
+  std::vector<std::pair<std::string, int>> out;
+  for (auto kv : absl::StrSplit(absl::GetFlag(FLAGS_echo_grpc_args), ';', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> p = absl::StrSplit(kv, '=');
+    int v = 0;
+    if (absl::SimpleAtoi(p.second, &v)) out.emplace_back(p.first, v);
+  }
+  return out;
+}
+
+void Progress(const std::string& s) {
+  fprintf(stderr, "[ps_bench] %s\n", s.c_str());
+  fflush(stderr);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string Size(size_t b) {
+  if (b >= (1 << 20)) return absl::StrCat(b >> 20, " MiB");
+  return absl::StrCat(b >> 10, " KiB");
+}
+std::string Gbs(double bytes_per_sec) { return absl::StrFormat("%.2f", bytes_per_sec / 1e9); }
+std::string Us(double sec) {
+  return sec < 1e-2 ? absl::StrFormat("%.0f µs", sec * 1e6) : absl::StrFormat("%.1f ms", sec * 1e3);
+}
+
+int RoundsFor(size_t bytes) {
+  int r = static_cast<int>(std::clamp<size_t>((256u << 20) / bytes, 4, 400));
+  if (absl::GetFlag(FLAGS_quick)) r = std::max(2, r / 10);
+  return r;
+}
+
+// Blocks of at most 4 MiB, at least 8 per tensor where it is large enough (so a tensor
+// spreads over servers and chunks pipeline).
+uint64_t BlockElemsFor(uint64_t elems) {
+  return std::clamp<uint64_t>(elems / 8, 16384, 1 << 20);
+}
+
+v1::ShardMap MapOf(const std::string& job, const std::vector<std::string>& addrs) {
+  v1::ShardMap m;
+  m.set_job_id(job);
+  m.set_epoch(1);
+  m.set_num_virtual_shards(64);
+  for (uint32_t s = 0; s < 64; ++s) {
+    auto* a = m.add_assignments();
+    a->set_shard(s);
+    a->set_primary(absl::StrCat("s", s % addrs.size()));
+  }
+  for (size_t i = 0; i < addrs.size(); ++i) {
+    auto* e = m.add_servers();
+    e->set_node_id(absl::StrCat("s", i));
+    e->set_address(addrs[i]);
+  }
+  return m;
+}
+
+v1::OptimizerSpec Opt(v1::OptimizerSpec::Kind k, float lr) {
+  v1::OptimizerSpec o;
+  o.set_kind(k);
+  o.set_learning_rate(lr);
+  return o;
+}
+
+std::unique_ptr<PsClient> MakeClient(const std::string& job, const std::vector<std::string>& addrs,
+                                     const std::vector<v1::TableSpec>& tables, uint32_t rank,
+                                     uint32_t workers) {
+  PsClientOptions o;
+  o.job_id = job;
+  o.worker = rank;
+  o.call_timeout = absl::Seconds(120);
+  auto c = PsClient::Create(o, MapOf(job, addrs), tables);
+  if (!c.ok()) {
+    Progress(absl::StrCat("client: ", c.status().ToString()));
+    exit(1);
+  }
+  if (rank == 0) {
+    absl::Status st = (*c)->InstallShardMap();
+    v1::ConsistencySpec asp;
+    asp.set_mode(v1::ConsistencySpec::ASP);
+    if (st.ok()) st = (*c)->CreateTables(asp, workers);
+    if (!st.ok()) {
+      Progress(absl::StrCat("setup: ", st.ToString()));
+      exit(1);
+    }
+  }
+  return std::move(*c);
+}
+
+void Check(const absl::Status& st, const char* what) {
+  if (!st.ok()) {
+    Progress(absl::StrCat(what, ": ", st.ToString()));
+    exit(1);
+  }
+}
+
+// ------------------------------------------------------------------ dense
+
+struct DenseResult {
+  double push = 0, pull = 0, pushpull = 0;  // Seconds per round (median over runs).
+  PsClient::Stats client;                   // Client 0, push-pull phase only.
+  v1::DataPlaneTimes server;                // Summed over servers, push-pull phase only.
+  int pushpull_rounds = 0;
+};
+
+v1::DataPlaneTimes ServerTimes(PsClient* c) {
+  v1::DataPlaneTimes t;
+  auto st = c->ServerStatuses();
+  if (!st.ok()) return t;
+  for (const auto& s : *st) {
+    t.set_parse_sec(t.parse_sec() + s.times().parse_sec());
+    t.set_queue_sec(t.queue_sec() + s.times().queue_sec());
+    t.set_apply_sec(t.apply_sec() + s.times().apply_sec());
+    t.set_read_sec(t.read_sec() + s.times().read_sec());
+    t.set_park_sec(t.park_sec() + s.times().park_sec());
+    t.set_chunks_in(t.chunks_in() + s.times().chunks_in());
+    t.set_chunks_out(t.chunks_out() + s.times().chunks_out());
+  }
+  return t;
+}
+
+DenseResult BenchDense(const std::vector<std::string>& addrs, int clients, size_t bytes) {
+  static int job_seq = 0;
+  const std::string job = absl::StrCat("dense", job_seq++);
+  const uint64_t elems = bytes / 4;
+  v1::TableSpec t;
+  t.set_name("t");
+  t.set_kind(v1::DENSE);
+  t.mutable_shape()->add_dims(elems);
+  t.set_block_elems(BlockElemsFor(elems));
+  *t.mutable_optimizer() = Opt(v1::OptimizerSpec::SGD, 1e-6f);
+  std::vector<std::unique_ptr<PsClient>> cs;
+  for (int i = 0; i < clients; ++i) cs.push_back(MakeClient(job, addrs, {t}, i, clients));
+  std::vector<std::vector<float>> grads(clients, std::vector<float>(elems, 1e-3f));
+  std::vector<std::vector<float>> vals(clients, std::vector<float>(elems, 0.f));
+  std::vector<int64_t> step(clients, 0);
+  const int rounds = RoundsFor(bytes);
+  const int runs = absl::GetFlag(FLAGS_runs);
+  auto run_mode = [&](int mode) {  // 0 push, 1 pull, 2 push-pull.
+    std::vector<double> per_round;
+    for (int run = 0; run < runs + 1; ++run) {  // Run 0 warms up.
+      absl::Barrier* start = new absl::Barrier(clients + 1);
+      std::vector<std::thread> th;
+      for (int c = 0; c < clients; ++c) {
+        th.emplace_back([&, c] {
+          if (start->Block()) delete start;
+          PushSources src{{{"t", grads[c].data()}}, {}};
+          PullTargets dst{{{"t", vals[c].data()}}, {}};
+          for (int r = 0; r < rounds; ++r) {
+            if (mode == 0) Check(cs[c]->Push(step[c]++, src), "push");
+            if (mode == 1) Check(cs[c]->Pull(step[c], dst), "pull");
+            if (mode == 2) Check(cs[c]->PushPull(step[c]++, src, dst), "push-pull");
+          }
+        });
+      }
+      absl::Time t0 = absl::Now();
+      if (start->Block()) delete start;
+      for (auto& x : th) x.join();
+      if (run > 0) per_round.push_back(absl::ToDoubleSeconds(absl::Now() - t0) / rounds);
+    }
+    return Median(per_round);
+  };
+  DenseResult r;
+  r.push = run_mode(0);
+  r.pull = run_mode(1);
+  auto c0 = cs[0]->stats();
+  auto s0 = ServerTimes(cs[0].get());
+  r.pushpull = run_mode(2);
+  auto c1 = cs[0]->stats();
+  auto s1 = ServerTimes(cs[0].get());
+  r.client.plan_sec = c1.plan_sec - c0.plan_sec;
+  r.client.send_sec = c1.send_sec - c0.send_sec;
+  r.client.wait_sec = c1.wait_sec - c0.wait_sec;
+  r.client.copy_sec = c1.copy_sec - c0.copy_sec;
+  r.client.calls = c1.calls - c0.calls;
+  r.server.set_parse_sec(s1.parse_sec() - s0.parse_sec());
+  r.server.set_queue_sec(s1.queue_sec() - s0.queue_sec());
+  r.server.set_apply_sec(s1.apply_sec() - s0.apply_sec());
+  r.server.set_read_sec(s1.read_sec() - s0.read_sec());
+  r.server.set_chunks_in(s1.chunks_in() - s0.chunks_in());
+  r.pushpull_rounds = (runs + 1) * rounds;
+  Check(cs[0]->DropJob(), "drop");
+  return r;
+}
+
+struct EchoResult {
+  double tcp = 0, grpc = 0;  // Seconds per round.
+};
+
+EchoResult BenchEcho(const std::string& tcp_addr, const std::string& grpc_addr, size_t bytes) {
+  EchoResult r;
+  auto tcp = ConnectTcpEcho(tcp_addr);
+  auto grpc = ConnectGrpcEcho(grpc_addr, 4 << 20, EchoGrpcArgs());
+  Check(tcp.status(), "tcp echo");
+  Check(grpc.status(), "grpc echo");
+  const int rounds = RoundsFor(bytes);
+  for (auto* client : {tcp->get(), grpc->get()}) {
+    std::vector<double> per_round;
+    for (int run = 0; run < absl::GetFlag(FLAGS_runs) + 1; ++run) {
+      double total = 0;
+      for (int i = 0; i < rounds; ++i) {
+        auto s = client->Round(bytes);
+        Check(s.status(), "echo round");
+        total += *s;
+      }
+      if (run > 0) per_round.push_back(total / rounds);
+    }
+    (client == tcp->get() ? r.tcp : r.grpc) = Median(per_round);
+  }
+  return r;
+}
+
+// ------------------------------------------------------------------ sparse
+
+class Zipf {
+ public:
+  Zipf(uint64_t n, double s) : cdf_(n) {
+    double sum = 0;
+    for (uint64_t i = 0; i < n; ++i) cdf_[i] = (sum += std::pow(static_cast<double>(i + 1), -s));
+    for (auto& c : cdf_) c /= sum;
+  }
+  uint64_t operator()(std::mt19937_64& rng) const {
+    double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    return std::upper_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin();
+  }
+
+ private:
+  std::vector<double> cdf_;
+};
+
+struct SparseResult {
+  double rows_per_sec = 0;          // Through one server (pushed + pulled rows).
+  double local_rows_per_sec = 0;    // The in-process table alone, same keys.
+  int threads = 0;
+};
+
+constexpr uint64_t kKeySpace = 10'000'000;
+constexpr uint32_t kWidth = 64;
+constexpr int kRowsPerRequest = 1000;
+
+v1::TableSpec SparseSpec() {
+  v1::TableSpec t;
+  t.set_name("emb");
+  t.set_kind(v1::SPARSE);
+  t.set_row_width(kWidth);
+  t.set_key_space(kKeySpace);
+  t.mutable_init()->set_kind(v1::InitializerSpec::NORMAL);
+  t.mutable_init()->set_stddev(0.01f);
+  *t.mutable_optimizer() = Opt(v1::OptimizerSpec::ADAGRAD, 0.05f);
+  return t;
+}
+
+std::vector<std::vector<uint64_t>> ZipfRequests(const Zipf& zipf, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<uint64_t>> reqs(n, std::vector<uint64_t>(kRowsPerRequest));
+  for (auto& r : reqs) {
+    for (auto& k : r) k = zipf(rng);
+  }
+  return reqs;
+}
+
+double LocalSparseRowsPerSec(const std::vector<std::vector<uint64_t>>& reqs) {
+  auto spec = SparseSpec();
+  auto opt = ResolveOptimizer(spec.optimizer(), "optimizer");
+  TableInfo info(spec, *opt, 64);
+  SparseTable table(&info);
+  MemoryBudget budget(0);
+  std::vector<float> grads(kRowsPerRequest * kWidth, 1e-3f), rows(kRowsPerRequest * kWidth);
+  auto pass = [&](size_t first, size_t n) {
+    for (size_t i = first; i < first + n; ++i) {
+      const auto& keys = reqs[i % reqs.size()];
+      std::vector<uint64_t> uniq(keys);
+      std::sort(uniq.begin(), uniq.end());
+      uniq.erase(std::unique(uniq.begin(), uniq.end()), uniq.end());
+      Check(table.Apply(uniq,
+                        [&](size_t f, size_t k, float* out) {
+                          std::copy_n(grads.data() + f % grads.size(), k, out);
+                        },
+                        &budget),
+            "local apply");
+      Check(table.Read(reqs[(i + 1) % reqs.size()], v1::DT_FLOAT32,
+                       reinterpret_cast<char*>(rows.data()), &budget),
+            "local read");
+    }
+  };
+  pass(0, reqs.size());  // Create the rows (first touch) outside the measurement.
+  std::vector<double> rates;
+  for (int run = 0; run < absl::GetFlag(FLAGS_runs); ++run) {
+    absl::Time t0 = absl::Now();
+    pass(0, reqs.size());
+    rates.push_back(2.0 * kRowsPerRequest * reqs.size() / absl::ToDoubleSeconds(absl::Now() - t0));
+  }
+  return Median(rates);
+}
+
+SparseResult BenchSparse(const std::string& addr, const std::vector<std::vector<uint64_t>>& reqs,
+                         int threads) {
+  SparseResult r;
+  r.threads = threads;
+  static int seq = 0;
+  const std::string job = absl::StrCat("sparse", seq++);
+  auto client = MakeClient(job, {addr}, {SparseSpec()}, 0, 1);
+  std::vector<float> grads(kRowsPerRequest * kWidth, 1e-3f);
+  auto pass = [&]() {
+    std::vector<std::thread> th;
+    for (int t = 0; t < threads; ++t) {
+      th.emplace_back([&, t] {
+        std::vector<float> rows(kRowsPerRequest * kWidth);
+        for (size_t i = t; i < reqs.size(); i += threads) {
+          const auto& next = reqs[(i + 1) % reqs.size()];
+          Check(client->PushPull(static_cast<int64_t>(i),
+                                 {{}, {{"emb", reqs[i], grads.data()}}},
+                                 {{}, {{"emb", next, rows.data()}}}),
+                "sparse push-pull");
+        }
+      });
+    }
+    for (auto& x : th) x.join();
+  };
+  pass();  // Rows created on first touch, outside the measurement.
+  std::vector<double> rates;
+  for (int run = 0; run < absl::GetFlag(FLAGS_runs); ++run) {
+    absl::Time t0 = absl::Now();
+    pass();
+    rates.push_back(2.0 * kRowsPerRequest * reqs.size() / absl::ToDoubleSeconds(absl::Now() - t0));
+  }
+  r.rows_per_sec = Median(rates);
+  Check(client->DropJob(), "drop");
+  return r;
+}
+
+// ------------------------------------------------------------------ optimizer
+
+struct ApplyResult {
+  double kernel = 0;  // Gradient bytes/s through ApplyUpdate (Adam) on float arrays.
+  double table = 0;   // Through DenseTable::Apply from a received payload (decode + apply).
+};
+
+ApplyResult BenchApply() {
+  const size_t n = 4 << 20;  // 16 MiB of gradient; weights + 2 slots: 64 MiB touched.
+  auto spec = Opt(v1::OptimizerSpec::ADAM, 1e-3f);
+  auto p = *ResolveOptimizer(spec, "optimizer");
+  std::vector<float> w(n, 0.1f), m(n, 0.f), v(n, 0.f), g(n, 1e-3f);
+  ApplyResult r;
+  std::vector<double> rates;
+  for (int run = 0; run < absl::GetFlag(FLAGS_runs) + 1; ++run) {
+    absl::Time t0 = absl::Now();
+    ApplyUpdate(p, run + 1, n, g.data(), w.data(), m.data(), v.data());
+    if (run > 0) rates.push_back(n * 4.0 / absl::ToDoubleSeconds(absl::Now() - t0));
+  }
+  r.kernel = Median(rates);
+  v1::TableSpec t;
+  t.set_name("t");
+  t.set_kind(v1::DENSE);
+  t.mutable_shape()->add_dims(n);
+  t.set_block_elems(1 << 20);
+  *t.mutable_optimizer() = spec;
+  TableInfo info(t, p, 1);
+  DenseTable table(&info);
+  MemoryBudget budget(0);
+  Check(table.SetHeldShards({true}, &budget), "alloc");
+  Payload payload = Payload::FromString(std::string(reinterpret_cast<char*>(g.data()), 4 << 20));
+  rates.clear();
+  for (int run = 0; run < absl::GetFlag(FLAGS_runs) + 1; ++run) {
+    absl::Time t0 = absl::Now();
+    for (uint64_t b = 0; b < table.num_blocks(); ++b) {
+      table.Apply(table.block(b), 0, 1 << 20,
+                  [&](size_t f, size_t k, float* out) {
+                    payload.DecodeFloats(v1::DT_FLOAT32, f, k, out);
+                  },
+                  true);
+    }
+    if (run > 0) rates.push_back(n * 4.0 / absl::ToDoubleSeconds(absl::Now() - t0));
+  }
+  r.table = Median(rates);
+  return r;
+}
+
+// ------------------------------------------------------------------ report
+
+int Main() {
+  std::string server_bin = absl::GetFlag(FLAGS_server_binary);
+  if (server_bin.empty()) {
+    const char* rf = getenv("RUNFILES_DIR");
+    server_bin = rf ? std::string(rf) + "/pscluster/server/ps_server"
+                    : self_path + ".runfiles/pscluster/server/ps_server";
+  }
+  std::vector<size_t> sizes;
+  for (auto s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',')) {
+    size_t v;
+    if (!absl::SimpleAtoi(s, &v) || v < 4096) {
+      fprintf(stderr, "--sizes: '%s' is not a size >= 4096\n", std::string(s).c_str());
+      return 2;
+    }
+    sizes.push_back(v);
+  }
+  const std::string tmp = absl::StrCat("/tmp/ps_bench.", getpid());
+  Check(MakeDirs(tmp), "tmp dir");
+  ChildProcess tcp_echo(self_path, {"--serve=tcp"}, tmp + "/tcp.port");
+  ChildProcess grpc_echo(
+      self_path,
+      {"--serve=grpc", "--echo_grpc_args=" + absl::GetFlag(FLAGS_echo_grpc_args)},
+      tmp + "/grpc.port");
+  ChildProcess s0(server_bin, {"--log_level=warn"}, tmp + "/s0.port");
+  ChildProcess s1(server_bin, {"--log_level=warn"}, tmp + "/s1.port");
+  auto tcp_addr = tcp_echo.Address();
+  auto grpc_addr = grpc_echo.Address();
+  auto a0 = s0.Address();
+  auto a1 = s1.Address();
+  Check(tcp_addr.status(), "tcp echo server");
+  Check(grpc_addr.status(), "grpc echo server");
+  Check(a0.status(), absl::StrCat("ps_server ", server_bin).c_str());
+  Check(a1.status(), "second ps_server");
+
+  std::string out;
+  auto line = [&](const std::string& s) {
+    out += s + "\n";
+    printf("%s\n", s.c_str());
+    fflush(stdout);
+  };
+  Progress("memcpy");
+  const double memcpy_bw = MemcpyBandwidth(64 << 20, 9);
+  unsigned cores = std::thread::hardware_concurrency();
+  line(absl::StrCat("Machine: ", cores, " cores, loopback; ps_server and the echo servers in their "
+                    "own processes; median of ", absl::GetFlag(FLAGS_runs), " runs",
+                    absl::GetFlag(FLAGS_quick) ? " (--quick: not for the record)" : "", "."));
+  line("");
+  line("### Dense, 1 server x 1 client (GB/s = payload bytes per round / round time)");
+  line("");
+  line("| payload | block | raw TCP echo | gRPC echo | ps push | ps pull | ps push-pull | "
+       "push-pull round | push-pull / TCP | push-pull / gRPC | round / TCP round |");
+  line("|---|---|---|---|---|---|---|---|---|---|---|");
+  std::vector<std::pair<size_t, DenseResult>> profiles;
+  std::map<size_t, double> one_by_one;
+  for (size_t b : sizes) {
+    Progress(absl::StrCat("echo baselines, ", Size(b)));
+    EchoResult e = BenchEcho(*tcp_addr, *grpc_addr, b);
+    if (absl::GetFlag(FLAGS_echo_only)) {
+      line(absl::StrCat("| ", Size(b), " | tcp ", Gbs(b / e.tcp), " (", Us(e.tcp), ") | grpc ",
+                        Gbs(b / e.grpc), " (", Us(e.grpc), ") |"));
+      continue;
+    }
+    Progress(absl::StrCat("dense 1x1, ", Size(b)));
+    DenseResult d = BenchDense({*a0}, 1, b);
+    one_by_one[b] = b / d.pushpull;
+    profiles.emplace_back(b, d);
+    line(absl::StrCat("| ", Size(b), " | ", Size(BlockElemsFor(b / 4) * 4), " | ", Gbs(b / e.tcp),
+                      " (", Us(e.tcp), ") | ", Gbs(b / e.grpc), " (", Us(e.grpc), ") | ",
+                      Gbs(b / d.push), " | ", Gbs(b / d.pull), " | ", Gbs(b / d.pushpull), " | ",
+                      Us(d.pushpull), " | ", absl::StrFormat("%.2f", e.tcp / d.pushpull), " | ",
+                      absl::StrFormat("%.2f", e.grpc / d.pushpull), " | ",
+                      absl::StrFormat("%.2f×", d.pushpull / e.tcp), " |"));
+  }
+  if (absl::GetFlag(FLAGS_echo_only)) return 0;
+  line("");
+  line("### Dense, 2 servers x 2 clients (aggregate GB/s over both clients)");
+  line("");
+  line("| payload | ps push | ps pull | ps push-pull | push-pull round | aggregate / 1x1 push-pull |");
+  line("|---|---|---|---|---|---|");
+  for (size_t b : sizes) {
+    Progress(absl::StrCat("dense 2x2, ", Size(b)));
+    DenseResult d = BenchDense({*a0, *a1}, 2, b);
+    line(absl::StrCat("| ", Size(b), " | ", Gbs(2.0 * b / d.push), " | ", Gbs(2.0 * b / d.pull),
+                      " | ", Gbs(2.0 * b / d.pushpull), " | ", Us(d.pushpull), " | ",
+                      absl::StrFormat("%.2f", (2.0 * b / d.pushpull) / one_by_one[b]), " |"));
+  }
+  line("");
+  Progress("sparse: Zipf keys");
+  Zipf zipf(kKeySpace, 1.1);
+  auto reqs = ZipfRequests(zipf, absl::GetFlag(FLAGS_quick) ? 100 : 400, 42);
+  Progress("sparse: in-process table");
+  const double local = LocalSparseRowsPerSec(reqs);
+  line("### Sparse: 1k-row requests, width 64 (float32), Zipf(1.1) keys over 10^7 rows, "
+       "Adagrad; rows pushed + pulled per second through 1 server");
+  line("");
+  line("| requests in flight | rows/s through ps_server | in-process table rows/s | ratio |");
+  line("|---|---|---|---|");
+  for (int threads : {1, absl::GetFlag(FLAGS_sparse_threads)}) {
+    Progress(absl::StrCat("sparse through the server, ", threads, " in flight"));
+    SparseResult s = BenchSparse(*a0, reqs, threads);
+    line(absl::StrCat("| ", threads, " | ", absl::StrFormat("%.2fM", s.rows_per_sec / 1e6), " | ",
+                      absl::StrFormat("%.2fM", local / 1e6), " | ",
+                      absl::StrFormat("%.2f", s.rows_per_sec / local), " |"));
+    if (threads == absl::GetFlag(FLAGS_sparse_threads)) break;
+  }
+  line("");
+  Progress("optimizer apply");
+  ApplyResult ap = BenchApply();
+  line("### Optimizer apply (Adam, float32, 16 MiB gradient; weights + 2 slots = 64 MiB)");
+  line("");
+  line("| path | gradient GB/s | / single-thread memcpy |");
+  line("|---|---|---|");
+  line(absl::StrCat("| memcpy (baseline, 64 MiB) | ", Gbs(memcpy_bw), " | 1.00 |"));
+  line(absl::StrCat("| optimizer kernel | ", Gbs(ap.kernel), " | ",
+                    absl::StrFormat("%.2f", ap.kernel / memcpy_bw), " |"));
+  line(absl::StrCat("| table apply from a received payload | ", Gbs(ap.table), " | ",
+                    absl::StrFormat("%.2f", ap.table / memcpy_bw), " |"));
+  line("");
+  line("### Where a push-pull round goes (1 server x 1 client; per round)");
+  line("");
+  line("| payload | round | client plan+encode | client send | client wait | of which reply copy "
+       "| server parse | server queue | server apply | server read copy | network + gRPC (rest) |");
+  line("|---|---|---|---|---|---|---|---|---|---|---|");
+  for (const auto& [b, d] : profiles) {
+    const double n = d.pushpull_rounds;
+    const double plan = d.client.plan_sec / n, send = d.client.send_sec / n;
+    const double wait = d.client.wait_sec / n, copy = d.client.copy_sec / n;
+    const double parse = d.server.parse_sec() / n, queue = d.server.queue_sec() / n;
+    const double apply = d.server.apply_sec() / n, read = d.server.read_sec() / n;
+    const double rest = std::max(0.0, wait - copy - parse - apply - read);
+    line(absl::StrCat("| ", Size(b), " | ", Us(d.pushpull), " | ", Us(plan), " | ", Us(send), " | ",
+                      Us(wait), " | ", Us(copy), " | ", Us(parse), " | ", Us(queue), " | ",
+                      Us(apply), " | ", Us(read), " | ", Us(rest), " |"));
+  }
+  if (!absl::GetFlag(FLAGS_out).empty()) {
+    Check(WriteFileAtomically(absl::GetFlag(FLAGS_out), out), "--out");
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace bench
+}  // namespace pscluster
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  pscluster::bench::self_path = n > 0 ? std::string(buf, n) : argv[0];
+  if (!absl::GetFlag(FLAGS_serve).empty()) {
+    return pscluster::bench::ServeEcho(absl::GetFlag(FLAGS_serve), absl::GetFlag(FLAGS_port_file),
+                                       pscluster::bench::EchoGrpcArgs());
+  }
+  signal(SIGPIPE, SIG_IGN);
+  (void)pscluster::SetLogLevel("warn");
+  return pscluster::bench::Main();
+}
