@@ -410,6 +410,28 @@ TEST_F(HandlerTest, TransportsFloat16AndBFloat16) {
 }
 
 
+TEST_F(HandlerTest, TopKPushesScatterIntoTheBlock) {
+  Create(CreateRequest("j", {DenseSpec("w", {100}, kSgd)}, v1::ConsistencySpec::ASP, 1));
+  auto w0 = *Pull("j", 0, 0, {Block("w", 0)});
+  v1::PushChunk c = Chunk("j", 0, 0, 0);
+  c.mutable_slice()->set_table("w");
+  std::vector<uint32_t> idx = {3, 97, 3};
+  c.set_indices(std::string(reinterpret_cast<char*>(idx.data()), 12));
+  ASSERT_TRUE(h_->Push(c, Payload::FromString(Bytes({1.f, 2.f, 4.f}))).ok());
+  auto w1 = *Pull("j", 0, 0, {Block("w", 0)});
+  for (int i = 0; i < 100; ++i) {
+    float g = i == 3 ? 5.f : i == 97 ? 2.f : 0.f;
+    EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.5f * g) << i;
+  }
+  idx[1] = 100;  // Outside the block.
+  c.set_indices(std::string(reinterpret_cast<char*>(idx.data()), 12));
+  c.mutable_tag()->set_seq(1);
+  absl::Status st = h_->Push(c, Payload::FromString(Bytes({1.f, 2.f, 4.f}))).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("indices"), std::string::npos) << st;
+  EXPECT_EQ(*Pull("j", 0, 0, {Block("w", 0)}), w1);
+}
+
 class CheckpointTest : public HandlerTest {
  protected:
   void SetUp() override {
