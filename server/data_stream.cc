@@ -102,6 +102,9 @@ void DataStream::RequestFinish(grpc::Status st) {
     finish = FinishDueLocked();
   }
   if (parked) parked->CancelWait(parked_id);
+  // Queued work would only be skipped now; dropping it releases the references it holds.
+  apply_q_->Clear();
+  read_q_->Clear();
   if (finish) ops_.finish(st);
 }
 

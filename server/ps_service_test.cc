@@ -240,6 +240,83 @@ TEST(ServiceEpochTest, StaleEpochRefreshesTheMapAndRetriesExactlyOnce) {
   EXPECT_EQ((*st)[1].duplicates_total(), 0u);
 }
 
+// A push that fails after one server applied its part, retried by the caller once the map is
+// current, is applied exactly once everywhere.
+TEST(ServiceEpochTest, CallerRetryOfAFailedPushReusesItsTags) {
+  InProcessCluster cluster(2);
+  ASSERT_TRUE(cluster.status().ok());
+  auto w = DenseSpec("w", {64, 500}, kSgd, 500);
+  auto client = cluster.Client("job", {w});  // No refresh callback: errors reach the caller.
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->CreateTables(Mode(v1::ConsistencySpec::ASP), 1).ok());
+  v1::UpdateShardMapRequest req;
+  *req.mutable_map() = cluster.Map("job", 2);
+  req.set_self("s1");
+  v1::UpdateShardMapResponse resp;
+  ASSERT_TRUE(cluster.server(1)->handler()->UpdateShardMap(req, &resp).ok());
+  std::vector<float> g(32000, 1.f);
+  PushSources src{{{"w", g.data()}}, {}};
+  absl::Status st = (*client)->Push(0, src, /*end_of_step=*/false);
+  ASSERT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  req.set_self("s0");
+  ASSERT_TRUE(cluster.server(0)->handler()->UpdateShardMap(req, &resp).ok());
+  ASSERT_TRUE((*client)->SetShardMap(cluster.Map("job", 2)).ok());
+  ASSERT_TRUE((*client)->Push(0, src, false).ok());  // The retry.
+  ASSERT_TRUE((*client)->Push(0, src).ok());         // A second, distinct push of step 0.
+  std::vector<float> v(32000);
+  ASSERT_TRUE((*client)->Pull(1, {{{"w", v.data()}}, {}}).ok());
+  const auto w0 = InitialDense(w, 32000);
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_FLOAT_EQ(v[i], w0[i] - 1.0f) << i;
+}
+
+// Many workers push and pull concurrently (ASP); SGD with gradients that add exactly, so the
+// final values show every push applied exactly once whatever the interleaving.
+TEST(ServiceConcurrencyTest, ConcurrentWorkersAndReadersApplyEveryPushOnce) {
+  InProcessCluster cluster(2);
+  ASSERT_TRUE(cluster.status().ok());
+  auto w = DenseSpec("w", {40000}, Optimizer(v1::OptimizerSpec::SGD, 1.f), 4096);
+  auto e = SparseSpec("e", 8, 0, Optimizer(v1::OptimizerSpec::SGD, 1.f));
+  w.mutable_init()->set_kind(v1::InitializerSpec::ZEROS);
+  e.mutable_init()->set_kind(v1::InitializerSpec::ZEROS);
+  constexpr int kWorkers = 4, kSteps = 40;
+  std::vector<std::unique_ptr<PsClient>> clients;
+  for (int i = 0; i < kWorkers; ++i) clients.push_back(std::move(*cluster.Client("job", {w, e}, i)));
+  ASSERT_TRUE(clients[0]->CreateTables(Mode(v1::ConsistencySpec::ASP), kWorkers).ok());
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    auto c = std::move(*cluster.Client("job", {w, e}, 0));
+    std::vector<float> v(40000);
+    while (!stop) ASSERT_TRUE(c->Pull(0, {{{"w", v.data()}}, {}}).ok());
+  });
+  std::vector<std::thread> workers;
+  for (int i = 0; i < kWorkers; ++i) {
+    workers.emplace_back([&, i] {
+      std::vector<float> g(40000, 1.f / 1024), v(40000);
+      std::vector<uint64_t> keys = {1, 2, 3, static_cast<uint64_t>(100 + i)};
+      std::vector<float> eg(keys.size() * 8, 1.f / 256), rows(keys.size() * 8);
+      for (int s = 0; s < kSteps; ++s) {
+        ASSERT_TRUE(clients[i]
+                        ->PushPull(s, {{{"w", g.data()}}, {{"e", keys, eg.data()}}},
+                                   {{{"w", v.data()}}, {{"e", keys, rows.data()}}})
+                        .ok());
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  stop = true;
+  reader.join();
+  std::vector<float> v(40000);
+  std::vector<uint64_t> keys = {1, 100, 103};
+  std::vector<float> rows(keys.size() * 8);
+  ASSERT_TRUE(clients[0]->Pull(kSteps, {{{"w", v.data()}}, {{"e", keys, rows.data()}}}).ok());
+  for (size_t i = 0; i < v.size(); ++i) {
+    ASSERT_EQ(v[i], -1.f / 1024 * kWorkers * kSteps) << i;
+  }
+  EXPECT_EQ(rows[0], -1.f / 256 * kWorkers * kSteps);
+  EXPECT_EQ(rows[8], -1.f / 256 * kSteps);
+  EXPECT_EQ(rows[16], -1.f / 256 * kSteps);
+}
+
 TEST(ServiceCompressionTest, Float16AndBFloat16TransportPerTable) {
   InProcessCluster cluster(2);
   ASSERT_TRUE(cluster.status().ok());

@@ -1,6 +1,7 @@
 #include "server/client/ps_client.h"
 
 #include <algorithm>
+#include <set>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -114,9 +115,12 @@ struct PsClient::Impl {
   std::atomic<int64_t> plan_ns{0}, send_ns{0}, wait_ns{0}, copy_ns{0};
   std::atomic<uint64_t> calls{0}, retries{0};
 
+  // Push sequence numbers of the current step: a push takes the lowest seq that failed before
+  // (so retrying a failed push reuses its tags), else a new one.
   absl::Mutex seq_mu;
   int64_t seq_step ABSL_GUARDED_BY(seq_mu) = -1;
   uint64_t next_seq ABSL_GUARDED_BY(seq_mu) = 0;
+  std::set<uint64_t> failed_seqs ABSL_GUARDED_BY(seq_mu);
 
   std::shared_ptr<const Routing> current() {
     absl::MutexLock l(&mu);
@@ -587,21 +591,34 @@ absl::Status PsClient::Impl::Run(int64_t step, const PushSources* src, const Pul
     if (step != seq_step) {
       seq_step = step;
       next_seq = 0;
+      failed_seqs.clear();
     }
-    seq = next_seq++;
+    if (!failed_seqs.empty()) {
+      seq = *failed_seqs.begin();
+      failed_seqs.erase(failed_seqs.begin());
+    } else {
+      seq = next_seq++;
+    }
   }
+  auto give_back = [&](const absl::Status& st) {
+    if (src != nullptr && !st.ok()) {
+      absl::MutexLock l(&seq_mu);
+      if (step == seq_step) failed_seqs.insert(seq);
+    }
+    return st;
+  };
   absl::Duration backoff = options.retry_backoff;
   while (true) {
     auto r = current();
     absl::Status st = Attempt(*r, step, seq, src, dst, pull_clock, end_of_step, deadline, min_clock);
     if (st.ok()) calls.fetch_add(1);
-    if (st.ok() || !IsRetryable(st)) return st;
+    if (st.ok() || !IsRetryable(st)) return give_back(st);
     retries.fetch_add(1);
-    if (absl::Now() + backoff >= deadline) return st;
+    if (absl::Now() + backoff >= deadline) return give_back(st);
     if (st.code() == absl::StatusCode::kFailedPrecondition) {
-      if (!options.refresh_shard_map) return st;
+      if (!options.refresh_shard_map) return give_back(st);
       absl::Status rs = Refresh(st);
-      if (!rs.ok()) return rs;
+      if (!rs.ok()) return give_back(rs);
       if (current()->map.epoch() > r->map.epoch()) continue;  // Retry at once with the new map.
     }
     absl::SleepFor(backoff);

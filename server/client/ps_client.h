@@ -106,6 +106,9 @@ class PsClient {
   absl::Status Pull(int64_t clock, const PullTargets& targets);
   // Pushes the gradients of `step`; with end_of_step (the normal case) every server of the map
   // is told the step is complete, even those that got no gradient, so their clocks advance.
+  // Each push of a step gets its own tag; a push that failed and is called again for the same
+  // step (with the same gradients) reuses the failed push's tag, so servers that applied part
+  // of it do not apply that part twice.
   // REQUIRES: the source buffers stay unchanged until the call returns.
   absl::Status Push(int64_t step, const PushSources& sources, bool end_of_step = true);
   // Push of `step` (with end_of_step) and a pull of `targets` at clock step + 1, in one round
