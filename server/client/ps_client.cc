@@ -37,6 +37,7 @@ struct Connection {
   std::unique_ptr<grpc::GenericStub> generic;
   absl::Mutex mu;
   std::shared_ptr<PsStream> stream ABSL_GUARDED_BY(mu);
+  std::vector<std::shared_ptr<PsStream>> retired ABSL_GUARDED_BY(mu);  // Still finishing.
 
   std::shared_ptr<PsStream> GetStream(const PsClientOptions& o) {
     absl::MutexLock l(&mu);
@@ -45,13 +46,21 @@ struct Connection {
         (refresh_after <= absl::ZeroDuration() || absl::Now() - stream->opened() < refresh_after)) {
       return stream;
     }
-    if (stream) stream->Retire();
+    retired.erase(std::remove_if(retired.begin(), retired.end(),
+                                 [](const auto& s) { return s->done(); }),
+                  retired.end());
+    if (stream) {
+      stream->Retire();
+      retired.push_back(std::move(stream));
+    }
     stream = PsStream::Open(generic.get(), address, o.stream_lifetime, o.channel);
     return stream;
   }
   ~Connection() {
+    // Streams end here, on this thread, before the channel goes (see PsStream::Shutdown).
     absl::MutexLock l(&mu);
-    if (stream) stream->Retire();
+    if (stream) retired.push_back(std::move(stream));
+    for (auto& s : retired) s->Shutdown(absl::Seconds(10));
   }
 };
 

@@ -205,9 +205,10 @@ class GrpcEcho final : public EchoClient,
     StartCall();
   }
   ~GrpcEcho() override {
+    auto done = done_;
     StartWritesDone();
     RemoveHold();
-    done_.WaitForNotification();
+    done->WaitForNotification();
   }
 
   absl::StatusOr<double> Round(size_t bytes) override {
@@ -257,7 +258,10 @@ class GrpcEcho final : public EchoClient,
     }
     Pump();
   }
-  void OnDone(const grpc::Status&) override { done_.Notify(); }
+  void OnDone(const grpc::Status&) override {
+    auto done = done_;  // This object may be destroyed as soon as it is notified.
+    done->Notify();
+  }
 
  private:
   void Pump() {
@@ -282,7 +286,7 @@ class GrpcEcho final : public EchoClient,
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   size_t received_ ABSL_GUARDED_BY(mu_) = 0;
   size_t expect_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Notification done_;
+  std::shared_ptr<absl::Notification> done_ = std::make_shared<absl::Notification>();
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #define PSCLUSTER_TESTS_BENCH_PS_BENCH_PROCESS_H_
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@ class ChildProcess {
     args.push_back("--port_file=" + port_file);
     pid_ = fork();
     if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // Never outlive the parent.
       std::vector<char*> argv = {const_cast<char*>(binary.c_str())};
       for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
