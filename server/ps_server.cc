@@ -31,6 +31,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   go.listen_address = options.listen;
   go.tls = options.tls;
   go.component = "server";
+  go.int_args = options.grpc_args;
   // Data-plane chunks are about 4 MiB; leave room above the largest accepted chunk.
   go.max_message_bytes =
       static_cast<int>(std::max<uint64_t>(64 << 20, options.limits.max_chunk_bytes + (1 << 20)));

@@ -21,6 +21,7 @@
 #include "server/ps_handler.h"
 #include "server/ps_service.h"
 #include "server/scheduler_link.h"
+#include "server/wire.h"
 
 namespace pscluster {
 
@@ -34,6 +35,8 @@ struct PsServerOptions {
   int data_threads = 0;                // --data_threads (0 = one per core)
   absl::Duration register_timeout = absl::Seconds(30);  // --register_timeout
   DataPlaneOptions data_plane;
+  // gRPC channel arguments of the server (default: DataPlaneChannelArgs()).
+  std::vector<std::pair<std::string, int>> grpc_args = *DataPlaneChannelArgs();
   DataPlaneLimits limits;
 };
 

@@ -93,9 +93,6 @@ struct CallScratch {
   std::vector<Dup> dups;
 };
 
-// Payloads up to this size are copied into the message instead of lent to gRPC.
-constexpr size_t kCopyBelowBytes = 64 << 10;
-
 void ReleaseRoundSlice(void* p) {
   auto* round = static_cast<std::shared_ptr<Round>*>(p);
   (*round)->ReleaseSlice();
@@ -164,6 +161,9 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(PsClientOptions optio
                                                            std::vector<v1::TableSpec> tables) {
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
+  if (impl->options.channel.int_args.empty()) {
+    impl->options.channel.int_args = *DataPlaneChannelArgs();
+  }
   if (impl->options.job_id.empty()) return absl::InvalidArgumentError("job_id: empty");
   if (impl->options.chunk_bytes < 4096) {
     return absl::InvalidArgumentError("chunk_bytes: must be at least 4096");
@@ -524,7 +524,7 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
     for (auto& p : list) {
       p.header.set_request_id(id);
       std::vector<grpc::Slice> payload;
-      if (p.borrowed_bytes > 0 && p.borrowed_bytes <= kCopyBelowBytes) {
+      if (p.borrowed_bytes > 0 && p.borrowed_bytes <= options.copy_below_bytes) {
         // Small payloads are copied: cheaper than waiting for gRPC to release the caller's
         // memory after the write.
         payload.emplace_back(p.borrowed, p.borrowed_bytes);

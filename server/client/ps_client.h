@@ -35,7 +35,9 @@ namespace pscluster {
 struct PsClientOptions {
   std::string job_id;       // Job whose tables are read and written.
   uint32_t worker = 0;      // This worker's rank (tags pushes, gates BSP/SSP pulls).
-  ChannelOptions channel;   // TLS / bearer token for the server channels.
+  // TLS / bearer token for the server channels. Empty int_args get the data-plane defaults
+  // (server/wire.h DataPlaneChannelArgs()).
+  ChannelOptions channel;
   // Deadline of each call (Pull, Push, PushPull, control calls), retries and waiting for slow
   // workers under BSP/SSP included.
   absl::Duration call_timeout = absl::Seconds(60);
@@ -43,6 +45,9 @@ struct PsClientOptions {
   absl::Duration stream_lifetime = absl::Hours(1);
   // Largest payload of one message (sparse requests are split to fit).
   size_t chunk_bytes = 4 << 20;
+  // Push payloads up to this size are copied into the message; larger ones are lent to gRPC
+  // without a copy (the call then also waits until gRPC has released the caller's memory).
+  size_t copy_below_bytes = 64 << 10;
   // First retry delay (doubles up to 1 s).
   absl::Duration retry_backoff = absl::Milliseconds(20);
   // Returns a newer shard map (normally from the scheduler's GetShardMap) after a server said

@@ -29,6 +29,8 @@
 #include "server/optimizer.h"
 #include "server/payload.h"
 #include "server/table.h"
+#include "server/wire.h"
+#include "common/sharding.h"
 #include "tests/bench/ps_bench_baselines.h"
 #include "tests/bench/ps_bench_process.h"
 
@@ -41,7 +43,11 @@ ABSL_FLAG(std::string, sizes, "4096,262144,4194304,67108864", "dense payload siz
 ABSL_FLAG(std::string, out, "", "also write the report (markdown) to this file");
 ABSL_FLAG(std::string, echo_grpc_args, "",
           "gRPC integer channel args for the gRPC echo baseline, name=value;... (experiments)");
-ABSL_FLAG(bool, echo_only, false, "measure only the echo baselines (experiments)");
+ABSL_FLAG(std::string, ps_grpc_args, "",
+          "gRPC channel args for ps_server and the clients, name=value;... (experiments)");
+ABSL_FLAG(std::string, ps_server_flags, "", "extra ps_server flags, space separated (experiments)");
+ABSL_FLAG(int64_t, copy_below_bytes, -1, "client: copy push payloads up to this size (experiments)");
+ABSL_FLAG(bool, only_1x1, false, "stop after the 1 server x 1 client table (experiments)");
 ABSL_FLAG(int, sparse_threads, 4, "client threads (requests in flight) for the sparse benchmark");
 
 namespace pscluster {
@@ -88,7 +94,7 @@ int RoundsFor(size_t bytes) {
 // Blocks of at most 4 MiB, at least 8 per tensor where it is large enough (so a tensor
 // spreads over servers and chunks pipeline).
 uint64_t BlockElemsFor(uint64_t elems) {
-  return std::clamp<uint64_t>(elems / 8, 16384, 1 << 20);
+  return std::clamp<uint64_t>(elems / 8, kDefaultBlockElems, 1 << 20);
 }
 
 v1::ShardMap MapOf(const std::string& job, const std::vector<std::string>& addrs) {
@@ -123,6 +129,10 @@ std::unique_ptr<PsClient> MakeClient(const std::string& job, const std::vector<s
   o.job_id = job;
   o.worker = rank;
   o.call_timeout = absl::Seconds(120);
+  o.channel.int_args = *DataPlaneChannelArgs(absl::GetFlag(FLAGS_ps_grpc_args));
+  if (absl::GetFlag(FLAGS_copy_below_bytes) >= 0) {
+    o.copy_below_bytes = absl::GetFlag(FLAGS_copy_below_bytes);
+  }
   auto c = PsClient::Create(o, MapOf(job, addrs), tables);
   if (!c.ok()) {
     Progress(absl::StrCat("client: ", c.status().ToString()));
@@ -150,12 +160,23 @@ void Check(const absl::Status& st, const char* what) {
 
 // ------------------------------------------------------------------ dense
 
+// Seconds per round of each measurement, one value per run. Baselines and ps calls are
+// interleaved run by run, so that a ratio compares measurements taken moments apart (the
+// machine is shared; its load drifts).
 struct DenseResult {
-  double push = 0, pull = 0, pushpull = 0;  // Seconds per round (median over runs).
-  PsClient::Stats client;                   // Client 0, push-pull phase only.
-  v1::DataPlaneTimes server;                // Summed over servers, push-pull phase only.
+  std::vector<double> tcp, grpc, push, pull, pushpull;
+  PsClient::Stats client;     // Client 0, push-pull phases only.
+  v1::DataPlaneTimes server;  // Summed over servers, push-pull phases only.
   int pushpull_rounds = 0;
 };
+
+double Med(const std::vector<double>& v) { return v.empty() ? 0 : Median(v); }
+// Median over runs of a[i] / b[i].
+double MedRatio(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) r.push_back(a[i] / b[i]);
+  return Med(r);
+}
 
 v1::DataPlaneTimes ServerTimes(PsClient* c) {
   v1::DataPlaneTimes t;
@@ -166,14 +187,22 @@ v1::DataPlaneTimes ServerTimes(PsClient* c) {
     t.set_queue_sec(t.queue_sec() + s.times().queue_sec());
     t.set_apply_sec(t.apply_sec() + s.times().apply_sec());
     t.set_read_sec(t.read_sec() + s.times().read_sec());
-    t.set_park_sec(t.park_sec() + s.times().park_sec());
     t.set_chunks_in(t.chunks_in() + s.times().chunks_in());
-    t.set_chunks_out(t.chunks_out() + s.times().chunks_out());
   }
   return t;
 }
 
-DenseResult BenchDense(const std::vector<std::string>& addrs, int clients, size_t bytes) {
+void AddDelta(const v1::DataPlaneTimes& a, const v1::DataPlaneTimes& b, v1::DataPlaneTimes* sum) {
+  sum->set_parse_sec(sum->parse_sec() + b.parse_sec() - a.parse_sec());
+  sum->set_queue_sec(sum->queue_sec() + b.queue_sec() - a.queue_sec());
+  sum->set_apply_sec(sum->apply_sec() + b.apply_sec() - a.apply_sec());
+  sum->set_read_sec(sum->read_sec() + b.read_sec() - a.read_sec());
+  sum->set_chunks_in(sum->chunks_in() + b.chunks_in() - a.chunks_in());
+}
+
+// `echo` (1x1 only): also measures the TCP and gRPC echo baselines, interleaved.
+DenseResult BenchDense(const std::vector<std::string>& addrs, int clients, size_t bytes,
+                       const std::string& tcp_addr, const std::string& grpc_addr, bool echo) {
   static int job_seq = 0;
   const std::string job = absl::StrCat("dense", job_seq++);
   const uint64_t elems = bytes / 4;
@@ -185,82 +214,79 @@ DenseResult BenchDense(const std::vector<std::string>& addrs, int clients, size_
   *t.mutable_optimizer() = Opt(v1::OptimizerSpec::SGD, 1e-6f);
   std::vector<std::unique_ptr<PsClient>> cs;
   for (int i = 0; i < clients; ++i) cs.push_back(MakeClient(job, addrs, {t}, i, clients));
+  std::unique_ptr<EchoClient> tcp, grpc;
+  if (echo) {
+    auto tc = ConnectTcpEcho(tcp_addr);
+    auto gc = ConnectGrpcEcho(grpc_addr, 4 << 20, EchoGrpcArgs());
+    Check(tc.status(), "tcp echo");
+    Check(gc.status(), "grpc echo");
+    tcp = std::move(*tc);
+    grpc = std::move(*gc);
+  }
   std::vector<std::vector<float>> grads(clients, std::vector<float>(elems, 1e-3f));
   std::vector<std::vector<float>> vals(clients, std::vector<float>(elems, 0.f));
   std::vector<int64_t> step(clients, 0);
   const int rounds = RoundsFor(bytes);
-  const int runs = absl::GetFlag(FLAGS_runs);
-  auto run_mode = [&](int mode) {  // 0 push, 1 pull, 2 push-pull.
-    std::vector<double> per_round;
-    for (int run = 0; run < runs + 1; ++run) {  // Run 0 warms up.
-      absl::Barrier* start = new absl::Barrier(clients + 1);
-      std::vector<std::thread> th;
-      for (int c = 0; c < clients; ++c) {
-        th.emplace_back([&, c] {
-          if (start->Block()) delete start;
-          PushSources src{{{"t", grads[c].data()}}, {}};
-          PullTargets dst{{{"t", vals[c].data()}}, {}};
-          for (int r = 0; r < rounds; ++r) {
-            if (mode == 0) Check(cs[c]->Push(step[c]++, src), "push");
-            if (mode == 1) Check(cs[c]->Pull(step[c], dst), "pull");
-            if (mode == 2) Check(cs[c]->PushPull(step[c]++, src, dst), "push-pull");
-          }
-        });
-      }
-      absl::Time t0 = absl::Now();
-      if (start->Block()) delete start;
-      for (auto& x : th) x.join();
-      if (run > 0) per_round.push_back(absl::ToDoubleSeconds(absl::Now() - t0) / rounds);
+  auto ps_rounds = [&](int mode) {  // 0 push, 1 pull, 2 push-pull; seconds per round.
+    absl::Barrier* start = new absl::Barrier(clients + 1);
+    std::vector<std::thread> th;
+    for (int c = 0; c < clients; ++c) {
+      th.emplace_back([&, c] {
+        if (start->Block()) delete start;
+        PushSources src{{{"t", grads[c].data()}}, {}};
+        PullTargets dst{{{"t", vals[c].data()}}, {}};
+        for (int r = 0; r < rounds; ++r) {
+          if (mode == 0) Check(cs[c]->Push(step[c]++, src), "push");
+          if (mode == 1) Check(cs[c]->Pull(step[c], dst), "pull");
+          if (mode == 2) Check(cs[c]->PushPull(step[c]++, src, dst), "push-pull");
+        }
+      });
     }
-    return Median(per_round);
+    absl::Time t0 = absl::Now();
+    if (start->Block()) delete start;
+    for (auto& x : th) x.join();
+    return absl::ToDoubleSeconds(absl::Now() - t0) / rounds;
+  };
+  auto echo_rounds = [&](EchoClient* e) {
+    double total = 0;
+    for (int i = 0; i < rounds; ++i) {
+      auto s = e->Round(bytes);
+      Check(s.status(), "echo round");
+      total += *s;
+    }
+    return total / rounds;
   };
   DenseResult r;
-  r.push = run_mode(0);
-  r.pull = run_mode(1);
-  auto c0 = cs[0]->stats();
-  auto s0 = ServerTimes(cs[0].get());
-  r.pushpull = run_mode(2);
-  auto c1 = cs[0]->stats();
-  auto s1 = ServerTimes(cs[0].get());
-  r.client.plan_sec = c1.plan_sec - c0.plan_sec;
-  r.client.send_sec = c1.send_sec - c0.send_sec;
-  r.client.wait_sec = c1.wait_sec - c0.wait_sec;
-  r.client.copy_sec = c1.copy_sec - c0.copy_sec;
-  r.client.calls = c1.calls - c0.calls;
-  r.server.set_parse_sec(s1.parse_sec() - s0.parse_sec());
-  r.server.set_queue_sec(s1.queue_sec() - s0.queue_sec());
-  r.server.set_apply_sec(s1.apply_sec() - s0.apply_sec());
-  r.server.set_read_sec(s1.read_sec() - s0.read_sec());
-  r.server.set_chunks_in(s1.chunks_in() - s0.chunks_in());
-  r.pushpull_rounds = (runs + 1) * rounds;
-  Check(cs[0]->DropJob(), "drop");
-  return r;
-}
-
-struct EchoResult {
-  double tcp = 0, grpc = 0;  // Seconds per round.
-};
-
-EchoResult BenchEcho(const std::string& tcp_addr, const std::string& grpc_addr, size_t bytes) {
-  EchoResult r;
-  auto tcp = ConnectTcpEcho(tcp_addr);
-  auto grpc = ConnectGrpcEcho(grpc_addr, 4 << 20, EchoGrpcArgs());
-  Check(tcp.status(), "tcp echo");
-  Check(grpc.status(), "grpc echo");
-  const int rounds = RoundsFor(bytes);
-  for (auto* client : {tcp->get(), grpc->get()}) {
-    std::vector<double> per_round;
-    for (int run = 0; run < absl::GetFlag(FLAGS_runs) + 1; ++run) {
-      double total = 0;
-      for (int i = 0; i < rounds; ++i) {
-        auto s = client->Round(bytes);
-        Check(s.status(), "echo round");
-        total += *s;
-      }
-      if (run > 0) per_round.push_back(total / rounds);
+  const int runs = absl::GetFlag(FLAGS_runs);
+  for (int run = 0; run <= runs; ++run) {  // Run 0 warms every path up.
+    double te = 0, tg = 0;
+    if (echo) {
+      te = echo_rounds(tcp.get());
+      tg = echo_rounds(grpc.get());
     }
-    (client == tcp->get() ? r.tcp : r.grpc) = Median(per_round);
+    double tpush = ps_rounds(0);
+    double tpull = ps_rounds(1);
+    auto c0 = cs[0]->stats();
+    auto s0 = ServerTimes(cs[0].get());
+    double tpp = ps_rounds(2);
+    auto c1 = cs[0]->stats();
+    auto s1 = ServerTimes(cs[0].get());
+    if (run == 0) continue;
+    if (echo) {
+      r.tcp.push_back(te);
+      r.grpc.push_back(tg);
+    }
+    r.push.push_back(tpush);
+    r.pull.push_back(tpull);
+    r.pushpull.push_back(tpp);
+    r.client.plan_sec += c1.plan_sec - c0.plan_sec;
+    r.client.send_sec += c1.send_sec - c0.send_sec;
+    r.client.wait_sec += c1.wait_sec - c0.wait_sec;
+    r.client.copy_sec += c1.copy_sec - c0.copy_sec;
+    AddDelta(s0, s1, &r.server);
+    r.pushpull_rounds += rounds;
   }
+  Check(cs[0]->DropJob(), "drop");
   return r;
 }
 
@@ -455,8 +481,13 @@ int Main() {
       self_path,
       {"--serve=grpc", "--echo_grpc_args=" + absl::GetFlag(FLAGS_echo_grpc_args)},
       tmp + "/grpc.port");
-  ChildProcess s0(server_bin, {"--log_level=warn"}, tmp + "/s0.port");
-  ChildProcess s1(server_bin, {"--log_level=warn"}, tmp + "/s1.port");
+  const std::string ps_args = "--grpc_args=" + absl::GetFlag(FLAGS_ps_grpc_args);
+  std::vector<std::string> server_flags = {"--log_level=warn", ps_args};
+  for (auto f : absl::StrSplit(absl::GetFlag(FLAGS_ps_server_flags), ' ', absl::SkipEmpty())) {
+    server_flags.emplace_back(f);
+  }
+  ChildProcess s0(server_bin, server_flags, tmp + "/s0.port");
+  ChildProcess s1(server_bin, server_flags, tmp + "/s1.port");
   auto tcp_addr = tcp_echo.Address();
   auto grpc_addr = grpc_echo.Address();
   auto a0 = s0.Address();
@@ -487,25 +518,20 @@ int Main() {
   std::vector<std::pair<size_t, DenseResult>> profiles;
   std::map<size_t, double> one_by_one;
   for (size_t b : sizes) {
-    Progress(absl::StrCat("echo baselines, ", Size(b)));
-    EchoResult e = BenchEcho(*tcp_addr, *grpc_addr, b);
-    if (absl::GetFlag(FLAGS_echo_only)) {
-      line(absl::StrCat("| ", Size(b), " | tcp ", Gbs(b / e.tcp), " (", Us(e.tcp), ") | grpc ",
-                        Gbs(b / e.grpc), " (", Us(e.grpc), ") |"));
-      continue;
-    }
-    Progress(absl::StrCat("dense 1x1, ", Size(b)));
-    DenseResult d = BenchDense({*a0}, 1, b);
-    one_by_one[b] = b / d.pushpull;
+    Progress(absl::StrCat("dense 1x1 with echo baselines, ", Size(b)));
+    DenseResult d = BenchDense({*a0}, 1, b, *tcp_addr, *grpc_addr, true);
+    const double tcp = Med(d.tcp), grpc = Med(d.grpc), pp = Med(d.pushpull);
+    one_by_one[b] = b / pp;
     profiles.emplace_back(b, d);
-    line(absl::StrCat("| ", Size(b), " | ", Size(BlockElemsFor(b / 4) * 4), " | ", Gbs(b / e.tcp),
-                      " (", Us(e.tcp), ") | ", Gbs(b / e.grpc), " (", Us(e.grpc), ") | ",
-                      Gbs(b / d.push), " | ", Gbs(b / d.pull), " | ", Gbs(b / d.pushpull), " | ",
-                      Us(d.pushpull), " | ", absl::StrFormat("%.2f", e.tcp / d.pushpull), " | ",
-                      absl::StrFormat("%.2f", e.grpc / d.pushpull), " | ",
-                      absl::StrFormat("%.2f×", d.pushpull / e.tcp), " |"));
+    line(absl::StrCat("| ", Size(b), " | ", Size(std::min<size_t>(b, BlockElemsFor(b / 4) * 4)),
+                      " | ", Gbs(b / tcp),
+                      " (", Us(tcp), ") | ", Gbs(b / grpc), " (", Us(grpc), ") | ",
+                      Gbs(b / Med(d.push)), " | ", Gbs(b / Med(d.pull)), " | ", Gbs(b / pp), " | ",
+                      Us(pp), " | ", absl::StrFormat("%.2f", MedRatio(d.tcp, d.pushpull)), " | ",
+                      absl::StrFormat("%.2f", MedRatio(d.grpc, d.pushpull)), " | ",
+                      absl::StrFormat("%.2f×", MedRatio(d.pushpull, d.tcp)), " |"));
   }
-  if (absl::GetFlag(FLAGS_echo_only)) return 0;
+  if (absl::GetFlag(FLAGS_only_1x1)) return 0;
   line("");
   line("### Dense, 2 servers x 2 clients (aggregate GB/s over both clients)");
   line("");
@@ -513,10 +539,11 @@ int Main() {
   line("|---|---|---|---|---|---|");
   for (size_t b : sizes) {
     Progress(absl::StrCat("dense 2x2, ", Size(b)));
-    DenseResult d = BenchDense({*a0, *a1}, 2, b);
-    line(absl::StrCat("| ", Size(b), " | ", Gbs(2.0 * b / d.push), " | ", Gbs(2.0 * b / d.pull),
-                      " | ", Gbs(2.0 * b / d.pushpull), " | ", Us(d.pushpull), " | ",
-                      absl::StrFormat("%.2f", (2.0 * b / d.pushpull) / one_by_one[b]), " |"));
+    DenseResult d = BenchDense({*a0, *a1}, 2, b, "", "", false);
+    const double pp = Med(d.pushpull);
+    line(absl::StrCat("| ", Size(b), " | ", Gbs(2.0 * b / Med(d.push)), " | ",
+                      Gbs(2.0 * b / Med(d.pull)), " | ", Gbs(2.0 * b / pp), " | ", Us(pp), " | ",
+                      absl::StrFormat("%.2f", (2.0 * b / pp) / one_by_one[b]), " |"));
   }
   line("");
   Progress("sparse: Zipf keys");
@@ -553,16 +580,17 @@ int Main() {
   line("### Where a push-pull round goes (1 server x 1 client; per round)");
   line("");
   line("| payload | round | client plan+encode | client send | client wait | of which reply copy "
-       "| server parse | server queue | server apply | server read copy | network + gRPC (rest) |");
+       "| server parse | server queue (summed over chunks) | server apply | server read | network + gRPC (rest) |");
   line("|---|---|---|---|---|---|---|---|---|---|---|");
   for (const auto& [b, d] : profiles) {
     const double n = d.pushpull_rounds;
+    const double round = Med(d.pushpull);
     const double plan = d.client.plan_sec / n, send = d.client.send_sec / n;
     const double wait = d.client.wait_sec / n, copy = d.client.copy_sec / n;
     const double parse = d.server.parse_sec() / n, queue = d.server.queue_sec() / n;
     const double apply = d.server.apply_sec() / n, read = d.server.read_sec() / n;
     const double rest = std::max(0.0, wait - copy - parse - apply - read);
-    line(absl::StrCat("| ", Size(b), " | ", Us(d.pushpull), " | ", Us(plan), " | ", Us(send), " | ",
+    line(absl::StrCat("| ", Size(b), " | ", Us(round), " | ", Us(plan), " | ", Us(send), " | ",
                       Us(wait), " | ", Us(copy), " | ", Us(parse), " | ", Us(queue), " | ",
                       Us(apply), " | ", Us(read), " | ", Us(rest), " |"));
   }
