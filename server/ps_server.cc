@@ -41,6 +41,20 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   if (!grpc.ok()) return grpc.status();
   s->grpc_ = std::move(*grpc);
   s->handler_->set_address(s->grpc_->address());
+  if (!options.metrics_listen.empty()) {
+    PsHandler* h = s->handler_.get();
+    auto m = MetricsHttpServer::Start(options.metrics_listen, [h] {
+      v1::ServerStatus st;
+      (void)h->Status(v1::ServerStatusRequest(), &st);
+      return RenderMetrics(st, h->budget()->used(), h->budget()->limit());
+    });
+    if (!m.ok()) {
+      s->grpc_->Shutdown(absl::ZeroDuration());
+      return m.status();
+    }
+    s->metrics_ = std::move(*m);
+    Logger("server")->info("Prometheus metrics on http://{}/metrics", s->metrics_->address());
+  }
   if (!options.scheduler.empty()) {
     SchedulerLinkOptions lo;
     lo.scheduler = options.scheduler;
@@ -84,6 +98,7 @@ void PsServer::Shutdown(absl::Duration grace) {
     ticker_.join();
   }
   if (grpc_) grpc_->Shutdown(grace);
+  metrics_.reset();
 }
 
 PsServer::~PsServer() {

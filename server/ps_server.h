@@ -18,6 +18,7 @@
 #include "common/tls.h"
 #include "server/data_stream.h"
 #include "server/executor.h"
+#include "server/metrics_http.h"
 #include "server/ps_handler.h"
 #include "server/ps_service.h"
 #include "server/scheduler_link.h"
@@ -34,6 +35,7 @@ struct PsServerOptions {
   TlsFiles tls;                        // --tls_cert / --tls_key / --tls_ca
   int data_threads = 0;                // --data_threads (0 = one per core)
   absl::Duration register_timeout = absl::Seconds(30);  // --register_timeout
+  std::string metrics_listen;          // --metrics_listen (empty = no /metrics endpoint)
   DataPlaneOptions data_plane;
   // gRPC channel arguments of the server (default: DataPlaneChannelArgs()).
   std::vector<std::pair<std::string, int>> grpc_args = *DataPlaneChannelArgs();
@@ -49,6 +51,8 @@ class PsServer {
   ~PsServer();
 
   const std::string& address() const { return grpc_->address(); }
+  // host:port of the Prometheus endpoint (empty when off).
+  std::string metrics_address() const { return metrics_ ? metrics_->address() : ""; }
   PsHandler* handler() { return handler_.get(); }
   // Deregisters, stops accepting calls and lets in-flight ones finish (within `grace`).
   void Shutdown(absl::Duration grace = absl::Seconds(2));
@@ -63,6 +67,7 @@ class PsServer {
   std::unique_ptr<PsService> service_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<SchedulerLink> link_;
+  std::unique_ptr<MetricsHttpServer> metrics_;
   absl::Notification stop_ticks_;
   std::thread ticker_;
   bool shut_down_ = false;

@@ -1,6 +1,9 @@
 // In-process tier: real ps_server instances on loopback port 0, driven through the client
 // library and through the generated gRPC stubs.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -315,6 +318,47 @@ TEST(ServiceConcurrencyTest, ConcurrentWorkersAndReadersApplyEveryPushOnce) {
   EXPECT_EQ(rows[0], -1.f / 256 * kWorkers * kSteps);
   EXPECT_EQ(rows[8], -1.f / 256 * kSteps);
   EXPECT_EQ(rows[16], -1.f / 256 * kSteps);
+}
+
+std::string HttpGet(const std::string& address, const std::string& path) {
+  size_t colon = address.rfind(':');
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(std::stoi(address.substr(colon + 1)));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return "";
+  std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(fd);
+  return out;
+}
+
+TEST(ServiceMetricsTest, ServesPrometheusText) {
+  PsServerOptions o;
+  o.metrics_listen = "127.0.0.1:0";
+  InProcessCluster cluster(1, o);
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  auto w = DenseSpec("w", {100}, kSgd);
+  auto client = cluster.Client("job", {w});
+  ASSERT_TRUE((*client)->CreateTables(Mode(v1::ConsistencySpec::ASP), 1).ok());
+  std::vector<float> g(100, 1.f);
+  ASSERT_TRUE((*client)->Push(0, {{{"w", g.data()}}, {}}).ok());
+  const std::string addr = cluster.server(0)->metrics_address();
+  ASSERT_FALSE(addr.empty());
+  std::string page = HttpGet(addr, "/metrics");
+  EXPECT_NE(page.find("200 OK"), std::string::npos) << page;
+  EXPECT_NE(page.find("# TYPE pscluster_server_push_chunks_total counter"), std::string::npos);
+  EXPECT_NE(page.find("pscluster_server_push_chunks_total 1\n"), std::string::npos) << page;
+  EXPECT_NE(page.find("pscluster_job_worker_clock{job=\"job\",worker=\"0\"} 1\n"),
+            std::string::npos) << page;
+  EXPECT_NE(page.find("pscluster_table_bytes{job=\"job\",table=\"w\"} 400\n"),
+            std::string::npos) << page;
+  EXPECT_NE(HttpGet(addr, "/other").find("404"), std::string::npos);
 }
 
 TEST(ServiceCompressionTest, Float16AndBFloat16TransportPerTable) {
