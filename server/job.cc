@@ -420,11 +420,7 @@ absl::Status Job::ApplyValues(const SliceRef& s, const v1::PushChunk& chunk,
   if (s.dense) {
     DenseBlock* b = t.dense->block(s.block);
     if (chunk.indices().empty()) {
-      t.dense->Apply(b, chunk.offset(), n,
-                     [&](size_t first, size_t k, float* out) {
-                       values.DecodeFloats(dtype, first, k, out);
-                     },
-                     chunk.offset() == 0);
+      t.dense->ApplyPayload(b, chunk.offset(), n, values, dtype, chunk.offset() == 0);
       return absl::OkStatus();
     }
     std::vector<float> sparse_vals(n), g(s.elems, 0.f);

@@ -116,6 +116,23 @@ void DenseTable::Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad
   }
 }
 
+void DenseTable::ApplyPayload(DenseBlock* b, uint64_t offset, size_t n, const Payload& grad,
+                              v1::DataType dtype, bool advance) {
+  float scratch[kScratchFloats];
+  absl::MutexLock l(&b->mu);
+  if (advance || b->updates == 0) ++b->updates;
+  const int64_t t = b->updates;
+  float* w = b->MutableWeights();
+  float* s0 = b->slots >= 1 ? b->slot_data.get() : nullptr;
+  float* s1 = b->slots >= 2 ? b->slot_data.get() + b->elems : nullptr;
+  grad.ForEachFloatRun(dtype, 0, n, scratch, kScratchFloats,
+                       [&](size_t i, const float* g, size_t k) {
+                         const size_t at = offset + i;
+                         ApplyUpdate(info_->optimizer, t, k, g, w + at, s0 ? s0 + at : nullptr,
+                                     s1 ? s1 + at : nullptr);
+                       });
+}
+
 void DenseTable::Read(DenseBlock* b, uint64_t offset, size_t n, v1::DataType dtype, char* out) {
   absl::MutexLock l(&b->mu);
   EncodeFloats(b->weights.get() + offset, n, dtype, out);

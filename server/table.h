@@ -27,6 +27,7 @@
 #include "server/initializer.h"
 #include "server/memory_budget.h"
 #include "server/optimizer.h"
+#include "server/payload.h"
 
 namespace pscluster {
 
@@ -91,6 +92,10 @@ class DenseTable {
   // Applies a gradient for elements [offset, offset + n) of block `b`. `advance` counts this
   // as a new optimizer step (Adam's t); pass true for the chunk holding the slice's first element.
   void Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad, bool advance);
+  // The same, with the gradient read in place from a received payload (elements [0, n) of
+  // `dtype`) wherever it is aligned float32, so the optimizer streams it without a copy.
+  void ApplyPayload(DenseBlock* b, uint64_t offset, size_t n, const Payload& grad,
+                    v1::DataType dtype, bool advance);
   // Writes elements [offset, offset + n) of the weights, encoded as `dtype`, to `out`.
   void Read(DenseBlock* b, uint64_t offset, size_t n, v1::DataType dtype, char* out);
   // Lends elements [offset, offset + n) of the float32 weights without copying them.
