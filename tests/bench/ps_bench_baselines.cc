@@ -329,20 +329,5 @@ absl::StatusOr<std::unique_ptr<EchoClient>> ConnectGrpcEcho(
   return std::unique_ptr<EchoClient>(new GrpcEcho(*ch, chunk_bytes));
 }
 
-double MemcpyBandwidth(size_t bytes, int runs) {
-  std::vector<char> a(bytes, 1), b(bytes, 0);
-  std::memcpy(b.data(), a.data(), bytes);  // Fault the pages in.
-  std::vector<double> rates;
-  for (int i = 0; i < runs; ++i) {
-    absl::Time t0 = absl::Now();
-    std::memcpy(b.data(), a.data(), bytes);
-    double dt = absl::ToDoubleSeconds(absl::Now() - t0);
-    rates.push_back(bytes / dt);
-    a[i % bytes] = b[(i * 7) % bytes];  // Keep the copies observable.
-  }
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
-}
-
 }  // namespace bench
 }  // namespace pscluster

@@ -1,6 +1,6 @@
 // Baselines the parameter-server benchmark is measured against in the same run: a raw TCP echo
-// over loopback, a bare gRPC bidirectional-stream echo (raw byte buffers, no protobuf copies),
-// and single-thread memcpy. The echo servers run in their own process, as ps_server does.
+// over loopback and a bare gRPC bidirectional-stream echo (raw byte buffers, no protobuf
+// copies). The echo servers run in their own process, as ps_server does.
 #ifndef PSCLUSTER_TESTS_BENCH_PS_BENCH_BASELINES_H_
 #define PSCLUSTER_TESTS_BENCH_PS_BENCH_BASELINES_H_
 
@@ -30,9 +30,6 @@ absl::StatusOr<std::unique_ptr<EchoClient>> ConnectTcpEcho(const std::string& ad
 absl::StatusOr<std::unique_ptr<EchoClient>> ConnectGrpcEcho(
     const std::string& address, size_t chunk_bytes,
     const std::vector<std::pair<std::string, int>>& grpc_args);
-
-// Single-thread memcpy bandwidth in bytes/s (median of runs over `bytes`).
-double MemcpyBandwidth(size_t bytes, int runs);
 
 }  // namespace bench
 }  // namespace pscluster
