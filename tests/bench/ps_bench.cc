@@ -308,12 +308,6 @@ class Zipf {
   std::vector<double> cdf_;
 };
 
-struct SparseResult {
-  double rows_per_sec = 0;          // Through one server (pushed + pulled rows).
-  double local_rows_per_sec = 0;    // The in-process table alone, same keys.
-  int threads = 0;
-};
-
 constexpr uint64_t kKeySpace = 10'000'000;
 constexpr uint32_t kWidth = 64;
 constexpr int kRowsPerRequest = 1000;
@@ -339,17 +333,26 @@ std::vector<std::vector<uint64_t>> ZipfRequests(const Zipf& zipf, int n, uint64_
   return reqs;
 }
 
-double LocalSparseRowsPerSec(const std::vector<std::vector<uint64_t>>& reqs) {
+// Rows/s (pushed + pulled) per run: the in-process table alone, then through one server with
+// 1 and `threads` requests in flight, interleaved run by run.
+struct SparseResult {
+  std::vector<double> local, one, many;
+};
+
+SparseResult BenchSparse(const std::string& addr, const std::vector<std::vector<uint64_t>>& reqs,
+                         int threads) {
+  // In-process: the same table code, the same work per request (sum duplicate rows, apply,
+  // read the next request's rows).
   auto spec = SparseSpec();
   auto opt = ResolveOptimizer(spec.optimizer(), "optimizer");
   TableInfo info(spec, *opt, 64);
   SparseTable table(&info);
   MemoryBudget budget(0);
-  std::vector<float> grads(kRowsPerRequest * kWidth, 1e-3f), rows(kRowsPerRequest * kWidth);
-  auto pass = [&](size_t first, size_t n) {
-    for (size_t i = first; i < first + n; ++i) {
-      const auto& keys = reqs[i % reqs.size()];
-      std::vector<uint64_t> uniq(keys);
+  std::vector<float> grads(kRowsPerRequest * kWidth, 1e-3f);
+  auto local_pass = [&]() {
+    std::vector<float> rows(kRowsPerRequest * kWidth);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      std::vector<uint64_t> uniq(reqs[i]);
       std::sort(uniq.begin(), uniq.end());
       uniq.erase(std::unique(uniq.begin(), uniq.end()), uniq.end());
       Check(table.Apply(uniq,
@@ -363,48 +366,42 @@ double LocalSparseRowsPerSec(const std::vector<std::vector<uint64_t>>& reqs) {
             "local read");
     }
   };
-  pass(0, reqs.size());  // Create the rows (first touch) outside the measurement.
-  std::vector<double> rates;
-  for (int run = 0; run < absl::GetFlag(FLAGS_runs); ++run) {
-    absl::Time t0 = absl::Now();
-    pass(0, reqs.size());
-    rates.push_back(2.0 * kRowsPerRequest * reqs.size() / absl::ToDoubleSeconds(absl::Now() - t0));
-  }
-  return Median(rates);
-}
-
-SparseResult BenchSparse(const std::string& addr, const std::vector<std::vector<uint64_t>>& reqs,
-                         int threads) {
-  SparseResult r;
-  r.threads = threads;
   static int seq = 0;
   const std::string job = absl::StrCat("sparse", seq++);
   auto client = MakeClient(job, {addr}, {SparseSpec()}, 0, 1);
-  std::vector<float> grads(kRowsPerRequest * kWidth, 1e-3f);
-  auto pass = [&]() {
+  int64_t step = 0;
+  auto remote_pass = [&](int in_flight) {
     std::vector<std::thread> th;
-    for (int t = 0; t < threads; ++t) {
+    for (int t = 0; t < in_flight; ++t) {
       th.emplace_back([&, t] {
         std::vector<float> rows(kRowsPerRequest * kWidth);
-        for (size_t i = t; i < reqs.size(); i += threads) {
+        for (size_t i = t; i < reqs.size(); i += in_flight) {
           const auto& next = reqs[(i + 1) % reqs.size()];
-          Check(client->PushPull(static_cast<int64_t>(i),
-                                 {{}, {{"emb", reqs[i], grads.data()}}},
+          // Steps only tag the pushes here (ASP): each request gets its own.
+          Check(client->PushPull(step + static_cast<int64_t>(i), {{}, {{"emb", reqs[i], grads.data()}}},
                                  {{}, {{"emb", next, rows.data()}}}),
                 "sparse push-pull");
         }
       });
     }
     for (auto& x : th) x.join();
+    step += static_cast<int64_t>(reqs.size());
   };
-  pass();  // Rows created on first touch, outside the measurement.
-  std::vector<double> rates;
-  for (int run = 0; run < absl::GetFlag(FLAGS_runs); ++run) {
+  auto rate = [&](auto&& pass) {
     absl::Time t0 = absl::Now();
     pass();
-    rates.push_back(2.0 * kRowsPerRequest * reqs.size() / absl::ToDoubleSeconds(absl::Now() - t0));
+    return 2.0 * kRowsPerRequest * reqs.size() / absl::ToDoubleSeconds(absl::Now() - t0);
+  };
+  SparseResult r;
+  for (int run = 0; run <= absl::GetFlag(FLAGS_runs); ++run) {  // Run 0 creates the rows.
+    double l = rate(local_pass);
+    double o = rate([&] { remote_pass(1); });
+    double m = rate([&] { remote_pass(threads); });
+    if (run == 0) continue;
+    r.local.push_back(l);
+    r.one.push_back(o);
+    r.many.push_back(m);
   }
-  r.rows_per_sec = Median(rates);
   Check(client->DropJob(), "drop");
   return r;
 }
@@ -568,21 +565,20 @@ int Main() {
   Progress("sparse: Zipf keys");
   Zipf zipf(kKeySpace, 1.1);
   auto reqs = ZipfRequests(zipf, absl::GetFlag(FLAGS_quick) ? 100 : 400, 42);
-  Progress("sparse: in-process table");
-  const double local = LocalSparseRowsPerSec(reqs);
+  Progress("sparse: in-process table and through the server");
+  const int threads = absl::GetFlag(FLAGS_sparse_threads);
+  SparseResult sp = BenchSparse(*a0, reqs, threads);
   line("### Sparse: 1k-row requests, width 64 (float32), Zipf(1.1) keys over 10^7 rows, "
        "Adagrad; rows pushed + pulled per second through 1 server");
   line("");
   line("| requests in flight | rows/s through ps_server | in-process table rows/s | ratio |");
   line("|---|---|---|---|");
-  for (int threads : {1, absl::GetFlag(FLAGS_sparse_threads)}) {
-    Progress(absl::StrCat("sparse through the server, ", threads, " in flight"));
-    SparseResult s = BenchSparse(*a0, reqs, threads);
-    line(absl::StrCat("| ", threads, " | ", absl::StrFormat("%.2fM", s.rows_per_sec / 1e6), " | ",
-                      absl::StrFormat("%.2fM", local / 1e6), " | ",
-                      absl::StrFormat("%.2f", s.rows_per_sec / local), " |"));
-    if (threads == absl::GetFlag(FLAGS_sparse_threads)) break;
-  }
+  line(absl::StrCat("| 1 | ", absl::StrFormat("%.2fM", Med(sp.one) / 1e6), " | ",
+                    absl::StrFormat("%.2fM", Med(sp.local) / 1e6), " | ",
+                    absl::StrFormat("%.2f", MedRatio(sp.one, sp.local)), " |"));
+  line(absl::StrCat("| ", threads, " | ", absl::StrFormat("%.2fM", Med(sp.many) / 1e6), " | ",
+                    absl::StrFormat("%.2fM", Med(sp.local) / 1e6), " | ",
+                    absl::StrFormat("%.2f", MedRatio(sp.many, sp.local)), " |"));
   line("");
   Progress("optimizer apply");
   ApplyResult ap = BenchApply();
