@@ -163,7 +163,14 @@ class Job {
     std::function<void(absl::Status)> ready;
   };
   // Gradients of one step summed over workers (aggregate mode).
-  struct AggStep;
+  struct AggStep {
+    absl::Mutex mu;
+    // (table, block) -> summed gradient of the whole block.
+    std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> dense ABSL_GUARDED_BY(mu);
+    // table -> key -> summed gradient row.
+    std::map<uint32_t, absl::flat_hash_map<uint64_t, std::vector<float>>> sparse
+        ABSL_GUARDED_BY(mu);
+  };
 
   absl::Status CheckEpoch(uint64_t epoch, absl::string_view field) const
       ABSL_SHARED_LOCKS_REQUIRED(state_mu_);

@@ -47,6 +47,7 @@ ABSL_FLAG(std::string, ps_grpc_args, "",
           "gRPC channel args for ps_server and the clients, name=value;... (experiments)");
 ABSL_FLAG(std::string, ps_server_flags, "", "extra ps_server flags, space separated (experiments)");
 ABSL_FLAG(int64_t, copy_below_bytes, -1, "client: copy push payloads up to this size (experiments)");
+ABSL_FLAG(int, block_kib, 0, "dense block size in KiB (0 = tensor/8, 256 KiB .. 4 MiB)");
 ABSL_FLAG(bool, only_1x1, false, "stop after the 1 server x 1 client table (experiments)");
 ABSL_FLAG(int, sparse_threads, 4, "client threads (requests in flight) for the sparse benchmark");
 
@@ -94,6 +95,7 @@ int RoundsFor(size_t bytes) {
 // Blocks of at most 4 MiB, at least 8 per tensor where it is large enough (so a tensor
 // spreads over servers and chunks pipeline).
 uint64_t BlockElemsFor(uint64_t elems) {
+  if (absl::GetFlag(FLAGS_block_kib) > 0) return absl::GetFlag(FLAGS_block_kib) * 256;
   return std::clamp<uint64_t>(elems / 8, kDefaultBlockElems, 1 << 20);
 }
 
