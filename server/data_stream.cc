@@ -31,7 +31,6 @@ struct DataStream::ReadItem {
   uint64_t next = 0;
   bool round_last = false;   // The round ends with this item's last chunk.
   int64_t min_clock = 0;
-  bool started = false;      // At least one chunk sent for the current slice.
 };
 
 std::shared_ptr<DataStream> DataStream::Create(Mode mode, PsHandler* handler, Executor* executor,

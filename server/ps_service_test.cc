@@ -470,7 +470,9 @@ void RunSlowWorker(v1::ConsistencySpec::Mode mode, uint32_t s, int* max_lead) {
       EXPECT_GE((*fast)->last_min_clock(), c - static_cast<int64_t>(s)) << "pull at clock " << c;
     }
     *max_lead = std::max(*max_lead, c - (announced + 1));
-    if (c < kSteps) ASSERT_TRUE((*fast)->Push(c, {{{"w", g.data()}}, {}}).ok());
+    if (c < kSteps) {
+      ASSERT_TRUE((*fast)->Push(c, {{{"w", g.data()}}, {}}).ok());
+    }
   }
   slow_thread.join();
 }
