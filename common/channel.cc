@@ -1,16 +1,51 @@
 #include "common/channel.h"
 
+#include <mutex>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/channel_arguments.h"
 
 namespace pscluster {
+namespace {
+
+// gRPC 1.51 on Linux completes callback-API operations on one process-wide "callback
+// alternative" completion queue, created with the first channel that makes a callback call and
+// torn down when the last such channel (or callback server) goes away. Tearing it down and
+// creating the next one while the old queue's threads still drain frees memory twice (seen as
+// heap corruption in processes that create and drop PsClients one after another). One channel
+// that has made a callback call is kept for the life of the process, so the shared queue is
+// never torn down. It connects to nothing: its single call fails at once.
+void AnchorCallbackQueue() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 1000);
+    // Intentionally leaked: it must outlive every other channel.
+    auto* channel = new std::shared_ptr<grpc::Channel>(
+        grpc::CreateCustomChannel("127.0.0.1:1", grpc::InsecureChannelCredentials(), args));
+    grpc::GenericStub stub(*channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1));
+    grpc::Slice empty("");
+    grpc::ByteBuffer request(&empty, 1), response;
+    absl::Notification done;
+    stub.UnaryCall(&ctx, "/pscluster.v1.Anchor/Noop", grpc::StubOptions(), &request, &response,
+                   [&done](grpc::Status) { done.Notify(); });
+    done.WaitForNotification();
+  });
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
                                                            const ChannelOptions& options) {
   if (address.empty() || address.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("address '", address, "' must be host:port"));
   }
+  AnchorCallbackQueue();
   auto creds = MakeChannelCredentials(options.tls);
   if (!creds.ok()) return creds.status();
   grpc::ChannelArguments args;

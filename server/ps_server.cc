@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "server/ps_metrics.h"
 
 namespace pscluster {
 
@@ -42,18 +43,15 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   s->grpc_ = std::move(*grpc);
   s->handler_->set_address(s->grpc_->address());
   if (!options.metrics_listen.empty()) {
-    PsHandler* h = s->handler_.get();
-    auto m = MetricsHttpServer::Start(options.metrics_listen, [h] {
-      v1::ServerStatus st;
-      (void)h->Status(v1::ServerStatusRequest(), &st);
-      return RenderMetrics(st, h->budget()->used(), h->budget()->limit());
-    });
+    RegisterServerMetrics(s->handler_.get(), &s->registry_);
+    auto m = MetricsHttpServer::Start(options.metrics_listen, &s->registry_);
     if (!m.ok()) {
       s->grpc_->Shutdown(absl::ZeroDuration());
-      return m.status();
+      return absl::Status(m.status().code(),
+                          absl::StrCat("--metrics_listen: ", m.status().message()));
     }
     s->metrics_ = std::move(*m);
-    Logger("server")->info("Prometheus metrics on http://{}/metrics", s->metrics_->address());
+    Logger("server")->info("Prometheus metrics on port {} (/metrics)", s->metrics_->port());
   }
   if (!options.scheduler.empty()) {
     SchedulerLinkOptions lo;

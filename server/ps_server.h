@@ -12,13 +12,14 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "common/grpc_server.h"
+#include "common/metrics.h"
 #include "common/tls.h"
 #include "server/data_stream.h"
 #include "server/executor.h"
-#include "server/metrics_http.h"
 #include "server/ps_handler.h"
 #include "server/ps_service.h"
 #include "server/scheduler_link.h"
@@ -52,7 +53,9 @@ class PsServer {
 
   const std::string& address() const { return grpc_->address(); }
   // host:port of the Prometheus endpoint (empty when off).
-  std::string metrics_address() const { return metrics_ ? metrics_->address() : ""; }
+  std::string metrics_address() const {
+    return metrics_ ? absl::StrCat("127.0.0.1:", metrics_->port()) : "";
+  }
   PsHandler* handler() { return handler_.get(); }
   // Deregisters, stops accepting calls and lets in-flight ones finish (within `grace`).
   void Shutdown(absl::Duration grace = absl::Seconds(2));
@@ -67,6 +70,7 @@ class PsServer {
   std::unique_ptr<PsService> service_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<SchedulerLink> link_;
+  MetricsRegistry registry_;
   std::unique_ptr<MetricsHttpServer> metrics_;
   absl::Notification stop_ticks_;
   std::thread ticker_;

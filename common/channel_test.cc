@@ -1,0 +1,104 @@
+#include "common/channel.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "proto/grpc_health.grpc.pb.h"
+
+namespace pscluster {
+namespace {
+
+// A synchronous health service: it does not touch gRPC's shared callback queue, so the only users
+// of that queue in this process are the client channels below.
+class SyncHealth final : public grpc::health::v1::Health::Service {
+  grpc::Status Check(grpc::ServerContext*, const grpc::health::v1::HealthCheckRequest*,
+                     grpc::health::v1::HealthCheckResponse* resp) override {
+    resp->set_status(grpc::health::v1::HealthCheckResponse::SERVING);
+    return grpc::Status::OK;
+  }
+  // Streams until the client goes away.
+  grpc::Status Watch(grpc::ServerContext* ctx, const grpc::health::v1::HealthCheckRequest*,
+                     grpc::ServerWriter<grpc::health::v1::HealthCheckResponse>* writer) override {
+    grpc::health::v1::HealthCheckResponse resp;
+    resp.set_status(grpc::health::v1::HealthCheckResponse::SERVING);
+    writer->Write(resp);
+    while (!ctx->IsCancelled()) absl::SleepFor(absl::Milliseconds(2));
+    return grpc::Status::CANCELLED;
+  }
+};
+
+// A Watch stream read with the callback API; it deletes itself when done.
+class Watcher final : public grpc::ClientReadReactor<grpc::health::v1::HealthCheckResponse> {
+ public:
+  Watcher(grpc::health::v1::Health::Stub* stub) {
+    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    stub->async()->Watch(&ctx_, &req_, this);
+    StartRead(&resp_);
+    StartCall();
+  }
+  void Cancel() { ctx_.TryCancel(); }
+  void OnReadDone(bool ok) override {
+    if (ok) StartRead(&resp_);
+  }
+  void OnDone(const grpc::Status&) override { delete this; }
+
+ private:
+  grpc::ClientContext ctx_;
+  grpc::health::v1::HealthCheckRequest req_;
+  grpc::health::v1::HealthCheckResponse resp_;
+};
+
+// Channels that make callback calls (and leave a stream open as they are dropped), created and
+// dropped one after another from two threads: the pattern of workers that open a data-plane
+// client per task.
+TEST(ChannelTest, CallbackChannelsComeAndGoSafely) {
+  SyncHealth health;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&health);
+  auto server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  auto round = [&](int rounds) {
+    for (int i = 0; i < rounds; ++i) {
+      auto ch = MakeChannel(address);
+      ASSERT_TRUE(ch.ok());
+      auto stub = grpc::health::v1::Health::NewStub(*ch);
+      auto ctx = CallContext(absl::Seconds(10));
+      grpc::health::v1::HealthCheckRequest req;
+      grpc::health::v1::HealthCheckResponse resp;
+      absl::Notification done;
+      grpc::Status status;
+      stub->async()->Check(ctx.get(), &req, &resp, [&](grpc::Status s) {
+        status = s;
+        done.Notify();
+      });
+      done.WaitForNotification();
+      ASSERT_TRUE(status.ok()) << status.error_message();
+      EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+      // A stream still open when its channel is dropped, cancelled a moment later.
+      auto* watcher = new Watcher(stub.get());
+      stub.reset();
+      ch->reset();
+      absl::SleepFor(absl::Milliseconds(1));
+      watcher->Cancel();
+    }
+  };
+  std::thread other(round, 100);
+  round(100);
+  other.join();
+  server->Shutdown();
+}
+
+TEST(ChannelTest, BadAddressIsRefused) {
+  EXPECT_EQ(MakeChannel("nohostport").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeChannel("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pscluster

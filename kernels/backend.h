@@ -1,0 +1,274 @@
+// The compute backend interface: device memory, ordering/synchronisation, and the ops the models
+// are built from. Two implementations: CPU (OpenBLAS sgemm + multi-threaded loops, cpu/) and CUDA
+// (cuBLAS + hand-written kernels, cuda/). CreateBackend() in create_backend.h picks one.
+//
+// Conventions for every op:
+//  * Tensors are float32, row-major and contiguous; pointers are device pointers obtained from
+//    this backend's Allocate() (on a backend with shares_host_memory(), any host pointer).
+//  * Ops are queued in order on the backend's single stream. On the CPU backend they run before
+//    the call returns; on the CUDA backend they run asynchronously and Synchronize() waits.
+//  * Arguments are validated before anything is queued: negative sizes, null pointers for
+//    non-empty tensors and inconsistent geometry are INVALID_ARGUMENT and change nothing.
+//    Index data (gather/scatter indices, CSR offsets, labels) lives in device memory: the CPU
+//    backend reports a bad index from the op itself, the CUDA backend from the next
+//    Synchronize(); in both cases as INVALID_ARGUMENT naming the op, and no memory outside the
+//    tensors is touched. Any CUDA runtime or cuBLAS failure becomes an absl::Status.
+//  * An output pointer may equal an input pointer only where the op says so.
+//
+// Thread model: a Backend is not thread-safe; use one per thread (each has its own stream and
+// thread pool). A Buffer must not outlive the Backend that allocated it.
+#ifndef PSCLUSTER_KERNELS_BACKEND_H_
+#define PSCLUSTER_KERNELS_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace pscluster::kernels {
+
+enum class DeviceKind { kCpu, kCuda };
+enum class Trans { kNo, kYes };
+enum class Activation { kRelu, kGelu };  // GELU is the exact erf form, 0.5 x (1 + erf(x / sqrt 2)).
+enum class HalfType { kFloat16, kBFloat16 };
+
+const char* DeviceKindName(DeviceKind kind);
+const char* ActivationName(Activation f);
+
+struct BackendOptions {
+  // CPU: threads for loops and GEMM (the caller's thread included); 0 = all hardware threads.
+  int cpu_threads = 0;
+  // CUDA: device ordinal used when the device string names none ("cuda" rather than "cuda:1").
+  int cuda_device = 0;
+  // CUDA: let cuBLAS run float32 GEMMs on TF32 tensor cores (faster, ~1e-3 relative error).
+  bool cuda_allow_tf32 = false;
+};
+
+// A 2-D convolution over an NHWC input [batch, height, width, channels] with zero padding.
+// Its im2col matrix has one row per output pixel (b, oy, ox) and one column per
+// (ky, kx, c), in that order, so a weight [out_channels, kernel_h, kernel_w, channels] multiplies
+// it as cols x weight^T and the result is the NHWC output [batch, out_h, out_w, out_channels].
+struct ConvGeometry {
+  int64_t batch = 0;
+  int64_t height = 0;
+  int64_t width = 0;
+  int64_t channels = 0;
+  int64_t kernel_h = 0;
+  int64_t kernel_w = 0;
+  int64_t pad_h = 0;
+  int64_t pad_w = 0;
+  int64_t stride = 1;
+
+  int64_t out_h() const { return (height + 2 * pad_h - kernel_h) / stride + 1; }
+  int64_t out_w() const { return (width + 2 * pad_w - kernel_w) / stride + 1; }
+  int64_t patch_size() const { return kernel_h * kernel_w * channels; }
+  int64_t num_patches() const { return batch * out_h() * out_w(); }
+  int64_t input_size() const { return batch * height * width * channels; }
+};
+
+// Max-pooling over an NHWC input; output [batch, out_h, out_w, channels].
+struct PoolGeometry {
+  int64_t batch = 0;
+  int64_t height = 0;
+  int64_t width = 0;
+  int64_t channels = 0;
+  int64_t window = 2;
+  int64_t stride = 2;
+
+  int64_t out_h() const { return (height - window) / stride + 1; }
+  int64_t out_w() const { return (width - window) / stride + 1; }
+  int64_t input_size() const { return batch * height * width * channels; }
+  int64_t output_size() const { return batch * out_h() * out_w() * channels; }
+};
+
+class Backend;
+
+// Memory owned by a backend: device memory (Allocate) or host staging memory (AllocateHost,
+// page-locked on CUDA). Move-only; frees itself. An empty Buffer has data() == nullptr.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  void* data() const { return ptr_; }
+  size_t size() const { return size_; }  // Bytes.
+  bool on_host() const { return on_host_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  void Reset();  // Frees the memory now.
+
+ private:
+  friend class Backend;
+  Buffer(Backend* owner, void* ptr, size_t size, bool on_host)
+      : owner_(owner), ptr_(ptr), size_(size), on_host_(on_host) {}
+
+  Backend* owner_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+  bool on_host_ = false;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceKind kind() const = 0;
+  // Human-readable description, e.g. "cpu (OpenBLAS 0.3.21, 2 threads)" or "cuda:0 (NVIDIA H200)".
+  virtual std::string name() const = 0;
+  // True when device pointers are host pointers (CPU): host memory can be passed to ops directly
+  // and the copy functions are plain memcpy.
+  virtual bool shares_host_memory() const = 0;
+
+  // ---- Memory and ordering ----
+
+  // Device memory, aligned to 256 bytes; zero bytes gives an empty Buffer. Contents undefined.
+  absl::StatusOr<Buffer> Allocate(size_t bytes);
+  // Host memory for staging transfers (page-locked on CUDA, so copies run asynchronously).
+  absl::StatusOr<Buffer> AllocateHost(size_t bytes);
+  // Copies queued on the stream. REQUIRES: the host memory stays valid and unchanged until the
+  // next Synchronize() (CopyToHost's destination is only valid after it).
+  absl::Status CopyToDevice(const void* host_src, void* device_dst, size_t bytes);
+  absl::Status CopyToHost(const void* device_src, void* host_dst, size_t bytes);
+  absl::Status CopyOnDevice(const void* device_src, void* device_dst, size_t bytes);
+  // x[i] = value for i < n.
+  absl::Status Fill(int64_t n, float value, float* x);
+  // Waits for all queued work; reports errors of asynchronous work (CUDA) since the last call.
+  virtual absl::Status Synchronize() = 0;
+
+  // ---- Dense ops ----
+
+  // C[m,n] = alpha * op(A) * op(B) + beta * C, with op(A) [m,k] and op(B) [k,n]. A is stored
+  // [m,k] (ta == kNo) or [k,m] (ta == kYes); B is [k,n] or [n,k]. With beta == 0, C's previous
+  // contents (NaN included) are ignored.
+  absl::Status Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, const float* b, float beta, float* c);
+  // y[i,j] = x[i,j] + bias[j] over a [rows, cols] matrix. y may equal x.
+  absl::Status AddBias(int64_t rows, int64_t cols, const float* x, const float* bias, float* y);
+  // out[j] = sum_i x[i,j] over a [rows, cols] matrix, added to out[j] when `accumulate`.
+  absl::Status ColumnSum(int64_t rows, int64_t cols, const float* x, bool accumulate, float* out);
+  // y = f(x) elementwise. y may equal x.
+  absl::Status ActivationForward(Activation f, int64_t n, const float* x, float* y);
+  // dx = dy * f'(x), where x is the forward input. dx may equal dy.
+  absl::Status ActivationBackward(Activation f, int64_t n, const float* x, const float* dy,
+                                  float* dx);
+  // Softmax cross-entropy of each row of logits [rows, classes] against labels[rows]:
+  //   row_stats[2i]   = -log(softmax(logits_i)[labels_i])        (computed stably)
+  //   row_stats[2i+1] = 1 if labels_i == argmax_j logits_ij (lowest j on ties), else 0
+  //   dlogits[i,:]    = grad_scale * (softmax(logits_i) - onehot(labels_i))   (when non-null)
+  // Sum row_stats with ColumnSum(rows, 2, ...) to get (total loss, correct count). dlogits may
+  // equal logits. A label outside [0, classes) is INVALID_ARGUMENT.
+  absl::Status SoftmaxCrossEntropy(int64_t rows, int64_t classes, const float* logits,
+                                   const int32_t* labels, float grad_scale, float* dlogits,
+                                   float* row_stats);
+
+  // ---- Sparse rows ----
+
+  // out[i,:] = table[idx[i],:] for i < n; table is [table_rows, width]. REQUIRES 0 <= idx < rows.
+  absl::Status GatherRows(int64_t n, int64_t width, const float* table, int64_t table_rows,
+                          const int32_t* idx, float* out);
+  // table[idx[i],:] += src[i,:] for i < n. Repeated indices all add (no update is lost).
+  absl::Status ScatterAddRows(int64_t n, int64_t width, const float* src, const int32_t* idx,
+                              int64_t table_rows, float* table);
+  // Weighted embedding bag over CSR segments of nnz (index, weight) entries:
+  //   out[b,:] = sum_{j in [offsets[b], offsets[b+1])} weights[j] * table[idx[j],:]
+  // offsets has bags + 1 entries, non-decreasing, within [0, nnz].
+  absl::Status EmbeddingBagForward(int64_t bags, int64_t width, int64_t nnz,
+                                   const int32_t* offsets, const int32_t* idx,
+                                   const float* weights, const float* table, int64_t table_rows,
+                                   float* out);
+  // The backward pass: dtable[idx[j],:] += weights[j] * dout[b,:] for every j of every bag b.
+  // dtable is added to (zero it first for a plain gradient); repeated indices all add.
+  absl::Status EmbeddingBagBackward(int64_t bags, int64_t width, int64_t nnz,
+                                    const int32_t* offsets, const int32_t* idx,
+                                    const float* weights, const float* dout, int64_t table_rows,
+                                    float* dtable);
+
+  // ---- Compression ----
+
+  // float32 -> float16/bfloat16 bits (round to nearest even; NaN stays NaN; fp16 overflow is
+  // infinity), and back. Bit-identical to common/dtype.h's conversions.
+  absl::Status CastToHalf(HalfType type, int64_t n, const float* x, uint16_t* y);
+  absl::Status CastFromHalf(HalfType type, int64_t n, const uint16_t* x, float* y);
+  // The k elements of x[n] with the largest |x| (NaN counts as larger than any number; ties go
+  // to the lower index): their indices in ascending order in out_idx[k], and their values in
+  // out_val[k] when non-null. REQUIRES 0 <= k <= n < 2^31.
+  absl::Status TopKAbs(int64_t n, const float* x, int64_t k, int32_t* out_idx, float* out_val);
+
+  // ---- Convolution (NHWC, im2col + GEMM) and max-pooling ----
+
+  // cols[num_patches, patch_size] from x (see ConvGeometry); padding reads as 0.
+  absl::Status Im2Col(const ConvGeometry& g, const float* x, float* cols);
+  // The adjoint of Im2Col: dx (overwritten) = sum of every cols entry that read each x element.
+  absl::Status Col2Im(const ConvGeometry& g, const float* cols, float* dx);
+  // y = max over each window (NaN wins), argmax = flat index into x of the chosen element (first
+  // maximum in (wy, wx) order). REQUIRES input_size() < 2^31.
+  absl::Status MaxPoolForward(const PoolGeometry& g, const float* x, float* y, int32_t* argmax);
+  // dx (overwritten) = sum of dy over the windows whose argmax is that element.
+  absl::Status MaxPoolBackward(const PoolGeometry& g, const float* dy, const int32_t* argmax,
+                               float* dx);
+
+ protected:
+  Backend() = default;
+
+  virtual absl::StatusOr<void*> DoAllocate(size_t bytes, bool on_host) = 0;
+  virtual void DoFree(void* ptr, bool on_host) = 0;
+  virtual absl::Status DoCopy(const void* src, void* dst, size_t bytes, int direction) = 0;
+  // Directions for DoCopy.
+  static constexpr int kToDevice = 0;
+  static constexpr int kToHost = 1;
+  static constexpr int kOnDevice = 2;
+  virtual absl::Status DoFill(int64_t n, float value, float* x) = 0;
+
+  virtual absl::Status DoGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
+                              const float* a, const float* b, float beta, float* c) = 0;
+  virtual absl::Status DoAddBias(int64_t rows, int64_t cols, const float* x, const float* bias,
+                                 float* y) = 0;
+  virtual absl::Status DoColumnSum(int64_t rows, int64_t cols, const float* x, bool accumulate,
+                                   float* out) = 0;
+  virtual absl::Status DoActivationForward(Activation f, int64_t n, const float* x,
+                                           float* y) = 0;
+  virtual absl::Status DoActivationBackward(Activation f, int64_t n, const float* x,
+                                            const float* dy, float* dx) = 0;
+  virtual absl::Status DoSoftmaxCrossEntropy(int64_t rows, int64_t classes, const float* logits,
+                                             const int32_t* labels, float grad_scale,
+                                             float* dlogits, float* row_stats) = 0;
+  virtual absl::Status DoGatherRows(int64_t n, int64_t width, const float* table,
+                                    int64_t table_rows, const int32_t* idx, float* out) = 0;
+  virtual absl::Status DoScatterAddRows(int64_t n, int64_t width, const float* src,
+                                        const int32_t* idx, int64_t table_rows,
+                                        float* table) = 0;
+  virtual absl::Status DoEmbeddingBagForward(int64_t bags, int64_t width, int64_t nnz,
+                                             const int32_t* offsets, const int32_t* idx,
+                                             const float* weights, const float* table,
+                                             int64_t table_rows, float* out) = 0;
+  virtual absl::Status DoEmbeddingBagBackward(int64_t bags, int64_t width, int64_t nnz,
+                                              const int32_t* offsets, const int32_t* idx,
+                                              const float* weights, const float* dout,
+                                              int64_t table_rows, float* dtable) = 0;
+  virtual absl::Status DoCastToHalf(HalfType type, int64_t n, const float* x, uint16_t* y) = 0;
+  virtual absl::Status DoCastFromHalf(HalfType type, int64_t n, const uint16_t* x,
+                                      float* y) = 0;
+  virtual absl::Status DoTopKAbs(int64_t n, const float* x, int64_t k, int32_t* out_idx,
+                                 float* out_val) = 0;
+  virtual absl::Status DoIm2Col(const ConvGeometry& g, const float* x, float* cols) = 0;
+  virtual absl::Status DoCol2Im(const ConvGeometry& g, const float* cols, float* dx) = 0;
+  virtual absl::Status DoMaxPoolForward(const PoolGeometry& g, const float* x, float* y,
+                                        int32_t* argmax) = 0;
+  virtual absl::Status DoMaxPoolBackward(const PoolGeometry& g, const float* dy,
+                                         const int32_t* argmax, float* dx) = 0;
+
+ private:
+  friend class Buffer;
+};
+
+}  // namespace pscluster::kernels
+
+#endif  // PSCLUSTER_KERNELS_BACKEND_H_

@@ -1,0 +1,192 @@
+// CudaBackend: creation, memory, copies, synchronisation and cuBLAS GEMM.
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_backend_impl.h"
+
+#include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
+
+namespace pscluster::kernels {
+namespace cuda {
+
+const char* DeviceErrorMessage(int code) {
+  switch (code) {
+    case kBadLabel:
+      return "SoftmaxCrossEntropy: a label is outside [0, classes)";
+    case kBadGatherIndex:
+      return "GatherRows: an index is outside [0, table_rows)";
+    case kBadScatterIndex:
+      return "ScatterAddRows: an index is outside [0, table_rows)";
+    case kBadBagForward:
+      return "EmbeddingBagForward: offsets are not non-decreasing within [0, nnz] or an index "
+             "is outside [0, table_rows)";
+    case kBadBagBackward:
+      return "EmbeddingBagBackward: offsets are not non-decreasing within [0, nnz] or an index "
+             "is outside [0, table_rows)";
+    default:
+      return "a kernel reported an unknown error";
+  }
+}
+
+namespace {
+
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+__global__ void FillKernel(int64_t n, float value, float* x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = value;
+  }
+}
+
+__global__ void ScaleKernel(int64_t n, float beta, float* x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = beta * x[i];
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const BackendOptions& options) {
+  return CudaBackend::Create(options);
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOptions& options) {
+  std::unique_ptr<CudaBackend> backend(new CudaBackend());
+  KERNELS_RETURN_IF_ERROR(backend->Init(options));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+absl::Status CudaBackend::Init(const BackendOptions& options) {
+  device_ = options.cuda_device;
+  int count = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  if (device_ < 0 || device_ >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CUDA device ", device_, " does not exist (", count, " present)"));
+  }
+  KERNELS_CUDA_ACTIVATE();
+  cudaDeviceProp prop;
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device_));
+  sm_count_ = prop.multiProcessorCount;
+  name_ = absl::StrCat("cuda:", device_, " (", prop.name, ", sm_", prop.major, prop.minor, ", ",
+                       sm_count_, " SMs, TF32 ", options.cuda_allow_tf32 ? "on" : "off", ")");
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
+  CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
+  CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
+      cublas_, options.cuda_allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  // A fixed workspace: cuBLAS then never allocates during a GEMM.
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&cublas_workspace_, cuda::kCublasWorkspaceBytes));
+  CUBLAS_RETURN_IF_ERROR(
+      cublasSetWorkspace(cublas_, cublas_workspace_, cuda::kCublasWorkspaceBytes));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&error_flag_, sizeof(int)));
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(error_flag_, 0, sizeof(int), stream_));
+  CUDA_RETURN_IF_ERROR(cudaMallocHost(&error_flag_host_, sizeof(int)));
+  *error_flag_host_ = 0;
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+CudaBackend::~CudaBackend() {
+  // Errors here cannot be reported; the context may already be broken, so each step is tried.
+  cudaSetDevice(device_);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  cudaFree(cublas_workspace_);
+  cudaFree(error_flag_);
+  cudaFree(scratch_);
+  if (error_flag_host_ != nullptr) cudaFreeHost(error_flag_host_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+absl::Status CudaBackend::Synchronize() {
+  KERNELS_CUDA_ACTIVATE();
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(error_flag_host_, error_flag_, sizeof(int),
+                                       cudaMemcpyDeviceToHost, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  const int code = *error_flag_host_;
+  if (code != cuda::kNoError) {
+    *error_flag_host_ = 0;
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(error_flag_, 0, sizeof(int), stream_));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return absl::InvalidArgumentError(
+        absl::StrCat(cuda::DeviceErrorMessage(code), " (reported by the device)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> CudaBackend::Scratch(size_t bytes) {
+  if (bytes <= scratch_size_) return scratch_;
+  // cudaFree waits for the device, so no queued kernel still uses the old scratch.
+  CUDA_RETURN_IF_ERROR(cudaFree(scratch_));
+  scratch_ = nullptr;
+  scratch_size_ = 0;
+  const size_t rounded = std::max<size_t>(bytes + bytes / 2, size_t{1} << 20);
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch_, rounded));
+  scratch_size_ = rounded;
+  return scratch_;
+}
+
+absl::StatusOr<void*> CudaBackend::DoAllocate(size_t bytes, bool on_host) {
+  KERNELS_CUDA_ACTIVATE();
+  void* p = nullptr;
+  if (on_host) {
+    CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, bytes));
+  } else {
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
+  }
+  return p;
+}
+
+void CudaBackend::DoFree(void* ptr, bool on_host) {
+  // The memory may still be read by queued work: cudaFree/cudaFreeHost synchronise first.
+  cudaSetDevice(device_);
+  if (on_host) {
+    cudaFreeHost(ptr);
+  } else {
+    cudaFree(ptr);
+  }
+}
+
+absl::Status CudaBackend::DoCopy(const void* src, void* dst, size_t bytes, int direction) {
+  KERNELS_CUDA_ACTIVATE();
+  const cudaMemcpyKind kind = direction == kToDevice ? cudaMemcpyHostToDevice
+                              : direction == kToHost ? cudaMemcpyDeviceToHost
+                                                     : cudaMemcpyDeviceToDevice;
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, kind, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::DoFill(int64_t n, float value, float* x) {
+  KERNELS_CUDA_ACTIVATE();
+  cuda::FillKernel<<<cuda::GridFor(n, sm_count_), cuda::kThreads, 0, stream_>>>(n, value, x);
+  CUDA_RETURN_IF_LAUNCH_FAILED("FillKernel");
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::DoGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
+                                 const float* a, const float* b, float beta, float* c) {
+  KERNELS_CUDA_ACTIVATE();
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: pass B first, with the
+  // row-major leading dimensions unchanged.
+  const cublasOperation_t opa = ta == Trans::kYes ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opb = tb == Trans::kYes ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int lda = static_cast<int>(ta == Trans::kYes ? m : k);
+  const int ldb = static_cast<int>(tb == Trans::kYes ? k : n);
+  if (k == 0) {
+    // cuBLAS returns without touching C when k == 0; the contract is C = beta * C.
+    if (beta == 0.0f) return DoFill(m * n, 0.0f, c);
+    cuda::ScaleKernel<<<cuda::GridFor(m * n, sm_count_), cuda::kThreads, 0, stream_>>>(m * n,
+                                                                                      beta, c);
+    CUDA_RETURN_IF_LAUNCH_FAILED("ScaleKernel");
+    return absl::OkStatus();
+  }
+  CUBLAS_RETURN_IF_ERROR(cublasSgemm(cublas_, opb, opa, static_cast<int>(n), static_cast<int>(m),
+                                     static_cast<int>(k), &alpha, b, ldb, a, lda, &beta, c,
+                                     static_cast<int>(n)));
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster::kernels

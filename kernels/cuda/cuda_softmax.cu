@@ -1,0 +1,81 @@
+// CudaBackend: softmax cross-entropy with accuracy count, one warp per row.
+#include <cmath>
+
+#include "kernels/cuda/cuda_backend_impl.h"
+
+namespace pscluster::kernels {
+namespace cuda {
+namespace {
+
+__global__ void SoftmaxCrossEntropyKernel(int64_t rows, int64_t classes, const float* logits,
+                                          const int32_t* labels, float grad_scale,
+                                          float* dlogits, float* row_stats, int* error) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warp = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) >> 5;
+  const int64_t warps = (int64_t{gridDim.x} * blockDim.x) >> 5;
+  for (int64_t r = warp; r < rows; r += warps) {
+    const float* z = logits + r * classes;
+    const int32_t label = labels[r];
+    if (label < 0 || label >= classes) {
+      if (lane == 0) {
+        ReportError(error, kBadLabel);
+        row_stats[2 * r] = NAN;
+        row_stats[2 * r + 1] = 0.0f;
+      }
+      continue;
+    }
+    // Every lane reads what it needs before any lane writes: dlogits may alias logits.
+    const float z_label = z[label];
+    // Max and its lowest index: each lane scans its strided elements in increasing order.
+    float best = lane < classes ? z[lane] : -INFINITY;
+    int64_t arg = lane < classes ? lane : classes;
+    for (int64_t j = lane + 32; j < classes; j += 32) {
+      const float v = z[j];
+      if (v > best) {
+        best = v;
+        arg = j;
+      }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, offset);
+      const int64_t oa = __shfl_xor_sync(0xffffffffu, arg, offset);
+      if (ob > best || (ob == best && oa < arg)) {
+        best = ob;
+        arg = oa;
+      }
+    }
+    float sum = 0.0f;
+    for (int64_t j = lane; j < classes; j += 32) sum += expf(z[j] - best);
+    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    __syncwarp();
+    if (lane == 0) {
+      row_stats[2 * r] = logf(sum) - (z_label - best);
+      row_stats[2 * r + 1] = arg == label ? 1.0f : 0.0f;
+    }
+    if (dlogits != nullptr) {
+      const float scale = grad_scale / sum;
+      float* d = dlogits + r * classes;
+      for (int64_t j = lane; j < classes; j += 32) {
+        const float p = scale * expf(z[j] - best);
+        d[j] = j == label ? p - grad_scale : p;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
+absl::Status CudaBackend::DoSoftmaxCrossEntropy(int64_t rows, int64_t classes,
+                                                const float* logits, const int32_t* labels,
+                                                float grad_scale, float* dlogits,
+                                                float* row_stats) {
+  KERNELS_CUDA_ACTIVATE();
+  const unsigned grid = cuda::GridFor(rows * 32, sm_count_);
+  cuda::SoftmaxCrossEntropyKernel<<<grid, cuda::kThreads, 0, stream_>>>(
+      rows, classes, logits, labels, grad_scale, dlogits, row_stats, error_flag_);
+  CUDA_RETURN_IF_LAUNCH_FAILED("SoftmaxCrossEntropyKernel");
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster::kernels

@@ -1,0 +1,38 @@
+// The calls the scheduler makes to servers and workers. An interface so that the scheduler's
+// logic does not depend on how the calls travel; GrpcClusterRpc is the one the daemon uses.
+#ifndef PSCLUSTER_SCHEDULER_CLUSTER_RPC_H_
+#define PSCLUSTER_SCHEDULER_CLUSTER_RPC_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/ps.pb.h"
+#include "proto/worker.pb.h"
+
+namespace pscluster::scheduler {
+
+// Every method blocks until the call ends or its deadline passes; errors name the address.
+class ClusterRpc {
+ public:
+  virtual ~ClusterRpc() = default;
+
+  // ParameterServer on a server.
+  virtual absl::Status UpdateShardMap(const std::string& address,
+                                      const v1::UpdateShardMapRequest& request) = 0;
+  virtual absl::Status DropJob(const std::string& address, const std::string& job_id) = 0;
+  virtual absl::StatusOr<v1::ServerStatus> ServerStatus(const std::string& address,
+                                                        const std::string& job_id) = 0;
+
+  // WorkerControl on a worker.
+  virtual absl::Status AssignTask(const std::string& address,
+                                  const v1::AssignTaskRequest& request) = 0;
+  virtual absl::Status StopTask(const std::string& address, const std::string& job_id,
+                                const std::string& reason) = 0;
+  virtual absl::Status UpdateWorkerShardMap(const std::string& address,
+                                            const v1::ShardMap& map) = 0;
+  virtual absl::StatusOr<v1::WorkerStatus> WorkerStatus(const std::string& address) = 0;
+};
+
+}  // namespace pscluster::scheduler
+
+#endif  // PSCLUSTER_SCHEDULER_CLUSTER_RPC_H_

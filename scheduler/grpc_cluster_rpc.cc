@@ -1,0 +1,104 @@
+#include "scheduler/grpc_cluster_rpc.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_convert.h"
+
+namespace pscluster::scheduler {
+
+absl::StatusOr<GrpcClusterRpc::Stubs*> GrpcClusterRpc::Get(const std::string& address) {
+  absl::MutexLock l(&mu_);
+  auto it = stubs_.find(address);
+  if (it != stubs_.end()) return it->second.get();
+  auto channel = MakeChannel(address, options_.channel);
+  if (!channel.ok()) return channel.status();
+  auto stubs = std::make_unique<Stubs>();
+  stubs->server = v1::ParameterServer::NewStub(*channel);
+  stubs->worker = v1::WorkerControl::NewStub(*channel);
+  Stubs* out = stubs.get();
+  stubs_[address] = std::move(stubs);
+  return out;
+}
+
+absl::Status GrpcClusterRpc::UpdateShardMap(const std::string& address,
+                                            const v1::UpdateShardMapRequest& request) {
+  auto s = Get(address);
+  if (!s.ok()) return s.status();
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::UpdateShardMapResponse resp;
+  return FromGrpcStatus((*s)->server->UpdateShardMap(ctx.get(), request, &resp),
+                        absl::StrCat("UpdateShardMap to ", address));
+}
+
+absl::Status GrpcClusterRpc::DropJob(const std::string& address, const std::string& job_id) {
+  auto s = Get(address);
+  if (!s.ok()) return s.status();
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::DropJobRequest req;
+  req.set_job_id(job_id);
+  v1::DropJobResponse resp;
+  return FromGrpcStatus((*s)->server->DropJob(ctx.get(), req, &resp),
+                        absl::StrCat("DropJob to ", address));
+}
+
+absl::StatusOr<v1::ServerStatus> GrpcClusterRpc::ServerStatus(const std::string& address,
+                                                              const std::string& job_id) {
+  auto s = Get(address);
+  if (!s.ok()) return s.status();
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::ServerStatusRequest req;
+  req.set_job_id(job_id);
+  v1::ServerStatus resp;
+  absl::Status st = FromGrpcStatus((*s)->server->Status(ctx.get(), req, &resp),
+                                   absl::StrCat("Status to ", address));
+  if (!st.ok()) return st;
+  return resp;
+}
+
+absl::Status GrpcClusterRpc::AssignTask(const std::string& address,
+                                        const v1::AssignTaskRequest& request) {
+  auto s = Get(address);
+  if (!s.ok()) return s.status();
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::AssignTaskResponse resp;
+  return FromGrpcStatus((*s)->worker->AssignTask(ctx.get(), request, &resp),
+                        absl::StrCat("AssignTask to ", address));
+}
+
+absl::Status GrpcClusterRpc::StopTask(const std::string& address, const std::string& job_id,
+                                      const std::string& reason) {
+  auto s = Get(address);
+  if (!s.ok()) return s.status();
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::StopTaskRequest req;
+  req.set_job_id(job_id);
+  req.set_reason(reason);
+  v1::StopTaskResponse resp;
+  return FromGrpcStatus((*s)->worker->StopTask(ctx.get(), req, &resp),
+                        absl::StrCat("StopTask to ", address));
+}
+
+absl::Status GrpcClusterRpc::UpdateWorkerShardMap(const std::string& address,
+                                                  const v1::ShardMap& map) {
+  auto s = Get(address);
+  if (!s.ok()) return s.status();
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::WorkerShardMapRequest req;
+  *req.mutable_map() = map;
+  v1::WorkerShardMapResponse resp;
+  return FromGrpcStatus((*s)->worker->UpdateShardMap(ctx.get(), req, &resp),
+                        absl::StrCat("UpdateShardMap to worker ", address));
+}
+
+absl::StatusOr<v1::WorkerStatus> GrpcClusterRpc::WorkerStatus(const std::string& address) {
+  auto s = Get(address);
+  if (!s.ok()) return s.status();
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::WorkerStatusRequest req;
+  v1::WorkerStatus resp;
+  absl::Status st = FromGrpcStatus((*s)->worker->Status(ctx.get(), req, &resp),
+                                   absl::StrCat("Status to worker ", address));
+  if (!st.ok()) return st;
+  return resp;
+}
+
+}  // namespace pscluster::scheduler

@@ -1,0 +1,57 @@
+// ClusterRpc over gRPC: one channel per address (created on first use, reused), a deadline on
+// every call.
+//
+// Thread-safe.
+#ifndef PSCLUSTER_SCHEDULER_GRPC_CLUSTER_RPC_H_
+#define PSCLUSTER_SCHEDULER_GRPC_CLUSTER_RPC_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/channel.h"
+#include "proto/ps.grpc.pb.h"
+#include "proto/worker.grpc.pb.h"
+#include "scheduler/cluster_rpc.h"
+
+namespace pscluster::scheduler {
+
+struct GrpcClusterRpcOptions {
+  ChannelOptions channel;                    // TLS to the daemons.
+  absl::Duration timeout = absl::Seconds(5);  // Deadline of each call.
+};
+
+class GrpcClusterRpc final : public ClusterRpc {
+ public:
+  explicit GrpcClusterRpc(const GrpcClusterRpcOptions& options) : options_(options) {}
+
+  absl::Status UpdateShardMap(const std::string& address,
+                              const v1::UpdateShardMapRequest& request) override;
+  absl::Status DropJob(const std::string& address, const std::string& job_id) override;
+  absl::StatusOr<v1::ServerStatus> ServerStatus(const std::string& address,
+                                                const std::string& job_id) override;
+  absl::Status AssignTask(const std::string& address,
+                          const v1::AssignTaskRequest& request) override;
+  absl::Status StopTask(const std::string& address, const std::string& job_id,
+                        const std::string& reason) override;
+  absl::Status UpdateWorkerShardMap(const std::string& address, const v1::ShardMap& map) override;
+  absl::StatusOr<v1::WorkerStatus> WorkerStatus(const std::string& address) override;
+
+ private:
+  struct Stubs {
+    std::unique_ptr<v1::ParameterServer::Stub> server;
+    std::unique_ptr<v1::WorkerControl::Stub> worker;
+  };
+  absl::StatusOr<Stubs*> Get(const std::string& address);
+
+  const GrpcClusterRpcOptions options_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Stubs>> stubs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pscluster::scheduler
+
+#endif  // PSCLUSTER_SCHEDULER_GRPC_CLUSTER_RPC_H_

@@ -1,0 +1,212 @@
+#include "scheduler/job_validation.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/sharding.h"
+
+namespace pscluster::scheduler {
+namespace {
+
+bool NameChars(absl::string_view s, absl::string_view extra) {
+  for (char c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              extra.find(c) != absl::string_view::npos;
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool ValidTableName(absl::string_view s) {
+  return !s.empty() && s.size() <= 128 && NameChars(s, "_./-");
+}
+
+// Collects the first error; later checks are skipped once one failed.
+class Checker {
+ public:
+  explicit Checker(const JobSource& where) : where_(where) {}
+
+  // Records an error for `path` unless `ok`.
+  void Require(bool ok, absl::string_view path, absl::string_view message) {
+    if (status_.ok() && !ok) status_ = where_.Error(path, message);
+  }
+  bool failed() const { return !status_.ok(); }
+  absl::Status status() const { return status_; }
+
+ private:
+  const JobSource& where_;
+  absl::Status status_;
+};
+
+void CheckOptimizer(const v1::OptimizerSpec& o, const std::string& p, Checker& c) {
+  auto f = [&](absl::string_view name) { return absl::StrCat(p, ".", name); };
+  c.Require(std::isfinite(o.learning_rate()) && o.learning_rate() > 0, f("learning_rate"),
+            absl::StrCat("must be a finite number > 0 (got ", o.learning_rate(), ")"));
+  c.Require(std::isfinite(o.weight_decay()) && o.weight_decay() >= 0, f("weight_decay"),
+            "must be a finite number >= 0");
+  c.Require(std::isfinite(o.momentum()) && o.momentum() >= 0 && o.momentum() < 1, f("momentum"),
+            "must be in [0, 1)");
+  c.Require(std::isfinite(o.beta1()) && o.beta1() >= 0 && o.beta1() < 1, f("beta1"),
+            "must be in [0, 1) (0 = default 0.9)");
+  c.Require(std::isfinite(o.beta2()) && o.beta2() >= 0 && o.beta2() < 1, f("beta2"),
+            "must be in [0, 1) (0 = default 0.999)");
+  c.Require(std::isfinite(o.epsilon()) && o.epsilon() >= 0, f("epsilon"),
+            "must be a finite number >= 0");
+  c.Require(std::isfinite(o.initial_accumulator()) && o.initial_accumulator() >= 0,
+            f("initial_accumulator"), "must be a finite number >= 0");
+  c.Require(o.kind() == v1::OptimizerSpec::MOMENTUM || (o.momentum() == 0 && !o.nesterov()),
+            f(o.nesterov() ? "nesterov" : "momentum"), "applies only to kind: momentum");
+  c.Require(o.kind() == v1::OptimizerSpec::ADAM ||
+                (o.beta1() == 0 && o.beta2() == 0 && !o.decoupled_weight_decay()),
+            f(o.decoupled_weight_decay() ? "decoupled_weight_decay"
+                                         : (o.beta1() != 0 ? "beta1" : "beta2")),
+            "applies only to kind: adam");
+  c.Require(o.kind() == v1::OptimizerSpec::ADAGRAD || o.initial_accumulator() == 0,
+            f("initial_accumulator"), "applies only to kind: adagrad");
+}
+
+void CheckCompression(const v1::CompressionSpec& cs, const std::string& p, Checker& c) {
+  c.Require(cs.transport() == v1::DT_INVALID || cs.transport() == v1::DT_FLOAT32 ||
+                cs.transport() == v1::DT_FLOAT16 || cs.transport() == v1::DT_BFLOAT16,
+            p + ".transport", "must be float32, float16 or bfloat16");
+  c.Require(std::isfinite(cs.topk_ratio()) && cs.topk_ratio() >= 0 && cs.topk_ratio() <= 1,
+            p + ".topk_ratio", "must be in (0, 1], or 0 for dense pushes");
+}
+
+void CheckModel(const v1::JobSpec& spec, Checker& c) {
+  const v1::ModelSpec& m = spec.model();
+  const std::string& k = m.kind();
+  c.Require(!k.empty(), "model.kind", "is required (softmax, mlp, cnn or sparse_linear)");
+  c.Require(k.empty() || k == "softmax" || k == "mlp" || k == "cnn" || k == "sparse_linear",
+            "model.kind", absl::StrCat("must be softmax, mlp, cnn or sparse_linear (got '", k, "')"));
+  c.Require(k != "mlp" || m.hidden_size() > 0, "model.hidden",
+            "an mlp needs at least one hidden layer width");
+  c.Require(k == "mlp" || k == "sparse_linear" || m.hidden_size() == 0, "model.hidden",
+            "applies only to mlp and sparse_linear models");
+  for (int i = 0; i < m.hidden_size(); ++i) {
+    c.Require(m.hidden(i) > 0 && m.hidden(i) <= 1000000, absl::StrCat("model.hidden[", i, "]"),
+              "must be in [1, 1000000]");
+  }
+  c.Require(m.num_classes() != 1, "model.num_classes", "must be >= 2 (or 0 = from the data)");
+  c.Require(m.activation().empty() || m.activation() == "relu" || m.activation() == "gelu",
+            "model.activation", absl::StrCat("must be relu or gelu (got '", m.activation(), "')"));
+  c.Require(k == "cnn" || m.conv_channels_size() == 0, "model.conv_channels",
+            "applies only to cnn models");
+  c.Require(m.conv_channels_size() == 0 || m.conv_channels_size() == 2, "model.conv_channels",
+            "must list the output channels of the two conv layers");
+  for (int i = 0; i < m.conv_channels_size(); ++i) {
+    c.Require(m.conv_channels(i) > 0 && m.conv_channels(i) <= 4096,
+              absl::StrCat("model.conv_channels[", i, "]"), "must be in [1, 4096]");
+  }
+  c.Require(k != "sparse_linear" || m.embedding_dim() <= 4096, "model.embedding_dim",
+            "must be at most 4096");
+  c.Require(k == "sparse_linear" || m.embedding_dim() == 0, "model.embedding_dim",
+            "applies only to sparse_linear models");
+}
+
+void CheckDataset(const v1::JobSpec& spec, Checker& c) {
+  const v1::DatasetSpec& d = spec.dataset();
+  const std::string& n = d.name();
+  c.Require(!n.empty(), "dataset.name",
+            "is required (fashion_mnist, spam_assassin or synthetic_zipf)");
+  c.Require(n.empty() || n == "fashion_mnist" || n == "spam_assassin" || n == "synthetic_zipf",
+            "dataset.name",
+            absl::StrCat("must be fashion_mnist, spam_assassin or synthetic_zipf (got '", n, "')"));
+  bool sparse_data = n == "spam_assassin" || n == "synthetic_zipf";
+  const std::string& k = spec.model().kind();
+  if (!k.empty() && !n.empty()) {
+    c.Require(sparse_data == (k == "sparse_linear"), "model.kind",
+              absl::StrCat("model '", k, "' cannot train on dataset '", n, "' (",
+                           sparse_data ? "sparse data needs sparse_linear"
+                                       : "sparse_linear needs spam_assassin or synthetic_zipf",
+                           ")"));
+  }
+  c.Require(d.hash_bits() == 0 || (sparse_data && d.hash_bits() <= 40), "dataset.hash_bits",
+            sparse_data ? "must be at most 40" : "applies only to sparse data sets");
+  c.Require(std::isfinite(d.holdout_fraction()) && d.holdout_fraction() >= 0 &&
+                d.holdout_fraction() < 1,
+            "dataset.holdout_fraction", "must be in [0, 1)");
+  c.Require(std::isfinite(d.zipf_exponent()) && d.zipf_exponent() >= 0, "dataset.zipf_exponent",
+            "must be a finite number >= 0");
+  c.Require(n == "synthetic_zipf" || d.num_examples() == 0, "dataset.num_examples",
+            "applies only to synthetic_zipf");
+}
+
+}  // namespace
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobSource& where) {
+  Checker c(where);
+  c.Require(!spec.name().empty(), "name", "is required");
+  c.Require(spec.name().size() <= 64 && NameChars(spec.name(), "_.-"), "name",
+            absl::StrCat("must be 1-64 characters of A-Z a-z 0-9 _ . - (got '", spec.name(), "')"));
+  CheckModel(spec, c);
+  CheckDataset(spec, c);
+  if (!spec.has_optimizer()) {
+    c.Require(false, "optimizer", "is required (kind and learning_rate)");
+  }
+  CheckOptimizer(spec.optimizer(), "optimizer", c);
+  for (const auto& [table, opt] : spec.table_optimizers()) {
+    std::string p = absl::StrCat("table_optimizers[", table, "]");
+    c.Require(ValidTableName(table), p, "is not a valid table name ([A-Za-z0-9_./-]{1,128})");
+    CheckOptimizer(opt, p, c);
+  }
+  for (const auto& [table, cs] : spec.table_compression()) {
+    std::string p = absl::StrCat("table_compression[", table, "]");
+    c.Require(ValidTableName(table), p, "is not a valid table name ([A-Za-z0-9_./-]{1,128})");
+    CheckCompression(cs, p, c);
+  }
+
+  const v1::ConsistencySpec& cons = spec.consistency();
+  c.Require(cons.mode() == v1::ConsistencySpec::SSP || cons.staleness() == 0,
+            "consistency.staleness", "applies only to mode: ssp");
+  c.Require(cons.staleness() <= 10000, "consistency.staleness", "must be at most 10000");
+  c.Require(cons.mode() == v1::ConsistencySpec::BSP || !cons.aggregate(),
+            "consistency.aggregate", "applies only to mode: bsp");
+
+  c.Require(spec.num_servers() >= 1, "num_servers", "must be >= 1");
+  c.Require(spec.num_servers() <= kMaxServers, "num_servers",
+            absl::StrCat("must be at most ", kMaxServers));
+  c.Require(spec.num_workers() >= 1, "num_workers", "must be >= 1");
+  c.Require(spec.num_workers() <= kMaxWorkers, "num_workers",
+            absl::StrCat("must be at most ", kMaxWorkers));
+  c.Require(spec.gpus_per_worker() <= kMaxGpusPerWorker, "gpus_per_worker",
+            absl::StrCat("must be at most ", kMaxGpusPerWorker));
+  c.Require(spec.epochs() >= 1 && spec.epochs() <= 100000, "epochs", "must be in [1, 100000]");
+  c.Require(spec.batch_size() >= 1 && spec.batch_size() <= (1u << 20), "batch_size",
+            "must be in [1, 1048576]");
+  c.Require(spec.eval_batch_size() <= (1u << 20), "eval_batch_size",
+            "must be at most 1048576 (0 = 1000)");
+  c.Require(spec.checkpoint_every_steps() == 0 || !spec.checkpoint_dir().empty(),
+            "checkpoint_dir", "is required when checkpoint_every_steps > 0");
+  uint32_t replication = spec.replication() == 0 ? 1 : spec.replication();
+  c.Require(replication <= spec.num_servers() || spec.num_servers() == 0, "replication",
+            absl::StrCat("must be at most num_servers (", spec.num_servers(),
+                         "): each copy of a shard lives on a different server"));
+  c.Require(spec.export_path().empty() || absl::EndsWith(spec.export_path(), ".safetensors"),
+            "export_path", "must name a .safetensors file");
+  uint32_t shards = spec.num_virtual_shards() == 0 ? kDefaultVirtualShards
+                                                   : spec.num_virtual_shards();
+  c.Require(shards <= kMaxVirtualShards, "num_virtual_shards",
+            absl::StrCat("must be at most ", kMaxVirtualShards));
+  c.Require(shards >= spec.num_servers(), "num_virtual_shards",
+            absl::StrCat(shards, " virtual shards cannot be spread over num_servers ",
+                         spec.num_servers(), " servers (need at least one shard each)"));
+  const std::string& dev = spec.device();
+  c.Require(dev.empty() || dev == "auto" || dev == "cuda" || dev == "cpu", "device",
+            absl::StrCat("must be auto, cuda or cpu (got '", dev, "')"));
+  c.Require(dev != "cuda" || spec.gpus_per_worker() > 0, "gpus_per_worker",
+            "must be >= 1 when device is cuda");
+  c.Require(dev != "cpu" || spec.gpus_per_worker() == 0, "gpus_per_worker",
+            "must be 0 when device is cpu");
+  return c.status();
+}
+
+void ApplyJobDefaults(v1::JobSpec* spec) {
+  if (spec->num_virtual_shards() == 0) spec->set_num_virtual_shards(kDefaultVirtualShards);
+  if (spec->replication() == 0) spec->set_replication(1);
+  if (spec->device().empty()) spec->set_device("auto");
+}
+
+}  // namespace pscluster::scheduler

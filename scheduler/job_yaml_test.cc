@@ -1,0 +1,212 @@
+#include "scheduler/job_yaml.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "scheduler/testing/status_matchers.h"
+
+namespace pscluster::scheduler {
+namespace {
+
+using ::pscluster::scheduler::testing::IsOk;
+using ::pscluster::scheduler::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
+
+// A valid job; tests break one thing at a time. Line numbers matter: keep the layout.
+constexpr char kGood[] = R"(name: mlp-test
+model:
+  kind: mlp
+  hidden: [64, 32]
+dataset:
+  name: fashion_mnist
+optimizer:
+  kind: adam
+  learning_rate: 0.001
+consistency:
+  mode: ssp
+  staleness: 2
+num_servers: 2
+num_workers: 2
+epochs: 3
+batch_size: 64
+export_path: /tmp/x.safetensors
+)";
+
+std::string Replace(std::string text, const std::string& from, const std::string& to) {
+  size_t pos = text.find(from);
+  EXPECT_NE(pos, std::string::npos) << from;
+  if (pos != std::string::npos) text.replace(pos, from.size(), to);
+  return text;
+}
+
+TEST(JobYamlTest, ParsesEveryKindOfField) {
+  auto spec = LoadJobYaml(kGood, "job.yaml");
+  ASSERT_THAT(spec, IsOk());
+  EXPECT_EQ(spec->name(), "mlp-test");
+  EXPECT_EQ(spec->model().kind(), "mlp");
+  ASSERT_EQ(spec->model().hidden_size(), 2);
+  EXPECT_EQ(spec->model().hidden(1), 32u);
+  EXPECT_EQ(spec->optimizer().kind(), v1::OptimizerSpec::ADAM);
+  EXPECT_FLOAT_EQ(spec->optimizer().learning_rate(), 0.001f);
+  EXPECT_EQ(spec->consistency().mode(), v1::ConsistencySpec::SSP);
+  EXPECT_EQ(spec->consistency().staleness(), 2u);
+  EXPECT_EQ(spec->num_servers(), 2u);
+  // Defaults the scheduler relies on are filled in.
+  EXPECT_EQ(spec->num_virtual_shards(), 64u);
+  EXPECT_EQ(spec->replication(), 1u);
+  EXPECT_EQ(spec->device(), "auto");
+}
+
+TEST(JobYamlTest, MapsAndEnumSpellings) {
+  std::string text = std::string(kGood) + R"(table_optimizers:
+  fc1.weight: {kind: SGD, learning_rate: 0.1, weight_decay: 0.0001}
+table_compression:
+  fc1.weight: {transport: fp16, topk_ratio: 0.5}
+  fc2.weight:
+    transport: DT_BFLOAT16
+)";
+  auto spec = LoadJobYaml(text, "job.yaml");
+  ASSERT_THAT(spec, IsOk());
+  EXPECT_EQ(spec->table_optimizers().at("fc1.weight").kind(), v1::OptimizerSpec::SGD);
+  EXPECT_EQ(spec->table_compression().at("fc1.weight").transport(), v1::DT_FLOAT16);
+  EXPECT_EQ(spec->table_compression().at("fc2.weight").transport(), v1::DT_BFLOAT16);
+}
+
+TEST(JobYamlTest, NegativeStalenessNamesFileLineAndField) {
+  std::string text = Replace(kGood, "staleness: 2", "staleness: -1");
+  EXPECT_THAT(LoadJobYaml(text, "job.yaml"),
+              StatusIs(kInvalid, StartsWith("job.yaml:12: consistency.staleness: must be >= 0")));
+}
+
+TEST(JobYamlTest, SemanticErrorsCarryTheLineOfTheField) {
+  std::string text = Replace(kGood, "learning_rate: 0.001", "learning_rate: 0");
+  EXPECT_THAT(LoadJobYaml(text, "job.yaml"),
+              StatusIs(kInvalid, StartsWith("job.yaml:9: optimizer.learning_rate: must be")));
+  text = Replace(kGood, "num_workers: 2", "num_workers: 0");
+  EXPECT_THAT(LoadJobYaml(text, "job.yaml"),
+              StatusIs(kInvalid, StartsWith("job.yaml:14: num_workers: must be >= 1")));
+  text = Replace(kGood, "hidden: [64, 32]", "hidden: [64, 0]");
+  EXPECT_THAT(LoadJobYaml(text, "job.yaml"),
+              StatusIs(kInvalid, StartsWith("job.yaml:4: model.hidden[1]: must be in")));
+}
+
+TEST(JobYamlTest, MissingRequiredFieldNamesTheField) {
+  std::string text = Replace(kGood, "num_servers: 2\n", "");
+  EXPECT_THAT(LoadJobYaml(text, "job.yaml"),
+              StatusIs(kInvalid, HasSubstr("num_servers: must be >= 1")));
+  text = Replace(kGood, "optimizer:\n  kind: adam\n  learning_rate: 0.001\n", "");
+  EXPECT_THAT(LoadJobYaml(text, "job.yaml"),
+              StatusIs(kInvalid, StartsWith("job.yaml: optimizer: is required")));
+}
+
+TEST(JobYamlTest, UnknownFieldSuggestsTheClosestOne) {
+  std::string text = Replace(kGood, "  hidden: [64, 32]", "  hiden: [64, 32]");
+  EXPECT_THAT(LoadJobYaml(text, "job.yaml"),
+              StatusIs(kInvalid, StartsWith("job.yaml:4: model.hiden: unknown field (did you "
+                                            "mean 'hidden'?)")));
+  text = Replace(kGood, "epochs: 3", "colour: blue");
+  EXPECT_THAT(LoadJobYaml(text, "job.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("job.yaml:15: colour: unknown field"),
+                                       HasSubstr("num_workers"))));
+}
+
+TEST(JobYamlTest, WrongTypesAndRanges) {
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "epochs: 3", "epochs: three"), "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:15: epochs: must be a whole number")));
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "epochs: 3", "epochs: 99999999999"), "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:15: epochs: is out of range")));
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "kind: adam", "kind: rmsprop"), "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:8: optimizer.kind: must be one of sgd, "
+                                            "momentum, adagrad, adam")));
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "hidden: [64, 32]", "hidden: 64"), "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:4: model.hidden: expected a list")));
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "  mode: ssp", "  mode: [ssp]"), "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:11: consistency.mode: expected a single")));
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "epochs: 3", "epochs:"), "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:15: epochs: has no value")));
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "  learning_rate: 0.001", "  learning_rate: 1e99"),
+                          "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:9: optimizer.learning_rate: is out of range")));
+}
+
+TEST(JobYamlTest, DuplicateKeysAreRefused) {
+  std::string text = std::string(kGood) + "epochs: 4\n";
+  EXPECT_THAT(LoadJobYaml(text, "job.yaml"),
+              StatusIs(kInvalid, StartsWith("job.yaml:18: epochs: duplicate key")));
+}
+
+TEST(JobYamlTest, BrokenYamlAndEmptyFiles) {
+  EXPECT_THAT(LoadJobYaml("name: [unclosed\nepochs: 3\n", "bad.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("bad.yaml:"), HasSubstr("not valid YAML"))));
+  EXPECT_THAT(LoadJobYaml("", "empty.yaml"),
+              StatusIs(kInvalid, StartsWith("empty.yaml: the file is empty")));
+  EXPECT_THAT(LoadJobYaml("- a\n- b\n", "list.yaml"),
+              StatusIs(kInvalid, StartsWith("list.yaml:1: expected a mapping")));
+}
+
+TEST(JobYamlTest, CrossFieldRules) {
+  // Staleness is SSP's alone.
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "mode: ssp", "mode: bsp"), "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:12: consistency.staleness: applies only to "
+                                            "mode: ssp")));
+  // Replication above the server count.
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) + "replication: 3\n", "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:18: replication: must be at most "
+                                            "num_servers (2)")));
+  // Model and data must fit each other.
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "name: fashion_mnist", "name: spam_assassin"), "j.yaml"),
+              StatusIs(kInvalid, HasSubstr("model.kind: model 'mlp' cannot train on dataset "
+                                           "'spam_assassin'")));
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "/tmp/x.safetensors", "/tmp/x.bin"), "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:17: export_path: must name a .safetensors")));
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) + "checkpoint_every_steps: 10\n", "j.yaml"),
+              StatusIs(kInvalid, HasSubstr("checkpoint_dir: is required")));
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) + "num_virtual_shards: 1\n", "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:18: num_virtual_shards:")));
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) + "device: cuda\n", "j.yaml"),
+              StatusIs(kInvalid, HasSubstr("gpus_per_worker: must be >= 1 when device is cuda")));
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "name: mlp-test", "name: bad name!"), "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:1: name: must be 1-64 characters")));
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) + "table_optimizers:\n  w: {kind: sgd, "
+                                               "learning_rate: -1}\n",
+                          "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:19: table_optimizers[w].learning_rate:")));
+}
+
+TEST(JobYamlTest, RoundTripsThroughYaml) {
+  auto spec = LoadJobYaml(kGood, "job.yaml");
+  ASSERT_THAT(spec, IsOk());
+  std::string text = JobSpecToYaml(*spec);
+  EXPECT_THAT(text, HasSubstr("kind: adam"));
+  EXPECT_THAT(text, HasSubstr("mode: ssp"));
+  auto again = LoadJobYaml(text, "round.yaml");
+  ASSERT_THAT(again, IsOk()) << text;
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*spec, *again))
+      << spec->DebugString() << "\nvs\n" << again->DebugString();
+}
+
+TEST(JobYamlTest, EveryShippedExampleIsValid) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  ASSERT_NE(srcdir, nullptr);
+  for (const char* name : {"fashion_mlp", "fashion_mlp_ssp", "fashion_mlp_asp", "spam_sparse",
+                           "fashion_cnn"}) {
+    std::string path = absl::StrCat(srcdir, "/pscluster/deploy/examples/", name, ".yaml");
+    std::ifstream f(path);
+    ASSERT_TRUE(f.good()) << path;
+    std::stringstream ss;
+    ss << f.rdbuf();
+    auto spec = LoadJobYaml(ss.str(), name);
+    EXPECT_THAT(spec, IsOk()) << name;
+  }
+}
+
+}  // namespace
+}  // namespace pscluster::scheduler

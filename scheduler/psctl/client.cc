@@ -1,0 +1,95 @@
+#include "scheduler/psctl/client.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_convert.h"
+
+namespace pscluster::psctl {
+
+absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Connect(
+    const ClientOptions& options) {
+  auto channel = MakeChannel(options.address, options.channel);
+  if (!channel.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--scheduler: ", channel.status().message()));
+  }
+  return std::unique_ptr<SchedulerClient>(new SchedulerClient(options, *channel));
+}
+
+SchedulerClient::SchedulerClient(const ClientOptions& options,
+                                 std::shared_ptr<grpc::Channel> channel)
+    : options_(options), channel_(std::move(channel)),
+      stub_(v1::Scheduler::NewStub(channel_)) {}
+
+absl::Status SchedulerClient::Explain(const grpc::Status& status, const char* method) const {
+  if (status.ok()) return absl::OkStatus();
+  auto code = status.error_code();
+  if (code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the scheduler at ", options_.address, " within ",
+        absl::FormatDuration(options_.timeout), " (", method, ": ", status.error_message(),
+        "). Is ps_scheduler running there? Set --scheduler=HOST:PORT or PSCLUSTER_SCHEDULER."));
+  }
+  return FromGrpcStatus(status);
+}
+
+absl::StatusOr<v1::SubmitJobResponse> SchedulerClient::SubmitJob(const v1::SubmitJobRequest& req) {
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::SubmitJobResponse resp;
+  absl::Status s = Explain(stub_->SubmitJob(ctx.get(), req, &resp), "SubmitJob");
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<v1::Job> SchedulerClient::GetJob(const std::string& job_id) {
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  v1::Job resp;
+  absl::Status s = Explain(stub_->GetJob(ctx.get(), req, &resp), "GetJob");
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<v1::ListJobsResponse> SchedulerClient::ListJobs(bool include_finished) {
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::ListJobsRequest req;
+  req.set_include_finished(include_finished);
+  v1::ListJobsResponse resp;
+  absl::Status s = Explain(stub_->ListJobs(ctx.get(), req, &resp), "ListJobs");
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<v1::CancelJobResponse> SchedulerClient::CancelJob(const std::string& job_id,
+                                                                 const std::string& reason) {
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::CancelJobRequest req;
+  req.set_job_id(job_id);
+  req.set_reason(reason);
+  v1::CancelJobResponse resp;
+  absl::Status s = Explain(stub_->CancelJob(ctx.get(), req, &resp), "CancelJob");
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<v1::ShardMap> SchedulerClient::GetShardMap(const std::string& job_id) {
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::GetShardMapRequest req;
+  req.set_job_id(job_id);
+  v1::ShardMap resp;
+  absl::Status s = Explain(stub_->GetShardMap(ctx.get(), req, &resp), "GetShardMap");
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<v1::ClusterStatusResponse> SchedulerClient::ClusterStatus(
+    const std::string& job_id) {
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::ClusterStatusRequest req;
+  req.set_job_id(job_id);
+  v1::ClusterStatusResponse resp;
+  absl::Status s = Explain(stub_->ClusterStatus(ctx.get(), req, &resp), "ClusterStatus");
+  if (!s.ok()) return s;
+  return resp;
+}
+
+}  // namespace pscluster::psctl

@@ -1,0 +1,48 @@
+// psctl's connection to the scheduler: every call has the --timeout deadline, and a scheduler
+// that cannot be reached is reported with its address and the deadline, not as a raw gRPC error.
+#ifndef PSCLUSTER_SCHEDULER_PSCTL_CLIENT_H_
+#define PSCLUSTER_SCHEDULER_PSCTL_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/channel.h"
+#include "proto/scheduler.grpc.pb.h"
+
+namespace pscluster::psctl {
+
+struct ClientOptions {
+  std::string address = "127.0.0.1:7070";     // Scheduler host:port.
+  absl::Duration timeout = absl::Seconds(10);  // Deadline of each call.
+  ChannelOptions channel;                      // TLS and bearer token.
+};
+
+class SchedulerClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<SchedulerClient>> Connect(const ClientOptions& options);
+
+  absl::StatusOr<v1::SubmitJobResponse> SubmitJob(const v1::SubmitJobRequest& req);
+  absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(bool include_finished);
+  absl::StatusOr<v1::CancelJobResponse> CancelJob(const std::string& job_id,
+                                                  const std::string& reason);
+  absl::StatusOr<v1::ShardMap> GetShardMap(const std::string& job_id);
+  absl::StatusOr<v1::ClusterStatusResponse> ClusterStatus(const std::string& job_id);
+
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  SchedulerClient(const ClientOptions& options, std::shared_ptr<grpc::Channel> channel);
+  // Converts a failed call into the status psctl prints.
+  absl::Status Explain(const grpc::Status& status, const char* method) const;
+
+  const ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Scheduler::Stub> stub_;
+};
+
+}  // namespace pscluster::psctl
+
+#endif  // PSCLUSTER_SCHEDULER_PSCTL_CLIENT_H_

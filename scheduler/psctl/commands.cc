@@ -1,0 +1,249 @@
+#include "scheduler/psctl/commands.h"
+
+#include <cstdlib>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/atomic_file.h"
+#include "scheduler/job_state.h"
+#include "scheduler/psctl/follow.h"
+#include "scheduler/psctl/up_command.h"
+
+namespace pscluster::psctl {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: psctl [--scheduler=HOST:PORT] [-o table|json|yaml] [--timeout=10s] COMMAND\n"
+    "  submit FILE.yaml [--wait]   queue a job (prints its id); --wait follows it to the end\n"
+    "  jobs [--active]             list jobs, newest first\n"
+    "  status [JOB] [--watch]      a job in full (live with --watch), or the whole cluster\n"
+    "  cancel JOB [--reason=TEXT]  stop a job\n"
+    "  nodes                       servers and workers, liveness and load\n"
+    "  shards JOB                  a job's shard map and per-shard load\n"
+    "  up --local [--detach]       run a local cluster (scheduler, 2 servers, 2 workers) and\n"
+    "                              the example job on it\n"
+    "  down                        stop a cluster started with up --local --detach\n"
+    "The scheduler address comes from --scheduler, else $PSCLUSTER_SCHEDULER, else "
+    "127.0.0.1:7070.\n";
+
+int Fail(std::ostream& err, const absl::Status& s) {
+  err << "psctl: " << s.message() << std::endl;
+  return 1;
+}
+
+int Usage(std::ostream& err, const std::string& problem) {
+  err << "psctl: " << problem << "\n" << kUsage;
+  return 2;
+}
+
+void Print(const PsctlOptions& o, const google::protobuf::Message& msg, std::ostream& out) {
+  out << (o.output == OutputFormat::kYaml ? ToYaml(msg) : ToJson(msg));
+  if (o.output == OutputFormat::kJson) out << "\n";
+}
+
+int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+std::string NewToken() {
+  absl::BitGen gen;
+  return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen),
+                         absl::Uniform<uint64_t>(gen));
+}
+
+int ExitFor(const v1::Job& job) { return job.state() == v1::JOB_SUCCEEDED ? 0 : 1; }
+
+int Submit(const PsctlOptions& o, SchedulerClient& client, const std::string& file,
+           std::ostream& out, std::ostream& err) {
+  auto text = ReadFile(file);
+  if (!text.ok()) return Fail(err, text.status());
+  v1::SubmitJobRequest req;
+  req.set_yaml(*text);
+  req.set_source(file);
+  req.set_client_token(NewToken());
+  auto resp = client.SubmitJob(req);
+  if (!resp.ok()) return Fail(err, resp.status());
+  bool table = o.output == OutputFormat::kTable;
+  if (table) {
+    out << resp->job_id() << std::endl;
+  } else if (!o.wait) {
+    Print(o, *resp, out);
+  }
+  if (!o.wait) return 0;
+  if (o.interrupt) o.interrupt->handled = true;
+  // Live lines go to stderr when stdout carries JSON or YAML.
+  std::ostream& live = table ? out : err;
+  auto job = FollowJob(client, resp->job_id(), o, FollowOptions{}, live);
+  if (!job.ok()) {
+    if (job.status().code() == absl::StatusCode::kCancelled) {
+      err << "psctl: stopped following " << resp->job_id() << " (it keeps running; cancel it with "
+          << "psctl cancel " << resp->job_id() << ")" << std::endl;
+      return 130;
+    }
+    return Fail(err, job.status());
+  }
+  if (table) {
+    out << FinalSummary(*job) << std::endl;
+  } else {
+    Print(o, *job, out);
+  }
+  return ExitFor(*job);
+}
+
+int Status(const PsctlOptions& o, SchedulerClient& client, const std::string& job_id,
+           std::ostream& out, std::ostream& err) {
+  if (job_id.empty()) {
+    auto st = client.ClusterStatus("");
+    if (!st.ok()) return Fail(err, st.status());
+    if (o.output != OutputFormat::kTable) {
+      Print(o, *st, out);
+      return 0;
+    }
+    out << NodesTable(*st) << "\n";
+    v1::ListJobsResponse active;
+    for (const v1::Job& j : st->jobs()) {
+      if (scheduler::IsActive(j.state())) *active.add_jobs() = j;
+    }
+    out << (active.jobs_size() > 0 ? JobsTable(active, st->now_unix_ms()) : "No active jobs.\n");
+    return 0;
+  }
+  if (o.watch) {
+    if (o.interrupt) o.interrupt->handled = true;
+    bool table = o.output == OutputFormat::kTable;
+    FollowOptions f;
+    f.detail = true;
+    auto job = FollowJob(client, job_id, o, f, table ? out : err);
+    if (!job.ok()) {
+      return job.status().code() == absl::StatusCode::kCancelled ? 130 : Fail(err, job.status());
+    }
+    if (!table) Print(o, *job, out);
+    return ExitFor(*job);
+  }
+  auto st = client.ClusterStatus(job_id);
+  if (!st.ok()) return Fail(err, st.status());
+  if (st->jobs_size() != 1) return Fail(err, absl::NotFoundError("job_id: no job '" + job_id + "'"));
+  if (o.output != OutputFormat::kTable) {
+    Print(o, st->jobs(0), out);
+    return 0;
+  }
+  out << JobDetail(st->jobs(0), {st->nodes().begin(), st->nodes().end()}, st->now_unix_ms());
+  return 0;
+}
+
+}  // namespace
+
+std::vector<std::string> CandidatePaths(const std::string& self_path, const std::string& package,
+                                        const std::string& name) {
+  std::vector<std::string> out;
+  std::string rel = package.empty() ? name : absl::StrCat(package, "/", name);
+  if (const char* r = std::getenv("RUNFILES_DIR"); r != nullptr && *r) {
+    out.push_back(absl::StrCat(r, "/pscluster/", rel));
+  }
+  if (!self_path.empty()) {
+    out.push_back(absl::StrCat(self_path, ".runfiles/pscluster/", rel));
+    std::string dir = self_path.substr(0, self_path.rfind('/'));
+    // Bazel's output tree: bazel-bin/scheduler/psctl -> bazel-bin/<package>/<name>.
+    out.push_back(absl::StrCat(dir, "/../", rel));
+    // Installed side by side (/usr/bin/psctl, /usr/bin/ps_server).
+    out.push_back(absl::StrCat(dir, "/", name));
+  }
+  if (const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY"); ws != nullptr && *ws) {
+    out.push_back(absl::StrCat(ws, "/", rel));
+    out.push_back(absl::StrCat(ws, "/bazel-bin/", rel));
+  }
+  out.push_back(rel);  // Relative to the working directory.
+  return out;
+}
+
+int RunPsctl(const PsctlOptions& o, const std::vector<std::string>& args, std::ostream& out,
+             std::ostream& err) {
+  if (args.empty()) return Usage(err, "no command given");
+  const std::string& cmd = args[0];
+  auto want_args = [&](size_t n, const char* what) -> bool {
+    if (args.size() == n + 1) return true;
+    Usage(err, absl::StrCat(cmd, ": expected ", what));
+    return false;
+  };
+  if (cmd == "up") {
+    if (!want_args(0, "no arguments (flags only: --local, --detach, --job=FILE ...)")) return 2;
+    if (!o.up.local) {
+      return Usage(err, "up: only local clusters are supported: psctl up --local");
+    }
+    return RunUp(o, out, err);
+  }
+  if (cmd == "down") {
+    if (!want_args(0, "no arguments")) return 2;
+    return RunDown(o, out, err);
+  }
+  if (cmd == "help") {
+    out << kUsage;
+    return 0;
+  }
+
+  auto client = SchedulerClient::Connect(o.client);
+  if (!client.ok()) return Fail(err, client.status());
+  SchedulerClient& c = **client;
+  if (cmd == "submit") {
+    if (!want_args(1, "the job file: psctl submit FILE.yaml")) return 2;
+    return Submit(o, c, args[1], out, err);
+  }
+  if (cmd == "jobs") {
+    if (!want_args(0, "no arguments")) return 2;
+    auto jobs = c.ListJobs(!o.active_only);
+    if (!jobs.ok()) return Fail(err, jobs.status());
+    if (o.output == OutputFormat::kTable) {
+      out << JobsTable(*jobs, NowMs());
+    } else {
+      Print(o, *jobs, out);
+    }
+    return 0;
+  }
+  if (cmd == "status") {
+    if (args.size() > 2) return Usage(err, "status: expected at most one job id");
+    if (o.watch && args.size() < 2) return Usage(err, "status --watch: name the job to watch");
+    return Status(o, c, args.size() == 2 ? args[1] : "", out, err);
+  }
+  if (cmd == "cancel") {
+    if (!want_args(1, "the job id: psctl cancel JOB")) return 2;
+    auto r = c.CancelJob(args[1], o.reason);
+    if (!r.ok()) return Fail(err, r.status());
+    if (o.output == OutputFormat::kTable) {
+      out << args[1] << " " << scheduler::JobStateName(r->state()) << std::endl;
+    } else {
+      Print(o, *r, out);
+    }
+    return 0;
+  }
+  if (cmd == "nodes") {
+    if (!want_args(0, "no arguments")) return 2;
+    auto st = c.ClusterStatus("");
+    if (!st.ok()) return Fail(err, st.status());
+    if (o.output == OutputFormat::kTable) {
+      out << NodesTable(*st);
+    } else {
+      v1::ClusterStatusResponse nodes;
+      *nodes.mutable_nodes() = st->nodes();
+      nodes.set_now_unix_ms(st->now_unix_ms());
+      nodes.set_scheduler_version(st->scheduler_version());
+      Print(o, nodes, out);
+    }
+    return 0;
+  }
+  if (cmd == "shards") {
+    if (!want_args(1, "the job id: psctl shards JOB")) return 2;
+    auto map = c.GetShardMap(args[1]);
+    if (!map.ok()) return Fail(err, map.status());
+    if (o.output != OutputFormat::kTable) {
+      Print(o, *map, out);
+      return 0;
+    }
+    auto st = c.ClusterStatus(args[1]);
+    std::vector<v1::ShardLoad> loads;
+    if (st.ok()) loads.assign(st->shard_loads().begin(), st->shard_loads().end());
+    out << ShardsTable(*map, loads);
+    return 0;
+  }
+  return Usage(err, absl::StrCat("unknown command '", cmd, "'"));
+}
+
+}  // namespace pscluster::psctl

@@ -1,0 +1,333 @@
+#include "scheduler/psctl/format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "google/protobuf/util/json_util.h"
+#include "scheduler/job_state.h"
+#include "yaml-cpp/yaml.h"
+
+namespace pscluster::psctl {
+namespace {
+
+std::string Metric(double v, int digits = 4) {
+  if (v < 0) return "-";
+  if (std::isnan(v)) return "nan";
+  return absl::StrFormat("%.*f", digits, v);
+}
+
+std::string Ago(int64_t then_ms, int64_t now_ms) {
+  if (then_ms <= 0) return "-";
+  return HumanDuration(std::max<int64_t>(0, now_ms - then_ms) / 1000.0) + " ago";
+}
+
+std::string When(int64_t ms) {
+  if (ms <= 0) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(ms), absl::LocalTimeZone());
+}
+
+double Fraction(const v1::JobProgress& p) {
+  if (p.total_steps() <= 0) return 0;
+  return std::clamp(static_cast<double>(p.step()) / p.total_steps(), 0.0, 1.0);
+}
+
+std::string NodeState(v1::NodeState s) {
+  switch (s) {
+    case v1::NODE_ALIVE:
+      return "alive";
+    case v1::NODE_SUSPECT:
+      return "suspect";
+    case v1::NODE_DEAD:
+      return "dead";
+    case v1::NODE_LEFT:
+      return "left";
+    default:
+      return "unknown";
+  }
+}
+
+std::string Role(v1::NodeRole r) {
+  switch (r) {
+    case v1::ROLE_SERVER:
+      return "server";
+    case v1::ROLE_WORKER:
+      return "worker";
+    default:
+      return "other";
+  }
+}
+
+void EmitYaml(YAML::Emitter& out, const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map:
+      out << YAML::BeginMap;
+      for (auto it = n.begin(); it != n.end(); ++it) {
+        out << YAML::Key << it->first.Scalar() << YAML::Value;
+        EmitYaml(out, it->second);
+      }
+      out << YAML::EndMap;
+      break;
+    case YAML::NodeType::Sequence:
+      out << YAML::BeginSeq;
+      for (const auto& e : n) EmitYaml(out, e);
+      out << YAML::EndSeq;
+      break;
+    case YAML::NodeType::Scalar:
+      out << n.Scalar();
+      break;
+    default:
+      out << YAML::Null;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text) {
+  if (text == "table" || text.empty()) return OutputFormat::kTable;
+  if (text == "json") return OutputFormat::kJson;
+  if (text == "yaml") return OutputFormat::kYaml;
+  return absl::InvalidArgumentError(
+      absl::StrCat("-o: '", text, "' is not an output format (table, json or yaml)"));
+}
+
+std::string ToJson(const google::protobuf::Message& msg) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(msg, &out, o);
+  return out;
+}
+
+std::string ToYaml(const google::protobuf::Message& msg) {
+  // JSON is YAML: parse the JSON form and write it in block style.
+  YAML::Node node = YAML::Load(ToJson(msg));
+  YAML::Emitter out;
+  EmitYaml(out, node);
+  return std::string(out.c_str()) + "\n";
+}
+
+std::string Table::ToString() const {
+  std::vector<size_t> width;
+  for (const auto& row : rows_) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows_) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string ProgressBar(double fraction, int width) {
+  fraction = std::clamp(fraction, 0.0, 1.0);
+  int filled = static_cast<int>(std::round(fraction * width));
+  return absl::StrFormat("[%s%s] %3d%%", std::string(filled, '#'), std::string(width - filled, '.'),
+                         static_cast<int>(std::floor(fraction * 100)));
+}
+
+std::string HumanDuration(double s) {
+  if (s < 0 || std::isnan(s)) return "-";
+  if (s < 10) return absl::StrFormat("%.1fs", s);
+  int64_t t = static_cast<int64_t>(std::llround(s));
+  if (t < 60) return absl::StrCat(t, "s");
+  if (t < 3600) return absl::StrFormat("%dm%02ds", t / 60, t % 60);
+  if (t < 86400) return absl::StrFormat("%dh%02dm", t / 3600, (t % 3600) / 60);
+  return absl::StrFormat("%dd%02dh", t / 86400, (t % 86400) / 3600);
+}
+
+std::string HumanBytes(double b) {
+  const char* units[] = {"B", "kB", "MB", "GB", "TB"};
+  int u = 0;
+  while (b >= 1000 && u < 4) {
+    b /= 1000;
+    ++u;
+  }
+  return u == 0 ? absl::StrFormat("%.0f %s", b, units[u]) : absl::StrFormat("%.1f %s", b, units[u]);
+}
+
+std::string JobsTable(const v1::ListJobsResponse& jobs, int64_t now_ms) {
+  if (jobs.jobs_size() == 0) return "No jobs.\n";
+  Table t({"JOB", "NAME", "STATE", "PROGRESS", "EPOCH", "LOSS", "TEST ACC", "SUBMITTED",
+           "REASON"});
+  for (const v1::Job& j : jobs.jobs()) {
+    const v1::JobProgress& p = j.progress();
+    std::string progress = p.total_steps() > 0
+                               ? absl::StrFormat("%d/%d (%d%%)", p.step(), p.total_steps(),
+                                                 static_cast<int>(Fraction(p) * 100))
+                               : "-";
+    std::string reason = j.reason();
+    if (reason.size() > 60) reason = reason.substr(0, 57) + "...";
+    t.Add({j.job_id(), j.spec().name(), scheduler::JobStateName(j.state()), progress,
+           absl::StrCat(p.epoch(), "/", j.spec().epochs()),
+           p.total_steps() > 0 ? Metric(p.loss()) : "-", Metric(p.test_accuracy()),
+           Ago(j.submitted_unix_ms(), now_ms), reason});
+  }
+  return t.ToString();
+}
+
+std::string JobLine(const v1::Job& j) {
+  const v1::JobProgress& p = j.progress();
+  std::string line = absl::StrCat(j.job_id(), " ", scheduler::JobStateName(j.state()));
+  if (!j.reason().empty() && j.state() != v1::JOB_RUNNING) absl::StrAppend(&line, ": ", j.reason());
+  if (p.total_steps() == 0) return line;  // Nothing reported yet.
+  absl::StrAppend(&line, " ", ProgressBar(Fraction(p), 24), " step ", p.step(), "/",
+                  p.total_steps(), " epoch ", p.epoch(), "/", j.spec().epochs());
+  if (p.total_steps() > 0) absl::StrAppend(&line, " loss ", Metric(p.loss()));
+  if (p.train_accuracy() > 0) absl::StrAppend(&line, " train acc ", Metric(p.train_accuracy()));
+  if (p.test_accuracy() >= 0) absl::StrAppend(&line, " test acc ", Metric(p.test_accuracy()));
+  if (p.samples_per_sec() > 0) {
+    absl::StrAppend(&line, " ", absl::StrFormat("%.0f", p.samples_per_sec()), " samples/s");
+  }
+  if (j.state() == v1::JOB_RUNNING && p.eta_sec() >= 0) {
+    absl::StrAppend(&line, " ETA ", HumanDuration(p.eta_sec()));
+  }
+  if (p.waiting_for_size() > 0) {
+    absl::StrAppend(&line, " waiting for rank ", absl::StrJoin(p.waiting_for(), ","));
+  }
+  return line;
+}
+
+std::string JobDetail(const v1::Job& j, const std::vector<v1::NodeStatus>& nodes,
+                      int64_t now_ms) {
+  std::map<std::string, std::string> address;
+  for (const v1::NodeStatus& n : nodes) address[n.info().node_id()] = n.info().address();
+  auto named = [&](const std::string& id) {
+    auto it = address.find(id);
+    return it == address.end() ? id : absl::StrCat(id, " (", it->second, ")");
+  };
+  const v1::JobProgress& p = j.progress();
+  Table kv({"Job:", absl::StrCat(j.job_id(), " (", j.spec().name(), ")")});
+  kv.Add({"State:", scheduler::JobStateName(j.state())});
+  if (!j.reason().empty()) kv.Add({"Reason:", j.reason()});
+  kv.Add({"Progress:", absl::StrCat(ProgressBar(Fraction(p)), "  step ", p.step(), "/",
+                                    p.total_steps(), "  epoch ", p.epoch(), "/",
+                                    j.spec().epochs())});
+  kv.Add({"Loss:", absl::StrCat(p.total_steps() > 0 ? Metric(p.loss()) : "-", "   train acc ",
+                                p.total_steps() > 0 ? Metric(p.train_accuracy()) : "-")});
+  kv.Add({"Test:", absl::StrCat("accuracy ", Metric(p.test_accuracy()), "   loss ",
+                                Metric(p.test_loss()))});
+  kv.Add({"Throughput:", absl::StrCat(absl::StrFormat("%.0f", p.samples_per_sec()),
+                                      " samples/s   ETA ", HumanDuration(p.eta_sec()))});
+  if (p.waiting_for_size() > 0) {
+    std::vector<std::string> w;
+    for (uint32_t r : p.waiting_for()) {
+      std::string node = static_cast<int>(r) < j.workers_size() ? named(j.workers(r)) : "?";
+      w.push_back(absl::StrCat("rank ", r, " on ", node));
+    }
+    kv.Add({"Waiting for:", absl::StrJoin(w, ", ")});
+  }
+  if (p.rolled_back_to_step() >= 0) {
+    kv.Add({"Rolled back:", absl::StrCat("to step ", p.rolled_back_to_step())});
+  }
+  std::vector<std::string> servers;
+  for (const std::string& s : j.servers()) servers.push_back(named(s));
+  kv.Add({"Servers:", servers.empty() ? "-" : absl::StrJoin(servers, ", ")});
+  kv.Add({"Shard map:", j.shard_map_epoch() > 0
+                            ? absl::StrCat("epoch ", j.shard_map_epoch(), ", ",
+                                           j.spec().num_virtual_shards(), " virtual shards")
+                            : "-"});
+  kv.Add({"Consistency:", absl::StrCat(
+                              v1::ConsistencySpec::Mode_Name(j.spec().consistency().mode()),
+                              j.spec().consistency().mode() == v1::ConsistencySpec::SSP
+                                  ? absl::StrCat(" (staleness ", j.spec().consistency().staleness(),
+                                                 ")")
+                                  : "")});
+  if (!j.export_path().empty()) kv.Add({"Exported:", j.export_path()});
+  kv.Add({"Submitted:", absl::StrCat(When(j.submitted_unix_ms()), " (",
+                                     Ago(j.submitted_unix_ms(), now_ms), ")")});
+  if (j.started_unix_ms() > 0) kv.Add({"Started:", When(j.started_unix_ms())});
+  if (j.finished_unix_ms() > 0) {
+    kv.Add({"Finished:", absl::StrCat(When(j.finished_unix_ms()), " (took ",
+                                      HumanDuration((j.finished_unix_ms() -
+                                                     std::max(j.started_unix_ms(),
+                                                              j.submitted_unix_ms())) /
+                                                    1000.0),
+                                      ")")});
+  }
+  std::string out = kv.ToString();
+  if (p.workers_size() > 0) {
+    Table w({"RANK", "NODE", "STEP", "EPOCH", "LOSS", "TRAIN ACC", "TEST ACC", "SAMPLES/S",
+             "PULL WAIT", "COMPUTE", "PUSH", "STATE"});
+    for (const v1::WorkerProgress& wp : p.workers()) {
+      double busy = wp.pull_wait_sec() + wp.compute_sec() + wp.push_sec();
+      auto share = [&](double v) {
+        return busy > 0 ? absl::StrFormat("%.0f%%", 100 * v / busy) : std::string("-");
+      };
+      std::string state = !wp.error().empty() ? "error"
+                          : wp.done()         ? "done"
+                          : wp.updated_unix_ms() > 0
+                              ? absl::StrCat("reported ", Ago(wp.updated_unix_ms(), now_ms))
+                              : "starting";
+      bool reported = wp.updated_unix_ms() > 0;
+      w.Add({absl::StrCat(wp.rank()), named(wp.node_id()), absl::StrCat(wp.step()),
+             absl::StrCat(wp.epoch()), reported ? Metric(wp.loss()) : "-",
+             reported ? Metric(wp.train_accuracy()) : "-", Metric(wp.test_accuracy()),
+             absl::StrFormat("%.0f", wp.samples_per_sec()), share(wp.pull_wait_sec()),
+             share(wp.compute_sec()), share(wp.push_sec()), state});
+    }
+    out += "\n" + w.ToString();
+  }
+  return out;
+}
+
+std::string NodesTable(const v1::ClusterStatusResponse& st) {
+  if (st.nodes_size() == 0) return "No nodes have registered.\n";
+  Table t({"NODE", "ROLE", "ADDRESS", "STATE", "HEARTBEAT", "CAPACITY", "TRAFFIC", "MEMORY USED",
+           "JOBS"});
+  for (const v1::NodeStatus& n : st.nodes()) {
+    const v1::Resources& c = n.info().capacity();
+    std::string cap;
+    if (n.info().role() == v1::ROLE_WORKER) {
+      cap = c.gpus() > 0 ? absl::StrCat(c.gpus(), " GPU") : absl::StrCat(c.cpu_slots(), " CPU slot");
+    } else {
+      cap = c.memory_bytes() > 0 ? HumanBytes(c.memory_bytes()) : "-";
+    }
+    t.Add({n.info().node_id(), Role(n.info().role()), n.info().address(), NodeState(n.state()),
+           Ago(n.last_heartbeat_unix_ms(), st.now_unix_ms()), cap,
+           absl::StrCat(HumanBytes(n.load().bytes_per_sec()), "/s"),
+           HumanBytes(n.load().memory_used_bytes()),
+           n.jobs_size() > 0 ? absl::StrJoin(n.jobs(), ",") : "-"});
+  }
+  return t.ToString();
+}
+
+std::string ShardsTable(const v1::ShardMap& map, const std::vector<v1::ShardLoad>& loads) {
+  std::map<std::string, std::string> address;
+  for (const v1::ServerEndpoint& ep : map.servers()) address[ep.node_id()] = ep.address();
+  std::map<uint32_t, const v1::Load*> load;
+  for (const v1::ShardLoad& l : loads) {
+    if (l.job_id() == map.job_id()) load[l.shard()] = &l.load();
+  }
+  std::map<std::string, int> per_server;
+  for (const v1::ShardAssignment& a : map.assignments()) ++per_server[a.primary()];
+  std::string out = absl::StrCat("Job ", map.job_id(), ": shard map epoch ", map.epoch(), ", ",
+                                 map.num_virtual_shards(), " virtual shards on ",
+                                 map.servers_size(), " servers\n\n");
+  Table s({"SERVER", "ADDRESS", "PRIMARY SHARDS"});
+  for (const auto& [id, n] : per_server) s.Add({id, address[id], absl::StrCat(n)});
+  out += s.ToString() + "\n";
+  Table t({"SHARD", "PRIMARY", "BACKUPS", "TRAFFIC", "REQUESTS/S"});
+  for (const v1::ShardAssignment& a : map.assignments()) {
+    auto it = load.find(a.shard());
+    t.Add({absl::StrCat(a.shard()), a.primary(),
+           a.backups_size() > 0 ? absl::StrJoin(a.backups(), ",") : "-",
+           it == load.end() ? "-" : absl::StrCat(HumanBytes(it->second->bytes_per_sec()), "/s"),
+           it == load.end() ? "-" : absl::StrFormat("%.1f", it->second->requests_per_sec())});
+  }
+  return out + t.ToString();
+}
+
+}  // namespace pscluster::psctl

@@ -1,0 +1,155 @@
+// psctl: the command line to a pscluster scheduler. Flags are defined here only; they fill
+// PsctlOptions (see commands.h for the commands).
+#include <limits.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/atomic_file.h"
+#include "scheduler/psctl/commands.h"
+
+ABSL_FLAG(std::string, scheduler, "",
+          "scheduler host:port (default: $PSCLUSTER_SCHEDULER, else 127.0.0.1:7070)");
+ABSL_FLAG(std::string, o, "table", "output format: table, json or yaml");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "deadline of each call to the scheduler");
+ABSL_FLAG(bool, wait, false, "submit: follow the job until it ends; exit 0 only on success");
+ABSL_FLAG(bool, watch, false, "status JOB: live view until the job ends");
+ABSL_FLAG(bool, active, false, "jobs: only queued, placing and running jobs");
+ABSL_FLAG(std::string, reason, "", "cancel: why (recorded in the job)");
+ABSL_FLAG(absl::Duration, interval, absl::Seconds(1), "refresh period of live views");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle verifying the scheduler (enables TLS)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM key of --tls_cert");
+ABSL_FLAG(std::string, tls_server_name, "", "name the scheduler's certificate is checked for");
+ABSL_FLAG(std::string, token_file, "", "file holding a bearer token sent on every call");
+// up --local / down
+ABSL_FLAG(bool, local, false, "up: run the cluster as local child processes on loopback");
+ABSL_FLAG(bool, detach, false, "up: leave the cluster running (stop it with psctl down)");
+ABSL_FLAG(std::string, scheduler_bin, "", "up: ps_scheduler binary (default: next to psctl)");
+ABSL_FLAG(std::string, server_bin, "", "up: ps_server binary (default: server/ps_server)");
+ABSL_FLAG(std::string, worker_bin, "", "up: ps_worker binary (default: worker/ps_worker)");
+ABSL_FLAG(std::string, job, "",
+          "up: job file to run (default: deploy/examples/fashion_mlp.yaml; none = no job)");
+ABSL_FLAG(std::string, work_dir, "",
+          "up/down: logs, ports, database and outputs (default: $TMPDIR/pscluster-local-UID)");
+ABSL_FLAG(int32_t, servers, 2, "up: parameter servers to start");
+ABSL_FLAG(int32_t, workers, 2, "up: workers to start");
+ABSL_FLAG(std::string, device, "cpu", "up: --device of the workers (auto, cuda or cpu)");
+ABSL_FLAG(std::string, log_level, "info", "up: --log_level of the daemons");
+ABSL_FLAG(absl::Duration, startup_timeout, absl::Seconds(60),
+          "up: how long each daemon may take to start");
+ABSL_FLAG(std::string, server_args, "", "up: extra flags for each server, space-separated");
+ABSL_FLAG(std::string, worker_args, "", "up: extra flags for each worker, space-separated");
+
+namespace {
+
+std::string SelfPath(const char* argv0) {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n > 0) {
+    buf[n] = 0;
+    return buf;
+  }
+  return argv0;
+}
+
+std::vector<std::string> Words(const std::string& s) {
+  return absl::StrSplit(s, ' ', absl::SkipWhitespace());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "psctl [--scheduler=HOST:PORT] [-o table|json|yaml] COMMAND ...\n"
+      "commands: submit FILE [--wait], jobs, status [JOB] [--watch], cancel JOB, nodes,\n"
+      "          shards JOB, up --local [--detach], down");
+  // SIGINT/SIGTERM go to the signal thread below, whatever thread is running.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  pscluster::psctl::Interrupt interrupt;
+  std::thread([&interrupt, stop_signals] {
+    while (true) {
+      int sig = 0;
+      if (sigwait(&stop_signals, &sig) != 0) continue;
+      if (!interrupt.handled.load()) {
+        std::cerr << std::endl;
+        _exit(130);
+      }
+      if (interrupt.requested.exchange(true)) {
+        std::cerr << "psctl: still stopping the child processes..." << std::endl;
+      }
+    }
+  }).detach();
+
+  pscluster::psctl::PsctlOptions o;
+  std::string address = absl::GetFlag(FLAGS_scheduler);
+  if (address.empty()) {
+    const char* env = std::getenv("PSCLUSTER_SCHEDULER");
+    address = env != nullptr && *env ? env : "127.0.0.1:7070";
+  }
+  o.client.address = address;
+  o.client.timeout = absl::GetFlag(FLAGS_timeout);
+  if (o.client.timeout <= absl::ZeroDuration()) {
+    std::cerr << "psctl: --timeout must be > 0" << std::endl;
+    return 2;
+  }
+  o.client.channel.tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  o.client.channel.tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  o.client.channel.tls.key = absl::GetFlag(FLAGS_tls_key);
+  o.client.channel.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  if (std::string tf = absl::GetFlag(FLAGS_token_file); !tf.empty()) {
+    auto token = pscluster::ReadFile(tf);
+    if (!token.ok()) {
+      std::cerr << "psctl: --token_file: " << token.status().message() << std::endl;
+      return 2;
+    }
+    o.client.channel.bearer_token = std::string(absl::StripAsciiWhitespace(*token));
+  }
+  auto format = pscluster::psctl::ParseOutputFormat(absl::GetFlag(FLAGS_o));
+  if (!format.ok()) {
+    std::cerr << "psctl: " << format.status().message() << std::endl;
+    return 2;
+  }
+  o.output = *format;
+  o.wait = absl::GetFlag(FLAGS_wait);
+  o.watch = absl::GetFlag(FLAGS_watch);
+  o.active_only = absl::GetFlag(FLAGS_active);
+  o.reason = absl::GetFlag(FLAGS_reason);
+  o.interval = std::max(absl::GetFlag(FLAGS_interval), absl::Milliseconds(50));
+  o.tty = isatty(STDOUT_FILENO) != 0;
+  o.self_path = SelfPath(argv[0]);
+  o.interrupt = &interrupt;
+  o.up.local = absl::GetFlag(FLAGS_local);
+  o.up.detach = absl::GetFlag(FLAGS_detach);
+  o.up.scheduler_bin = absl::GetFlag(FLAGS_scheduler_bin);
+  o.up.server_bin = absl::GetFlag(FLAGS_server_bin);
+  o.up.worker_bin = absl::GetFlag(FLAGS_worker_bin);
+  o.up.job_file = absl::GetFlag(FLAGS_job);
+  o.up.work_dir = absl::GetFlag(FLAGS_work_dir);
+  o.up.servers = absl::GetFlag(FLAGS_servers);
+  o.up.workers = absl::GetFlag(FLAGS_workers);
+  o.up.device = absl::GetFlag(FLAGS_device);
+  o.up.log_level = absl::GetFlag(FLAGS_log_level);
+  o.up.startup_timeout = absl::GetFlag(FLAGS_startup_timeout);
+  o.up.server_args = Words(absl::GetFlag(FLAGS_server_args));
+  o.up.worker_args = Words(absl::GetFlag(FLAGS_worker_args));
+
+  std::vector<std::string> args(positional.begin() + 1, positional.end());
+  return pscluster::psctl::RunPsctl(o, args, std::cout, std::cerr);
+}

@@ -1,0 +1,466 @@
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "scheduler/job_state.h"
+#include "scheduler/job_validation.h"
+#include "scheduler/job_yaml.h"
+#include "scheduler/progress.h"
+
+namespace pscluster::scheduler {
+namespace {
+
+constexpr size_t kMaxTokenBytes = 256;
+// Cleanups of jobs that ended this recently are repeated after a restart (they are idempotent).
+constexpr absl::Duration kRecentlyEnded = absl::Minutes(10);
+
+std::shared_ptr<spdlog::logger> Log() { return Logger("scheduler"); }
+
+int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerOptions& options, Store* store, const Clock* clock,
+                     ClusterRpc* rpc, const PlacementPolicy* placement)
+    : options_(options),
+      store_(store),
+      clock_(clock),
+      rpc_(rpc),
+      placement_(placement),
+      registry_(RegistryOptions{options.lease}, clock, store),
+      started_(clock->Now()) {}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& options,
+                                                             Store* store, const Clock* clock,
+                                                             ClusterRpc* rpc,
+                                                             const PlacementPolicy* placement) {
+  if (options.lease <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--lease_ms: the lease must be > 0");
+  }
+  std::unique_ptr<Scheduler> s(new Scheduler(options, store, clock, rpc, placement));
+  absl::Status st = s->registry_.Restore();
+  if (st.ok()) st = s->Restore();
+  if (!st.ok()) return st;
+  return s;
+}
+
+Scheduler::~Scheduler() { Stop(); }
+
+absl::Status Scheduler::Restore() {
+  auto stored = store_->LoadJobs();
+  if (!stored.ok()) return stored.status();
+  absl::Time now = clock_->Now();
+  absl::MutexLock l(&mu_);
+  int active = 0;
+  for (StoredJob& sj : *stored) {
+    JobRecord rec;
+    rec.job = std::move(sj.job);
+    rec.client_token = std::move(sj.client_token);
+    rec.shard_map = std::move(sj.shard_map);
+    rec.last_persist = now;
+    const std::string id = rec.job.job_id();
+    if (rec.job.state() == v1::JOB_PLACING) rec.placement_pending = true;
+    if (IsActive(rec.job.state())) ++active;
+    if (!rec.client_token.empty()) by_token_[rec.client_token] = id;
+    order_.push_back(id);
+    auto [it, inserted] = jobs_.emplace(id, std::move(rec));
+    if (IsTerminal(it->second.job.state()) &&
+        now - absl::FromUnixMillis(it->second.job.finished_unix_ms()) < kRecentlyEnded) {
+      QueueCleanups(it->second, it->second.job.reason());
+    }
+  }
+  if (!stored->empty()) {
+    Log()->info("restored {} jobs ({} active) from {}", stored->size(), active, store_->path());
+  }
+  return absl::OkStatus();
+}
+
+Scheduler::JobRecord* Scheduler::FindJob(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+absl::Status Scheduler::Persist(JobRecord& rec, const v1::ShardMap* map) {
+  absl::Status s = store_->PutJob(rec.job, rec.client_token, map);
+  if (!s.ok()) {
+    Log()->error("saving job {}: {}", rec.job.job_id(), s);
+    return s;
+  }
+  rec.last_persist = clock_->Now();
+  rec.progress_dirty = false;
+  return s;
+}
+
+std::string Scheduler::Describe(const std::string& node_id) const {
+  auto n = registry_.Get(node_id);
+  if (!n.has_value()) return node_id;
+  return absl::StrCat(node_id, " at ", n->info().address());
+}
+
+void Scheduler::Wake() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { wake_ = true; }
+
+void Scheduler::QueueCleanups(const JobRecord& rec, const std::string& reason) {
+  const v1::Job& job = rec.job;
+  if (job.state() != v1::JOB_SUCCEEDED) {
+    for (const std::string& w : job.workers()) {
+      cleanups_.push_back(Cleanup{false, w, job.job_id(), reason, 0, absl::InfinitePast()});
+    }
+  }
+  for (const std::string& s : job.servers()) {
+    cleanups_.push_back(Cleanup{true, s, job.job_id(), reason, 0, absl::InfinitePast()});
+  }
+}
+
+void Scheduler::Finish(JobRecord& rec, v1::JobState state, const std::string& reason) {
+  absl::Status t = CheckTransition(rec.job.state(), state);
+  if (!t.ok()) {
+    Log()->error("job {}: {}", rec.job.job_id(), t);
+    return;
+  }
+  bool held = HoldsResources(rec.job.state());
+  rec.job.set_state(state);
+  rec.job.set_reason(reason);
+  rec.job.set_finished_unix_ms(UnixMs(clock_->Now()));
+  rec.placement_pending = false;
+  (void)Persist(rec);
+  if (held) QueueCleanups(rec, reason);
+  auto log = state == v1::JOB_SUCCEEDED ? spdlog::level::info : spdlog::level::warn;
+  Log()->log(log, "job {} {}{}{}", rec.job.job_id(), JobStateName(state), reason.empty() ? "" : ": ",
+             reason);
+  Wake();
+}
+
+void Scheduler::FailJobsOnNode(const std::string& node_id, const std::string& what) {
+  for (const std::string& id : order_) {
+    JobRecord& rec = jobs_[id];
+    if (!HoldsResources(rec.job.state())) continue;
+    std::string role;
+    for (int r = 0; r < rec.job.workers_size(); ++r) {
+      if (rec.job.workers(r) == node_id) role = absl::StrCat("worker of rank ", r);
+    }
+    for (const std::string& s : rec.job.servers()) {
+      if (s == node_id) role = "server holding shards";
+    }
+    if (role.empty()) continue;
+    std::string reason = absl::StrCat(role, " ", Describe(node_id), " ", what);
+    if (rec.job.state() == v1::JOB_RUNNING) {
+      Finish(rec, v1::JOB_FAILED, reason);
+    } else {
+      // Still placing: place it again, elsewhere.
+      rec.job.set_state(v1::JOB_QUEUED);
+      rec.job.set_reason(absl::StrCat("placing again: ", reason));
+      // The placement in flight (or the next one) rolls back whatever it reached.
+      rec.placement_pending = false;
+      rec.job.clear_workers();
+      rec.job.clear_servers();
+      (void)Persist(rec);
+      Wake();
+    }
+  }
+}
+
+absl::Duration Scheduler::StartupGrace() const {
+  return options_.startup_grace > absl::ZeroDuration() ? options_.startup_grace : options_.lease;
+}
+
+absl::Status Scheduler::CheckClusterSize(const v1::JobSpec& spec,
+                                         const std::string& source) const {
+  if (clock_->Now() - started_ < StartupGrace()) return absl::OkStatus();
+  auto names = [](const std::vector<v1::NodeStatus>& nodes) {
+    std::vector<std::string> ids;
+    for (const auto& n : nodes) ids.push_back(n.info().node_id());
+    std::sort(ids.begin(), ids.end());
+    if (ids.size() > 8) {
+      size_t more = ids.size() - 8;
+      ids.resize(8);
+      ids.push_back(absl::StrCat("... ", more, " more"));
+    }
+    return ids.empty() ? std::string("none") : absl::StrJoin(ids, ", ");
+  };
+  std::vector<v1::NodeStatus> servers = registry_.Live(v1::ROLE_SERVER);
+  if (servers.size() < spec.num_servers()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        source, ": num_servers: the job asks for ", spec.num_servers(),
+        " servers but the cluster has ", servers.size(), " live (", names(servers),
+        "); start more ps_server daemons or lower num_servers"));
+  }
+  std::vector<v1::NodeStatus> workers;
+  for (v1::NodeStatus& w : registry_.Live(v1::ROLE_WORKER)) {
+    if (w.info().capacity().gpus() >= spec.gpus_per_worker()) workers.push_back(std::move(w));
+  }
+  if (workers.size() < spec.num_workers()) {
+    std::string gpus = spec.gpus_per_worker() > 0
+                           ? absl::StrCat(" with >= ", spec.gpus_per_worker(), " GPUs")
+                           : "";
+    return absl::ResourceExhaustedError(absl::StrCat(
+        source, ": num_workers: the job asks for ", spec.num_workers(), " workers", gpus,
+        " but the cluster has ", workers.size(), " live (", names(workers),
+        "); start more ps_worker daemons or lower num_workers"));
+  }
+  return absl::OkStatus();
+}
+
+// ---- RPC handlers ----
+
+absl::Status Scheduler::RegisterNode(const v1::RegisterNodeRequest& req,
+                                     v1::RegisterNodeResponse* resp) {
+  auto reg = registry_.Register(req.node());
+  if (!reg.ok()) return reg.status();
+  ++registrations_;
+  resp->set_node_id(reg->node_id);
+  resp->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
+  resp->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(registry_.heartbeat_interval()));
+  const char* role = req.node().role() == v1::ROLE_SERVER ? "server" : "worker";
+  if (reg->is_new) {
+    Log()->info("{} {} registered from {}", role, reg->node_id, req.node().address());
+  } else {
+    Log()->info("{} {} registered again from {}{}", role, reg->node_id, req.node().address(),
+                reg->restarted ? " (a new process)" : "");
+  }
+  absl::MutexLock l(&mu_);
+  if (reg->restarted) {
+    FailJobsOnNode(reg->node_id, "restarted (a new process registered) and lost its work");
+  }
+  Wake();
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
+  absl::Status s = registry_.Heartbeat(req);
+  if (!s.ok()) return s;
+  ++heartbeats_;
+  resp->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Deregister(const v1::DeregisterRequest& req) {
+  absl::Status s = registry_.Deregister(req.node_id());
+  if (!s.ok()) return s;
+  Log()->info("{} left the cluster", req.node_id());
+  absl::MutexLock l(&mu_);
+  FailJobsOnNode(req.node_id(), "left the cluster (deregistered)");
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp) {
+  std::string source = req.source().empty() ? "job spec" : req.source();
+  if (req.client_token().size() > kMaxTokenBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("client_token: longer than ", kMaxTokenBytes, " bytes"));
+  }
+  v1::JobSpec spec;
+  switch (req.spec_case()) {
+    case v1::SubmitJobRequest::kYaml: {
+      auto parsed = LoadJobYaml(req.yaml(), source);
+      if (!parsed.ok()) return parsed.status();
+      spec = std::move(*parsed);
+      break;
+    }
+    case v1::SubmitJobRequest::kJob: {
+      absl::Status s = ValidateJobSpec(req.job(), JobSource(source));
+      if (!s.ok()) return s;
+      spec = req.job();
+      ApplyJobDefaults(&spec);
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError("spec: give the job as yaml text or as a JobSpec");
+  }
+
+  absl::MutexLock l(&mu_);
+  if (!req.client_token().empty()) {
+    auto it = by_token_.find(req.client_token());
+    if (it != by_token_.end()) {
+      const JobRecord* rec = FindJob(it->second);
+      resp->set_job_id(rec->job.job_id());
+      resp->set_state(rec->job.state());
+      return absl::OkStatus();
+    }
+  }
+  absl::Status s = CheckClusterSize(spec, source);
+  if (!s.ok()) return s;
+  auto n = store_->NextId("job");
+  if (!n.ok()) return n.status();
+  JobRecord rec;
+  rec.client_token = req.client_token();
+  v1::Job& job = rec.job;
+  job.set_job_id(absl::StrCat("job-", *n));
+  *job.mutable_spec() = std::move(spec);
+  job.set_state(v1::JOB_QUEUED);
+  job.set_reason("waiting to be placed");
+  job.set_submitted_unix_ms(UnixMs(clock_->Now()));
+  *job.mutable_progress() = InitialProgress({});
+  s = store_->PutJob(job, rec.client_token);
+  if (!s.ok()) return s;
+  rec.last_persist = clock_->Now();
+  const std::string id = job.job_id();
+  Log()->info("job {} ({}) queued: {} servers, {} workers", id, job.spec().name(),
+              job.spec().num_servers(), job.spec().num_workers());
+  if (!rec.client_token.empty()) by_token_[rec.client_token] = id;
+  order_.push_back(id);
+  jobs_.emplace(id, std::move(rec));
+  resp->set_job_id(id);
+  resp->set_state(v1::JOB_QUEUED);
+  ++submissions_;
+  Wake();
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::GetJob(const v1::GetJobRequest& req, v1::Job* resp) {
+  if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
+  absl::MutexLock l(&mu_);
+  const JobRecord* rec = FindJob(req.job_id());
+  if (rec == nullptr) {
+    return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
+  }
+  *resp = rec->job;
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) {
+  absl::MutexLock l(&mu_);
+  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+    const JobRecord& rec = jobs_[*it];
+    if (!req.include_finished() && IsTerminal(rec.job.state())) continue;
+    *resp->add_jobs() = rec.job;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::CancelJob(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp) {
+  if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
+  if (req.reason().size() > 4096) {
+    return absl::InvalidArgumentError("reason: longer than 4096 bytes");
+  }
+  absl::MutexLock l(&mu_);
+  JobRecord* rec = FindJob(req.job_id());
+  if (rec == nullptr) {
+    return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
+  }
+  if (!IsTerminal(rec->job.state())) {
+    Finish(*rec, v1::JOB_CANCELLED,
+           req.reason().empty() ? "cancelled by a user" : absl::StrCat("cancelled: ", req.reason()));
+  }
+  resp->set_state(rec->job.state());
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::GetShardMap(const v1::GetShardMapRequest& req, v1::ShardMap* resp) {
+  if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
+  absl::MutexLock l(&mu_);
+  const JobRecord* rec = FindJob(req.job_id());
+  if (rec == nullptr) {
+    return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
+  }
+  if (rec->shard_map.epoch() == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", req.job_id(), " is ",
+                                                      JobStateName(rec->job.state()),
+                                                      " and has no shard map yet"));
+  }
+  *resp = rec->shard_map;
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::ReportProgress(const v1::ReportProgressRequest& req,
+                                       v1::ReportProgressResponse* resp) {
+  if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
+  absl::MutexLock l(&mu_);
+  JobRecord* rec = FindJob(req.job_id());
+  if (rec == nullptr) {
+    return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
+  }
+  v1::Job& job = rec->job;
+  if (!HoldsResources(job.state())) {
+    // Finished, or queued again after a failed placement: the task has nothing to do.
+    resp->set_cancel(job.state() != v1::JOB_SUCCEEDED);
+    return absl::OkStatus();
+  }
+  const v1::WorkerProgress& p = req.progress();
+  absl::Status s = CheckWorkerProgress(p, job.progress().workers_size());
+  if (!s.ok()) return s;
+  const std::string& assigned = job.workers(p.rank());
+  if (!p.node_id().empty() && p.node_id() != assigned) {
+    Log()->warn("job {}: rank {} reported by {}, but it runs on {}: told to stop", job.job_id(),
+                p.rank(), p.node_id(), assigned);
+    resp->set_cancel(true);
+    return absl::OkStatus();
+  }
+  ++progress_reports_;
+  v1::WorkerProgress* w = job.mutable_progress()->mutable_workers(p.rank());
+  *w = p;
+  w->set_node_id(assigned);
+  w->set_updated_unix_ms(UnixMs(clock_->Now()));
+  Summarize(job.spec(), rec->server_waiting_for, job.mutable_progress());
+  rec->progress_dirty = true;
+  if (!p.error().empty()) {
+    Finish(*rec, v1::JOB_FAILED,
+           absl::StrCat("worker of rank ", p.rank(), " (", Describe(assigned), "): ", p.error()));
+    resp->set_cancel(true);
+    return absl::OkStatus();
+  }
+  if (job.state() == v1::JOB_RUNNING) MaybeSucceed(*rec);
+  return absl::OkStatus();
+}
+
+void Scheduler::MaybeSucceed(JobRecord& rec) {
+  v1::Job& job = rec.job;
+  for (const v1::WorkerProgress& w : job.progress().workers()) {
+    if (!w.done()) return;
+  }
+  const std::string& path = job.progress().workers(0).export_path();
+  job.set_export_path(path);
+  if (path.empty() && !job.spec().export_path().empty()) {
+    Log()->warn("job {}: rank 0 finished without reporting the exported model", job.job_id());
+  }
+  Finish(rec, v1::JOB_SUCCEEDED, "");
+}
+
+absl::Status Scheduler::ClusterStatus(const v1::ClusterStatusRequest& req,
+                                      v1::ClusterStatusResponse* resp) {
+  std::vector<v1::NodeStatus> nodes = registry_.Snapshot();
+  std::vector<v1::ShardLoad> loads = registry_.ShardLoads();
+  absl::MutexLock l(&mu_);
+  if (!req.job_id().empty() && FindJob(req.job_id()) == nullptr) {
+    return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
+  }
+  absl::flat_hash_map<std::string, std::vector<std::string>> node_jobs;
+  for (const std::string& id : order_) {
+    const v1::Job& job = jobs_[id].job;
+    if (!HoldsResources(job.state())) continue;
+    for (const std::string& n : job.servers()) node_jobs[n].push_back(id);
+    for (const std::string& n : job.workers()) node_jobs[n].push_back(id);
+  }
+  std::sort(nodes.begin(), nodes.end(), [](const v1::NodeStatus& a, const v1::NodeStatus& b) {
+    if (a.info().role() != b.info().role()) return a.info().role() < b.info().role();
+    if (a.info().node_id().size() != b.info().node_id().size()) {
+      return a.info().node_id().size() < b.info().node_id().size();  // server-2 before server-10
+    }
+    return a.info().node_id() < b.info().node_id();
+  });
+  for (v1::NodeStatus& n : nodes) {
+    for (const std::string& j : node_jobs[n.info().node_id()]) n.add_jobs(j);
+    *resp->add_nodes() = std::move(n);
+  }
+  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+    if (!req.job_id().empty() && *it != req.job_id()) continue;
+    *resp->add_jobs() = jobs_[*it].job;
+  }
+  std::sort(loads.begin(), loads.end(), [](const v1::ShardLoad& a, const v1::ShardLoad& b) {
+    if (a.load().bytes_per_sec() != b.load().bytes_per_sec()) {
+      return a.load().bytes_per_sec() > b.load().bytes_per_sec();
+    }
+    return a.load().requests_per_sec() > b.load().requests_per_sec();
+  });
+  for (v1::ShardLoad& s : loads) {
+    if (!req.job_id().empty() && s.job_id() != req.job_id()) continue;
+    *resp->add_shard_loads() = std::move(s);
+  }
+  resp->set_now_unix_ms(UnixMs(clock_->Now()));
+  resp->set_scheduler_version(options_.version);
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster::scheduler

@@ -1,0 +1,189 @@
+// The scheduler's logic behind the Scheduler gRPC service: node registry, job queue and
+// lifecycle, placement, shard maps, progress and cluster status, all persisted in SQLite.
+//
+// Thread model:
+//  * RPC handlers (the methods named like the RPCs) run on gRPC's callback threads. They only
+//    touch memory and the Store (short SQLite transactions) and never call another daemon.
+//  * One control loop (Start() / Stop(), or RunOnce() driven by a test) makes every outgoing
+//    call: it expires leases, places queued jobs (UpdateShardMap to the servers, AssignTask to
+//    the workers), polls the servers' Status for who a waiting step waits for, stops tasks and
+//    drops jobs once they end, and persists progress. Its calls run outside the lock.
+//  * `mu_` guards the job table; the NodeRegistry and the Store have their own locks. Lock order:
+//    mu_, then the registry's, then the store's.
+// Ownership: the scheduler owns the registry and the job table; the Store, Clock, ClusterRpc and
+// PlacementPolicy are owned by the caller and must outlive it.
+//
+// A node that dies (lease expired), leaves or restarts while it holds a running job's shards or
+// tasks fails that job with a reason naming the node; recovery that keeps the job going is a
+// separate policy.
+#ifndef PSCLUSTER_SCHEDULER_SCHEDULER_H_
+#define PSCLUSTER_SCHEDULER_SCHEDULER_H_
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/scheduler.pb.h"
+#include "scheduler/cluster_rpc.h"
+#include "scheduler/node_registry.h"
+#include "scheduler/placement.h"
+#include "scheduler/store.h"
+
+namespace pscluster::scheduler {
+
+struct SchedulerOptions {
+  absl::Duration lease = absl::Seconds(10);          // Heartbeat lease of every node.
+  absl::Duration tick = absl::Milliseconds(200);     // Control loop period (it also wakes on events).
+  absl::Duration status_poll_interval = absl::Seconds(1);  // Server Status polls per running job.
+  absl::Duration progress_persist_interval = absl::Seconds(2);  // Progress written at most this often.
+  absl::Duration placement_backoff = absl::Seconds(2);  // Wait before retrying a refused placement.
+  int max_placement_attempts = 5;  // Then the job fails with the last refusal as its reason.
+  // Oversized jobs (more servers or workers than the cluster has) are refused at submission
+  // once the scheduler has run this long (before that, nodes may still be re-registering).
+  absl::Duration startup_grace = absl::ZeroDuration();  // 0 = one lease.
+  std::string version = "0.1.0";
+};
+
+class Scheduler {
+ public:
+  // Restores jobs and nodes from `store`. Jobs caught in placement are placed again (same shard
+  // map); running jobs carry on.
+  // REQUIRES: store, clock, rpc and placement outlive the scheduler.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const SchedulerOptions& options,
+                                                           Store* store, const Clock* clock,
+                                                           ClusterRpc* rpc,
+                                                           const PlacementPolicy* placement);
+  ~Scheduler();
+
+  // Starts / stops the control loop thread (Stop() is idempotent and called by the destructor).
+  void Start();
+  void Stop();
+  // One pass of the control loop, synchronously (tests drive this with a FakeClock).
+  void RunOnce();
+
+  // RPC handlers; errors are the exact gRPC codes documented in proto/scheduler.proto.
+  absl::Status RegisterNode(const v1::RegisterNodeRequest& req, v1::RegisterNodeResponse* resp);
+  absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp);
+  absl::Status Deregister(const v1::DeregisterRequest& req);
+  absl::Status SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp);
+  absl::Status GetJob(const v1::GetJobRequest& req, v1::Job* resp);
+  absl::Status ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
+  absl::Status CancelJob(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp);
+  absl::Status GetShardMap(const v1::GetShardMapRequest& req, v1::ShardMap* resp);
+  absl::Status ReportProgress(const v1::ReportProgressRequest& req,
+                              v1::ReportProgressResponse* resp);
+  absl::Status ClusterStatus(const v1::ClusterStatusRequest& req,
+                             v1::ClusterStatusResponse* resp);
+
+  // Prometheus text exposition: nodes by role and state, jobs by state, running jobs' progress,
+  // and call counters. Thread-safe.
+  std::string RenderMetrics() const;
+
+  const NodeRegistry& registry() const { return registry_; }
+
+ private:
+  struct JobRecord {
+    v1::Job job;
+    std::string client_token;
+    v1::ShardMap shard_map;           // Latest; empty until placed.
+    int placement_attempts = 0;
+    absl::Time next_attempt;          // Earliest next placement attempt.
+    bool placement_pending = false;   // PLACING, calls to the nodes not yet made.
+    bool progress_dirty = false;
+    absl::Time last_persist;
+    absl::Time last_poll;
+    std::vector<uint32_t> server_waiting_for;
+  };
+  // A call to make once a job has ended: stop a worker's task or drop a job on a server.
+  struct Cleanup {
+    bool drop_job = false;  // true: DropJob on a server; false: StopTask on a worker.
+    std::string node_id;
+    std::string job_id;
+    std::string reason;
+    int attempts = 0;
+    absl::Time not_before;
+  };
+  // Placement calls prepared under the lock and made outside it.
+  struct PlacementWork {
+    std::string job_id;
+    v1::JobSpec spec;
+    v1::ShardMap map;
+    std::vector<std::string> workers;  // node ids by rank
+  };
+
+  Scheduler(const SchedulerOptions& options, Store* store, const Clock* clock, ClusterRpc* rpc,
+            const PlacementPolicy* placement);
+  absl::Status Restore();
+  void Loop();
+  void PollLoop();
+  void ControlPass();
+  void Wake() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Control-loop steps.
+  void CheckLeases();
+  std::vector<PlacementWork> PlaceQueuedJobs();
+  void ExecutePlacement(const PlacementWork& work);
+  void PollServers();
+  void RunCleanups();
+  void PersistProgress();
+
+  // Under mu_.
+  JobRecord* FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Persist(JobRecord& rec, const v1::ShardMap* map = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves a job to a final state, records why, and queues the calls that free its nodes.
+  void Finish(JobRecord& rec, v1::JobState state, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void QueueCleanups(const JobRecord& rec, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Succeeds a running job once every rank reported done.
+  void MaybeSucceed(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Best-effort StopTask / DropJob to nodes a failed placement had reached.
+  void RollBack(const std::string& job_id, const std::vector<std::string>& servers,
+                const std::vector<std::string>& workers, const std::string& reason);
+  // Fails the running jobs that use `node_id`, saying `what` happened to it.
+  void FailJobsOnNode(const std::string& node_id, const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string Describe(const std::string& node_id) const;
+  absl::Status CheckClusterSize(const v1::JobSpec& spec, const std::string& source) const;
+  absl::Duration StartupGrace() const;
+
+  const SchedulerOptions options_;
+  Store* const store_;
+  const Clock* const clock_;
+  ClusterRpc* const rpc_;
+  const PlacementPolicy* const placement_;
+  NodeRegistry registry_;
+  const absl::Time started_;
+
+  absl::Mutex loop_mu_;  // One RunOnce() at a time.
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // Job ids, oldest first.
+  absl::flat_hash_map<std::string, std::string> by_token_ ABSL_GUARDED_BY(mu_);
+  std::deque<Cleanup> cleanups_ ABSL_GUARDED_BY(mu_);
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread loop_;
+  std::thread poll_loop_;
+
+  // Counters for RenderMetrics().
+  std::atomic<uint64_t> heartbeats_{0};
+  std::atomic<uint64_t> registrations_{0};
+  std::atomic<uint64_t> submissions_{0};
+  std::atomic<uint64_t> progress_reports_{0};
+};
+
+}  // namespace pscluster::scheduler
+
+#endif  // PSCLUSTER_SCHEDULER_SCHEDULER_H_

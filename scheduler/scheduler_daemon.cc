@@ -1,0 +1,68 @@
+#include "scheduler/scheduler_daemon.h"
+
+#include "common/logging.h"
+
+namespace pscluster::scheduler {
+
+absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
+    const SchedulerDaemonOptions& options, const Clock* clock) {
+  std::unique_ptr<SchedulerDaemon> d(new SchedulerDaemon());
+  if (clock == nullptr) clock = &d->real_clock_;
+  auto store = Store::Open(StoreOptions{options.db_path, options.db_full_sync});
+  if (!store.ok()) return store.status();
+  d->store_ = std::move(*store);
+
+  GrpcClusterRpcOptions rpc_options;
+  rpc_options.channel.tls = options.tls;
+  rpc_options.timeout = options.rpc_timeout;
+  d->rpc_ = std::make_unique<GrpcClusterRpc>(rpc_options);
+
+  auto sched = Scheduler::Create(options.scheduler, d->store_.get(), clock, d->rpc_.get(),
+                                 &d->placement_);
+  if (!sched.ok()) return sched.status();
+  d->scheduler_ = std::move(*sched);
+  d->service_ = std::make_unique<SchedulerService>(d->scheduler_.get());
+
+  GrpcServerOptions server_options;
+  server_options.listen_address = options.listen_address;
+  server_options.port_file = options.port_file;
+  server_options.tls = options.tls;
+  server_options.component = "scheduler";
+  // The control loop runs before the port file appears, so that whoever waits for it finds a
+  // scheduler that is already placing jobs.
+  d->scheduler_->Start();
+  auto server = GrpcServer::Start(server_options, {d->service_.get()});
+  if (!server.ok()) {
+    d->scheduler_->Stop();
+    return server.status();
+  }
+  d->server_ = std::move(*server);
+  if (!options.metrics_address.empty()) {
+    Scheduler* sched = d->scheduler_.get();
+    auto metrics = MetricsHttpServer::Start(options.metrics_address,
+                                            [sched] { return sched->RenderMetrics(); });
+    if (!metrics.ok()) {
+      d->Shutdown();
+      return metrics.status();
+    }
+    d->metrics_ = std::move(*metrics);
+    Logger("scheduler")->info("metrics at http://{}:{}/metrics",
+                              options.metrics_address.substr(0, options.metrics_address.rfind(':')),
+                              d->metrics_->port());
+  }
+  Logger("scheduler")->info("scheduler {} serving on {} with database {}",
+                            options.scheduler.version, d->server_->address(), options.db_path);
+  return d;
+}
+
+SchedulerDaemon::~SchedulerDaemon() { Shutdown(); }
+
+void SchedulerDaemon::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  metrics_.reset();
+  if (server_) server_->Shutdown(absl::Seconds(2));
+  if (scheduler_) scheduler_->Stop();
+}
+
+}  // namespace pscluster::scheduler

@@ -1,0 +1,68 @@
+// ps_scheduler assembled: the SQLite store, the gRPC clients to servers and workers, the
+// Scheduler handler with its control loop, and the gRPC server (Scheduler service, health,
+// reflection). main.cc fills SchedulerDaemonOptions from flags; tests and benchmarks build the
+// same daemon in-process.
+#ifndef PSCLUSTER_SCHEDULER_SCHEDULER_DAEMON_H_
+#define PSCLUSTER_SCHEDULER_SCHEDULER_DAEMON_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/grpc_server.h"
+#include "common/tls.h"
+#include "scheduler/grpc_cluster_rpc.h"
+#include "scheduler/metrics_http.h"
+#include "scheduler/placement.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/scheduler_service.h"
+#include "scheduler/store.h"
+
+namespace pscluster::scheduler {
+
+struct SchedulerDaemonOptions {
+  std::string listen_address = "127.0.0.1:7070";
+  std::string port_file;        // "host:port" written here once listening.
+  std::string db_path;          // SQLite database (created if missing).
+  bool db_full_sync = true;     // fsync every commit.
+  TlsFiles tls;                 // Server side; also presented to servers and workers.
+  absl::Duration rpc_timeout = absl::Seconds(5);  // Deadline of calls to servers and workers.
+  std::string metrics_address;  // host:port of the Prometheus /metrics endpoint ("" = none).
+  SchedulerOptions scheduler;
+};
+
+class SchedulerDaemon {
+ public:
+  // Opens the database, restores the state, starts listening and the control loop.
+  // `clock` = nullptr uses the real clock. Errors name the flag or file at fault.
+  static absl::StatusOr<std::unique_ptr<SchedulerDaemon>> Start(
+      const SchedulerDaemonOptions& options, const Clock* clock = nullptr);
+  ~SchedulerDaemon();
+
+  // Stops accepting calls, stops the control loop and writes the last progress.
+  void Shutdown();
+
+  const std::string& address() const { return server_->address(); }
+  // Port of the /metrics endpoint (0 when it is off).
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+  Scheduler& scheduler() { return *scheduler_; }
+
+ private:
+  SchedulerDaemon() = default;
+
+  RealClock real_clock_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<GrpcClusterRpc> rpc_;
+  CapacityPlacement placement_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<SchedulerService> service_;
+  std::unique_ptr<GrpcServer> server_;
+  std::unique_ptr<MetricsHttpServer> metrics_;
+  bool shut_down_ = false;
+};
+
+}  // namespace pscluster::scheduler
+
+#endif  // PSCLUSTER_SCHEDULER_SCHEDULER_DAEMON_H_

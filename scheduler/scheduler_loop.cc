@@ -1,0 +1,446 @@
+// The scheduler's control loop: leases, placement, server status polls, cleanups, persistence.
+// Every call to another daemon happens here, outside `mu_`.
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <set>
+#include <thread>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "scheduler/job_state.h"
+#include "scheduler/progress.h"
+#include "scheduler/scheduler.h"
+
+namespace pscluster::scheduler {
+namespace {
+
+constexpr int kMaxCleanupAttempts = 3;
+// Calls to different nodes run side by side, so one slow node costs one deadline, not many.
+constexpr size_t kMaxParallelCalls = 32;
+constexpr absl::Duration kCleanupRetry = absl::Seconds(1);
+
+std::shared_ptr<spdlog::logger> Log() { return Logger("scheduler"); }
+
+int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
+
+bool IsLive(const v1::NodeStatus& n) {
+  return n.state() == v1::NODE_ALIVE || n.state() == v1::NODE_SUSPECT;
+}
+
+// Runs fn(0) ... fn(n - 1) on up to kMaxParallelCalls threads and returns when all are done.
+void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
+  if (n <= 1) {
+    if (n == 1) fn(0);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < std::min(n, kMaxParallelCalls); ++t) {
+    threads.emplace_back([&] {
+      for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace
+
+void Scheduler::Start() {
+  {
+    absl::MutexLock l(&mu_);
+    if (loop_.joinable()) return;
+    stopping_ = false;
+  }
+  loop_ = std::thread([this] { Loop(); });
+  poll_loop_ = std::thread([this] { PollLoop(); });
+}
+
+void Scheduler::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+  }
+  if (loop_.joinable()) loop_.join();
+  if (poll_loop_.joinable()) poll_loop_.join();
+  // Progress reported since the last write.
+  absl::MutexLock l(&mu_);
+  for (auto& [id, rec] : jobs_) {
+    if (rec.progress_dirty) (void)Persist(rec);
+  }
+}
+
+void Scheduler::Loop() {
+  while (true) {
+    {
+      absl::MutexLock l(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return wake_ || stopping_; };
+      mu_.AwaitWithTimeout(absl::Condition(&ready), options_.tick);
+      if (stopping_) return;
+      wake_ = false;
+    }
+    ControlPass();
+  }
+}
+
+void Scheduler::PollLoop() {
+  while (true) {
+    {
+      absl::MutexLock l(&mu_);
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop), options_.status_poll_interval / 2)) return;
+    }
+    PollServers();
+  }
+}
+
+void Scheduler::RunOnce() {
+  ControlPass();
+  PollServers();
+}
+
+void Scheduler::ControlPass() {
+  absl::MutexLock pass(&loop_mu_);
+  CheckLeases();
+  for (const PlacementWork& w : PlaceQueuedJobs()) ExecutePlacement(w);
+  RunCleanups();
+  PersistProgress();
+}
+
+void Scheduler::CheckLeases() {
+  std::vector<std::string> died = registry_.ExpireLeases();
+  if (died.empty()) return;
+  absl::MutexLock l(&mu_);
+  for (const std::string& id : died) {
+    Log()->warn("{} stopped heartbeating: lease of {} expired", Describe(id),
+                absl::FormatDuration(options_.lease));
+    FailJobsOnNode(id, absl::StrCat("stopped heartbeating (lease of ",
+                                    absl::FormatDuration(options_.lease), " expired)"));
+  }
+}
+
+std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
+  {
+    // Most passes have nothing to place: skip the registry snapshot then.
+    absl::MutexLock l(&mu_);
+    bool any = false;
+    for (const auto& [id, rec] : jobs_) {
+      any = any || rec.job.state() == v1::JOB_QUEUED || rec.placement_pending;
+    }
+    if (!any) return {};
+  }
+  std::vector<v1::NodeStatus> nodes = registry_.Snapshot();
+  absl::Time now = clock_->Now();
+  absl::MutexLock l(&mu_);
+  std::vector<PlacementWork> work;
+
+  // What running jobs hold now.
+  absl::flat_hash_set<std::string> busy;
+  absl::flat_hash_map<std::string, uint32_t> hosted;
+  for (const auto& [id, rec] : jobs_) {
+    if (!HoldsResources(rec.job.state())) continue;
+    for (const std::string& w : rec.job.workers()) busy.insert(w);
+    for (const v1::ShardAssignment& a : rec.shard_map.assignments()) ++hosted[a.primary()];
+  }
+  absl::flat_hash_map<std::string, std::string> address;
+  std::vector<ServerCandidate> servers;
+  std::vector<WorkerCandidate> workers;
+  for (const v1::NodeStatus& n : nodes) {
+    address[n.info().node_id()] = n.info().address();
+    if (n.state() != v1::NODE_ALIVE) continue;  // No new work on suspect or dead nodes.
+    const v1::Resources& cap = n.info().capacity();
+    if (n.info().role() == v1::ROLE_SERVER) {
+      ServerCandidate c;
+      c.node_id = n.info().node_id();
+      c.address = n.info().address();
+      c.memory_bytes = cap.memory_bytes();
+      c.memory_used_bytes = n.load().memory_used_bytes();
+      c.bytes_per_sec = n.load().bytes_per_sec();
+      c.shards_hosted = hosted[c.node_id];
+      servers.push_back(std::move(c));
+    } else if (!busy.contains(n.info().node_id())) {
+      WorkerCandidate c;
+      c.node_id = n.info().node_id();
+      c.address = n.info().address();
+      c.gpus = cap.gpus();
+      // A worker that declares nothing can still run one CPU task.
+      c.cpu_slots = (cap.cpu_slots() == 0 && cap.gpus() == 0) ? 1 : cap.cpu_slots();
+      workers.push_back(std::move(c));
+    }
+  }
+
+  for (const std::string& id : order_) {
+    JobRecord& rec = jobs_[id];
+    v1::Job& job = rec.job;
+    if (job.state() == v1::JOB_PLACING && rec.placement_pending) {
+      // Restored mid-placement: make the same calls again (they are idempotent).
+      PlacementWork w{id, job.spec(), rec.shard_map, {job.workers().begin(), job.workers().end()}};
+      rec.placement_pending = false;
+      work.push_back(std::move(w));
+      continue;
+    }
+    if (job.state() != v1::JOB_QUEUED || now < rec.next_attempt) continue;
+    PlacementRequest req;
+    req.job_id = id;
+    req.num_servers = job.spec().num_servers();
+    req.num_workers = job.spec().num_workers();
+    req.gpus_per_worker = job.spec().gpus_per_worker();
+    req.num_virtual_shards = job.spec().num_virtual_shards();
+    req.replication = job.spec().replication();
+    auto placed = placement_->Place(req, servers, workers);
+    if (!placed.ok()) {
+      if (placed.status().code() == absl::StatusCode::kResourceExhausted) {
+        std::string reason = absl::StrCat("waiting for resources: ", placed.status().message());
+        if (job.reason() != reason && job.reason().rfind("placement failed", 0) != 0) {
+          job.set_reason(reason);
+          (void)Persist(rec);
+        }
+      } else {
+        Finish(rec, v1::JOB_FAILED, absl::StrCat("cannot be placed: ", placed.status().message()));
+      }
+      continue;
+    }
+    job.set_state(v1::JOB_PLACING);
+    job.clear_reason();
+    job.clear_servers();
+    job.clear_workers();
+    for (const std::string& s : placed->servers) job.add_servers(s);
+    for (const std::string& w : placed->workers) job.add_workers(w);
+    uint64_t epoch = std::max<uint64_t>(1, rec.shard_map.epoch() + 1);
+    placed->shard_map.set_epoch(epoch);
+    job.set_shard_map_epoch(epoch);
+    int64_t rolled_back = job.progress().rolled_back_to_step();
+    *job.mutable_progress() = InitialProgress(placed->workers);
+    job.mutable_progress()->set_rolled_back_to_step(rolled_back);
+    rec.shard_map = placed->shard_map;
+    rec.server_waiting_for.clear();
+    (void)Persist(rec, &rec.shard_map);
+    Log()->info("job {} placed: shard map epoch {}, servers [{}], workers [{}]", id, epoch,
+                absl::StrJoin(placed->servers, ", "), absl::StrJoin(placed->workers, ", "));
+    // What this job takes is gone for the next ones.
+    absl::flat_hash_set<std::string> taken(placed->workers.begin(), placed->workers.end());
+    workers.erase(std::remove_if(workers.begin(), workers.end(),
+                                 [&](const WorkerCandidate& c) { return taken.contains(c.node_id); }),
+                  workers.end());
+    absl::flat_hash_map<std::string, uint32_t> added;
+    for (const v1::ShardAssignment& a : rec.shard_map.assignments()) ++added[a.primary()];
+    for (ServerCandidate& c : servers) c.shards_hosted += added[c.node_id];
+    work.push_back(PlacementWork{id, job.spec(), rec.shard_map, placed->workers});
+  }
+  return work;
+}
+
+void Scheduler::ExecutePlacement(const PlacementWork& w) {
+  const uint32_t n = w.workers.size();
+  std::vector<std::string> reached_servers, reached_workers;
+  // First every server learns the map (all in parallel), then every worker gets its task.
+  const int num_servers = w.map.servers_size();
+  std::vector<absl::Status> server_status(num_servers);
+  ParallelFor(num_servers, [&](size_t i) {
+    const v1::ServerEndpoint& ep = w.map.servers(i);
+    v1::UpdateShardMapRequest req;
+    *req.mutable_map() = w.map;
+    req.set_self(ep.node_id());
+    absl::Status s = rpc_->UpdateShardMap(ep.address(), req);
+    if (!s.ok()) {
+      s = absl::Status(s.code(), absl::StrCat("server ", ep.node_id(), ": ", s.message()));
+    }
+    server_status[i] = s;
+  });
+  absl::Status failure;
+  for (int i = 0; i < num_servers; ++i) {
+    reached_servers.push_back(w.map.servers(i).node_id());
+    if (failure.ok() && !server_status[i].ok()) failure = server_status[i];
+  }
+  if (failure.ok()) {
+    std::vector<absl::Status> worker_status(n);
+    ParallelFor(n, [&](size_t rank) {
+      const std::string& node = w.workers[rank];
+      auto status = registry_.Get(node);
+      if (!status.has_value() || !IsLive(*status)) {
+        worker_status[rank] =
+            absl::UnavailableError(absl::StrCat("worker ", node, " is no longer alive"));
+        return;
+      }
+      const std::string& addr = status->info().address();
+      v1::AssignTaskRequest req;
+      req.set_job_id(w.job_id);
+      *req.mutable_spec() = w.spec;
+      req.set_rank(rank);
+      req.set_num_workers(n);
+      req.mutable_partition()->set_index(rank);
+      req.mutable_partition()->set_count(n);
+      *req.mutable_shard_map() = w.map;
+      absl::Status s = rpc_->AssignTask(addr, req);
+      if (s.code() == absl::StatusCode::kFailedPrecondition) {
+        // Busy: fine if it already runs this very task (we restarted mid-placement).
+        auto ws = rpc_->WorkerStatus(addr);
+        if (ws.ok() && ws->busy() && ws->job_id() == w.job_id && ws->rank() == rank) {
+          s = absl::OkStatus();
+        }
+      }
+      if (!s.ok()) s = absl::Status(s.code(), absl::StrCat("worker ", node, ": ", s.message()));
+      worker_status[rank] = s;
+    });
+    for (uint32_t rank = 0; rank < n; ++rank) {
+      reached_workers.push_back(w.workers[rank]);
+      if (failure.ok() && !worker_status[rank].ok()) failure = worker_status[rank];
+    }
+  }
+
+  bool roll_back = false;
+  std::string why;
+  {
+    absl::MutexLock l(&mu_);
+    JobRecord* rec = FindJob(w.job_id);
+    if (rec == nullptr) return;
+    v1::Job& job = rec->job;
+    if (job.state() != v1::JOB_PLACING) {
+      // Cancelled or re-queued while we placed it.
+      roll_back = true;
+      why = job.reason();
+    } else if (failure.ok()) {
+      job.set_state(v1::JOB_RUNNING);
+      job.set_started_unix_ms(UnixMs(clock_->Now()));
+      job.clear_reason();
+      rec->placement_attempts = 0;
+      (void)Persist(*rec);
+      Log()->info("job {} running", w.job_id);
+      MaybeSucceed(*rec);
+    } else {
+      ++rec->placement_attempts;
+      Log()->warn("job {}: placement attempt {} failed: {}", w.job_id, rec->placement_attempts,
+                  failure);
+      why = absl::StrCat("placement failed: ", failure.message());
+      roll_back = true;
+      if (rec->placement_attempts >= options_.max_placement_attempts) {
+        // Finish() queues StopTask / DropJob for every node of the job.
+        roll_back = false;
+        Finish(*rec, v1::JOB_FAILED,
+               absl::StrCat(why, " (gave up after ", rec->placement_attempts, " attempts)"));
+      } else {
+        job.set_state(v1::JOB_QUEUED);
+        job.set_reason(absl::StrCat(why, " (attempt ", rec->placement_attempts, " of ",
+                                    options_.max_placement_attempts, "; retrying)"));
+        job.clear_servers();
+        job.clear_workers();
+        rec->next_attempt = clock_->Now() + options_.placement_backoff;
+        (void)Persist(*rec);
+      }
+    }
+  }
+  if (roll_back) RollBack(w.job_id, reached_servers, reached_workers, why);
+}
+
+void Scheduler::RollBack(const std::string& job_id, const std::vector<std::string>& servers,
+                         const std::vector<std::string>& workers, const std::string& reason) {
+  for (const std::string& node : workers) {
+    auto st = registry_.Get(node);
+    if (!st.has_value() || !IsLive(*st)) continue;
+    absl::Status s = rpc_->StopTask(st->info().address(), job_id, reason);
+    if (!s.ok()) Log()->warn("job {}: undoing the task on {}: {}", job_id, node, s);
+  }
+  for (const std::string& node : servers) {
+    auto st = registry_.Get(node);
+    if (!st.has_value() || !IsLive(*st)) continue;
+    absl::Status s = rpc_->DropJob(st->info().address(), job_id);
+    if (!s.ok()) Log()->warn("job {}: dropping it on {}: {}", job_id, node, s);
+  }
+}
+
+void Scheduler::PollServers() {
+  struct Poll {
+    std::string job_id;
+    std::vector<std::string> addresses;
+  };
+  std::vector<Poll> polls;
+  absl::Time now = clock_->Now();
+  {
+    absl::MutexLock l(&mu_);
+    for (const std::string& id : order_) {
+      JobRecord& rec = jobs_[id];
+      if (rec.job.state() != v1::JOB_RUNNING) continue;
+      if (rec.job.spec().consistency().mode() == v1::ConsistencySpec::ASP) continue;
+      if (now - rec.last_poll < options_.status_poll_interval) continue;
+      rec.last_poll = now;
+      Poll p{id, {}};
+      for (const v1::ServerEndpoint& ep : rec.shard_map.servers()) p.addresses.push_back(ep.address());
+      polls.push_back(std::move(p));
+    }
+  }
+  ParallelFor(polls.size(), [&](size_t i) {
+    const Poll& p = polls[i];
+    std::set<uint32_t> waiting;
+    bool any = false;
+    for (const std::string& addr : p.addresses) {
+      auto st = rpc_->ServerStatus(addr, p.job_id);
+      if (!st.ok()) {
+        Log()->debug("job {}: {}", p.job_id, st.status());
+        continue;
+      }
+      any = true;
+      for (const v1::JobOnServer& j : st->jobs()) {
+        if (j.job_id() == p.job_id) waiting.insert(j.waiting_for().begin(), j.waiting_for().end());
+      }
+    }
+    if (!any) return;
+    absl::MutexLock l(&mu_);
+    JobRecord* rec = FindJob(p.job_id);
+    if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING) return;
+    rec->server_waiting_for.assign(waiting.begin(), waiting.end());
+    Summarize(rec->job.spec(), rec->server_waiting_for, rec->job.mutable_progress());
+  });
+}
+
+void Scheduler::RunCleanups() {
+  std::vector<Cleanup> due;
+  absl::Time now = clock_->Now();
+  {
+    absl::MutexLock l(&mu_);
+    std::deque<Cleanup> later;
+    while (!cleanups_.empty()) {
+      Cleanup c = std::move(cleanups_.front());
+      cleanups_.pop_front();
+      const JobRecord* rec = FindJob(c.job_id);
+      // A job placed again since holds these nodes anew: leave them alone.
+      if (rec != nullptr && HoldsResources(rec->job.state())) continue;
+      if (c.not_before > now) {
+        later.push_back(std::move(c));
+      } else {
+        due.push_back(std::move(c));
+      }
+    }
+    cleanups_ = std::move(later);
+  }
+  ParallelFor(due.size(), [&](size_t i) {
+    Cleanup& c = due[i];
+    auto node = registry_.Get(c.node_id);
+    if (!node.has_value() || !IsLive(*node)) return;  // Gone: nothing to free there.
+    const std::string& addr = node->info().address();
+    absl::Status s = c.drop_job ? rpc_->DropJob(addr, c.job_id)
+                                : rpc_->StopTask(addr, c.job_id, c.reason);
+    if (s.ok()) return;
+    if (++c.attempts >= kMaxCleanupAttempts) {
+      Log()->warn("job {}: giving up on {} at {}: {}", c.job_id,
+                  c.drop_job ? "DropJob" : "StopTask", c.node_id, s);
+      return;
+    }
+    c.not_before = now + kCleanupRetry;
+    absl::MutexLock l(&mu_);
+    cleanups_.push_back(std::move(c));
+  });
+}
+
+void Scheduler::PersistProgress() {
+  absl::Time now = clock_->Now();
+  absl::MutexLock l(&mu_);
+  for (auto& [id, rec] : jobs_) {
+    if (rec.progress_dirty && now - rec.last_persist >= options_.progress_persist_interval) {
+      (void)Persist(rec);
+    }
+  }
+}
+
+}  // namespace pscluster::scheduler

@@ -1,0 +1,96 @@
+// ps_scheduler: the pscluster control plane. Flags are defined here only; they fill
+// SchedulerDaemonOptions.
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "scheduler/scheduler_daemon.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
+          "host:port to serve on; port 0 lets the OS choose (see --port_file)");
+ABSL_FLAG(std::string, port_file, "", "write the real host:port here once listening");
+ABSL_FLAG(std::string, db, "ps_scheduler.db",
+          "SQLite database holding jobs, nodes and shard maps (created if missing)");
+ABSL_FLAG(std::string, db_sync, "full",
+          "full: fsync every commit (survives power loss); normal: WAL's default (survives a "
+          "killed process)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port serving Prometheus text at /metrics (empty = no metrics endpoint)");
+ABSL_FLAG(int64_t, lease_ms, 10000, "heartbeat lease of servers and workers, in milliseconds");
+ABSL_FLAG(int64_t, startup_grace_ms, 0,
+          "after a start, jobs asking for more nodes than have registered are queued rather than "
+          "refused for this long, while nodes re-register (0 = one lease)");
+ABSL_FLAG(int64_t, rpc_timeout_ms, 5000, "deadline of calls to servers and workers");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain (enables TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle: requires and verifies client certificates (mutual TLS) and verifies "
+          "the servers and workers the scheduler calls");
+
+namespace {
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "ps_scheduler: %s\n", std::string(s.message()).c_str());
+  // 138: a fault worth retrying (the convention of Kubernetes training operators).
+  return s.code() == absl::StatusCode::kUnavailable ? 138 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "ps_scheduler --listen=HOST:PORT --db=FILE [--port_file=FILE] [--lease_ms=N]\n"
+      "The pscluster scheduler: node registry, job queue, placement, shard maps, status.");
+  absl::ParseCommandLine(argc, argv);
+  absl::Status s = pscluster::SetLogLevel(absl::GetFlag(FLAGS_log_level));
+  if (!s.ok()) return Fail(s);
+
+  pscluster::scheduler::SchedulerDaemonOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.port_file = absl::GetFlag(FLAGS_port_file);
+  options.metrics_address = absl::GetFlag(FLAGS_metrics_listen);
+  options.db_path = absl::GetFlag(FLAGS_db);
+  std::string sync = absl::GetFlag(FLAGS_db_sync);
+  if (sync != "full" && sync != "normal") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--db_sync: '", sync, "' must be full or normal")));
+  }
+  options.db_full_sync = sync == "full";
+  int64_t lease_ms = absl::GetFlag(FLAGS_lease_ms);
+  if (lease_ms < 100 || lease_ms > 3600 * 1000) {
+    return Fail(absl::InvalidArgumentError("--lease_ms: must be in [100, 3600000]"));
+  }
+  options.scheduler.lease = absl::Milliseconds(lease_ms);
+  int64_t grace_ms = absl::GetFlag(FLAGS_startup_grace_ms);
+  if (grace_ms < 0) return Fail(absl::InvalidArgumentError("--startup_grace_ms: must be >= 0"));
+  options.scheduler.startup_grace = absl::Milliseconds(grace_ms);
+  int64_t rpc_ms = absl::GetFlag(FLAGS_rpc_timeout_ms);
+  if (rpc_ms < 10) return Fail(absl::InvalidArgumentError("--rpc_timeout_ms: must be >= 10"));
+  options.rpc_timeout = absl::Milliseconds(rpc_ms);
+  options.tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls.key = absl::GetFlag(FLAGS_tls_key);
+  options.tls.ca = absl::GetFlag(FLAGS_tls_ca);
+
+  // Signals are taken by sigwait() below, not by whichever thread happens to run.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto daemon = pscluster::scheduler::SchedulerDaemon::Start(options);
+  if (!daemon.ok()) return Fail(daemon.status());
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  pscluster::Logger("scheduler")->info("signal {}: shutting down", sig);
+  (*daemon)->Shutdown();
+  return 0;
+}

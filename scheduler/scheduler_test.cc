@@ -1,0 +1,568 @@
+// The Scheduler handler driven directly with a FakeClock and RunOnce(), calling real gRPC
+// stand-ins for servers and workers on loopback.
+#include "scheduler/scheduler.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/grpc_cluster_rpc.h"
+#include "scheduler/testing/fake_nodes.h"
+#include "scheduler/testing/status_matchers.h"
+
+namespace pscluster::scheduler {
+namespace {
+
+using ::pscluster::scheduler::testing::FakeNode;
+using ::pscluster::scheduler::testing::FakeNodeOptions;
+using ::pscluster::scheduler::testing::FakeWorker;
+using ::pscluster::scheduler::testing::IsOk;
+using ::pscluster::scheduler::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+constexpr char kJob[] = R"(name: test-job
+model: {kind: mlp, hidden: [8]}
+dataset: {name: fashion_mnist}
+optimizer: {kind: sgd, learning_rate: 0.1}
+consistency: {mode: bsp}
+num_servers: 2
+num_workers: 2
+epochs: 1
+batch_size: 10
+export_path: /tmp/m.safetensors
+)";
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    db_ = std::string(std::getenv("TEST_TMPDIR")) + "/" +
+          ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".db";
+    std::remove(db_.c_str());
+    GrpcClusterRpcOptions ro;
+    ro.timeout = absl::Seconds(5);
+    rpc_ = std::make_unique<GrpcClusterRpc>(ro);
+    options_.lease = absl::Seconds(10);
+    options_.startup_grace = absl::Seconds(1);
+    StartScheduler();
+  }
+  void TearDown() override {
+    sched_.reset();
+    store_.reset();
+  }
+
+  void StartScheduler() {
+    sched_.reset();
+    store_.reset();
+    auto store = Store::Open(StoreOptions{db_, false});
+    ASSERT_THAT(store, IsOk());
+    store_ = std::move(*store);
+    auto s = Scheduler::Create(options_, store_.get(), &clock_, rpc_.get(), &placement_);
+    ASSERT_THAT(s, IsOk());
+    sched_ = std::move(*s);
+  }
+
+  // Starts a stand-in node and registers it with the handler; returns its id.
+  std::string AddNode(v1::NodeRole role, uint32_t gpus = 0) {
+    FakeNodeOptions o;
+    o.role = role;
+    o.capacity.set_gpus(gpus);
+    o.capacity.set_cpu_slots(1);
+    o.capacity.set_memory_bytes(uint64_t{1} << 30);
+    o.training.run = false;
+    auto n = FakeNode::Start(o);
+    EXPECT_THAT(n, IsOk());
+    v1::RegisterNodeRequest req;
+    req.mutable_node()->set_role(role);
+    req.mutable_node()->set_address((*n)->address());
+    *req.mutable_node()->mutable_capacity() = o.capacity;
+    req.mutable_node()->set_pid(1000 + nodes_.size());
+    v1::RegisterNodeResponse resp;
+    EXPECT_THAT(sched_->RegisterNode(req, &resp), IsOk());
+    (*n)->worker() ? (*n)->worker()->set_node_id(resp.node_id()) : void();
+    ids_.push_back(resp.node_id());
+    nodes_.push_back(std::move(*n));
+    return resp.node_id();
+  }
+  FakeNode* Node(const std::string& id) {
+    for (size_t i = 0; i < ids_.size(); ++i) {
+      if (ids_[i] == id) return nodes_[i].get();
+    }
+    return nullptr;
+  }
+  void AddCluster(int servers, int workers) {
+    for (int i = 0; i < servers; ++i) AddNode(v1::ROLE_SERVER);
+    for (int i = 0; i < workers; ++i) AddNode(v1::ROLE_WORKER);
+  }
+  // The stand-in workers do not train here: tell them their task ended.
+  void FinishTasks(const std::string& job_id) {
+    v1::Job job = Get(job_id);
+    for (const std::string& w : job.workers()) Node(w)->worker()->FinishTask();
+  }
+  void BeatAll() {
+    for (const std::string& id : ids_) {
+      v1::HeartbeatRequest hb;
+      hb.set_node_id(id);
+      v1::HeartbeatResponse resp;
+      (void)sched_->Heartbeat(hb, &resp);
+    }
+  }
+
+  absl::StatusOr<std::string> Submit(const std::string& yaml, const std::string& token = "") {
+    v1::SubmitJobRequest req;
+    req.set_yaml(yaml);
+    req.set_source("job.yaml");
+    req.set_client_token(token);
+    v1::SubmitJobResponse resp;
+    absl::Status s = sched_->SubmitJob(req, &resp);
+    if (!s.ok()) return s;
+    return resp.job_id();
+  }
+  v1::Job Get(const std::string& id) {
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    EXPECT_THAT(sched_->GetJob(req, &job), IsOk());
+    return job;
+  }
+  absl::StatusOr<bool> Report(const std::string& job, uint32_t rank, int64_t step, bool done,
+                              const std::string& error = "", const std::string& export_path = "") {
+    v1::ReportProgressRequest req;
+    req.set_job_id(job);
+    v1::WorkerProgress* p = req.mutable_progress();
+    p->set_rank(rank);
+    p->set_step(step);
+    p->set_total_steps(10);
+    p->set_loss(0.5);
+    p->set_samples_per_sec(100);
+    p->set_test_accuracy(done ? 0.91 : -1);
+    p->set_done(done);
+    p->set_error(error);
+    p->set_export_path(export_path);
+    v1::ReportProgressResponse resp;
+    absl::Status s = sched_->ReportProgress(req, &resp);
+    if (!s.ok()) return s;
+    return resp.cancel();
+  }
+
+  FakeClock clock_;
+  std::string db_;
+  SchedulerOptions options_;
+  std::unique_ptr<GrpcClusterRpc> rpc_;
+  CapacityPlacement placement_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Scheduler> sched_;
+  std::vector<std::unique_ptr<FakeNode>> nodes_;
+  std::vector<std::string> ids_;
+};
+
+TEST_F(SchedulerTest, PlacesAJobOnServersAndWorkers) {
+  AddCluster(2, 2);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  EXPECT_EQ(*id, "job-1");
+  EXPECT_EQ(Get(*id).state(), v1::JOB_QUEUED);
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.shard_map_epoch(), 1u);
+  EXPECT_THAT(job.servers(), SizeIs(2));
+  EXPECT_THAT(job.workers(), SizeIs(2));
+
+  for (const std::string& s : job.servers()) {
+    auto updates = Node(s)->server()->updates();
+    ASSERT_THAT(updates, SizeIs(1)) << s;
+    EXPECT_EQ(updates[0].self(), s);
+    EXPECT_EQ(updates[0].map().job_id(), *id);
+    EXPECT_EQ(updates[0].map().epoch(), 1u);
+    EXPECT_EQ(updates[0].map().num_virtual_shards(), 64u);
+    EXPECT_THAT(updates[0].map().assignments(), SizeIs(64));
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    auto tasks = Node(job.workers(rank))->worker()->assigned();
+    ASSERT_THAT(tasks, SizeIs(1));
+    EXPECT_EQ(tasks[0].job_id(), *id);
+    EXPECT_EQ(tasks[0].rank(), static_cast<uint32_t>(rank));
+    EXPECT_EQ(tasks[0].num_workers(), 2u);
+    EXPECT_EQ(tasks[0].partition().index(), static_cast<uint32_t>(rank));
+    EXPECT_EQ(tasks[0].partition().count(), 2u);
+    EXPECT_EQ(tasks[0].spec().name(), "test-job");
+    EXPECT_EQ(tasks[0].shard_map().epoch(), 1u);
+  }
+  v1::GetShardMapRequest mreq;
+  mreq.set_job_id(*id);
+  v1::ShardMap map;
+  ASSERT_THAT(sched_->GetShardMap(mreq, &map), IsOk());
+  EXPECT_EQ(map.epoch(), 1u);
+  EXPECT_THAT(map.servers(), SizeIs(2));
+
+  v1::ClusterStatusRequest sreq;
+  v1::ClusterStatusResponse status;
+  ASSERT_THAT(sched_->ClusterStatus(sreq, &status), IsOk());
+  ASSERT_THAT(status.nodes(), SizeIs(4));
+  for (const auto& n : status.nodes()) {
+    EXPECT_EQ(n.state(), v1::NODE_ALIVE);
+    EXPECT_THAT(n.jobs(), ElementsAre(*id)) << n.info().node_id();
+  }
+}
+
+TEST_F(SchedulerTest, ProgressThenSuccessThenDropJob) {
+  AddCluster(2, 2);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  EXPECT_THAT(Report(*id, 0, 4, false), IsOk());
+  EXPECT_THAT(Report(*id, 1, 3, false), IsOk());
+  v1::Job job = Get(*id);
+  EXPECT_EQ(job.progress().step(), 3);
+  EXPECT_THAT(job.progress().waiting_for(), ElementsAre(1));  // BSP: rank 1 is behind.
+  EXPECT_DOUBLE_EQ(job.progress().samples_per_sec(), 200);
+
+  auto cancel = Report(*id, 1, 10, true);
+  ASSERT_THAT(cancel, IsOk());
+  EXPECT_FALSE(*cancel);
+  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);  // Rank 0 is not done yet.
+  ASSERT_THAT(Report(*id, 0, 10, true, "", "/tmp/m.safetensors"), IsOk());
+  job = Get(*id);
+  EXPECT_EQ(job.state(), v1::JOB_SUCCEEDED);
+  EXPECT_EQ(job.export_path(), "/tmp/m.safetensors");
+  EXPECT_DOUBLE_EQ(job.progress().test_accuracy(), 0.91);
+  EXPECT_GT(job.finished_unix_ms(), 0);
+  sched_->RunOnce();
+  for (const std::string& s : job.servers()) {
+    EXPECT_THAT(Node(s)->server()->dropped(), ElementsAre(*id)) << s;
+  }
+  for (const std::string& w : job.workers()) {
+    EXPECT_THAT(Node(w)->worker()->stopped(), IsEmpty());  // They finished by themselves.
+  }
+}
+
+TEST_F(SchedulerTest, AWorkerErrorFailsTheJobNamingTheWorker) {
+  AddCluster(2, 2);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  auto cancel = Report(*id, 1, 2, false, "out of memory");
+  ASSERT_THAT(cancel, IsOk());
+  EXPECT_TRUE(*cancel);
+  job = Get(*id);
+  EXPECT_EQ(job.state(), v1::JOB_FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr("rank 1"));
+  EXPECT_THAT(job.reason(), HasSubstr(job.workers(1)));
+  EXPECT_THAT(job.reason(), HasSubstr(Node(job.workers(1))->address()));
+  EXPECT_THAT(job.reason(), HasSubstr("out of memory"));
+  // Rank 0 is told to stop, through its next report and through StopTask.
+  EXPECT_THAT(Report(*id, 0, 3, false), IsOk());
+  EXPECT_TRUE(*Report(*id, 0, 3, false));
+  sched_->RunOnce();
+  EXPECT_THAT(Node(job.workers(0))->worker()->stopped(), SizeIs(1));
+  for (const std::string& s : job.servers()) {
+    EXPECT_THAT(Node(s)->server()->dropped(), ElementsAre(*id));
+  }
+}
+
+TEST_F(SchedulerTest, CancelStopsTasksAndKeepsFinalStates) {
+  AddCluster(2, 2);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::CancelJobRequest req;
+  req.set_job_id(*id);
+  req.set_reason("wrong learning rate");
+  v1::CancelJobResponse resp;
+  ASSERT_THAT(sched_->CancelJob(req, &resp), IsOk());
+  EXPECT_EQ(resp.state(), v1::JOB_CANCELLED);
+  v1::Job job = Get(*id);
+  EXPECT_EQ(job.reason(), "cancelled: wrong learning rate");
+  EXPECT_TRUE(*Report(*id, 0, 1, false));
+  sched_->RunOnce();
+  for (const std::string& w : job.workers()) {
+    auto stopped = Node(w)->worker()->stopped();
+    ASSERT_THAT(stopped, SizeIs(1));
+    EXPECT_EQ(stopped[0].job_id(), *id);
+  }
+  // Cancelling again reports the final state; unknown jobs are NOT_FOUND.
+  ASSERT_THAT(sched_->CancelJob(req, &resp), IsOk());
+  EXPECT_EQ(resp.state(), v1::JOB_CANCELLED);
+  req.set_job_id("job-404");
+  EXPECT_THAT(sched_->CancelJob(req, &resp),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("job-404")));
+}
+
+TEST_F(SchedulerTest, QueuesWhileResourcesAreShortThenRuns) {
+  AddCluster(2, 2);
+  auto first = Submit(kJob);
+  auto second = Submit(kJob);
+  ASSERT_THAT(first, IsOk());
+  ASSERT_THAT(second, IsOk());
+  sched_->RunOnce();
+  EXPECT_EQ(Get(*first).state(), v1::JOB_RUNNING);
+  v1::Job queued = Get(*second);
+  EXPECT_EQ(queued.state(), v1::JOB_QUEUED);
+  EXPECT_THAT(queued.reason(), HasSubstr("waiting for resources: needs 2 idle workers, 0 "
+                                         "available"));
+  ASSERT_THAT(Report(*first, 0, 10, true), IsOk());
+  ASSERT_THAT(Report(*first, 1, 10, true), IsOk());
+  FinishTasks(*first);
+  sched_->RunOnce();
+  EXPECT_EQ(Get(*second).state(), v1::JOB_RUNNING);
+
+  v1::ListJobsRequest lreq;
+  lreq.set_include_finished(true);
+  v1::ListJobsResponse list;
+  ASSERT_THAT(sched_->ListJobs(lreq, &list), IsOk());
+  ASSERT_THAT(list.jobs(), SizeIs(2));
+  EXPECT_EQ(list.jobs(0).job_id(), *second);  // Newest first.
+  lreq.set_include_finished(false);
+  list.Clear();
+  ASSERT_THAT(sched_->ListJobs(lreq, &list), IsOk());
+  ASSERT_THAT(list.jobs(), SizeIs(1));
+}
+
+TEST_F(SchedulerTest, MoreWorkersThanTheClusterHasIsRefusedClearly) {
+  AddCluster(2, 2);
+  std::string big = absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 3"}});
+  // Right after a start nodes may still be re-registering: the job waits in the queue.
+  auto early = Submit(big);
+  ASSERT_THAT(early, IsOk());
+  clock_.Advance(absl::Seconds(2));
+  BeatAll();
+  EXPECT_THAT(Submit(big),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("job.yaml: num_workers: the job asks for 3 workers but "
+                                       "the cluster has 2 live"),
+                             HasSubstr(ids_[2]), HasSubstr(ids_[3]))));
+  std::string gpu = absl::StrReplaceAll(kJob, {{"num_workers: 2", "gpus_per_worker: 1\nnum_workers: 1"}});
+  EXPECT_THAT(Submit(gpu), StatusIs(absl::StatusCode::kResourceExhausted,
+                                    HasSubstr("workers with >= 1 GPUs")));
+  std::string servers = absl::StrReplaceAll(kJob, {{"num_servers: 2", "num_servers: 5"}});
+  EXPECT_THAT(Submit(servers), StatusIs(absl::StatusCode::kResourceExhausted,
+                                        HasSubstr("num_servers: the job asks for 5 servers")));
+  v1::ListJobsResponse list;
+  ASSERT_THAT(sched_->ListJobs(v1::ListJobsRequest(), &list), IsOk());
+  EXPECT_THAT(list.jobs(), SizeIs(1));  // Nothing was queued by the refused submissions.
+}
+
+TEST_F(SchedulerTest, MalformedSpecsChangeNothing) {
+  AddCluster(1, 1);
+  std::string bad = absl::StrReplaceAll(kJob, {{"epochs: 1", "epochs: -3"}});
+  EXPECT_THAT(Submit(bad), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("job.yaml:8: epochs: must be >= 0")));
+  v1::SubmitJobRequest empty;
+  v1::SubmitJobResponse resp;
+  EXPECT_THAT(sched_->SubmitJob(empty, &resp),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("spec")));
+  v1::SubmitJobRequest direct;
+  direct.mutable_job()->set_name("x");
+  direct.set_source("api");
+  EXPECT_THAT(sched_->SubmitJob(direct, &resp),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("api: model.kind")));
+  v1::ListJobsResponse list;
+  ASSERT_THAT(sched_->ListJobs(v1::ListJobsRequest(), &list), IsOk());
+  EXPECT_THAT(list.jobs(), IsEmpty());
+}
+
+TEST_F(SchedulerTest, BadCallsGetExactCodes) {
+  AddCluster(2, 2);
+  v1::GetJobRequest g;
+  v1::Job job;
+  EXPECT_THAT(sched_->GetJob(g, &job), StatusIs(absl::StatusCode::kInvalidArgument));
+  g.set_job_id("job-9");
+  EXPECT_THAT(sched_->GetJob(g, &job), StatusIs(absl::StatusCode::kNotFound, HasSubstr("job-9")));
+  auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 1"}}));
+  ASSERT_THAT(id, IsOk());
+  v1::GetShardMapRequest m;
+  m.set_job_id(*id);
+  v1::ShardMap map;
+  EXPECT_THAT(sched_->GetShardMap(m, &map),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("queued")));
+  sched_->RunOnce();
+  EXPECT_THAT(Report(*id, 1, 1, false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("progress.rank")));
+  EXPECT_THAT(Report(*id, 0, -1, false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("progress.step")));
+  EXPECT_THAT(Report("job-77", 0, 1, false), StatusIs(absl::StatusCode::kNotFound));
+  // A report from a node that does not run the rank is told to stop.
+  v1::ReportProgressRequest req;
+  req.set_job_id(*id);
+  req.mutable_progress()->set_node_id("worker-99");
+  v1::ReportProgressResponse resp;
+  ASSERT_THAT(sched_->ReportProgress(req, &resp), IsOk());
+  EXPECT_TRUE(resp.cancel());
+}
+
+TEST_F(SchedulerTest, ALapsedLeaseFailsTheRunningJobNamingTheNode) {
+  AddCluster(2, 2);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  const std::string lost = job.workers(1);
+  clock_.Advance(absl::Seconds(6));
+  for (const std::string& n : ids_) {
+    if (n == lost) continue;
+    v1::HeartbeatRequest hb;
+    hb.set_node_id(n);
+    v1::HeartbeatResponse r;
+    ASSERT_THAT(sched_->Heartbeat(hb, &r), IsOk());
+  }
+  sched_->RunOnce();
+  EXPECT_EQ(sched_->registry().Get(lost)->state(), v1::NODE_SUSPECT);
+  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+  clock_.Advance(absl::Seconds(5));
+  sched_->RunOnce();
+  EXPECT_EQ(sched_->registry().Get(lost)->state(), v1::NODE_DEAD);
+  job = Get(*id);
+  EXPECT_EQ(job.state(), v1::JOB_FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat("worker of rank 1 ", lost, " at ",
+                                                   Node(lost)->address(),
+                                                   " stopped heartbeating")));
+  EXPECT_THAT(Node(job.workers(0))->worker()->stopped(), SizeIs(1));
+}
+
+TEST_F(SchedulerTest, ARestartedWorkerFailsItsJob) {
+  AddCluster(1, 1);
+  auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 1"},
+                                              {"num_servers: 2", "num_servers: 1"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  ASSERT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+  v1::RegisterNodeRequest req;
+  req.mutable_node()->set_role(v1::ROLE_WORKER);
+  req.mutable_node()->set_address(Node(ids_[1])->address());
+  req.mutable_node()->set_pid(4242);  // A new process at the same address.
+  v1::RegisterNodeResponse resp;
+  ASSERT_THAT(sched_->RegisterNode(req, &resp), IsOk());
+  EXPECT_EQ(resp.node_id(), ids_[1]);
+  v1::Job job = Get(*id);
+  EXPECT_EQ(job.state(), v1::JOB_FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr("restarted"));
+}
+
+TEST_F(SchedulerTest, RefusedPlacementsAreRetriedThenFail) {
+  AddCluster(2, 2);
+  for (const std::string& id : ids_) {
+    if (FakeNode* n = Node(id); n->server()) {
+      n->server()->FailUpdates(grpc::Status(grpc::StatusCode::UNAVAILABLE, "disk full"));
+    }
+  }
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  for (int attempt = 1; attempt < options_.max_placement_attempts; ++attempt) {
+    sched_->RunOnce();
+    v1::Job job = Get(*id);
+    ASSERT_EQ(job.state(), v1::JOB_QUEUED);
+    EXPECT_THAT(job.reason(), HasSubstr("placement failed: server server-"));
+    EXPECT_THAT(job.reason(), HasSubstr("disk full"));
+    EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat("attempt ", attempt, " of 5")));
+    sched_->RunOnce();  // Backing off: no new attempt yet.
+    EXPECT_THAT(Get(*id).reason(), HasSubstr(absl::StrCat("attempt ", attempt, " of 5")));
+    clock_.Advance(options_.placement_backoff);
+    BeatAll();
+  }
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  EXPECT_EQ(job.state(), v1::JOB_FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr("gave up after 5 attempts"));
+  for (const std::string& w : ids_) {
+    if (FakeNode* n = Node(w); n->worker()) EXPECT_THAT(n->worker()->assigned(), IsEmpty());
+  }
+}
+
+TEST_F(SchedulerTest, ABusyWorkerRollsThePlacementBack) {
+  AddCluster(2, 2);
+  // A task the scheduler does not know about keeps worker 2 busy.
+  FakeNode* busy = Node(ids_[3]);
+  {
+    GrpcClusterRpc direct(GrpcClusterRpcOptions{});
+    v1::AssignTaskRequest t;
+    t.set_job_id("elsewhere");
+    ASSERT_THAT(direct.AssignTask(busy->address(), t), IsOk());
+  }
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  EXPECT_EQ(job.state(), v1::JOB_QUEUED);
+  EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat("worker ", ids_[3], ": AssignTask to ")));
+  EXPECT_THAT(job.reason(), HasSubstr("busy with job elsewhere"));
+  for (int s = 0; s < 2; ++s) EXPECT_THAT(Node(ids_[s])->server()->dropped(), ElementsAre(*id));
+  // The other worker got the task and then a StopTask.
+  FakeWorker* other = Node(ids_[2])->worker();
+  EXPECT_THAT(other->assigned(), SizeIs(1));
+  EXPECT_THAT(other->stopped(), SizeIs(1));
+}
+
+TEST_F(SchedulerTest, WaitingForComesFromTheServersToo) {
+  AddCluster(2, 2);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  Node(job.servers(0))->server()->SetWaitingFor({0});
+  ASSERT_THAT(Report(*id, 0, 5, false), IsOk());
+  ASSERT_THAT(Report(*id, 1, 5, false), IsOk());
+  clock_.Advance(options_.status_poll_interval);
+  sched_->RunOnce();
+  EXPECT_THAT(Get(*id).progress().waiting_for(), ElementsAre(0));
+}
+
+TEST_F(SchedulerTest, RestoredNodesGetNoNewWorkUntilHeardFrom) {
+  AddCluster(1, 1);
+  StartScheduler();  // Restarted: the nodes are known but not yet heard from.
+  auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 1"},
+                                              {"num_servers: 2", "num_servers: 1"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  EXPECT_EQ(Get(*id).state(), v1::JOB_QUEUED);
+  EXPECT_THAT(Get(*id).reason(), HasSubstr("waiting for resources"));
+  BeatAll();
+  sched_->RunOnce();
+  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+}
+
+TEST_F(SchedulerTest, RestartKeepsJobsWithoutLossOrDuplicates) {
+  AddCluster(2, 2);
+  auto running = Submit(kJob, "token-a");
+  ASSERT_THAT(running, IsOk());
+  sched_->RunOnce();
+  auto queued = Submit(kJob, "token-b");
+  ASSERT_THAT(queued, IsOk());
+  ASSERT_THAT(Report(*running, 0, 6, false), IsOk());
+  ASSERT_THAT(Report(*running, 1, 5, false), IsOk());
+  clock_.Advance(options_.progress_persist_interval);
+  sched_->RunOnce();  // Writes the progress.
+
+  StartScheduler();  // Same database, new process.
+  v1::Job job = Get(*running);
+  EXPECT_EQ(job.state(), v1::JOB_RUNNING);
+  EXPECT_EQ(job.progress().step(), 5);
+  EXPECT_EQ(Get(*queued).state(), v1::JOB_QUEUED);
+  // A retried submission is the same job, not a duplicate; new jobs get new ids.
+  auto again = Submit(kJob, "token-a");
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(*again, *running);
+  auto fresh = Submit(kJob);
+  ASSERT_THAT(fresh, IsOk());
+  EXPECT_EQ(*fresh, "job-3");
+  // Nodes are known by id; the running job carries on to success.
+  BeatAll();
+  ASSERT_THAT(Report(*running, 0, 10, true), IsOk());
+  ASSERT_THAT(Report(*running, 1, 10, true), IsOk());
+  EXPECT_EQ(Get(*running).state(), v1::JOB_SUCCEEDED);
+  FinishTasks(*running);
+  sched_->RunOnce();
+  EXPECT_EQ(Get(*queued).state(), v1::JOB_RUNNING);
+  // Each worker was given exactly one task per job: nothing ran twice.
+  v1::Job done = Get(*running);
+  for (const std::string& w : done.workers()) {
+    EXPECT_THAT(Node(w)->worker()->assigned(), SizeIs(2));  // job-1, then job-2.
+  }
+}
+
+}  // namespace
+}  // namespace pscluster::scheduler

@@ -1,0 +1,160 @@
+// Stand-ins for ps_server and ps_worker in scheduler tests: real gRPC services on loopback that
+// implement the calls the scheduler makes (ParameterServer.UpdateShardMap/DropJob/Status,
+// WorkerControl.*), record what they received, and — for workers — simulate a training task by
+// reporting progress to the scheduler over gRPC. A FakeNode also registers and heartbeats like a
+// real daemon. They train nothing: the reported numbers are configured, not computed.
+#ifndef PSCLUSTER_SCHEDULER_TESTING_FAKE_NODES_H_
+#define PSCLUSTER_SCHEDULER_TESTING_FAKE_NODES_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/grpc_server.h"
+#include "proto/ps.grpc.pb.h"
+#include "proto/scheduler.grpc.pb.h"
+#include "proto/worker.grpc.pb.h"
+
+namespace pscluster::scheduler::testing {
+
+// What a fake worker reports while it "trains".
+struct SimulatedTraining {
+  int64_t total_steps = 20;
+  absl::Duration step_time = absl::Milliseconds(10);
+  int report_every = 5;            // Steps between progress reports.
+  int64_t fail_at_step = -1;       // Report `error` at this step (-1 = never).
+  std::string error = "simulated failure";
+  double test_accuracy = 0.9;      // Reported with the final report.
+  std::string export_dir;          // Rank 0 reports <export_dir>/<job_id>.safetensors when done
+                                   // (the spec's export_path when set).
+  bool run = true;                 // false: accept tasks but report nothing.
+};
+
+class FakeParameterServer final : public v1::ParameterServer::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* UpdateShardMap(grpc::CallbackServerContext* ctx,
+                                           const v1::UpdateShardMapRequest* req,
+                                           v1::UpdateShardMapResponse* resp) override;
+  grpc::ServerUnaryReactor* DropJob(grpc::CallbackServerContext* ctx,
+                                    const v1::DropJobRequest* req,
+                                    v1::DropJobResponse* resp) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
+                                   const v1::ServerStatusRequest* req,
+                                   v1::ServerStatus* resp) override;
+
+  // Makes UpdateShardMap fail with `status` (OK = succeed again).
+  void FailUpdates(grpc::Status status);
+  // Ranks reported in Status as holding parked pulls back.
+  void SetWaitingFor(std::vector<uint32_t> ranks);
+
+  std::vector<v1::UpdateShardMapRequest> updates() const;
+  std::vector<std::string> dropped() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  grpc::Status fail_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> waiting_for_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::UpdateShardMapRequest> updates_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> dropped_ ABSL_GUARDED_BY(mu_);
+};
+
+class FakeWorker final : public v1::WorkerControl::CallbackService {
+ public:
+  // `scheduler_address` receives the progress reports ("" = none are sent).
+  FakeWorker(std::string scheduler_address, SimulatedTraining training);
+  ~FakeWorker() override;
+
+  grpc::ServerUnaryReactor* AssignTask(grpc::CallbackServerContext* ctx,
+                                       const v1::AssignTaskRequest* req,
+                                       v1::AssignTaskResponse* resp) override;
+  grpc::ServerUnaryReactor* StopTask(grpc::CallbackServerContext* ctx,
+                                     const v1::StopTaskRequest* req,
+                                     v1::StopTaskResponse* resp) override;
+  grpc::ServerUnaryReactor* UpdateShardMap(grpc::CallbackServerContext* ctx,
+                                           const v1::WorkerShardMapRequest* req,
+                                           v1::WorkerShardMapResponse* resp) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
+                                   const v1::WorkerStatusRequest* req,
+                                   v1::WorkerStatus* resp) override;
+
+  void set_node_id(const std::string& id);
+  std::vector<v1::AssignTaskRequest> assigned() const;
+  std::vector<v1::StopTaskRequest> stopped() const;
+  bool busy() const;
+  // Ends the current task as if it had finished (for workers that do not simulate training).
+  void FinishTask();
+  // Waits for the simulated task to end.
+  void JoinTask();
+
+ private:
+  void Train(v1::AssignTaskRequest task);
+
+  const std::string scheduler_address_;
+  const SimulatedTraining training_;
+  mutable absl::Mutex mu_;
+  std::string node_id_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  std::string job_id_ ABSL_GUARDED_BY(mu_);
+  uint32_t rank_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<v1::AssignTaskRequest> assigned_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::StopTaskRequest> stopped_ ABSL_GUARDED_BY(mu_);
+  std::thread task_;
+};
+
+struct FakeNodeOptions {
+  v1::NodeRole role = v1::ROLE_WORKER;
+  std::string scheduler_address;         // Registers and heartbeats here ("" = it does not).
+  std::string listen_address = "127.0.0.1:0";
+  std::string port_file;
+  v1::Resources capacity;
+  absl::Duration heartbeat_interval = absl::Milliseconds(100);
+  SimulatedTraining training;            // Workers only.
+};
+
+// A whole stand-in daemon: gRPC server (with health) on its own port, registration, heartbeats.
+class FakeNode {
+ public:
+  static absl::StatusOr<std::unique_ptr<FakeNode>> Start(const FakeNodeOptions& options);
+  ~FakeNode();
+
+  // Deregisters and stops.
+  void Stop();
+  // Stops like a killed process: no deregistration, heartbeats and service just end.
+  void Crash();
+  // Stops heartbeating but keeps serving (a paused or partitioned node).
+  void PauseHeartbeats();
+
+  const std::string& address() const { return server_->address(); }
+  std::string node_id() const;
+  // Waits until the node has registered (an id) or `timeout` passes.
+  bool WaitRegistered(absl::Duration timeout) const;
+  FakeParameterServer* server() { return ps_.get(); }
+  FakeWorker* worker() { return worker_.get(); }
+
+ private:
+  FakeNode() = default;
+  void HeartbeatLoop();
+
+  FakeNodeOptions options_;
+  std::unique_ptr<FakeParameterServer> ps_;
+  std::unique_ptr<FakeWorker> worker_;
+  std::unique_ptr<GrpcServer> server_;
+  mutable absl::Mutex mu_;
+  std::string node_id_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread heartbeats_;
+  bool stopped_ = false;
+};
+
+}  // namespace pscluster::scheduler::testing
+
+#endif  // PSCLUSTER_SCHEDULER_TESTING_FAKE_NODES_H_

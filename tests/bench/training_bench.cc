@@ -1,0 +1,286 @@
+// Training throughput through the parameter servers against the same model trained in one
+// process, measured in the same run (issue: distribution overhead).
+//
+//   training_bench [--epochs=1] [--batch=128] [--hidden=512,256] [--server_bin=PATH]
+//
+// Rows, each the MLP on Fashion-MNIST with the CPU backend:
+//   single process   model + Adam applied in-process (the servers' own update code), no PS
+//   1 server x 1     a real ps_server process on loopback + one worker training loop
+//   1 server x 2     the same server + two workers (samples/s summed)
+// The ratio column divides by the single-process rate. A per-step breakdown (pull wait,
+// compute, push wait) shows where the cluster's time goes.
+#include <cstdio>
+#include <numeric>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/atomic_file.h"
+#include "common/logging.h"
+#include "kernels/create_backend.h"
+#include "kernels/models/create_model.h"
+#include "kernels/models/host_init.h"
+#include "scheduler/psctl/subprocess.h"
+#include "server/optimizer.h"
+#include "worker/batcher.h"
+#include "worker/data/fashion_mnist.h"
+#include "worker/data/partition.h"
+#include "worker/standalone.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(int, epochs, 1, "epochs per measured run");
+ABSL_FLAG(int, batch, 128, "examples per step per worker");
+ABSL_FLAG(std::string, hidden, "512,256", "MLP hidden widths");
+ABSL_FLAG(int, cpu_threads, 0, "CPU backend threads (0 = all cores)");
+ABSL_FLAG(std::string, server_bin, "", "ps_server binary (default: next to this one in runfiles)");
+ABSL_FLAG(bool, skip_two_workers, false, "measure only the 1 x 1 cluster");
+
+namespace pscluster {
+namespace {
+
+using worker::TrainerResult;
+
+v1::JobSpec Spec(v1::ConsistencySpec::Mode mode = v1::ConsistencySpec::BSP) {
+  v1::JobSpec spec;
+  spec.set_name("bench");
+  spec.mutable_model()->set_kind("mlp");
+  for (absl::string_view h : absl::StrSplit(absl::GetFlag(FLAGS_hidden), ',', absl::SkipEmpty())) {
+    spec.mutable_model()->add_hidden(std::stoi(std::string(h)));
+  }
+  spec.mutable_dataset()->set_name("fashion_mnist");
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAM);
+  spec.mutable_optimizer()->set_learning_rate(1e-3f);
+  spec.mutable_consistency()->set_mode(mode);
+  if (mode == v1::ConsistencySpec::SSP) spec.mutable_consistency()->set_staleness(1);
+  spec.set_epochs(absl::GetFlag(FLAGS_epochs));
+  spec.set_batch_size(absl::GetFlag(FLAGS_batch));
+  spec.set_device("cpu");
+  spec.set_seed(1);
+  return spec;
+}
+
+struct Row {
+  std::string name;
+  double samples_per_sec = 0;
+  double pull = 0, compute = 0, push = 0;  // Seconds per step.
+  double accuracy = -1;
+};
+
+// The model trained in this process: batch -> TrainStep -> Adam on host buffers.
+absl::StatusOr<Row> SingleProcess(const data::FashionMnist& fm) {
+  v1::JobSpec spec = Spec();
+  kernels::BackendOptions bo;
+  bo.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  auto backend = kernels::CreateBackend("cpu", bo);
+  if (!backend.ok()) return backend.status();
+  v1::ModelSpec ms = spec.model();
+  ms.set_input_dim(784);
+  ms.set_num_classes(10);
+  auto model = kernels::CreateModel(ms, backend->get(), {spec.seed()});
+  if (!model.ok()) return model.status();
+  auto opt = ResolveOptimizer(spec.optimizer(), "optimizer");
+  if (!opt.ok()) return opt.status();
+  kernels::HostParams params(**model);
+  const auto& infos = (*model)->params();
+  std::vector<std::vector<float>> slots(infos.size());
+  for (size_t i = 0; i < infos.size(); ++i) {
+    size_t n = infos[i].num_elements();
+    slots[i].resize(n * opt->num_slots());
+    InitSlots(*opt, slots[i].data(), n);
+  }
+  worker::Batcher batcher(&fm.train);
+  auto part = data::PartitionExamples(fm.train.n, spec.seed(), {0, 1, 0, 0});
+  const int64_t batch = spec.batch_size();
+  const int64_t steps = fm.train.n / batch;
+  std::vector<int64_t> ids(batch);
+  int64_t t = 0;
+  absl::Duration compute;
+  absl::Time start = absl::Now();
+  for (uint32_t e = 0; e < spec.epochs(); ++e) {
+    auto order = data::EpochOrder(*part, spec.seed(), e, 0);
+    for (int64_t s = 0; s < steps; ++s) {
+      std::copy(order.begin() + s * batch, order.begin() + (s + 1) * batch, ids.begin());
+      kernels::Batch b = batcher.Make(ids);
+      auto values = params.Gather(std::vector<std::vector<uint64_t>>(infos.size()));
+      if (!values.ok()) return values.status();
+      kernels::Gradients grads = params.GradientBuffers();
+      kernels::StepResult r;
+      absl::Time c0 = absl::Now();
+      absl::Status st = (*model)->TrainStep(b, *values, grads, &r);
+      if (!st.ok()) return st;
+      compute += absl::Now() - c0;
+      ++t;
+      for (size_t i = 0; i < infos.size(); ++i) {
+        size_t n = infos[i].num_elements();
+        float* s0 = opt->num_slots() > 0 ? slots[i].data() : nullptr;
+        float* s1 = opt->num_slots() > 1 ? slots[i].data() + n : nullptr;
+        ApplyUpdate(*opt, t, n, grads.values[i].data(), params.dense(i).data(), s0, s1);
+      }
+    }
+  }
+  double secs = absl::ToDoubleSeconds(absl::Now() - start);
+  Row row;
+  row.name = "single process (no PS)";
+  row.samples_per_sec = t * batch / secs;
+  row.compute = absl::ToDoubleSeconds(compute) / t;
+  // Test accuracy of the trained model, for comparison with the cluster runs.
+  worker::Batcher test(&fm.test);
+  auto values = params.Gather(std::vector<std::vector<uint64_t>>(infos.size()));
+  if (!values.ok()) return values.status();
+  int64_t correct = 0;
+  for (int64_t start = 0; start < fm.test.n; start += 1000) {
+    std::vector<int64_t> ids(std::min<int64_t>(1000, fm.test.n - start));
+    std::iota(ids.begin(), ids.end(), start);
+    kernels::StepResult r;
+    absl::Status st = (*model)->Evaluate(test.Make(ids), *values, &r);
+    if (!st.ok()) return st;
+    correct += r.correct;
+  }
+  row.accuracy = static_cast<double>(correct) / fm.test.n;
+  return row;
+}
+
+class NullSink final : public worker::ProgressSink {
+ public:
+  bool Report(const v1::WorkerProgress&) override { return true; }
+  absl::StatusOr<v1::ShardMap> RefreshShardMap() override {
+    return absl::UnavailableError("fixed map");
+  }
+};
+
+absl::StatusOr<Row> Cluster(const std::string& server_address, int workers, int run,
+                            v1::ConsistencySpec::Mode mode) {
+  std::vector<std::unique_ptr<worker::Trainer>> trainers;
+  NullSink sink;
+  worker::TrainerOptions to;
+  to.device = "cpu";
+  to.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  to.install_shard_map = true;
+  to.eval_every_epoch = false;
+  for (int r = 0; r < workers; ++r) {
+    v1::AssignTaskRequest task;
+    task.set_job_id(absl::StrCat("bench-", workers, "x-", run));
+    *task.mutable_spec() = Spec(mode);
+    task.mutable_spec()->set_num_workers(workers);
+    task.set_rank(r);
+    task.set_num_workers(workers);
+    auto map = worker::RoundRobinShardMap(task.job_id(), {server_address}, 64);
+    if (!map.ok()) return map.status();
+    *task.mutable_shard_map() = *map;
+    auto t = worker::Trainer::Create(task, to, &sink);
+    if (!t.ok()) return t.status();
+    trainers.push_back(std::move(*t));
+  }
+  std::vector<absl::Status> st(workers);
+  std::vector<std::thread> threads;
+  for (int r = 1; r < workers; ++r) threads.emplace_back([&, r] { st[r] = trainers[r]->Run(); });
+  st[0] = trainers[0]->Run();
+  for (auto& t : threads) t.join();
+  Row row;
+  row.name = absl::StrCat("1 server x ", workers, " worker", workers > 1 ? "s" : "",
+                          mode == v1::ConsistencySpec::BSP ? " (BSP)" : " (SSP s=1, prefetch)");
+  int64_t steps = 0;
+  for (int r = 0; r < workers; ++r) {
+    if (!st[r].ok()) return st[r];
+    TrainerResult res = trainers[r]->result();
+    row.samples_per_sec += res.samples_per_sec;
+    steps += res.steps;
+    row.pull += res.pull_wait_sec;
+    row.compute += res.compute_sec;
+    row.push += res.push_wait_sec;
+  }
+  row.pull /= steps;
+  row.compute /= steps;
+  row.push /= steps;
+  row.accuracy = trainers[0]->result().test_accuracy;
+  return row;
+}
+
+std::string DefaultServerBin(const char* argv0) {
+  const char* srcdir = std::getenv("RUNFILES_DIR");
+  std::string base = srcdir ? std::string(srcdir) : std::string(argv0) + ".runfiles";
+  return base + "/pscluster/server/ps_server";
+}
+
+int Main(int argc, char** argv) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  (void)rest;
+  SetLogLevel("warn").IgnoreError();
+  auto fm = data::LoadFashionMnist("");
+  if (!fm.ok()) {
+    std::fprintf(stderr, "%s\n", fm.status().ToString().c_str());
+    return 1;
+  }
+  std::string server_bin = absl::GetFlag(FLAGS_server_bin);
+  if (server_bin.empty()) server_bin = DefaultServerBin(argv[0]);
+  char tmpl[] = "/tmp/training_bench.XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  psctl::SpawnOptions so;
+  so.binary = server_bin;
+  so.args = {"--listen=127.0.0.1:0", "--port_file=" + dir + "/port", "--log_level=warn"};
+  so.log_file = dir + "/server.log";
+  auto server = psctl::Subprocess::Spawn(so);
+  if (!server.ok()) {
+    std::fprintf(stderr, "--server_bin: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  std::string address;
+  for (int i = 0; i < 200 && address.empty(); ++i) {
+    auto text = ReadFile(dir + "/port");
+    if (text.ok() && !text->empty()) address = std::string(absl::StripAsciiWhitespace(*text));
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  if (address.empty()) {
+    std::fprintf(stderr, "ps_server did not start (log: %s/server.log)\n", dir.c_str());
+    return 1;
+  }
+
+  std::printf("MLP %s on Fashion-MNIST, batch %d, %d epoch(s) per run, CPU backend, %u cores\n",
+              absl::GetFlag(FLAGS_hidden).c_str(), absl::GetFlag(FLAGS_batch),
+              absl::GetFlag(FLAGS_epochs), std::thread::hardware_concurrency());
+  std::vector<Row> rows;
+  std::fprintf(stderr, "training in one process...\n");
+  auto single = SingleProcess(*fm);
+  if (!single.ok()) {
+    std::fprintf(stderr, "single process: %s\n", single.status().ToString().c_str());
+    return 1;
+  }
+  rows.push_back(*single);
+  int run = 0;
+  for (auto [workers, mode] : std::vector<std::pair<int, v1::ConsistencySpec::Mode>>{
+           {1, v1::ConsistencySpec::BSP},
+           {1, v1::ConsistencySpec::SSP},
+           {2, v1::ConsistencySpec::BSP}}) {
+    if (workers == 2 && absl::GetFlag(FLAGS_skip_two_workers)) continue;
+    std::fprintf(stderr, "training through the server with %d worker(s)...\n", workers);
+    auto row = Cluster(address, workers, run++, mode);
+    if (!row.ok()) {
+      std::fprintf(stderr, "%d workers: %s\n", workers, row.status().ToString().c_str());
+      return 1;
+    }
+    rows.push_back(*row);
+  }
+  std::printf("\n| run | samples/s | ratio to single process | pull wait ms/step | compute ms/step | push wait ms/step | test acc |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::printf("| %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.4f |\n", r.name.c_str(),
+                r.samples_per_sec, r.samples_per_sec / rows[0].samples_per_sec, r.pull * 1e3,
+                r.compute * 1e3, r.push * 1e3, r.accuracy);
+  }
+  if (rows.size() == 4) {
+    std::printf("\n2 workers / 1 worker (BSP): %.2f\n",
+                rows[3].samples_per_sec / rows[1].samples_per_sec);
+  }
+  (*server)->Terminate(absl::Seconds(5));
+  return 0;
+}
+
+}  // namespace
+}  // namespace pscluster
+
+int main(int argc, char** argv) { return pscluster::Main(argc, argv); }

@@ -1,0 +1,240 @@
+// Workers' training loop against real parameter servers started in this process (gRPC on
+// loopback, port 0): two servers, one or two trainers on threads, no scheduler.
+#include "worker/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+#include "common/clock.h"
+#include "common/safetensors.h"
+#include "server/ps_server.h"
+#include "worker/standalone.h"
+
+namespace pscluster::worker {
+namespace {
+
+// Collects progress; never asks the task to stop unless told to.
+class TestSink final : public ProgressSink {
+ public:
+  bool Report(const v1::WorkerProgress& p) override {
+    absl::MutexLock l(&mu_);
+    reports_.push_back(p);
+    return !stop_;
+  }
+  absl::StatusOr<v1::ShardMap> RefreshShardMap() override {
+    return absl::UnavailableError("no scheduler in this test");
+  }
+  void Stop() {
+    absl::MutexLock l(&mu_);
+    stop_ = true;
+  }
+  std::vector<v1::WorkerProgress> reports() {
+    absl::MutexLock l(&mu_);
+    return reports_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::WorkerProgress> reports_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int i = 0; i < 2; ++i) {
+      auto s = PsServer::Start(PsServerOptions{}, &clock_);
+      ASSERT_TRUE(s.ok()) << s.status();
+      addresses_.push_back((*s)->address());
+      servers_.push_back(std::move(*s));
+    }
+  }
+  void TearDown() override {
+    for (auto& s : servers_) s->Shutdown();
+  }
+
+  v1::AssignTaskRequest Task(const std::string& job, uint32_t rank, uint32_t workers) {
+    v1::AssignTaskRequest t;
+    t.set_job_id(job);
+    t.set_rank(rank);
+    t.set_num_workers(workers);
+    v1::JobSpec* spec = t.mutable_spec();
+    spec->set_name(job);
+    spec->mutable_model()->set_kind("softmax");
+    spec->mutable_dataset()->set_name("fashion_mnist");
+    spec->mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+    spec->mutable_optimizer()->set_learning_rate(0.01f);
+    spec->mutable_consistency()->set_mode(v1::ConsistencySpec::BSP);
+    spec->set_num_servers(2);
+    spec->set_num_workers(workers);
+    spec->set_epochs(1);
+    spec->set_batch_size(100);
+    spec->set_seed(5);
+    *t.mutable_shard_map() = *RoundRobinShardMap(job, addresses_, 16);
+    return t;
+  }
+
+  TrainerOptions Options() {
+    TrainerOptions o;
+    o.device = "cpu";
+    o.cpu_threads = 1;
+    o.install_shard_map = true;
+    o.report_interval = absl::Milliseconds(100);
+    o.call_timeout = absl::Seconds(30);
+    return o;
+  }
+
+  RealClock clock_;
+  std::vector<std::unique_ptr<PsServer>> servers_;
+  std::vector<std::string> addresses_;
+};
+
+TEST_F(TrainerTest, TwoWorkersTrainSoftmaxUnderBspAndExport) {
+  // The export directory does not exist yet: rank 0 creates it.
+  std::string export_path =
+      std::string(std::getenv("TEST_TMPDIR")) + "/models/new/softmax.safetensors";
+  TestSink sinks[2];
+  std::unique_ptr<Trainer> trainers[2];
+  for (uint32_t r = 0; r < 2; ++r) {
+    auto task = Task("job-bsp", r, 2);
+    task.mutable_spec()->set_export_path(export_path);
+    auto t = Trainer::Create(task, Options(), &sinks[r]);
+    ASSERT_TRUE(t.ok()) << t.status();
+    trainers[r] = std::move(*t);
+  }
+  absl::Status st[2];
+  std::thread other([&] { st[1] = trainers[1]->Run(); });
+  st[0] = trainers[0]->Run();
+  other.join();
+  ASSERT_TRUE(st[0].ok()) << st[0];
+  ASSERT_TRUE(st[1].ok()) << st[1];
+
+  TrainerResult r0 = trainers[0]->result();
+  // 60,000 images / 2 workers / 100 per batch.
+  EXPECT_EQ(r0.steps, 300);
+  EXPECT_EQ(trainers[1]->result().steps, 300);
+  // One epoch of softmax regression on Fashion-MNIST lands near the published 0.84.
+  EXPECT_GT(r0.test_accuracy, 0.78) << r0.test_accuracy;
+  EXPECT_LT(r0.test_loss, 0.8);
+  EXPECT_EQ(trainers[1]->result().test_accuracy, -1);  // Only rank 0 evaluates.
+
+  // Progress was reported with the schedule's totals, and the final report says where the model
+  // went.
+  auto reports = sinks[0].reports();
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.back().step(), 300);
+  EXPECT_EQ(reports.back().total_steps(), 300);
+  EXPECT_EQ(reports.back().epoch(), 1u);
+  EXPECT_EQ(reports.back().export_path(), export_path);
+  EXPECT_GT(reports.back().samples_per_sec(), 0);
+
+  auto file = SafetensorsFile::Read(export_path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const auto* w = file->Find("linear/weight");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->shape, (std::vector<uint64_t>{784, 10}));
+  ASSERT_NE(file->Find("linear/bias"), nullptr);
+  EXPECT_EQ(file->metadata().at("job_id"), "job-bsp");
+}
+
+// Under SSP (s >= 1) and ASP the worker prefetches step n + 1's parameters while computing step n.
+TEST_F(TrainerTest, SspAndAspWithPrefetchTrainToo) {
+  for (auto mode : {v1::ConsistencySpec::SSP, v1::ConsistencySpec::ASP}) {
+    TestSink sinks[2];
+    std::unique_ptr<Trainer> trainers[2];
+    std::string job = absl::StrCat("job-", v1::ConsistencySpec::Mode_Name(mode));
+    for (uint32_t r = 0; r < 2; ++r) {
+      auto task = Task(job, r, 2);
+      task.mutable_spec()->mutable_consistency()->set_mode(mode);
+      task.mutable_spec()->mutable_consistency()->set_staleness(2);
+      auto t = Trainer::Create(task, Options(), &sinks[r]);
+      ASSERT_TRUE(t.ok()) << t.status();
+      trainers[r] = std::move(*t);
+    }
+    absl::Status st[2];
+    std::thread other([&] { st[1] = trainers[1]->Run(); });
+    st[0] = trainers[0]->Run();
+    other.join();
+    ASSERT_TRUE(st[0].ok()) << st[0];
+    ASSERT_TRUE(st[1].ok()) << st[1];
+    EXPECT_EQ(trainers[0]->result().steps, 300);
+    EXPECT_GT(trainers[0]->result().test_accuracy, 0.78) << job;
+  }
+}
+
+TEST_F(TrainerTest, CancelStopsPromptly) {
+  TestSink sink;
+  auto task = Task("job-cancel", 0, 1);
+  task.mutable_spec()->set_epochs(50);
+  auto t = Trainer::Create(task, Options(), &sink);
+  ASSERT_TRUE(t.ok());
+  absl::Status st;
+  std::thread run([&] { st = (*t)->Run(); });
+  absl::SleepFor(absl::Seconds(2));
+  (*t)->Cancel("test over");
+  absl::Time cancelled = absl::Now();
+  run.join();
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
+  EXPECT_EQ(st.message(), "test over");
+  EXPECT_LT(absl::Now() - cancelled, absl::Seconds(10));
+  EXPECT_GT((*t)->Snapshot().step, 0);
+}
+
+TEST_F(TrainerTest, SinkCanStopTheTask) {
+  TestSink sink;
+  sink.Stop();
+  auto task = Task("job-stop", 0, 1);
+  task.mutable_spec()->set_epochs(50);
+  auto t = Trainer::Create(task, Options(), &sink);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)->Run().code(), absl::StatusCode::kCancelled);
+}
+
+TEST_F(TrainerTest, BadTasksAreRefusedWithTheFieldNamed) {
+  TestSink sink;
+  auto task = Task("job-bad", 0, 1);
+  task.mutable_spec()->set_batch_size(0);
+  auto t = Trainer::Create(task, Options(), &sink);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("batch_size"), std::string::npos);
+
+  task = Task("job-bad", 0, 1);
+  task.mutable_spec()->mutable_dataset()->set_path("/nonexistent/fashion");
+  auto t2 = Trainer::Create(task, Options(), &sink);
+  ASSERT_TRUE(t2.ok());
+  absl::Status s = (*t2)->Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("/nonexistent/fashion"), std::string::npos) << s;
+
+  task = Task("job-bad", 0, 1);
+  task.mutable_spec()->mutable_model()->set_kind("transformer");
+  auto t3 = Trainer::Create(task, Options(), &sink);
+  ASSERT_TRUE(t3.ok());
+  s = (*t3)->Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("model.kind"), std::string::npos) << s;
+
+  // An export path that cannot be written fails the task before any training.
+  task = Task("job-bad", 0, 1);
+  task.mutable_spec()->set_export_path("/proc/no-such-dir/model.safetensors");
+  auto t5 = Trainer::Create(task, Options(), &sink);
+  ASSERT_TRUE(t5.ok());
+  s = (*t5)->Run();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("export_path"), std::string::npos) << s;
+  EXPECT_EQ((*t5)->Snapshot().step, 0);
+
+  task = Task("job-bad", 0, 1);
+  (*task.mutable_spec()->mutable_table_optimizers())["nope"].set_learning_rate(1);
+  auto t4 = Trainer::Create(task, Options(), &sink);
+  ASSERT_TRUE(t4.ok());
+  s = (*t4)->Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("table_optimizers: 'nope'"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace pscluster::worker

@@ -1,0 +1,65 @@
+#include "worker/data/partition.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+namespace pscluster::data {
+namespace {
+
+TEST(PartitionTest, PartsAreDisjointCoverAllAndRepeat) {
+  constexpr int64_t kN = 1003;
+  std::set<int64_t> seen;
+  size_t total = 0;
+  for (uint32_t i = 0; i < 3; ++i) {
+    auto part = PartitionExamples(kN, 42, {i, 3, 0, 0});
+    ASSERT_TRUE(part.ok());
+    EXPECT_NEAR(static_cast<double>(part->size()), kN / 3.0, 1.0);
+    total += part->size();
+    seen.insert(part->begin(), part->end());
+    EXPECT_EQ(*part, *PartitionExamples(kN, 42, {i, 3, 0, 0}));  // Deterministic.
+  }
+  EXPECT_EQ(total, static_cast<size_t>(kN));
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kN));
+  EXPECT_NE(*PartitionExamples(kN, 42, {0, 3, 0, 0}), *PartitionExamples(kN, 43, {0, 3, 0, 0}));
+}
+
+TEST(PartitionTest, ExplicitRanges) {
+  auto a = PartitionExamples(100, 1, {0, 2, 0, 70});
+  auto b = PartitionExamples(100, 1, {1, 2, 70, 100});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 70u);
+  EXPECT_EQ(b->size(), 30u);
+  std::set<int64_t> all(a->begin(), a->end());
+  all.insert(b->begin(), b->end());
+  EXPECT_EQ(all.size(), 100u);
+}
+
+TEST(PartitionTest, BadSpecsAreInvalidArgument) {
+  EXPECT_EQ(PartitionExamples(100, 1, {3, 3, 0, 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PartitionExamples(100, 1, {0, 0, 0, 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PartitionExamples(100, 1, {0, 1, 50, 101}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PartitionExamples(2, 1, {0, 3, 0, 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PartitionExamples(0, 1, {0, 1, 0, 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PartitionTest, EpochOrderIsAPermutationThatChangesPerEpoch) {
+  auto part = *PartitionExamples(500, 7, {1, 2, 0, 0});
+  auto e0 = EpochOrder(part, 7, 0, 1);
+  auto e1 = EpochOrder(part, 7, 1, 1);
+  EXPECT_NE(e0, e1);
+  EXPECT_EQ(e0, EpochOrder(part, 7, 0, 1));
+  auto sorted0 = e0, sorted_part = part;
+  std::sort(sorted0.begin(), sorted0.end());
+  std::sort(sorted_part.begin(), sorted_part.end());
+  EXPECT_EQ(sorted0, sorted_part);
+}
+
+}  // namespace
+}  // namespace pscluster::data

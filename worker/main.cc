@@ -1,0 +1,259 @@
+// ps_worker: the pscluster training worker. Flags are defined here only; they fill
+// WorkerNodeOptions and TrainerOptions.
+//
+// With --scheduler, the worker registers, heartbeats and trains the tasks the scheduler assigns,
+// until SIGINT/SIGTERM. Without it (standalone), it trains one job given as --job=FILE.yaml
+// against --servers=HOST:PORT,... as rank --rank of --num_workers, prints the result and exits.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/atomic_file.h"
+#include "common/grpc_server.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "kernels/device_probe.h"
+#include "scheduler/job_yaml.h"
+#include "worker/scheduler_client.h"
+#include "worker/standalone.h"
+#include "worker/trainer.h"
+#include "worker/worker_node.h"
+#include "worker/worker_service.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve WorkerControl on (port 0 = any)");
+ABSL_FLAG(std::string, advertise_host, "",
+          "host the scheduler should call this worker at (default: the --listen host; "
+          "127.0.0.1 when listening on all interfaces)");
+ABSL_FLAG(std::string, port_file, "", "write the real host:port here once serving");
+ABSL_FLAG(std::string, scheduler, "", "host:port of ps_scheduler (empty = standalone, see --job)");
+ABSL_FLAG(std::string, device, "auto",
+          "compute backend when a job leaves it open: auto (CUDA if a device is usable, else "
+          "CPU), cuda, cuda:N or cpu");
+ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend (0 = all cores)");
+ABSL_FLAG(int, cpu_slots, 1, "CPU training tasks offered to the scheduler");
+ABSL_FLAG(uint64_t, memory_bytes, 0, "memory offered to the scheduler (0 = physical memory)");
+ABSL_FLAG(std::string, fashion_mnist_dir, "",
+          "Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)");
+ABSL_FLAG(std::string, spam_assassin_dir, "",
+          "SpamAssassin corpus (default /usr/local/share/pscluster/spam-assassin/data)");
+ABSL_FLAG(int, call_timeout_sec, 120,
+          "deadline of each pull/push, waiting for slower workers included");
+ABSL_FLAG(int, register_timeout_sec, 60,
+          "give up registering with --scheduler after this long (exit 138, retryable)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port serving Prometheus text at /metrics (empty = no metrics endpoint)");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of this worker (TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle verifying peers (mutual TLS)");
+// Standalone mode.
+ABSL_FLAG(std::string, job, "", "standalone: job YAML file to train");
+ABSL_FLAG(std::string, servers, "", "standalone: comma-separated host:port of ps_server daemons");
+ABSL_FLAG(int, rank, 0, "standalone: this worker's rank");
+ABSL_FLAG(int, num_workers, 0, "standalone: workers in the job (default: the job's num_workers)");
+
+namespace {
+
+constexpr int kExitRetryable = 138;
+
+int Fail(const absl::Status& s, int code = 1) {
+  std::fprintf(stderr, "ps_worker: %s\n", s.ToString().c_str());
+  return code;
+}
+
+uint64_t PhysicalMemory() {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(size) : 0;
+}
+
+// Logs progress in standalone runs.
+class LogSink final : public pscluster::worker::ProgressSink {
+ public:
+  bool Report(const pscluster::v1::WorkerProgress& p) override {
+    pscluster::Logger("worker")->info(
+        "rank {} step {}/{} epoch {} loss {:.4f} train acc {:.4f} test acc {:.4f} {:.0f} samples/s",
+        p.rank(), p.step(), p.total_steps(), p.epoch(), p.loss(), p.train_accuracy(),
+        p.test_accuracy(), p.samples_per_sec());
+    return true;
+  }
+  absl::StatusOr<pscluster::v1::ShardMap> RefreshShardMap() override {
+    return absl::UnavailableError("standalone worker: the shard map is fixed");
+  }
+};
+
+int RunStandalone(const pscluster::worker::TrainerOptions& base) {
+  using namespace pscluster;
+  std::string job_file = absl::GetFlag(FLAGS_job);
+  if (job_file.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "give --scheduler=HOST:PORT, or --job=FILE.yaml with --servers for a standalone run"), 2);
+  }
+  auto text = ReadFile(job_file);
+  if (!text.ok()) return Fail(text.status(), 2);
+  auto spec = scheduler::LoadJobYaml(*text, job_file);
+  if (!spec.ok()) return Fail(spec.status(), 2);
+  std::vector<std::string> servers =
+      absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
+  v1::AssignTaskRequest task;
+  task.set_job_id(absl::StrCat("standalone-", spec->name()));
+  *task.mutable_spec() = *spec;
+  int workers = absl::GetFlag(FLAGS_num_workers);
+  task.set_num_workers(workers > 0 ? workers : std::max<uint32_t>(1, spec->num_workers()));
+  int rank = absl::GetFlag(FLAGS_rank);
+  if (rank < 0 || static_cast<uint32_t>(rank) >= task.num_workers()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--rank: ", rank, " is not below the number of workers ", task.num_workers())), 2);
+  }
+  task.set_rank(rank);
+  auto map = worker::RoundRobinShardMap(task.job_id(), servers, spec->num_virtual_shards());
+  if (!map.ok()) return Fail(map.status(), 2);
+  *task.mutable_shard_map() = *map;
+  worker::TrainerOptions opts = base;
+  opts.install_shard_map = true;
+  LogSink sink;
+  auto trainer = worker::Trainer::Create(task, opts, &sink);
+  if (!trainer.ok()) return Fail(trainer.status(), 2);
+  absl::Status s = (*trainer)->Run();
+  if (!s.ok()) return Fail(s);
+  worker::TrainerResult r = (*trainer)->result();
+  std::printf("steps %lld  test accuracy %.4f  test loss %.4f  %.0f samples/s  device %s%s%s\n",
+              static_cast<long long>(r.steps), r.test_accuracy, r.test_loss, r.samples_per_sec,
+              r.device.c_str(), r.export_path.empty() ? "" : "  exported ",
+              r.export_path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace pscluster;
+  absl::SetProgramUsageMessage(
+      "ps_worker --scheduler=HOST:PORT [--listen=HOST:PORT] [--device=auto|cuda|cpu]\n"
+      "   or: ps_worker --job=FILE.yaml --servers=HOST:PORT,... [--rank=R --num_workers=N]\n"
+      "The pscluster training worker.");
+  absl::ParseCommandLine(argc, argv);
+  absl::Status s = SetLogLevel(absl::GetFlag(FLAGS_log_level));
+  if (!s.ok()) return Fail(s, 2);
+  auto log = Logger("worker");
+
+  worker::TrainerOptions topts;
+  topts.device = absl::GetFlag(FLAGS_device);
+  topts.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  topts.data_dirs.fashion_mnist = absl::GetFlag(FLAGS_fashion_mnist_dir);
+  topts.data_dirs.spam_assassin = absl::GetFlag(FLAGS_spam_assassin_dir);
+  topts.channel.tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  topts.channel.tls.key = absl::GetFlag(FLAGS_tls_key);
+  topts.channel.tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  topts.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_sec));
+  if (topts.cpu_threads < 0) return Fail(absl::InvalidArgumentError("--cpu_threads: must be >= 0"), 2);
+  if (absl::GetFlag(FLAGS_call_timeout_sec) <= 0) {
+    return Fail(absl::InvalidArgumentError("--call_timeout_sec: must be > 0"), 2);
+  }
+  const std::string device = topts.device;
+  if (device != "auto" && device != "cpu" && device.rfind("cuda", 0) != 0) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--device: '", device, "' must be auto, cuda, cuda:N or cpu")), 2);
+  }
+
+  if (absl::GetFlag(FLAGS_scheduler).empty()) return RunStandalone(topts);
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto scheduler = worker::SchedulerClient::Create(absl::GetFlag(FLAGS_scheduler), topts.channel,
+                                                   absl::Seconds(5));
+  if (!scheduler.ok()) return Fail(scheduler.status(), 2);
+
+  CudaAvailability cuda = ProbeCuda();
+  worker::WorkerNodeOptions nopts;
+  nopts.capacity.set_cpu_slots(std::max(0, absl::GetFlag(FLAGS_cpu_slots)));
+  nopts.capacity.set_gpus(device == "cpu" ? 0 : static_cast<uint32_t>(cuda.device_count));
+  uint64_t mem = absl::GetFlag(FLAGS_memory_bytes);
+  nopts.capacity.set_memory_bytes(mem > 0 ? mem : PhysicalMemory());
+  nopts.device = cuda.usable() && device != "cpu"
+                     ? absl::StrCat("cuda (", cuda.device_count, " x ", cuda.device_name, ")")
+                     : std::string("cpu");
+  nopts.registration_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_sec));
+  if (!cuda.usable()) log->info("CUDA: {}", cuda.reason);
+
+  auto factory = [topts](const v1::AssignTaskRequest& task, worker::ProgressSink* sink)
+      -> absl::StatusOr<std::unique_ptr<worker::TaskRunner>> {
+    auto t = worker::Trainer::Create(task, topts, sink);
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<worker::TaskRunner>(std::move(*t));
+  };
+  auto node = std::make_unique<worker::WorkerNode>(nopts, scheduler->get(), factory);
+  worker::WorkerService service(node.get());
+  GrpcServerOptions gopts;
+  gopts.listen_address = absl::GetFlag(FLAGS_listen);
+  gopts.tls = topts.channel.tls;
+  gopts.component = "worker";
+  auto server = GrpcServer::Start(gopts, {&service});
+  if (!server.ok()) return Fail(server.status(), 2);
+  std::string host = absl::GetFlag(FLAGS_advertise_host);
+  std::string address = host.empty() ? (*server)->address()
+                                     : absl::StrCat(host, ":", (*server)->port());
+  node->SetAddress(address);
+
+  // Prometheus metrics, computed from the node's status at scrape time.
+  MetricsRegistry metrics;
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  worker::WorkerNode* n = node.get();
+  auto gauge = [&metrics, n](const std::string& name, const std::string& help,
+                             std::function<double(const v1::WorkerStatus&)> fn) {
+    metrics.AddGaugeCallback(name, help, [n, fn] {
+      v1::WorkerStatus st = n->Status();
+      return std::vector<Sample>{{"", fn(st)}};
+    });
+  };
+  gauge("pscluster_worker_busy", "1 while a training task runs.",
+        [](const v1::WorkerStatus& s) { return s.busy() ? 1.0 : 0.0; });
+  gauge("pscluster_worker_step", "Steps completed by the current task.",
+        [](const v1::WorkerStatus& s) { return static_cast<double>(s.step()); });
+  gauge("pscluster_worker_samples_per_second", "Training throughput, last window.",
+        [](const v1::WorkerStatus& s) { return s.samples_per_sec(); });
+  gauge("pscluster_worker_pull_wait_seconds", "Time waiting on pulls, current task.",
+        [](const v1::WorkerStatus& s) { return s.pull_wait_sec(); });
+  gauge("pscluster_worker_compute_seconds", "Time computing, current task.",
+        [](const v1::WorkerStatus& s) { return s.compute_sec(); });
+  gauge("pscluster_worker_push_wait_seconds", "Time blocked on pushes, current task.",
+        [](const v1::WorkerStatus& s) { return s.push_sec(); });
+  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
+    auto ms = MetricsHttpServer::Start(absl::GetFlag(FLAGS_metrics_listen), &metrics);
+    if (!ms.ok()) return Fail(ms.status(), 2);
+    metrics_server = std::move(*ms);
+    log->info("Prometheus metrics on port {} (/metrics)", metrics_server->port());
+  }
+
+  std::atomic<int> exit_code{0};
+  node->Start([&exit_code](absl::Status why) {
+    exit_code.store(kExitRetryable);
+    Logger("worker")->error("exiting: {}", why);
+    kill(getpid(), SIGTERM);
+  });
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    s = WriteFileAtomically(absl::GetFlag(FLAGS_port_file), address + "\n");
+    if (!s.ok()) return Fail(s, 2);
+  }
+  log->info("ps_worker serving on {} (scheduler {}, device {})", address,
+            absl::GetFlag(FLAGS_scheduler), nopts.device);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  if (exit_code.load() == 0) log->info("signal {}: shutting down", sig);
+  (*server)->Shutdown(absl::Seconds(2));
+  node->Shutdown();
+  return exit_code.load();
+}

@@ -1,0 +1,47 @@
+#include "worker/tables.h"
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace pscluster::worker {
+
+absl::StatusOr<std::vector<v1::TableSpec>> TableSpecsFor(const kernels::Model& model,
+                                                         const v1::JobSpec& spec) {
+  absl::flat_hash_set<std::string> names;
+  for (const auto& p : model.params()) names.insert(p.name);
+  for (const auto& [name, unused] : spec.table_optimizers()) {
+    if (!names.contains(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table_optimizers: '", name, "' is not a parameter of the ", model.kind(), " model"));
+    }
+  }
+  for (const auto& [name, unused] : spec.table_compression()) {
+    if (!names.contains(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table_compression: '", name, "' is not a parameter of the ", model.kind(), " model"));
+    }
+  }
+  std::vector<v1::TableSpec> out;
+  for (const kernels::ParamInfo& p : model.params()) {
+    v1::TableSpec t;
+    t.set_name(p.name);
+    t.set_dtype(v1::DT_FLOAT32);
+    if (p.sparse) {
+      t.set_kind(v1::SPARSE);
+      t.set_row_width(static_cast<uint32_t>(p.row_width));
+      t.set_key_space(p.key_space);
+    } else {
+      t.set_kind(v1::DENSE);
+      for (int64_t d : p.shape) t.mutable_shape()->add_dims(static_cast<uint64_t>(d));
+    }
+    *t.mutable_init() = p.init;
+    auto opt = spec.table_optimizers().find(p.name);
+    *t.mutable_optimizer() = opt != spec.table_optimizers().end() ? opt->second : spec.optimizer();
+    auto comp = spec.table_compression().find(p.name);
+    if (comp != spec.table_compression().end()) *t.mutable_compression() = comp->second;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace pscluster::worker

@@ -1,0 +1,20 @@
+// The parameter-server tables of a job: one TableSpec per model parameter, with the job's
+// optimizer (or the table's override) and compression.
+#ifndef PSCLUSTER_WORKER_TABLES_H_
+#define PSCLUSTER_WORKER_TABLES_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/models/model.h"
+#include "proto/job.pb.h"
+
+namespace pscluster::worker {
+
+// INVALID_ARGUMENT names a table_optimizers / table_compression key that matches no parameter.
+absl::StatusOr<std::vector<v1::TableSpec>> TableSpecsFor(const kernels::Model& model,
+                                                         const v1::JobSpec& spec);
+
+}  // namespace pscluster::worker
+
+#endif  // PSCLUSTER_WORKER_TABLES_H_

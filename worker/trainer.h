@@ -1,0 +1,106 @@
+// One worker's training task: data partition -> pull -> compute (kernels/) -> push, for every
+// epoch, with test-set evaluation after each epoch (rank 0) and the model exported at the end
+// (rank 0, safetensors).
+//
+// The push of step n runs on a second thread while the worker pulls and computes step n+1 (the
+// servers order the two under BSP/SSP: the pull for n+1 is answered only once the slowest
+// worker's push of n - staleness arrived, ours included). Buffers are double-buffered so that a
+// push reads step n's gradients while step n+1 fills the other set.
+//
+// Every worker of a job runs the same number of steps per epoch (the smallest partition's), so
+// the BSP barrier never waits for a worker that has already finished.
+//
+// Thread model: Run() on the task thread (it owns the model, backend, data and client; the
+// pusher thread only reads a finished gradient slot); Cancel(), UpdateShardMap() and Snapshot()
+// from any thread.
+#ifndef PSCLUSTER_WORKER_TRAINER_H_
+#define PSCLUSTER_WORKER_TRAINER_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/channel.h"
+#include "proto/worker.pb.h"
+#include "worker/task_data.h"
+#include "worker/task_runner.h"
+
+namespace pscluster {
+class PsClient;
+}
+
+namespace pscluster::worker {
+
+struct TrainerOptions {
+  // Backend when the job leaves it to the worker (JobSpec.device empty or "auto"):
+  // "auto", "cuda", "cuda:N" or "cpu".
+  std::string device = "auto";
+  int cpu_threads = 0;                  // CPU backend threads; 0 = all cores.
+  DataDirs data_dirs;
+  ChannelOptions channel;               // TLS to the servers.
+  // Deadline of each pull/push (waiting for slow workers under BSP/SSP included).
+  absl::Duration call_timeout = absl::Seconds(120);
+  // Send the shard map to the servers before creating tables (standalone runs, with no
+  // scheduler to do it).
+  bool install_shard_map = false;
+  absl::Duration report_interval = absl::Seconds(1);
+  // Evaluate on the test set after each epoch (rank 0 only); the final evaluation always runs.
+  bool eval_every_epoch = true;
+};
+
+struct TrainerResult {
+  int64_t steps = 0;
+  double test_accuracy = -1;
+  double test_loss = -1;
+  double train_loss = 0;          // Last reporting window.
+  double samples_per_sec = 0;     // Training examples per second of the step loop (evaluation
+                                  // and export excluded).
+  double train_sec = 0;           // Time in the step loop.
+  double pull_wait_sec = 0;
+  double compute_sec = 0;
+  double push_wait_sec = 0;
+  std::string export_path;
+  std::string device;
+};
+
+class Trainer final : public TaskRunner {
+ public:
+  // Validates the task; cheap (data is loaded by Run()). REQUIRES: sink outlives the trainer.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const v1::AssignTaskRequest& task,
+                                                         const TrainerOptions& options,
+                                                         ProgressSink* sink);
+  ~Trainer() override;
+
+  absl::Status Run() override;
+  void Cancel(absl::string_view reason) override;
+  void UpdateShardMap(const v1::ShardMap& map) override;
+  TaskSnapshot Snapshot() const override;
+
+  // Valid after Run() returned OK.
+  TrainerResult result() const;
+
+ private:
+  Trainer(v1::AssignTaskRequest task, TrainerOptions options, ProgressSink* sink)
+      : task_(std::move(task)), options_(std::move(options)), sink_(sink) {}
+  struct State;
+  absl::Status RunImpl(State* st);
+
+  const v1::AssignTaskRequest task_;
+  const TrainerOptions options_;
+  ProgressSink* const sink_;
+
+  std::atomic<bool> cancelled_{false};
+  mutable absl::Mutex mu_;
+  std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
+  PsClient* client_ ABSL_GUARDED_BY(mu_) = nullptr;  // Valid while Run() runs.
+  TaskSnapshot snapshot_ ABSL_GUARDED_BY(mu_);
+  TrainerResult result_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pscluster::worker
+
+#endif  // PSCLUSTER_WORKER_TRAINER_H_

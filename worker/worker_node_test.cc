@@ -1,0 +1,330 @@
+// WorkerNode through its real gRPC service, against a small in-test scheduler on loopback.
+#include "worker/worker_node.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "absl/synchronization/mutex.h"
+#include "common/channel.h"
+#include "common/grpc_server.h"
+#include "proto/scheduler.grpc.pb.h"
+#include "proto/worker.grpc.pb.h"
+#include "worker/worker_service.h"
+
+namespace pscluster::worker {
+namespace {
+
+// A scheduler that records what workers tell it.
+class RecordingScheduler final : public v1::Scheduler::Service {
+ public:
+  grpc::Status RegisterNode(grpc::ServerContext*, const v1::RegisterNodeRequest* req,
+                            v1::RegisterNodeResponse* resp) override {
+    absl::MutexLock l(&mu);
+    ++registrations;
+    node = req->node();
+    forget = false;
+    resp->set_node_id("worker-7");
+    resp->set_lease_ms(3000);
+    resp->set_heartbeat_interval_ms(50);
+    return grpc::Status::OK;
+  }
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override {
+    absl::MutexLock l(&mu);
+    if (forget) return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown node");
+    ++heartbeats;
+    last_heartbeat = *req;
+    resp->set_lease_ms(3000);
+    return grpc::Status::OK;
+  }
+  grpc::Status Deregister(grpc::ServerContext*, const v1::DeregisterRequest*,
+                          v1::DeregisterResponse*) override {
+    absl::MutexLock l(&mu);
+    ++deregistrations;
+    return grpc::Status::OK;
+  }
+  grpc::Status ReportProgress(grpc::ServerContext*, const v1::ReportProgressRequest* req,
+                              v1::ReportProgressResponse* resp) override {
+    absl::MutexLock l(&mu);
+    reports.push_back(*req);
+    resp->set_cancel(cancel_job);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetShardMap(grpc::ServerContext*, const v1::GetShardMapRequest* req,
+                           v1::ShardMap* map) override {
+    map->set_job_id(req->job_id());
+    map->set_epoch(9);
+    return grpc::Status::OK;
+  }
+
+  absl::Mutex mu;
+  int registrations ABSL_GUARDED_BY(mu) = 0;
+  int heartbeats ABSL_GUARDED_BY(mu) = 0;
+  int deregistrations ABSL_GUARDED_BY(mu) = 0;
+  bool forget ABSL_GUARDED_BY(mu) = false;
+  bool cancel_job ABSL_GUARDED_BY(mu) = false;
+  v1::NodeInfo node ABSL_GUARDED_BY(mu);
+  v1::HeartbeatRequest last_heartbeat ABSL_GUARDED_BY(mu);
+  std::vector<v1::ReportProgressRequest> reports ABSL_GUARDED_BY(mu);
+};
+
+// Runs `steps` steps of 10 ms each, reporting every step; can be told to fail.
+class StepRunner final : public TaskRunner {
+ public:
+  StepRunner(int steps, ProgressSink* sink, bool fail) : steps_(steps), sink_(sink), fail_(fail) {}
+  absl::Status Run() override {
+    for (int s = 1; s <= steps_; ++s) {
+      if (cancelled_.load()) return absl::CancelledError("cancelled");
+      absl::SleepFor(absl::Milliseconds(10));
+      step_.store(s);
+      if (fail_ && s == 3) return absl::InternalError("exploded at step 3");
+      v1::WorkerProgress p;
+      p.set_step(s);
+      p.set_total_steps(steps_);
+      p.set_test_accuracy(0.5);
+      if (!sink_->Report(p)) return absl::CancelledError("scheduler said stop");
+    }
+    return absl::OkStatus();
+  }
+  void Cancel(absl::string_view) override { cancelled_.store(true); }
+  void UpdateShardMap(const v1::ShardMap& map) override { epoch_.store(map.epoch()); }
+  TaskSnapshot Snapshot() const override {
+    TaskSnapshot s;
+    s.step = step_.load();
+    s.shard_map_epoch = epoch_.load();
+    s.samples_per_sec = 123;
+    return s;
+  }
+
+ private:
+  const int steps_;
+  ProgressSink* const sink_;
+  const bool fail_;
+  std::atomic<bool> cancelled_{false};
+  std::atomic<int64_t> step_{0};
+  std::atomic<uint64_t> epoch_{1};
+};
+
+class WorkerNodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto sched = GrpcServer::Start({}, {&scheduler_});
+    ASSERT_TRUE(sched.ok());
+    sched_server_ = std::move(*sched);
+    auto client = SchedulerClient::Create(sched_server_->address(), {}, absl::Seconds(5));
+    ASSERT_TRUE(client.ok());
+    client_ = std::move(*client);
+  }
+
+  void StartNode(int steps, bool fail = false) {
+    WorkerNodeOptions opts;
+    opts.address = "127.0.0.1:1";
+    opts.capacity.set_cpu_slots(1);
+    opts.device = "cpu (test)";
+    opts.report_interval = absl::ZeroDuration();
+    node_ = std::make_unique<WorkerNode>(
+        opts, client_.get(),
+        [steps, fail](const v1::AssignTaskRequest&,
+                      ProgressSink* sink) -> absl::StatusOr<std::unique_ptr<TaskRunner>> {
+          return std::make_unique<StepRunner>(steps, sink, fail);
+        });
+    service_ = std::make_unique<WorkerService>(node_.get());
+    auto server = GrpcServer::Start({}, {service_.get()});
+    ASSERT_TRUE(server.ok());
+    worker_server_ = std::move(*server);
+    node_->Start([this](absl::Status s) { fatal_ = s; });
+    stub_ = v1::WorkerControl::NewStub(*MakeChannel(worker_server_->address()));
+  }
+
+  v1::AssignTaskRequest Task(const std::string& job, uint32_t rank = 0) {
+    v1::AssignTaskRequest t;
+    t.set_job_id(job);
+    t.set_rank(rank);
+    t.set_num_workers(2);
+    t.mutable_spec()->set_name("test");
+    t.mutable_shard_map()->set_job_id(job);
+    t.mutable_shard_map()->add_assignments()->set_primary("server-1");
+    return t;
+  }
+
+  grpc::Status Assign(const v1::AssignTaskRequest& t) {
+    v1::AssignTaskResponse resp;
+    auto ctx = CallContext(absl::Seconds(5));
+    return stub_->AssignTask(ctx.get(), t, &resp);
+  }
+
+  bool WaitFor(std::function<bool()> pred, absl::Duration timeout = absl::Seconds(10)) {
+    absl::Time end = absl::Now() + timeout;
+    while (absl::Now() < end) {
+      if (pred()) return true;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return pred();
+  }
+
+  void TearDown() override {
+    if (worker_server_) worker_server_->Shutdown();
+    if (node_) node_->Shutdown();
+  }
+
+  RecordingScheduler scheduler_;
+  std::unique_ptr<GrpcServer> sched_server_;
+  std::unique_ptr<SchedulerClient> client_;
+  std::unique_ptr<WorkerNode> node_;
+  std::unique_ptr<WorkerService> service_;
+  std::unique_ptr<GrpcServer> worker_server_;
+  std::unique_ptr<v1::WorkerControl::Stub> stub_;
+  absl::Status fatal_;
+};
+
+TEST_F(WorkerNodeTest, RegistersAndHeartbeats) {
+  StartNode(5);
+  ASSERT_TRUE(WaitFor([&] {
+    absl::MutexLock l(&scheduler_.mu);
+    return scheduler_.heartbeats >= 3;
+  }));
+  absl::MutexLock l(&scheduler_.mu);
+  EXPECT_EQ(scheduler_.node.role(), v1::ROLE_WORKER);
+  EXPECT_EQ(scheduler_.node.address(), "127.0.0.1:1");
+  EXPECT_EQ(scheduler_.node.capacity().cpu_slots(), 1u);
+  EXPECT_EQ(scheduler_.last_heartbeat.node_id(), "worker-7");
+  EXPECT_EQ(node_->node_id(), "worker-7");
+}
+
+TEST_F(WorkerNodeTest, RunsATaskAndReportsDone) {
+  StartNode(5);
+  ASSERT_TRUE(Assign(Task("job-1")).ok());
+  ASSERT_TRUE(node_->WaitIdle(absl::Seconds(10)));
+  ASSERT_TRUE(WaitFor([&] {
+    absl::MutexLock l(&scheduler_.mu);
+    return !scheduler_.reports.empty() && scheduler_.reports.back().progress().done();
+  }));
+  absl::MutexLock l(&scheduler_.mu);
+  const auto& last = scheduler_.reports.back();
+  EXPECT_EQ(last.job_id(), "job-1");
+  EXPECT_EQ(last.progress().step(), 5);
+  EXPECT_EQ(last.progress().node_id(), "worker-7");
+  EXPECT_TRUE(last.progress().error().empty());
+}
+
+TEST_F(WorkerNodeTest, OneTaskAtATime) {
+  StartNode(1000);
+  ASSERT_TRUE(Assign(Task("job-1")).ok());
+  EXPECT_TRUE(Assign(Task("job-1")).ok());  // The same assignment again is idempotent.
+  grpc::Status busy = Assign(Task("job-2"));
+  EXPECT_EQ(busy.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(busy.error_message().find("busy with job job-1"), std::string::npos);
+
+  v1::WorkerStatus st;
+  auto ctx = CallContext(absl::Seconds(5));
+  ASSERT_TRUE(stub_->Status(ctx.get(), {}, &st).ok());
+  EXPECT_TRUE(st.busy());
+  EXPECT_EQ(st.job_id(), "job-1");
+  EXPECT_EQ(st.device(), "cpu (test)");
+}
+
+TEST_F(WorkerNodeTest, StopTaskCancelsWithoutReportingDone) {
+  StartNode(100000);
+  ASSERT_TRUE(Assign(Task("job-1")).ok());
+  v1::StopTaskRequest stop;
+  stop.set_job_id("job-other");
+  v1::StopTaskResponse resp;
+  auto ctx = CallContext(absl::Seconds(5));
+  EXPECT_EQ(stub_->StopTask(ctx.get(), stop, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  stop.set_job_id("job-1");
+  auto ctx2 = CallContext(absl::Seconds(5));
+  ASSERT_TRUE(stub_->StopTask(ctx2.get(), stop, &resp).ok());
+  ASSERT_TRUE(node_->WaitIdle(absl::Seconds(10)));
+  {
+    absl::MutexLock l(&scheduler_.mu);
+    for (const auto& r : scheduler_.reports) EXPECT_FALSE(r.progress().done());
+  }
+  // The worker takes the next task.
+  EXPECT_TRUE(Assign(Task("job-2")).ok());
+}
+
+TEST_F(WorkerNodeTest, SchedulerCancellationStopsTheTask) {
+  {
+    absl::MutexLock l(&scheduler_.mu);
+    scheduler_.cancel_job = true;
+  }
+  StartNode(100000);
+  ASSERT_TRUE(Assign(Task("job-1")).ok());
+  EXPECT_TRUE(node_->WaitIdle(absl::Seconds(10)));
+}
+
+TEST_F(WorkerNodeTest, FailureIsReportedWithTheWorkerNamed) {
+  StartNode(10, /*fail=*/true);
+  ASSERT_TRUE(Assign(Task("job-1", 1)).ok());
+  ASSERT_TRUE(node_->WaitIdle(absl::Seconds(10)));
+  ASSERT_TRUE(WaitFor([&] {
+    absl::MutexLock l(&scheduler_.mu);
+    return !scheduler_.reports.empty() && !scheduler_.reports.back().progress().error().empty();
+  }));
+  absl::MutexLock l(&scheduler_.mu);
+  const std::string& err = scheduler_.reports.back().progress().error();
+  EXPECT_NE(err.find("exploded at step 3"), std::string::npos) << err;
+  EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
+  EXPECT_FALSE(scheduler_.reports.back().progress().done());
+}
+
+TEST_F(WorkerNodeTest, BadAssignmentsNameTheField) {
+  StartNode(5);
+  auto t = Task("job-1", 2);
+  grpc::Status s = Assign(t);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("rank"), std::string::npos);
+  t = Task("");
+  EXPECT_EQ(Assign(t).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  t = Task("job-1");
+  t.mutable_shard_map()->clear_assignments();
+  s = Assign(t);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("shard_map"), std::string::npos);
+}
+
+TEST_F(WorkerNodeTest, ReRegistersWhenTheSchedulerForgetsIt) {
+  StartNode(5);
+  ASSERT_TRUE(WaitFor([&] {
+    absl::MutexLock l(&scheduler_.mu);
+    return scheduler_.heartbeats >= 1;
+  }));
+  {
+    absl::MutexLock l(&scheduler_.mu);
+    scheduler_.forget = true;
+  }
+  EXPECT_TRUE(WaitFor([&] {
+    absl::MutexLock l(&scheduler_.mu);
+    return scheduler_.registrations >= 2;
+  }));
+}
+
+TEST(WorkerNodeFatalTest, GivesUpWhenTheSchedulerIsUnreachable) {
+  // A port nobody listens on: bind, note, close.
+  std::string address;
+  {
+    auto s = GrpcServer::Start({}, {});
+    ASSERT_TRUE(s.ok());
+    address = (*s)->address();
+  }
+  auto client = SchedulerClient::Create(address, {}, absl::Milliseconds(200));
+  ASSERT_TRUE(client.ok());
+  WorkerNodeOptions opts;
+  opts.address = "127.0.0.1:1";
+  opts.registration_timeout = absl::Seconds(1);
+  WorkerNode node(opts, client->get(), nullptr);
+  absl::Notification fatal;
+  absl::Status why;
+  node.Start([&](absl::Status s) {
+    why = s;
+    fatal.Notify();
+  });
+  ASSERT_TRUE(fatal.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(why.code(), absl::StatusCode::kUnavailable) << why;
+  EXPECT_NE(why.message().find(address), std::string::npos) << why;
+  node.Shutdown();
+}
+
+}  // namespace
+}  // namespace pscluster::worker
