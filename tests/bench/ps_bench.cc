@@ -584,7 +584,7 @@ int Main() {
   line("");
   Progress("optimizer apply");
   ApplyResult ap = BenchApply();
-  line("### Optimizer apply (Adam, float32, 16 MiB gradient; weights + 2 slots = 64 MiB more)");
+  line("### Optimizer apply (Adam, float32, 16 MiB gradient; weights + 2 slots = 48 MiB more)");
   line("");
   line("| path | gradient GB/s | / single-thread memcpy of the gradient |");
   line("|---|---|---|");
