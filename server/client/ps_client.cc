@@ -93,6 +93,13 @@ struct CallScratch {
   std::vector<Dup> dups;
 };
 
+// The distinct keys of a sparse request per server, and where each caller position's key went.
+struct KeyRoute {
+  std::vector<std::vector<uint64_t>> keys;       // Per server: distinct keys, first-seen order.
+  std::vector<std::vector<uint32_t>> first_pos;  // Per server: caller position of each key.
+  std::vector<std::pair<int, uint32_t>> where;   // Per caller position: (server, index).
+};
+
 void ReleaseRoundSlice(void* p) {
   auto* round = static_cast<std::shared_ptr<Round>*>(p);
   (*round)->ReleaseSlice();
@@ -136,6 +143,9 @@ struct PsClient::Impl {
   absl::StatusOr<std::shared_ptr<const Routing>> Build(v1::ShardMap map) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   const ClientTable* Find(const std::string& name, absl::string_view field) const;
 
+  absl::StatusOr<KeyRoute> RouteKeys(const Routing& r, const ClientTable& t,
+                                     absl::Span<const uint64_t> keys,
+                                     absl::string_view field) const;
   absl::Status Plan(const Routing& r, int64_t step, uint64_t seq, const PushSources* src,
                     const PullTargets* dst, int64_t pull_clock, bool end_of_step,
                     std::vector<std::vector<Planned>>* plans, CallScratch* scratch);
@@ -279,12 +289,36 @@ const ClientTable* PsClient::Impl::Find(const std::string& name, absl::string_vi
 
 // ------------------------------------------------------------------ planning
 
+absl::StatusOr<KeyRoute> PsClient::Impl::RouteKeys(const Routing& r, const ClientTable& t,
+                                                   absl::Span<const uint64_t> keys,
+                                                   absl::string_view field) const {
+  KeyRoute route;
+  route.keys.resize(r.servers.size());
+  route.first_pos.resize(r.servers.size());
+  route.where.resize(keys.size());
+  std::vector<absl::flat_hash_map<uint64_t, uint32_t>> index(r.servers.size());
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const uint64_t key = keys[k];
+    if (t.spec.key_space() != 0 && key >= t.spec.key_space()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".keys: key ", key,
+                                                     " outside table '", t.spec.name(), "'"));
+    }
+    const int srv = r.shard_server[ShardOfKey(t.hash, key, r.map.num_virtual_shards())];
+    auto [it, fresh] = index[srv].emplace(key, static_cast<uint32_t>(route.keys[srv].size()));
+    if (fresh) {
+      route.keys[srv].push_back(key);
+      route.first_pos[srv].push_back(static_cast<uint32_t>(k));
+    }
+    route.where[k] = {srv, it->second};
+  }
+  return route;
+}
+
 absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
                                   const PushSources* src, const PullTargets* dst,
                                   int64_t pull_clock, bool end_of_step,
                                   std::vector<std::vector<Planned>>* plans,
                                   CallScratch* scratch) {
-  const uint32_t nshards = r.map.num_virtual_shards();
   plans->assign(r.servers.size(), {});
   auto header = [&](const ClientTable& t) {
     v1::PushChunk h;
@@ -363,26 +397,17 @@ absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
                                                        options.job_id, "' (or grads is null)"));
       }
       const uint32_t w = t->width;
-      // Per server: distinct keys with their summed rows.
-      std::vector<std::vector<uint64_t>> keys(r.servers.size());
+      auto route = RouteKeys(r, *t, s.keys, absl::StrCat("sources.sparse[", i, "]"));
+      if (!route.ok()) return route.status();
+      const auto& keys = route->keys;
+      // Per server: the rows of its distinct keys, duplicates summed.
       std::vector<std::vector<float>> sums(r.servers.size());
-      std::vector<absl::flat_hash_map<uint64_t, uint32_t>> slot(r.servers.size());
+      for (size_t srv = 0; srv < sums.size(); ++srv) sums[srv].assign(keys[srv].size() * w, 0.f);
       for (size_t k = 0; k < s.keys.size(); ++k) {
-        const uint64_t key = s.keys[k];
-        if (t->spec.key_space() != 0 && key >= t->spec.key_space()) {
-          return absl::InvalidArgumentError(absl::StrCat("sources.sparse[", i, "].keys: key ", key,
-                                                         " outside table '", s.table, "'"));
-        }
-        const int srv = r.shard_server[ShardOfKey(t->hash, key, nshards)];
-        auto [it, fresh] = slot[srv].emplace(key, static_cast<uint32_t>(keys[srv].size()));
+        const auto [srv, idx] = route->where[k];
+        float* dstrow = sums[srv].data() + static_cast<size_t>(idx) * w;
         const float* g = s.grads + k * w;
-        if (fresh) {
-          keys[srv].push_back(key);
-          sums[srv].insert(sums[srv].end(), g, g + w);
-        } else {
-          float* dstrow = sums[srv].data() + static_cast<size_t>(it->second) * w;
-          for (uint32_t j = 0; j < w; ++j) dstrow[j] += g[j];
-        }
+        for (uint32_t j = 0; j < w; ++j) dstrow[j] += g[j];
       }
       const size_t es = DTypeSize(t->transport);
       const size_t rows_per_chunk = std::max<size_t>(1, options.chunk_bytes / (w * es));
@@ -426,27 +451,20 @@ absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
                                                        options.job_id, "' (or rows is null)"));
       }
       const uint32_t w = t->width;
-      std::vector<std::vector<uint64_t>> keys(r.servers.size());
-      std::vector<std::vector<uint32_t>*> pos(r.servers.size(), nullptr);
-      std::vector<absl::flat_hash_map<uint64_t, uint32_t>> first(r.servers.size());
+      auto route = RouteKeys(r, *t, d.keys, absl::StrCat("targets.sparse[", i, "]"));
+      if (!route.ok()) return route.status();
+      const auto& keys = route->keys;
+      // Replies land at each key's first position; repeated keys are copied there afterwards.
+      std::vector<std::vector<uint32_t>*> pos(r.servers.size());
+      for (size_t srv = 0; srv < pos.size(); ++srv) {
+        scratch->positions.push_back(
+            std::make_unique<std::vector<uint32_t>>(std::move(route->first_pos[srv])));
+        pos[srv] = scratch->positions.back().get();
+      }
       for (size_t k = 0; k < d.keys.size(); ++k) {
-        const uint64_t key = d.keys[k];
-        if (t->spec.key_space() != 0 && key >= t->spec.key_space()) {
-          return absl::InvalidArgumentError(absl::StrCat("targets.sparse[", i, "].keys: key ", key,
-                                                         " outside table '", d.table, "'"));
-        }
-        const int srv = r.shard_server[ShardOfKey(t->hash, key, nshards)];
-        if (pos[srv] == nullptr) {
-          scratch->positions.push_back(std::make_unique<std::vector<uint32_t>>());
-          pos[srv] = scratch->positions.back().get();
-        }
-        auto [it, fresh] = first[srv].emplace(key, static_cast<uint32_t>(k));
-        if (fresh) {
-          keys[srv].push_back(key);
-          pos[srv]->push_back(static_cast<uint32_t>(k));
-        } else {
-          scratch->dups.push_back({d.rows, w, it->second, static_cast<uint32_t>(k)});
-        }
+        const auto [srv, idx] = route->where[k];
+        const uint32_t first_k = (*pos[srv])[idx];
+        if (first_k != k) scratch->dups.push_back({d.rows, w, first_k, static_cast<uint32_t>(k)});
       }
       const size_t rows_per_chunk =
           std::max<size_t>(1, options.chunk_bytes / (w * DTypeSize(t->transport)));
