@@ -5,6 +5,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -21,6 +23,8 @@ struct ChannelOptions {
   std::string tls_server_name;
   // Bearer token sent as "authorization: Bearer <token>" on every call (psctl -> scheduler).
   std::string bearer_token;
+  // Extra integer channel arguments (GRPC_ARG_*), e.g. HTTP/2 window and frame sizes.
+  std::vector<std::pair<std::string, int>> int_args;
 };
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,

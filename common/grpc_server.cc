@@ -41,6 +41,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   // gRPC sets SO_REUSEPORT by default, which lets a second daemon silently share a port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  for (const auto& [name, value] : options.int_args) builder.AddChannelArgument(name, value);
   for (grpc::Service* s : services) builder.RegisterService(s);
   out->server_ = builder.BuildAndStart();
   if (out->server_ == nullptr || selected_port == 0) {

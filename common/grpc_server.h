@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,6 +30,9 @@ struct GrpcServerOptions {
   std::string port_file;
   // Name used in log lines ("server", "scheduler", ...).
   std::string component = "grpc";
+  // Extra integer channel arguments (GRPC_ARG_*), e.g. HTTP/2 window and frame sizes tuned for
+  // a daemon's traffic.
+  std::vector<std::pair<std::string, int>> int_args;
 };
 
 class GrpcServer {

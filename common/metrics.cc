@@ -69,6 +69,17 @@ void MetricsRegistry::AddGaugeCallback(const std::string& name, const std::strin
   families_.push_back(std::move(f));
 }
 
+void MetricsRegistry::AddCounterCallback(const std::string& name, const std::string& help,
+                                         std::function<std::vector<Sample>()> fn) {
+  auto f = std::make_unique<Family>();
+  f->name = name;
+  f->help = help;
+  f->type = "counter";
+  f->fn = std::move(fn);
+  absl::MutexLock l(&mu_);
+  families_.push_back(std::move(f));
+}
+
 std::string MetricsRegistry::Render() const {
   std::string out;
   absl::MutexLock l(&mu_);

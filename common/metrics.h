@@ -55,6 +55,9 @@ class MetricsRegistry {
   // A gauge family computed at scrape time (e.g. per-shard load).
   void AddGaugeCallback(const std::string& name, const std::string& help,
                         std::function<std::vector<Sample>()> fn);
+  // A counter family computed at scrape time (totals a component already keeps).
+  void AddCounterCallback(const std::string& name, const std::string& help,
+                          std::function<std::vector<Sample>()> fn);
 
   std::string Render() const;
 

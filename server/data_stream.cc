@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/dtype.h"
 #include "common/logging.h"
 #include "common/status_convert.h"
@@ -14,6 +15,7 @@ struct DataStream::PushItem {
   v1::PushChunk chunk;
   Payload values;
   uint32_t index = 0;  // Position of the chunk in its round.
+  absl::Time received;
 };
 
 struct DataStream::ReadItem {
@@ -29,7 +31,6 @@ struct DataStream::ReadItem {
   uint64_t next = 0;
   bool round_last = false;   // The round ends with this item's last chunk.
   int64_t min_clock = 0;
-  bool started = false;      // At least one chunk sent for the current slice.
 };
 
 std::shared_ptr<DataStream> DataStream::Create(Mode mode, PsHandler* handler, Executor* executor,
@@ -100,6 +101,9 @@ void DataStream::RequestFinish(grpc::Status st) {
     finish = FinishDueLocked();
   }
   if (parked) parked->CancelWait(parked_id);
+  // Queued work would only be skipped now; dropping it releases the references it holds.
+  apply_q_->Clear();
+  read_q_->Clear();
   if (finish) ops_.finish(st);
 }
 
@@ -166,9 +170,13 @@ void DataStream::OnReadDone(bool ok) {
     return;
   }
   auto item = std::make_shared<PushItem>();
+  const absl::Time t0 = absl::Now();
   absl::Status st = DecodeWithPayload(read_buf_, kPushChunkValuesField, &item->chunk,
                                       &item->values, "PushChunk");
   read_buf_.Clear();
+  item->received = absl::Now();
+  handler_->AddTime(PsHandler::Phase::kParse, item->received - t0);
+  handler_->CountChunkIn();
   {
     absl::MutexLock l(&mu_);
     read_outstanding_ = false;
@@ -202,7 +210,10 @@ void DataStream::ApplyOne(const std::shared_ptr<PushItem>& item) {
   }
   const v1::PushChunk& c = item->chunk;
   if (!skip) {
+    const absl::Time t0 = absl::Now();
+    handler_->AddTime(PsHandler::Phase::kQueue, t0 - item->received);
     auto r = handler_->Push(c, item->values);
+    handler_->AddTime(PsHandler::Phase::kApply, absl::Now() - t0);
     if (!r.ok()) {
       Fail(absl::Status(r.status().code(),
                         absl::StrCat(r.status().message(), " [request ", c.request_id(), "]")));
@@ -334,11 +345,13 @@ void DataStream::RunRead(const std::shared_ptr<ReadItem>& item, SerialQueue::Don
   const std::shared_ptr<Job>& job = item->plan.job;
   uint64_t wait_id = 0;
   std::weak_ptr<DataStream> weak = shared_from_this();
+  const absl::Time parked_at = absl::Now();
   bool ready = job->WhenReadable(
       item->clock,
-      [weak, item, finish_item](absl::Status st) {
+      [weak, item, finish_item, parked_at](absl::Status st) {
         // Runs on the thread that advanced the clock: hand the read to the executor.
         if (auto self = weak.lock()) {
+          self->handler_->AddTime(PsHandler::Phase::kPark, absl::Now() - parked_at);
           self->Schedule([self, item, finish_item, st] {
             self->ContinueRead(item, st, finish_item);
           });
@@ -403,7 +416,20 @@ void DataStream::Produce(const std::shared_ptr<ReadItem>& item, SerialQueue::Don
     chunk.set_min_clock(item->min_clock);
     chunk.set_last(item->round_last && slice_done && last_slice);
     std::vector<grpc::Slice> payload;
-    if (k > 0) {
+    const absl::Time t0 = absl::Now();
+    if (k > 0 && s.dense && dtype == v1::DT_FLOAT32) {
+      // Dense float32 weights go out as they are (copy-on-write keeps them unchanged).
+      auto lent = item->plan.job->Lend(s, item->epoch, item->next, k);
+      if (!lent.ok()) {
+        Fail(lent.status());
+        break;
+      }
+      auto* owner = new std::shared_ptr<const void>(std::move(lent->owner));
+      payload.emplace_back(const_cast<char*>(lent->data), lent->size,
+                           [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); },
+                           owner);
+      handler_->CountBytesOut(k * es);
+    } else if (k > 0) {
       BufferPool::Buffer buf = pool_->Acquire(k * es);
       absl::Status st = item->plan.job->Read(s, item->epoch, item->next, k, dtype, buf.data);
       if (!st.ok()) {
@@ -414,7 +440,10 @@ void DataStream::Produce(const std::shared_ptr<ReadItem>& item, SerialQueue::Don
       payload.push_back(pool_->ToSlice(buf, k * es));
       handler_->CountBytesOut(k * es);
     }
-    Write(EncodeWithPayload(chunk, kPullChunkValuesField, std::move(payload)));
+    grpc::ByteBuffer msg = EncodeWithPayload(chunk, kPullChunkValuesField, std::move(payload));
+    handler_->AddTime(PsHandler::Phase::kRead, absl::Now() - t0);
+    handler_->CountChunkOut();
+    Write(std::move(msg));
     item->next += k;
     if (!slice_done) continue;
     if (last_slice) {

@@ -60,6 +60,15 @@ size_t SerialQueue::size() const {
   return tasks_.size() + (running_ ? 1 : 0);
 }
 
+void SerialQueue::Clear() {
+  std::deque<Task> dropped;
+  {
+    absl::MutexLock l(&mu_);
+    dropped.swap(tasks_);
+  }
+  // `dropped` dies here, outside the lock (tasks may own references to the queue's owner).
+}
+
 void SerialQueue::Drain() {
   while (true) {
     Task task;

@@ -51,6 +51,8 @@ class SerialQueue {
   void Post(Task task, bool run_inline = false);
   // Tasks queued or running.
   size_t size() const;
+  // Drops the queued tasks (not the running one); used when their owner is being torn down.
+  void Clear();
 
  private:
   void Drain();

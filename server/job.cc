@@ -5,32 +5,16 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "common/crc32c.h"
 #include "common/dtype.h"
-#include "common/safetensors.h"
 #include "common/sharding.h"
-#include "server/checkpoint.pb.h"
 
 namespace pscluster {
 namespace {
-
-constexpr char kHeadMagic[] = "PSCKPT01";
-constexpr char kTailMagic[] = "PSCKEND1";
-constexpr size_t kTrailerBytes = 4 + 8 + 8;
 
 std::string DName(v1::DataType t) { return std::string(DTypeName(t)); }
 
 bool IsFloatTransport(v1::DataType t) {
   return t == v1::DT_FLOAT32 || t == v1::DT_FLOAT16 || t == v1::DT_BFLOAT16;
-}
-
-void PutLe64(std::string* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-uint64_t GetLe64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-  return v;
 }
 
 uint64_t HashKeys(absl::Span<const uint64_t> keys) {
@@ -49,14 +33,6 @@ uint64_t ChunkIdentity(uint64_t seq, const SliceRef& s, uint64_t offset, uint64_
 }
 
 }  // namespace
-
-struct Job::AggStep {
-  absl::Mutex mu;
-  // (table, block) -> summed gradient of the whole block.
-  std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> dense ABSL_GUARDED_BY(mu);
-  // table -> key -> summed gradient row.
-  std::map<uint32_t, absl::flat_hash_map<uint64_t, std::vector<float>>> sparse ABSL_GUARDED_BY(mu);
-};
 
 Job::Job(JobConfig config, MemoryBudget* budget, const Clock* clock, DataPlaneLimits limits)
     : config_(std::move(config)),
@@ -420,11 +396,7 @@ absl::Status Job::ApplyValues(const SliceRef& s, const v1::PushChunk& chunk,
   if (s.dense) {
     DenseBlock* b = t.dense->block(s.block);
     if (chunk.indices().empty()) {
-      t.dense->Apply(b, chunk.offset(), n,
-                     [&](size_t first, size_t k, float* out) {
-                       values.DecodeFloats(dtype, first, k, out);
-                     },
-                     chunk.offset() == 0);
+      t.dense->ApplyPayload(b, chunk.offset(), n, values, dtype, chunk.offset() == 0);
       return absl::OkStatus();
     }
     std::vector<float> sparse_vals(n), g(s.elems, 0.f);
@@ -669,6 +641,22 @@ absl::Status Job::Read(const SliceRef& s, uint64_t epoch, uint64_t first, uint64
   return st;
 }
 
+absl::StatusOr<LentBytes> Job::Lend(const SliceRef& s, uint64_t epoch, uint64_t first,
+                                    uint64_t n) {
+  if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
+  absl::ReaderMutexLock l(&state_mu_);
+  absl::Status st = CheckEpoch(epoch, "epoch");
+  if (!st.ok()) return st;
+  const TableState& t = tables_[s.table];
+  DenseBlock* b = s.dense ? t.dense->block(s.block) : nullptr;
+  if (b == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "slice.block: block ", s.block, " is no longer held here (epoch ", epoch_, ")"));
+  }
+  CountShard(t.dense->ShardOf(s.block), n * sizeof(float));
+  return t.dense->Lend(b, first, n);
+}
+
 int64_t Job::RecordServedPull(int64_t reader_clock) {
   absl::MutexLock c(&clock_mu_);
   int64_t min = MinClockLocked();
@@ -677,348 +665,6 @@ int64_t Job::RecordServedPull(int64_t reader_clock) {
   ++staleness_count_;
   staleness_max_ = std::max(staleness_max_, stale);
   return min;
-}
-
-// ------------------------------------------------------------------ checkpoints
-
-absl::StatusOr<Job::Snapshot> Job::MakeCheckpoint(const std::string& node_id,
-                                                  int64_t now_unix_ms) {
-  if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
-  Snapshot snap;
-  absl::MutexLock l(&state_mu_);  // Exclusive: no push changes the tables meanwhile.
-  v1::CheckpointHeader h;
-  h.set_job_id(id());
-  h.set_epoch(epoch_);
-  h.set_num_virtual_shards(config_.num_shards);
-  h.set_node_id(node_id);
-  h.set_created_unix_ms(now_unix_ms);
-  for (uint32_t i = 0; i < held_.size(); ++i) {
-    if (held_[i]) h.add_shards(i);
-  }
-  {
-    absl::MutexLock c(&clock_mu_);
-    // With aggregation the tables reflect exactly the steps applied (released_min_); later
-    // pushes wait in buffers that a checkpoint does not keep, so every clock is recorded there.
-    int64_t step = config_.consistency.aggregate() ? released_min_ : MinClockLocked();
-    for (uint32_t w = 0; w < clocks_.size(); ++w) {
-      auto* wc = h.add_clocks();
-      wc->set_worker(w);
-      wc->set_clock(config_.consistency.aggregate() ? released_min_ : clocks_[w]);
-    }
-    h.set_step(step);
-    snap.step = step;
-  }
-  // Pass 1: layout.
-  uint64_t off = 0;
-  std::vector<uint64_t> sparse_rows(tables_.size(), 0);
-  for (size_t ti = 0; ti < tables_.size(); ++ti) {
-    const TableState& t = tables_[ti];
-    auto* ct = h.add_tables();
-    *ct->mutable_spec() = t.info->spec;
-    const uint64_t fpe = t.info->floats_per_elem();
-    if (t.dense) {
-      for (uint64_t b = 0; b < t.dense->num_blocks(); ++b) {
-        DenseBlock* blk = t.dense->block(b);
-        if (blk == nullptr) continue;
-        auto* cb = ct->add_blocks();
-        cb->set_block(b);
-        cb->set_elems(blk->elems);
-        {
-          absl::MutexLock bl(&blk->mu);
-          cb->set_updates(blk->updates);
-        }
-        cb->set_offset(off);
-        off += blk->elems * fpe * sizeof(float);
-      }
-    } else {
-      uint64_t rows = t.sparse->rows();
-      sparse_rows[ti] = rows;
-      ct->set_rows(rows);
-      ct->set_values_offset(off);
-      off += rows * t.info->width * fpe * sizeof(float);
-      ct->set_keys_offset(off);
-      off += rows * 8;
-      ct->set_updates_offset(off);
-      off += rows * 8;
-    }
-  }
-  h.set_data_bytes(off);
-  std::string header = h.SerializeAsString();
-  std::string& f = snap.bytes;
-  f.reserve(16 + header.size() + off + kTrailerBytes);
-  f.append(kHeadMagic, 8);
-  PutLe64(&f, header.size());
-  f.append(header);
-  const size_t data_start = f.size();
-  // Pass 2: data.
-  for (size_t ti = 0; ti < tables_.size(); ++ti) {
-    const TableState& t = tables_[ti];
-    const uint64_t fpe = t.info->floats_per_elem();
-    if (t.dense) {
-      for (uint64_t b = 0; b < t.dense->num_blocks(); ++b) {
-        DenseBlock* blk = t.dense->block(b);
-        if (blk == nullptr) continue;
-        absl::MutexLock bl(&blk->mu);
-        f.append(reinterpret_cast<const char*>(blk->data.get()), blk->elems * fpe * sizeof(float));
-      }
-    } else {
-      std::vector<uint64_t> keys;
-      std::vector<int64_t> updates;
-      keys.reserve(sparse_rows[ti]);
-      updates.reserve(sparse_rows[ti]);
-      const size_t row_bytes = t.info->width * fpe * sizeof(float);
-      t.sparse->ForEachRowSorted([&](uint64_t key, int64_t u, const float* row) {
-        keys.push_back(key);
-        updates.push_back(u);
-        f.append(reinterpret_cast<const char*>(row), row_bytes);
-      });
-      f.append(reinterpret_cast<const char*>(keys.data()), keys.size() * 8);
-      f.append(reinterpret_cast<const char*>(updates.data()), updates.size() * 8);
-    }
-  }
-  if (f.size() - data_start != off) {
-    return absl::InternalError("checkpoint layout changed while writing");  // Own invariant.
-  }
-  uint64_t body = f.size();
-  snap.crc = Crc32c(f);
-  for (int i = 0; i < 4; ++i) f.push_back(static_cast<char>((snap.crc >> (8 * i)) & 0xff));
-  PutLe64(&f, body);
-  f.append(kTailMagic, 8);
-  return snap;
-}
-
-absl::StatusOr<std::pair<int64_t, uint32_t>> Job::Restore(const std::string& f,
-                                                          absl::string_view path) {
-  auto corrupt = [&](absl::string_view what) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", path, " refused: ", what,
-                                            "; nothing was loaded"));
-  };
-  if (f.size() < 16 + kTrailerBytes || f.compare(0, 8, kHeadMagic) != 0) {
-    return corrupt(absl::StrCat("not a pscluster checkpoint (", f.size(), " bytes, bad magic)"));
-  }
-  if (f.compare(f.size() - 8, 8, kTailMagic) != 0) {
-    return corrupt("truncated: the end marker is missing");
-  }
-  const uint64_t body = GetLe64(f.data() + f.size() - 16);
-  if (body != f.size() - kTrailerBytes) {
-    return corrupt(absl::StrCat("truncated or padded: trailer says ", body, " bytes, file has ",
-                                f.size() - kTrailerBytes));
-  }
-  uint32_t stored = 0;
-  for (int i = 0; i < 4; ++i) {
-    stored |= static_cast<uint32_t>(static_cast<uint8_t>(f[body + i])) << (8 * i);
-  }
-  const uint32_t computed = Crc32c(absl::string_view(f.data(), body));
-  if (stored != computed) {
-    return corrupt(absl::StrCat("checksum mismatch (stored crc32c ", stored, ", computed ",
-                                computed, ")"));
-  }
-  const uint64_t hlen = GetLe64(f.data() + 8);
-  if (hlen > body - 16) return corrupt("header length exceeds the file");
-  v1::CheckpointHeader h;
-  if (!h.ParseFromArray(f.data() + 16, static_cast<int>(hlen))) return corrupt("header unreadable");
-  const uint64_t data_start = 16 + hlen;
-  if (h.data_bytes() != body - data_start) return corrupt("data section length mismatch");
-  if (h.job_id() != id()) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " belongs to job '",
-                                                      h.job_id(), "', not '", id(), "'"));
-  }
-  if (h.num_virtual_shards() != config_.num_shards) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", path, " has ", h.num_virtual_shards(), " virtual shards, job '", id(),
-        "' has ", config_.num_shards));
-  }
-  const char* data = f.data() + data_start;
-  const uint64_t data_bytes = h.data_bytes();
-  auto in_range = [&](uint64_t off, uint64_t len) { return off <= data_bytes && len <= data_bytes - off; };
-
-  absl::MutexLock l(&state_mu_);
-  // Validate every table section before anything changes.
-  std::vector<uint32_t> table_of(h.tables_size());
-  uint64_t new_bytes = 0, old_bytes = 0;
-  std::vector<bool> covered(config_.num_shards, false);
-  for (uint32_t s : h.shards()) {
-    if (s >= config_.num_shards) return corrupt(absl::StrCat("shard ", s, " out of range"));
-    covered[s] = true;
-  }
-  for (int i = 0; i < h.tables_size(); ++i) {
-    const auto& ct = h.tables(i);
-    auto it = table_index_.find(ct.spec().name());
-    if (it == table_index_.end()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint ", path, " holds table '", ct.spec().name(), "' which job '", id(),
-          "' has not declared; CreateTables first"));
-    }
-    const TableState& t = tables_[it->second];
-    if (ct.spec().SerializeAsString() != t.info->spec.SerializeAsString()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint ", path, ": table '", ct.spec().name(),
-          "' was declared with a different spec (shape, optimizer or initializer)"));
-    }
-    table_of[i] = it->second;
-    const uint64_t fpe = t.info->floats_per_elem();
-    if (t.dense) {
-      for (const auto& cb : ct.blocks()) {
-        if (cb.block() >= t.dense->num_blocks() || cb.elems() != t.dense->BlockLen(cb.block()) ||
-            !in_range(cb.offset(), cb.elems() * fpe * sizeof(float))) {
-          return corrupt(absl::StrCat("table '", ct.spec().name(), "' block ", cb.block(),
-                                      " does not fit the table or the file"));
-        }
-      }
-    } else {
-      const uint64_t rows = ct.rows();
-      if (rows > data_bytes / 8 || !in_range(ct.keys_offset(), rows * 8) ||
-          !in_range(ct.updates_offset(), rows * 8) ||
-          !in_range(ct.values_offset(), rows * t.info->width * fpe * sizeof(float))) {
-        return corrupt(absl::StrCat("table '", ct.spec().name(), "' rows do not fit the file"));
-      }
-      const uint64_t space = t.info->spec.key_space();
-      uint64_t prev = 0;
-      for (uint64_t r = 0; r < rows; ++r) {
-        uint64_t k = GetLe64(data + ct.keys_offset() + 8 * r);
-        if ((r > 0 && k <= prev) || (space != 0 && k >= space)) {
-          return corrupt(absl::StrCat("table '", ct.spec().name(), "' has a bad key ", k));
-        }
-        prev = k;
-        if (held_[t.sparse->ShardOf(k)]) new_bytes += t.info->width * fpe * sizeof(float);
-      }
-      old_bytes += t.sparse->bytes_held();
-    }
-  }
-  if (budget_->limit() != 0 && budget_->used() - old_bytes + new_bytes > budget_->limit()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "checkpoint ", path, " needs ", new_bytes, " bytes of rows; --memory_bytes limit ",
-        budget_->limit(), " would be exceeded"));
-  }
-  // Apply.
-  std::vector<bool> replace(config_.num_shards);
-  for (uint32_t s = 0; s < config_.num_shards; ++s) replace[s] = covered[s] && held_[s];
-  for (int i = 0; i < h.tables_size(); ++i) {
-    const auto& ct = h.tables(i);
-    TableState& t = tables_[table_of[i]];
-    const uint64_t fpe = t.info->floats_per_elem();
-    if (t.dense) {
-      for (const auto& cb : ct.blocks()) {
-        DenseBlock* blk = t.dense->block(cb.block());
-        if (blk == nullptr || !replace[t.dense->ShardOf(cb.block())]) continue;
-        absl::MutexLock bl(&blk->mu);
-        std::memcpy(blk->data.get(), data + cb.offset(), cb.elems() * fpe * sizeof(float));
-        blk->updates = cb.updates();
-      }
-    } else {
-      t.sparse->DropShards(replace, budget_);
-      const size_t row_floats = t.info->width * fpe;
-      std::vector<float> row(row_floats);
-      for (uint64_t r = 0; r < ct.rows(); ++r) {
-        uint64_t k = GetLe64(data + ct.keys_offset() + 8 * r);
-        if (!replace[t.sparse->ShardOf(k)]) continue;
-        int64_t u = static_cast<int64_t>(GetLe64(data + ct.updates_offset() + 8 * r));
-        std::memcpy(row.data(), data + ct.values_offset() + r * row_floats * sizeof(float),
-                    row_floats * sizeof(float));
-        absl::Status s = t.sparse->PutRow(k, u, row.data(), budget_);
-        if (!s.ok()) return s;
-      }
-    }
-  }
-  {
-    absl::MutexLock c(&clock_mu_);
-    for (const auto& wc : h.clocks()) {
-      if (wc.worker() < clocks_.size()) clocks_[wc.worker()] = wc.clock();
-    }
-    for (auto& a : applied_) a.clear();
-    agg_.clear();
-    released_min_ = MinClockLocked();
-    checkpointed_step_ = released_min_;
-  }
-  return std::make_pair(h.step(), static_cast<uint32_t>(h.tables_size()));
-}
-
-absl::StatusOr<std::pair<std::string, uint32_t>> Job::Export(
-    const std::vector<std::string>& names) {
-  if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
-  absl::MutexLock l(&state_mu_);
-  std::vector<uint32_t> which;
-  for (size_t i = 0; i < names.size(); ++i) {
-    auto it = table_index_.find(names[i]);
-    if (it == table_index_.end()) {
-      return absl::NotFoundError(absl::StrCat("tables[", i, "]: unknown table '", names[i],
-                                              "' in job '", id(), "'"));
-    }
-    which.push_back(it->second);
-  }
-  if (names.empty()) {
-    for (uint32_t i = 0; i < tables_.size(); ++i) {
-      if (tables_[i].dense) which.push_back(i);
-    }
-  }
-  std::vector<std::string> storage;  // Owns the bytes the tensors point at.
-  storage.reserve(which.size() * 2);
-  std::vector<SafetensorsTensor> tensors;
-  for (uint32_t ti : which) {
-    const TableState& t = tables_[ti];
-    const std::string& name = t.info->spec.name();
-    if (t.dense) {
-      const bool whole = t.dense->blocks_held() == t.dense->num_blocks();
-      if (whole) {
-        std::string bytes;
-        bytes.reserve(t.info->elems * 4);
-        for (uint64_t b = 0; b < t.dense->num_blocks(); ++b) {
-          DenseBlock* blk = t.dense->block(b);
-          absl::MutexLock bl(&blk->mu);
-          bytes.append(reinterpret_cast<const char*>(blk->data.get()), blk->elems * 4);
-        }
-        storage.push_back(std::move(bytes));
-        std::vector<uint64_t> shape(t.info->spec.shape().dims().begin(),
-                                    t.info->spec.shape().dims().end());
-        tensors.push_back({name, v1::DT_FLOAT32, shape, storage.back()});
-      } else {
-        for (uint64_t b = 0; b < t.dense->num_blocks(); ++b) {
-          DenseBlock* blk = t.dense->block(b);
-          if (blk == nullptr) continue;
-          absl::MutexLock bl(&blk->mu);
-          storage.emplace_back(reinterpret_cast<const char*>(blk->data.get()), blk->elems * 4);
-          tensors.push_back({absl::StrCat(name, ":block:", b), v1::DT_FLOAT32, {blk->elems},
-                             storage.back()});
-        }
-      }
-    } else {
-      std::string keys, values;
-      uint64_t rows = 0;
-      const uint32_t width = t.info->width;
-      t.sparse->ForEachRowSorted([&](uint64_t key, int64_t, const float* row) {
-        keys.append(reinterpret_cast<const char*>(&key), 8);
-        values.append(reinterpret_cast<const char*>(row), width * 4);
-        ++rows;
-      });
-      storage.push_back(std::move(keys));
-      tensors.push_back({absl::StrCat(name, ":keys"), v1::DT_UINT64, {rows}, storage.back()});
-      storage.push_back(std::move(values));
-      tensors.push_back({absl::StrCat(name, ":values"), v1::DT_FLOAT32, {rows, width},
-                         storage.back()});
-    }
-  }
-  int64_t step;
-  {
-    absl::MutexLock c(&clock_mu_);
-    step = MinClockLocked();
-  }
-  auto bytes = EncodeSafetensors(
-      tensors, {{"pscluster.job_id", id()}, {"pscluster.step", absl::StrCat(step)}});
-  if (!bytes.ok()) return bytes.status();
-  return std::make_pair(std::move(*bytes), static_cast<uint32_t>(tensors.size()));
-}
-
-void Job::NoteCheckpoint(const std::string& path, absl::Time when) {
-  absl::MutexLock c(&clock_mu_);
-  last_checkpoint_ = path;
-  last_checkpoint_time_ = when;
-}
-
-bool Job::TakeCheckpointDue() {
-  absl::MutexLock c(&clock_mu_);
-  bool due = checkpoint_due_;
-  checkpoint_due_ = false;
-  return due;
 }
 
 // ------------------------------------------------------------------ status

@@ -113,6 +113,10 @@ class Job {
   // FAILED_PRECONDITION when the shard map moved past `epoch` meanwhile.
   absl::Status Read(const SliceRef& slice, uint64_t epoch, uint64_t first, uint64_t n,
                     v1::DataType dtype, char* out);
+  // Like Read for a dense slice in float32, but lends the weights instead of copying them.
+  // REQUIRES: slice.dense.
+  absl::StatusOr<LentBytes> Lend(const SliceRef& slice, uint64_t epoch, uint64_t first,
+                                 uint64_t n);
   // Records one served pull (for the staleness statistics); returns the min clock.
   int64_t RecordServedPull(int64_t reader_clock);
   // Bytes per element on the wire for `dtype` (float32 for DT_INVALID).
@@ -159,7 +163,14 @@ class Job {
     std::function<void(absl::Status)> ready;
   };
   // Gradients of one step summed over workers (aggregate mode).
-  struct AggStep;
+  struct AggStep {
+    absl::Mutex mu;
+    // (table, block) -> summed gradient of the whole block.
+    std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> dense ABSL_GUARDED_BY(mu);
+    // table -> key -> summed gradient row.
+    std::map<uint32_t, absl::flat_hash_map<uint64_t, std::vector<float>>> sparse
+        ABSL_GUARDED_BY(mu);
+  };
 
   absl::Status CheckEpoch(uint64_t epoch, absl::string_view field) const
       ABSL_SHARED_LOCKS_REQUIRED(state_mu_);

@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "server/ps_server.h"
+#include "server/wire.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve on (port 0 = any free port)");
 ABSL_FLAG(std::string, port_file, "", "write host:port here once serving (and registered)");
@@ -30,6 +31,12 @@ ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle: requires and verifies client 
 ABSL_FLAG(int, data_threads, 0, "threads applying pushes and serving pulls (0 = one per core)");
 ABSL_FLAG(int, register_timeout_sec, 30,
           "give up registering with --scheduler after this long (exit 138, retryable)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port for a Prometheus /metrics endpoint (port 0 = any; empty = none)");
+ABSL_FLAG(std::string, grpc_args, "",
+          "extra gRPC channel arguments, name=value;name=value (expert tuning)");
+ABSL_FLAG(uint64_t, inline_bytes, 64 << 10,
+          "chunks up to this size are applied on the receiving thread (expert tuning)");
 ABSL_FLAG(uint64_t, max_chunk_bytes, 16 << 20, "largest payload accepted in one chunk");
 
 namespace {
@@ -58,7 +65,15 @@ int main(int argc, char** argv) {
   o.tls.ca = absl::GetFlag(FLAGS_tls_ca);
   o.data_threads = absl::GetFlag(FLAGS_data_threads);
   o.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_sec));
+  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.limits.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
+  o.data_plane.inline_bytes = absl::GetFlag(FLAGS_inline_bytes);
+  auto grpc_args = pscluster::DataPlaneChannelArgs(absl::GetFlag(FLAGS_grpc_args));
+  if (!grpc_args.ok()) {
+    log->error("--grpc_args: {}", grpc_args.status().message());
+    return 2;
+  }
+  o.grpc_args = *grpc_args;
   if (o.data_threads < 0 || o.data_threads > 1024) {
     log->error("--data_threads: must be in [0, 1024], got {}", o.data_threads);
     return 2;

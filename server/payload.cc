@@ -60,6 +60,30 @@ void Payload::DecodeFloats(v1::DataType dtype, size_t first, size_t n, float* ou
   }
 }
 
+void Payload::ForEachFloatRun(v1::DataType dtype, size_t first, size_t n, float* scratch,
+                              size_t scratch_floats,
+                              absl::FunctionRef<void(size_t, const float*, size_t)> f) const {
+  size_t done = 0;
+  while (done < n) {
+    if (dtype == v1::DT_FLOAT32) {
+      const size_t pos = (first + done) * 4;
+      size_t i = std::upper_bound(starts_.begin(), starts_.end(), pos) - starts_.begin() - 1;
+      const char* p = pieces_[i].data() + (pos - starts_[i]);
+      const size_t whole = (pieces_[i].size() - (pos - starts_[i])) / 4;
+      if (whole > 0 && (reinterpret_cast<uintptr_t>(p) & 3) == 0) {
+        const size_t k = std::min(whole, n - done);
+        f(done, reinterpret_cast<const float*>(p), k);
+        done += k;
+        continue;
+      }
+    }
+    const size_t k = std::min(scratch_floats, n - done);
+    DecodeFloats(dtype, first + done, k, scratch);
+    f(done, scratch, k);
+    done += k;
+  }
+}
+
 std::string Payload::ToString() const {
   std::string s(size_, '\0');
   CopyTo(0, size_, s.data());

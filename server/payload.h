@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "proto/common.pb.h"
 
@@ -32,6 +33,14 @@ class Payload {
   // Decodes elements [first, first + n) of `dtype` (FLOAT32, FLOAT16 or BFLOAT16) to float32.
   // REQUIRES: (first + n) * DTypeSize(dtype) <= size().
   void DecodeFloats(v1::DataType dtype, size_t first, size_t n, float* out) const;
+
+  // Visits elements [first, first + n) of `dtype` as float32 runs: f(i, data, k) receives
+  // elements [first + i, first + i + k). Where the bytes are float32, 4-byte aligned and within
+  // one piece, `data` points into the payload itself; elsewhere the elements are decoded into
+  // `scratch` (room for `scratch_floats`, > 0) first.
+  void ForEachFloatRun(v1::DataType dtype, size_t first, size_t n, float* scratch,
+                       size_t scratch_floats,
+                       absl::FunctionRef<void(size_t, const float*, size_t)> f) const;
 
   // The whole payload as one string (a copy; for tests and small messages).
   std::string ToString() const;

@@ -461,6 +461,15 @@ absl::Status PsHandler::Status(const v1::ServerStatusRequest& req, v1::ServerSta
   resp->set_bytes_in_total(bytes_in_total_.load());
   resp->set_bytes_out_total(bytes_out_total_.load());
   resp->set_queue_depth(static_cast<uint32_t>(std::max<int64_t>(0, queue_depth_.load())));
+  auto sec = [this](Phase p) { return phase_ns_[static_cast<int>(p)].load() * 1e-9; };
+  auto* t = resp->mutable_times();
+  t->set_parse_sec(sec(Phase::kParse));
+  t->set_queue_sec(sec(Phase::kQueue));
+  t->set_apply_sec(sec(Phase::kApply));
+  t->set_read_sec(sec(Phase::kRead));
+  t->set_park_sec(sec(Phase::kPark));
+  t->set_chunks_in(chunks_in_.load());
+  t->set_chunks_out(chunks_out_.load());
   return absl::OkStatus();
 }
 

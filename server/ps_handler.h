@@ -78,6 +78,14 @@ class PsHandler {
   // Counts a pull request as served and `bytes` as sent.
   void CountPullServed() { pulls_total_.fetch_add(1, std::memory_order_relaxed); }
   void CountBytesOut(uint64_t bytes) { bytes_out_total_.fetch_add(bytes, std::memory_order_relaxed); }
+  // Time spent per data-plane phase (reported in Status.times).
+  enum class Phase { kParse, kQueue, kApply, kRead, kPark };
+  void AddTime(Phase phase, absl::Duration d) {
+    phase_ns_[static_cast<int>(phase)].fetch_add(absl::ToInt64Nanoseconds(d),
+                                                 std::memory_order_relaxed);
+  }
+  void CountChunkIn() { chunks_in_.fetch_add(1, std::memory_order_relaxed); }
+  void CountChunkOut() { chunks_out_.fetch_add(1, std::memory_order_relaxed); }
   // Requests accepted and not finished (maintained by the gRPC edge).
   void AddQueueDepth(int delta) { queue_depth_.fetch_add(delta, std::memory_order_relaxed); }
 
@@ -126,6 +134,9 @@ class PsHandler {
   std::atomic<uint64_t> bytes_in_total_{0};
   std::atomic<uint64_t> bytes_out_total_{0};
   std::atomic<int64_t> queue_depth_{0};
+  std::atomic<int64_t> phase_ns_[5] = {};
+  std::atomic<uint64_t> chunks_in_{0};
+  std::atomic<uint64_t> chunks_out_{0};
 };
 
 }  // namespace pscluster

@@ -252,12 +252,14 @@ TEST_F(HandlerTest, SynchronousAggregationSumsAllWorkersThenAppliesOnce) {
     ASSERT_TRUE(PushDense("j", w, 0, 0, "w", 0, g, false).ok());
     ASSERT_TRUE(PushDense("j", w, 0, 0, "w", 0, g, false)->duplicate);  // Not added twice.
     ASSERT_TRUE(PushSparse("j", w, 0, 1, "e", {9}, {1.f * (w + 1), -1.f}, false).ok());
-    if (w < 2) ASSERT_TRUE(EndStep("j", w, 0).ok());
+    if (w < 2) {
+      ASSERT_TRUE(EndStep("j", w, 0).ok());
+    }
     // Nothing applied before every worker finished the step.
     EXPECT_EQ(*Pull("j", w, 0, {Block("w", 0)}), w0);
   }
   bool parked = false;
-  Pull("j", 0, 1, {Block("w", 0)}, &parked);
+  ASSERT_TRUE(Pull("j", 0, 1, {Block("w", 0)}, &parked).ok());
   EXPECT_TRUE(parked) << "BSP read of step 1 must wait for worker 2";
   ASSERT_TRUE(EndStep("j", 2, 0).ok());
   auto w1 = *Pull("j", 0, 1, {Block("w", 0)}, &parked);
@@ -283,15 +285,15 @@ TEST_F(HandlerTest, ParkedReadsAreReleasedWhenTheSlowestWorkerCatchesUp) {
     for (int s = 0; s < 3; ++s) ASSERT_TRUE(EndStep(job, 0, s).ok());
   }
   bool parked;
-  Pull("asp", 0, 3, {Block("w", 0)}, &parked);
+  ASSERT_TRUE(Pull("asp", 0, 3, {Block("w", 0)}, &parked).ok());
   EXPECT_FALSE(parked);
-  Pull("ssp", 0, 2, {Block("w", 0)}, &parked);
+  ASSERT_TRUE(Pull("ssp", 0, 2, {Block("w", 0)}, &parked).ok());
   EXPECT_FALSE(parked) << "SSP(2) at clock 2 needs min clock 0";
-  Pull("ssp", 0, 3, {Block("w", 0)}, &parked);
+  ASSERT_TRUE(Pull("ssp", 0, 3, {Block("w", 0)}, &parked).ok());
   EXPECT_TRUE(parked) << "SSP(2) at clock 3 needs min clock 1";
-  Pull("bsp", 1, 0, {Block("w", 0)}, &parked);
+  ASSERT_TRUE(Pull("bsp", 1, 0, {Block("w", 0)}, &parked).ok());
   EXPECT_FALSE(parked);
-  Pull("bsp", 0, 1, {Block("w", 0)}, &parked);
+  ASSERT_TRUE(Pull("bsp", 0, 1, {Block("w", 0)}, &parked).ok());
   EXPECT_TRUE(parked);
 
   // A parked read's callback runs when the slow worker reaches the bound.
@@ -316,7 +318,7 @@ TEST_F(HandlerTest, ParkedReadsAreReleasedWhenTheSlowestWorkerCatchesUp) {
   EXPECT_EQ(released.load(), 1);
   EXPECT_EQ(Status("ssp").jobs(0).waiting_pulls(), 0u);
   // Staleness of the reads served: clock 2 at min 0, then 3 at min 1.
-  Pull("ssp", 0, 3, {Block("w", 0)}, &parked);
+  ASSERT_TRUE(Pull("ssp", 0, 3, {Block("w", 0)}, &parked).ok());
   EXPECT_EQ(Status("ssp").jobs(0).max_staleness(), 2);
   // Dropping a job finishes its parked reads with NOT_FOUND.
   absl::Status dropped_status;
@@ -409,6 +411,28 @@ TEST_F(HandlerTest, TransportsFloat16AndBFloat16) {
   for (int i = 0; i < 64; ++i) EXPECT_FLOAT_EQ(after[i], exact[i] - 0.5f);
 }
 
+
+TEST_F(HandlerTest, TopKPushesScatterIntoTheBlock) {
+  Create(CreateRequest("j", {DenseSpec("w", {100}, kSgd)}, v1::ConsistencySpec::ASP, 1));
+  auto w0 = *Pull("j", 0, 0, {Block("w", 0)});
+  v1::PushChunk c = Chunk("j", 0, 0, 0);
+  c.mutable_slice()->set_table("w");
+  std::vector<uint32_t> idx = {3, 97, 3};
+  c.set_indices(std::string(reinterpret_cast<char*>(idx.data()), 12));
+  ASSERT_TRUE(h_->Push(c, Payload::FromString(Bytes({1.f, 2.f, 4.f}))).ok());
+  auto w1 = *Pull("j", 0, 0, {Block("w", 0)});
+  for (int i = 0; i < 100; ++i) {
+    float g = i == 3 ? 5.f : i == 97 ? 2.f : 0.f;
+    EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.5f * g) << i;
+  }
+  idx[1] = 100;  // Outside the block.
+  c.set_indices(std::string(reinterpret_cast<char*>(idx.data()), 12));
+  c.mutable_tag()->set_seq(1);
+  absl::Status st = h_->Push(c, Payload::FromString(Bytes({1.f, 2.f, 4.f}))).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("indices"), std::string::npos) << st;
+  EXPECT_EQ(*Pull("j", 0, 0, {Block("w", 0)}), w1);
+}
 
 class CheckpointTest : public HandlerTest {
  protected:

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "server/ps_metrics.h"
 
 namespace pscluster {
 
@@ -31,6 +32,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   go.listen_address = options.listen;
   go.tls = options.tls;
   go.component = "server";
+  go.int_args = options.grpc_args;
   // Data-plane chunks are about 4 MiB; leave room above the largest accepted chunk.
   go.max_message_bytes =
       static_cast<int>(std::max<uint64_t>(64 << 20, options.limits.max_chunk_bytes + (1 << 20)));
@@ -40,6 +42,17 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   if (!grpc.ok()) return grpc.status();
   s->grpc_ = std::move(*grpc);
   s->handler_->set_address(s->grpc_->address());
+  if (!options.metrics_listen.empty()) {
+    RegisterServerMetrics(s->handler_.get(), &s->registry_);
+    auto m = MetricsHttpServer::Start(options.metrics_listen, &s->registry_);
+    if (!m.ok()) {
+      s->grpc_->Shutdown(absl::ZeroDuration());
+      return absl::Status(m.status().code(),
+                          absl::StrCat("--metrics_listen: ", m.status().message()));
+    }
+    s->metrics_ = std::move(*m);
+    Logger("server")->info("Prometheus metrics on port {} (/metrics)", s->metrics_->port());
+  }
   if (!options.scheduler.empty()) {
     SchedulerLinkOptions lo;
     lo.scheduler = options.scheduler;
@@ -83,6 +96,7 @@ void PsServer::Shutdown(absl::Duration grace) {
     ticker_.join();
   }
   if (grpc_) grpc_->Shutdown(grace);
+  metrics_.reset();
 }
 
 PsServer::~PsServer() {

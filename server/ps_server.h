@@ -12,15 +12,18 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "common/grpc_server.h"
+#include "common/metrics.h"
 #include "common/tls.h"
 #include "server/data_stream.h"
 #include "server/executor.h"
 #include "server/ps_handler.h"
 #include "server/ps_service.h"
 #include "server/scheduler_link.h"
+#include "server/wire.h"
 
 namespace pscluster {
 
@@ -33,7 +36,10 @@ struct PsServerOptions {
   TlsFiles tls;                        // --tls_cert / --tls_key / --tls_ca
   int data_threads = 0;                // --data_threads (0 = one per core)
   absl::Duration register_timeout = absl::Seconds(30);  // --register_timeout
+  std::string metrics_listen;          // --metrics_listen (empty = no /metrics endpoint)
   DataPlaneOptions data_plane;
+  // gRPC channel arguments of the server (default: DataPlaneChannelArgs()).
+  std::vector<std::pair<std::string, int>> grpc_args = *DataPlaneChannelArgs();
   DataPlaneLimits limits;
 };
 
@@ -46,6 +52,10 @@ class PsServer {
   ~PsServer();
 
   const std::string& address() const { return grpc_->address(); }
+  // host:port of the Prometheus endpoint (empty when off).
+  std::string metrics_address() const {
+    return metrics_ ? absl::StrCat("127.0.0.1:", metrics_->port()) : "";
+  }
   PsHandler* handler() { return handler_.get(); }
   // Deregisters, stops accepting calls and lets in-flight ones finish (within `grace`).
   void Shutdown(absl::Duration grace = absl::Seconds(2));
@@ -60,6 +70,8 @@ class PsServer {
   std::unique_ptr<PsService> service_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<SchedulerLink> link_;
+  MetricsRegistry registry_;
+  std::unique_ptr<MetricsHttpServer> metrics_;
   absl::Notification stop_ticks_;
   std::thread ticker_;
   bool shut_down_ = false;

@@ -1,6 +1,9 @@
 // In-process tier: real ps_server instances on loopback port 0, driven through the client
 // library and through the generated gRPC stubs.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -240,6 +243,124 @@ TEST(ServiceEpochTest, StaleEpochRefreshesTheMapAndRetriesExactlyOnce) {
   EXPECT_EQ((*st)[1].duplicates_total(), 0u);
 }
 
+// A push that fails after one server applied its part, retried by the caller once the map is
+// current, is applied exactly once everywhere.
+TEST(ServiceEpochTest, CallerRetryOfAFailedPushReusesItsTags) {
+  InProcessCluster cluster(2);
+  ASSERT_TRUE(cluster.status().ok());
+  auto w = DenseSpec("w", {64, 500}, kSgd, 500);
+  auto client = cluster.Client("job", {w});  // No refresh callback: errors reach the caller.
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->CreateTables(Mode(v1::ConsistencySpec::ASP), 1).ok());
+  v1::UpdateShardMapRequest req;
+  *req.mutable_map() = cluster.Map("job", 2);
+  req.set_self("s1");
+  v1::UpdateShardMapResponse resp;
+  ASSERT_TRUE(cluster.server(1)->handler()->UpdateShardMap(req, &resp).ok());
+  std::vector<float> g(32000, 1.f);
+  PushSources src{{{"w", g.data()}}, {}};
+  absl::Status st = (*client)->Push(0, src, /*end_of_step=*/false);
+  ASSERT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  req.set_self("s0");
+  ASSERT_TRUE(cluster.server(0)->handler()->UpdateShardMap(req, &resp).ok());
+  ASSERT_TRUE((*client)->SetShardMap(cluster.Map("job", 2)).ok());
+  ASSERT_TRUE((*client)->Push(0, src, false).ok());  // The retry.
+  ASSERT_TRUE((*client)->Push(0, src).ok());         // A second, distinct push of step 0.
+  std::vector<float> v(32000);
+  ASSERT_TRUE((*client)->Pull(1, {{{"w", v.data()}}, {}}).ok());
+  const auto w0 = InitialDense(w, 32000);
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_FLOAT_EQ(v[i], w0[i] - 1.0f) << i;
+}
+
+// Many workers push and pull concurrently (ASP); SGD with gradients that add exactly, so the
+// final values show every push applied exactly once whatever the interleaving.
+TEST(ServiceConcurrencyTest, ConcurrentWorkersAndReadersApplyEveryPushOnce) {
+  InProcessCluster cluster(2);
+  ASSERT_TRUE(cluster.status().ok());
+  auto w = DenseSpec("w", {40000}, Optimizer(v1::OptimizerSpec::SGD, 1.f), 4096);
+  auto e = SparseSpec("e", 8, 0, Optimizer(v1::OptimizerSpec::SGD, 1.f));
+  w.mutable_init()->set_kind(v1::InitializerSpec::ZEROS);
+  e.mutable_init()->set_kind(v1::InitializerSpec::ZEROS);
+  constexpr int kWorkers = 4, kSteps = 40;
+  std::vector<std::unique_ptr<PsClient>> clients;
+  for (int i = 0; i < kWorkers; ++i) clients.push_back(std::move(*cluster.Client("job", {w, e}, i)));
+  ASSERT_TRUE(clients[0]->CreateTables(Mode(v1::ConsistencySpec::ASP), kWorkers).ok());
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    auto c = std::move(*cluster.Client("job", {w, e}, 0));
+    std::vector<float> v(40000);
+    while (!stop) ASSERT_TRUE(c->Pull(0, {{{"w", v.data()}}, {}}).ok());
+  });
+  std::vector<std::thread> workers;
+  for (int i = 0; i < kWorkers; ++i) {
+    workers.emplace_back([&, i] {
+      std::vector<float> g(40000, 1.f / 1024), v(40000);
+      std::vector<uint64_t> keys = {1, 2, 3, static_cast<uint64_t>(100 + i)};
+      std::vector<float> eg(keys.size() * 8, 1.f / 256), rows(keys.size() * 8);
+      for (int s = 0; s < kSteps; ++s) {
+        ASSERT_TRUE(clients[i]
+                        ->PushPull(s, {{{"w", g.data()}}, {{"e", keys, eg.data()}}},
+                                   {{{"w", v.data()}}, {{"e", keys, rows.data()}}})
+                        .ok());
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  stop = true;
+  reader.join();
+  std::vector<float> v(40000);
+  std::vector<uint64_t> keys = {1, 100, 103};
+  std::vector<float> rows(keys.size() * 8);
+  ASSERT_TRUE(clients[0]->Pull(kSteps, {{{"w", v.data()}}, {{"e", keys, rows.data()}}}).ok());
+  for (size_t i = 0; i < v.size(); ++i) {
+    ASSERT_EQ(v[i], -1.f / 1024 * kWorkers * kSteps) << i;
+  }
+  EXPECT_EQ(rows[0], -1.f / 256 * kWorkers * kSteps);
+  EXPECT_EQ(rows[8], -1.f / 256 * kSteps);
+  EXPECT_EQ(rows[16], -1.f / 256 * kSteps);
+}
+
+std::string HttpGet(const std::string& address, const std::string& path) {
+  size_t colon = address.rfind(':');
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(std::stoi(address.substr(colon + 1)));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return "";
+  std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(fd);
+  return out;
+}
+
+TEST(ServiceMetricsTest, ServesPrometheusText) {
+  PsServerOptions o;
+  o.metrics_listen = "127.0.0.1:0";
+  InProcessCluster cluster(1, o);
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  auto w = DenseSpec("w", {100}, kSgd);
+  auto client = cluster.Client("job", {w});
+  ASSERT_TRUE((*client)->CreateTables(Mode(v1::ConsistencySpec::ASP), 1).ok());
+  std::vector<float> g(100, 1.f);
+  ASSERT_TRUE((*client)->Push(0, {{{"w", g.data()}}, {}}).ok());
+  const std::string addr = cluster.server(0)->metrics_address();
+  ASSERT_FALSE(addr.empty());
+  std::string page = HttpGet(addr, "/metrics");
+  EXPECT_NE(page.find("200 OK"), std::string::npos) << page;
+  EXPECT_NE(page.find("# TYPE pscluster_server_push_chunks_total counter"), std::string::npos);
+  EXPECT_NE(page.find("pscluster_server_push_chunks_total 1\n"), std::string::npos) << page;
+  EXPECT_NE(page.find("pscluster_job_worker_clock{job=\"job\",worker=\"0\"} 1\n"),
+            std::string::npos) << page;
+  EXPECT_NE(page.find("pscluster_table_bytes{job=\"job\",table=\"w\"} 400\n"),
+            std::string::npos) << page;
+  EXPECT_NE(HttpGet(addr, "/other").find("404"), std::string::npos);
+}
+
 TEST(ServiceCompressionTest, Float16AndBFloat16TransportPerTable) {
   InProcessCluster cluster(2);
   ASSERT_TRUE(cluster.status().ok());
@@ -349,7 +470,9 @@ void RunSlowWorker(v1::ConsistencySpec::Mode mode, uint32_t s, int* max_lead) {
       EXPECT_GE((*fast)->last_min_clock(), c - static_cast<int64_t>(s)) << "pull at clock " << c;
     }
     *max_lead = std::max(*max_lead, c - (announced + 1));
-    if (c < kSteps) ASSERT_TRUE((*fast)->Push(c, {{{"w", g.data()}}, {}}).ok());
+    if (c < kSteps) {
+      ASSERT_TRUE((*fast)->Push(c, {{{"w", g.data()}}, {}}).ok());
+    }
   }
   slow_thread.join();
 }

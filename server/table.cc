@@ -1,6 +1,7 @@
 #include "server/table.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -26,7 +27,27 @@ TableInfo::TableInfo(const v1::TableSpec& s, const OptimizerParams& o, uint32_t 
   }
 }
 
+namespace {
+
+std::shared_ptr<float> NewWeights(size_t n) {
+  size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+  return std::shared_ptr<float>(static_cast<float*>(std::aligned_alloc(64, bytes ? bytes : 64)),
+                                [](float* p) { std::free(p); });
+}
+
+}  // namespace
+
 DenseBlock::DenseBlock(size_t n, int num_slots) : elems(n), slots(num_slots) {}
+
+float* DenseBlock::MutableWeights() {
+  if (weights.use_count() > 1) {
+    std::shared_ptr<float> fresh = NewWeights(elems);
+    std::memcpy(fresh.get(), weights.get(), elems * sizeof(float));
+    weights = std::move(fresh);
+    ++copies_on_write;
+  }
+  return weights.get();
+}
 
 // ---------------------------------------------------------------- dense
 
@@ -64,9 +85,10 @@ absl::Status DenseTable::SetHeldShards(const std::vector<bool>& held, MemoryBudg
     if (want && blocks_[b] == nullptr) {
       auto blk = std::make_unique<DenseBlock>(BlockLen(b), slots);
       absl::MutexLock l(&blk->mu);
-      blk->data.reset(new float[blk->elems * fpe]);
-      info_->init.FillDense(b * block_elems_, blk->elems, blk->data.get());
-      InitSlots(info_->optimizer, blk->data.get() + blk->elems, blk->elems);
+      blk->weights = NewWeights(blk->elems);
+      blk->slot_data.reset(new float[blk->elems * (fpe - 1) + 1]);
+      info_->init.FillDense(b * block_elems_, blk->elems, blk->weights.get());
+      InitSlots(info_->optimizer, blk->slot_data.get(), blk->elems);
       blocks_[b] = std::move(blk);
     } else if (!want && blocks_[b] != nullptr) {
       budget->Release(blocks_[b]->bytes());
@@ -81,9 +103,9 @@ void DenseTable::Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad
   absl::MutexLock l(&b->mu);
   if (advance || b->updates == 0) ++b->updates;
   const int64_t t = b->updates;
-  float* w = b->data.get();
-  float* s0 = b->slots >= 1 ? w + b->elems : nullptr;
-  float* s1 = b->slots >= 2 ? w + 2 * b->elems : nullptr;
+  float* w = b->MutableWeights();
+  float* s0 = b->slots >= 1 ? b->slot_data.get() : nullptr;
+  float* s1 = b->slots >= 2 ? b->slot_data.get() + b->elems : nullptr;
   for (size_t done = 0; done < n;) {
     size_t k = std::min(kScratchFloats, n - done);
     grad(done, k, scratch);
@@ -94,9 +116,35 @@ void DenseTable::Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad
   }
 }
 
+void DenseTable::ApplyPayload(DenseBlock* b, uint64_t offset, size_t n, const Payload& grad,
+                              v1::DataType dtype, bool advance) {
+  float scratch[kScratchFloats];
+  absl::MutexLock l(&b->mu);
+  if (advance || b->updates == 0) ++b->updates;
+  const int64_t t = b->updates;
+  float* w = b->MutableWeights();
+  float* s0 = b->slots >= 1 ? b->slot_data.get() : nullptr;
+  float* s1 = b->slots >= 2 ? b->slot_data.get() + b->elems : nullptr;
+  grad.ForEachFloatRun(dtype, 0, n, scratch, kScratchFloats,
+                       [&](size_t i, const float* g, size_t k) {
+                         const size_t at = offset + i;
+                         ApplyUpdate(info_->optimizer, t, k, g, w + at, s0 ? s0 + at : nullptr,
+                                     s1 ? s1 + at : nullptr);
+                       });
+}
+
 void DenseTable::Read(DenseBlock* b, uint64_t offset, size_t n, v1::DataType dtype, char* out) {
   absl::MutexLock l(&b->mu);
-  EncodeFloats(b->data.get() + offset, n, dtype, out);
+  EncodeFloats(b->weights.get() + offset, n, dtype, out);
+}
+
+LentBytes DenseTable::Lend(DenseBlock* b, uint64_t offset, size_t n) {
+  absl::MutexLock l(&b->mu);
+  LentBytes lent;
+  lent.owner = b->weights;
+  lent.data = reinterpret_cast<const char*>(b->weights.get() + offset);
+  lent.size = n * sizeof(float);
+  return lent;
 }
 
 uint64_t DenseTable::blocks_held() const {

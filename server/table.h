@@ -27,6 +27,7 @@
 #include "server/initializer.h"
 #include "server/memory_budget.h"
 #include "server/optimizer.h"
+#include "server/payload.h"
 
 namespace pscluster {
 
@@ -49,14 +50,27 @@ struct TableInfo {
   size_t floats_per_elem() const { return 1 + static_cast<size_t>(optimizer.num_slots()); }
 };
 
+// One block: its weights and optimizer slots. The weights are shared with pulls being sent
+// (no copy) and never change while shared: a writer that finds them shared copies first.
 struct DenseBlock {
   DenseBlock(size_t n, int num_slots);
   absl::Mutex mu;
   const size_t elems;
   const int slots;
-  int64_t updates ABSL_GUARDED_BY(mu) = 0;       // Optimizer steps applied (Adam's t).
-  std::unique_ptr<float[]> data ABSL_PT_GUARDED_BY(mu);  // (1 + slots) * elems floats.
+  int64_t updates ABSL_GUARDED_BY(mu) = 0;                // Optimizer steps applied (Adam's t).
+  std::shared_ptr<float> weights ABSL_GUARDED_BY(mu);      // elems floats.
+  std::unique_ptr<float[]> slot_data ABSL_PT_GUARDED_BY(mu);  // slots * elems floats.
   size_t bytes() const { return (1 + static_cast<size_t>(slots)) * elems * sizeof(float); }
+  // The weights for writing (copied first if a pull still holds them).
+  float* MutableWeights() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  uint64_t copies_on_write ABSL_GUARDED_BY(mu) = 0;
+};
+
+// Weights lent out without a copy: `data` points into memory `owner` keeps unchanged.
+struct LentBytes {
+  std::shared_ptr<const void> owner;
+  const char* data = nullptr;
+  size_t size = 0;
 };
 
 class DenseTable {
@@ -78,8 +92,14 @@ class DenseTable {
   // Applies a gradient for elements [offset, offset + n) of block `b`. `advance` counts this
   // as a new optimizer step (Adam's t); pass true for the chunk holding the slice's first element.
   void Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad, bool advance);
+  // The same, with the gradient read in place from a received payload (elements [0, n) of
+  // `dtype`) wherever it is aligned float32, so the optimizer streams it without a copy.
+  void ApplyPayload(DenseBlock* b, uint64_t offset, size_t n, const Payload& grad,
+                    v1::DataType dtype, bool advance);
   // Writes elements [offset, offset + n) of the weights, encoded as `dtype`, to `out`.
   void Read(DenseBlock* b, uint64_t offset, size_t n, v1::DataType dtype, char* out);
+  // Lends elements [offset, offset + n) of the float32 weights without copying them.
+  LentBytes Lend(DenseBlock* b, uint64_t offset, size_t n);
 
   uint64_t blocks_held() const;
   uint64_t elements_held() const;

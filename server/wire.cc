@@ -1,9 +1,12 @@
 #include "server/wire.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace pscluster {
 namespace {
@@ -75,6 +78,19 @@ class Cursor {
   size_t i_ = 0;
   size_t off_ = 0;
 };
+
+// Chosen with tests/bench/ps_bench on loopback: a large stream window and 4 MiB frames let a
+// 4 MiB chunk travel without waiting for window updates or being cut into 16 KiB frames, and
+// large TCP reads cut the number of read calls per chunk.
+std::vector<std::pair<std::string, int>> kDataPlaneArgs() {
+  return {
+      {"grpc.http2.lookahead_bytes", 64 << 20},
+      {"grpc.http2.max_frame_size", 4 << 20},
+      {"grpc.experimental.tcp_read_chunk_size", 4 << 20},
+      {"grpc.experimental.tcp_min_read_chunk_size", 1 << 20},
+      {"grpc.experimental.tcp_max_read_chunk_size", 16 << 20},
+  };
+}
 
 }  // namespace
 
@@ -149,6 +165,25 @@ absl::Status DecodeWithPayload(const grpc::ByteBuffer& buf, int payload_field,
   if (!header->ParseFromString(head)) return malformed("fields do not parse");
   *payload = Payload(std::move(pieces), slices);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, int>>> DataPlaneChannelArgs(
+    absl::string_view overrides) {
+  std::vector<std::pair<std::string, int>> args = kDataPlaneArgs();
+  for (absl::string_view kv : absl::StrSplit(overrides, ';', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+    int v = 0;
+    if (p.first.empty() || !absl::SimpleAtoi(p.second, &v)) {
+      return absl::InvalidArgumentError(absl::StrCat("grpc arg '", kv, "' is not name=integer"));
+    }
+    auto it = std::find_if(args.begin(), args.end(), [&](const auto& a) { return a.first == p.first; });
+    if (it != args.end()) {
+      it->second = v;
+    } else {
+      args.emplace_back(p.first, v);
+    }
+  }
+  return args;
 }
 
 grpc::ByteBuffer SerializeSmall(const google::protobuf::MessageLite& msg) {

@@ -6,9 +6,12 @@
 #ifndef PSCLUSTER_SERVER_WIRE_H_
 #define PSCLUSTER_SERVER_WIRE_H_
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "google/protobuf/message_lite.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
@@ -29,6 +32,12 @@ grpc::ByteBuffer EncodeWithPayload(const google::protobuf::MessageLite& header, 
 absl::Status DecodeWithPayload(const grpc::ByteBuffer& buf, int payload_field,
                                google::protobuf::MessageLite* header, Payload* payload,
                                absl::string_view what);
+
+// gRPC channel arguments for data-plane channels and servers (HTTP/2 windows, frame and read
+// sizes for 4 MiB messages). `overrides` ("name=value;name=value") replace or add entries;
+// INVALID_ARGUMENT names a malformed entry.
+absl::StatusOr<std::vector<std::pair<std::string, int>>> DataPlaneChannelArgs(
+    absl::string_view overrides = "");
 
 // Small messages (requests, acknowledgements): plain protobuf through one buffer.
 grpc::ByteBuffer SerializeSmall(const google::protobuf::MessageLite& msg);

@@ -1,6 +1,7 @@
 #include "server/client/ps_client.h"
 
 #include <algorithm>
+#include <set>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -36,6 +37,7 @@ struct Connection {
   std::unique_ptr<grpc::GenericStub> generic;
   absl::Mutex mu;
   std::shared_ptr<PsStream> stream ABSL_GUARDED_BY(mu);
+  std::vector<std::shared_ptr<PsStream>> retired ABSL_GUARDED_BY(mu);  // Still finishing.
 
   std::shared_ptr<PsStream> GetStream(const PsClientOptions& o) {
     absl::MutexLock l(&mu);
@@ -44,13 +46,21 @@ struct Connection {
         (refresh_after <= absl::ZeroDuration() || absl::Now() - stream->opened() < refresh_after)) {
       return stream;
     }
-    if (stream) stream->Retire();
+    retired.erase(std::remove_if(retired.begin(), retired.end(),
+                                 [](const auto& s) { return s->done(); }),
+                  retired.end());
+    if (stream) {
+      stream->Retire();
+      retired.push_back(std::move(stream));
+    }
     stream = PsStream::Open(generic.get(), address, o.stream_lifetime, o.channel);
     return stream;
   }
   ~Connection() {
+    // Streams end here, on this thread, before the channel goes (see PsStream::Shutdown).
     absl::MutexLock l(&mu);
-    if (stream) stream->Retire();
+    if (stream) retired.push_back(std::move(stream));
+    for (auto& s : retired) s->Shutdown(absl::Seconds(10));
   }
 };
 
@@ -83,6 +93,13 @@ struct CallScratch {
   std::vector<Dup> dups;
 };
 
+// The distinct keys of a sparse request per server, and where each caller position's key went.
+struct KeyRoute {
+  std::vector<std::vector<uint64_t>> keys;       // Per server: distinct keys, first-seen order.
+  std::vector<std::vector<uint32_t>> first_pos;  // Per server: caller position of each key.
+  std::vector<std::pair<int, uint32_t>> where;   // Per caller position: (server, index).
+};
+
 void ReleaseRoundSlice(void* p) {
   auto* round = static_cast<std::shared_ptr<Round>*>(p);
   (*round)->ReleaseSlice();
@@ -108,9 +125,15 @@ struct PsClient::Impl {
   std::shared_ptr<const Routing> routing ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, std::shared_ptr<Connection>> conns ABSL_GUARDED_BY(mu);
 
+  std::atomic<int64_t> plan_ns{0}, send_ns{0}, wait_ns{0}, copy_ns{0};
+  std::atomic<uint64_t> calls{0}, retries{0};
+
+  // Push sequence numbers of the current step: a push takes the lowest seq that failed before
+  // (so retrying a failed push reuses its tags), else a new one.
   absl::Mutex seq_mu;
   int64_t seq_step ABSL_GUARDED_BY(seq_mu) = -1;
   uint64_t next_seq ABSL_GUARDED_BY(seq_mu) = 0;
+  std::set<uint64_t> failed_seqs ABSL_GUARDED_BY(seq_mu);
 
   std::shared_ptr<const Routing> current() {
     absl::MutexLock l(&mu);
@@ -120,6 +143,9 @@ struct PsClient::Impl {
   absl::StatusOr<std::shared_ptr<const Routing>> Build(v1::ShardMap map) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   const ClientTable* Find(const std::string& name, absl::string_view field) const;
 
+  absl::StatusOr<KeyRoute> RouteKeys(const Routing& r, const ClientTable& t,
+                                     absl::Span<const uint64_t> keys,
+                                     absl::string_view field) const;
   absl::Status Plan(const Routing& r, int64_t step, uint64_t seq, const PushSources* src,
                     const PullTargets* dst, int64_t pull_clock, bool end_of_step,
                     std::vector<std::vector<Planned>>* plans, CallScratch* scratch);
@@ -145,6 +171,9 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(PsClientOptions optio
                                                            std::vector<v1::TableSpec> tables) {
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
+  if (impl->options.channel.int_args.empty()) {
+    impl->options.channel.int_args = *DataPlaneChannelArgs();
+  }
   if (impl->options.job_id.empty()) return absl::InvalidArgumentError("job_id: empty");
   if (impl->options.chunk_bytes < 4096) {
     return absl::InvalidArgumentError("chunk_bytes: must be at least 4096");
@@ -260,12 +289,36 @@ const ClientTable* PsClient::Impl::Find(const std::string& name, absl::string_vi
 
 // ------------------------------------------------------------------ planning
 
+absl::StatusOr<KeyRoute> PsClient::Impl::RouteKeys(const Routing& r, const ClientTable& t,
+                                                   absl::Span<const uint64_t> keys,
+                                                   absl::string_view field) const {
+  KeyRoute route;
+  route.keys.resize(r.servers.size());
+  route.first_pos.resize(r.servers.size());
+  route.where.resize(keys.size());
+  std::vector<absl::flat_hash_map<uint64_t, uint32_t>> index(r.servers.size());
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const uint64_t key = keys[k];
+    if (t.spec.key_space() != 0 && key >= t.spec.key_space()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".keys: key ", key,
+                                                     " outside table '", t.spec.name(), "'"));
+    }
+    const int srv = r.shard_server[ShardOfKey(t.hash, key, r.map.num_virtual_shards())];
+    auto [it, fresh] = index[srv].emplace(key, static_cast<uint32_t>(route.keys[srv].size()));
+    if (fresh) {
+      route.keys[srv].push_back(key);
+      route.first_pos[srv].push_back(static_cast<uint32_t>(k));
+    }
+    route.where[k] = {srv, it->second};
+  }
+  return route;
+}
+
 absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
                                   const PushSources* src, const PullTargets* dst,
                                   int64_t pull_clock, bool end_of_step,
                                   std::vector<std::vector<Planned>>* plans,
                                   CallScratch* scratch) {
-  const uint32_t nshards = r.map.num_virtual_shards();
   plans->assign(r.servers.size(), {});
   auto header = [&](const ClientTable& t) {
     v1::PushChunk h;
@@ -344,26 +397,17 @@ absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
                                                        options.job_id, "' (or grads is null)"));
       }
       const uint32_t w = t->width;
-      // Per server: distinct keys with their summed rows.
-      std::vector<std::vector<uint64_t>> keys(r.servers.size());
+      auto route = RouteKeys(r, *t, s.keys, absl::StrCat("sources.sparse[", i, "]"));
+      if (!route.ok()) return route.status();
+      const auto& keys = route->keys;
+      // Per server: the rows of its distinct keys, duplicates summed.
       std::vector<std::vector<float>> sums(r.servers.size());
-      std::vector<absl::flat_hash_map<uint64_t, uint32_t>> slot(r.servers.size());
+      for (size_t srv = 0; srv < sums.size(); ++srv) sums[srv].assign(keys[srv].size() * w, 0.f);
       for (size_t k = 0; k < s.keys.size(); ++k) {
-        const uint64_t key = s.keys[k];
-        if (t->spec.key_space() != 0 && key >= t->spec.key_space()) {
-          return absl::InvalidArgumentError(absl::StrCat("sources.sparse[", i, "].keys: key ", key,
-                                                         " outside table '", s.table, "'"));
-        }
-        const int srv = r.shard_server[ShardOfKey(t->hash, key, nshards)];
-        auto [it, fresh] = slot[srv].emplace(key, static_cast<uint32_t>(keys[srv].size()));
+        const auto [srv, idx] = route->where[k];
+        float* dstrow = sums[srv].data() + static_cast<size_t>(idx) * w;
         const float* g = s.grads + k * w;
-        if (fresh) {
-          keys[srv].push_back(key);
-          sums[srv].insert(sums[srv].end(), g, g + w);
-        } else {
-          float* dstrow = sums[srv].data() + static_cast<size_t>(it->second) * w;
-          for (uint32_t j = 0; j < w; ++j) dstrow[j] += g[j];
-        }
+        for (uint32_t j = 0; j < w; ++j) dstrow[j] += g[j];
       }
       const size_t es = DTypeSize(t->transport);
       const size_t rows_per_chunk = std::max<size_t>(1, options.chunk_bytes / (w * es));
@@ -407,27 +451,20 @@ absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
                                                        options.job_id, "' (or rows is null)"));
       }
       const uint32_t w = t->width;
-      std::vector<std::vector<uint64_t>> keys(r.servers.size());
-      std::vector<std::vector<uint32_t>*> pos(r.servers.size(), nullptr);
-      std::vector<absl::flat_hash_map<uint64_t, uint32_t>> first(r.servers.size());
+      auto route = RouteKeys(r, *t, d.keys, absl::StrCat("targets.sparse[", i, "]"));
+      if (!route.ok()) return route.status();
+      const auto& keys = route->keys;
+      // Replies land at each key's first position; repeated keys are copied there afterwards.
+      std::vector<std::vector<uint32_t>*> pos(r.servers.size());
+      for (size_t srv = 0; srv < pos.size(); ++srv) {
+        scratch->positions.push_back(
+            std::make_unique<std::vector<uint32_t>>(std::move(route->first_pos[srv])));
+        pos[srv] = scratch->positions.back().get();
+      }
       for (size_t k = 0; k < d.keys.size(); ++k) {
-        const uint64_t key = d.keys[k];
-        if (t->spec.key_space() != 0 && key >= t->spec.key_space()) {
-          return absl::InvalidArgumentError(absl::StrCat("targets.sparse[", i, "].keys: key ", key,
-                                                         " outside table '", d.table, "'"));
-        }
-        const int srv = r.shard_server[ShardOfKey(t->hash, key, nshards)];
-        if (pos[srv] == nullptr) {
-          scratch->positions.push_back(std::make_unique<std::vector<uint32_t>>());
-          pos[srv] = scratch->positions.back().get();
-        }
-        auto [it, fresh] = first[srv].emplace(key, static_cast<uint32_t>(k));
-        if (fresh) {
-          keys[srv].push_back(key);
-          pos[srv]->push_back(static_cast<uint32_t>(k));
-        } else {
-          scratch->dups.push_back({d.rows, w, it->second, static_cast<uint32_t>(k)});
-        }
+        const auto [srv, idx] = route->where[k];
+        const uint32_t first_k = (*pos[srv])[idx];
+        if (first_k != k) scratch->dups.push_back({d.rows, w, first_k, static_cast<uint32_t>(k)});
       }
       const size_t rows_per_chunk =
           std::max<size_t>(1, options.chunk_bytes / (w * DTypeSize(t->transport)));
@@ -475,7 +512,10 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
                                      int64_t* min_clock) {
   std::vector<std::vector<Planned>> plans;
   CallScratch scratch;
+  absl::Time t0 = absl::Now();
   absl::Status st = Plan(r, step, seq, src, dst, pull_clock, end_of_step, &plans, &scratch);
+  absl::Time t1 = absl::Now();
+  plan_ns.fetch_add(absl::ToInt64Nanoseconds(t1 - t0));
   if (!st.ok()) {
     for (auto& list : plans) {
       for (auto& p : list) pool->Release(p.owned);
@@ -496,13 +536,17 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
     std::vector<ReplyDest> dests;
     dests.reserve(list.size());
     for (const auto& p : list) dests.push_back(p.dest);
-    auto round = std::make_shared<Round>(id, std::move(dests));
+    auto round = std::make_shared<Round>(id, std::move(dests), &copy_ns);
     std::vector<grpc::ByteBuffer> msgs;
     msgs.reserve(list.size());
     for (auto& p : list) {
       p.header.set_request_id(id);
       std::vector<grpc::Slice> payload;
-      if (p.borrowed_bytes > 0) {
+      if (p.borrowed_bytes > 0 && p.borrowed_bytes <= options.copy_below_bytes) {
+        // Small payloads are copied: cheaper than waiting for gRPC to release the caller's
+        // memory after the write.
+        payload.emplace_back(p.borrowed, p.borrowed_bytes);
+      } else if (p.borrowed_bytes > 0) {
         round->AddSlice();
         payload.emplace_back(const_cast<char*>(p.borrowed), p.borrowed_bytes, &ReleaseRoundSlice,
                              new std::shared_ptr<Round>(round));
@@ -523,6 +567,8 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
   }
   absl::Status result = send_error;
   int64_t min = -1;
+  t0 = absl::Now();
+  send_ns.fetch_add(absl::ToInt64Nanoseconds(t0 - t1));
   for (auto& s : sent) {
     absl::Status rs = s.round->Wait(deadline);
     if (rs.code() == absl::StatusCode::kDeadlineExceeded) {
@@ -537,6 +583,7 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
     if (m >= 0 && (min < 0 || m < min)) min = m;
   }
   for (auto& s : sent) s.round->WaitSlicesReleased();
+  wait_ns.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - t0));
   if (!result.ok()) return result;
   for (const auto& d : scratch.dups) {
     std::copy_n(d.rows + static_cast<size_t>(d.from) * d.width, d.width,
@@ -571,19 +618,34 @@ absl::Status PsClient::Impl::Run(int64_t step, const PushSources* src, const Pul
     if (step != seq_step) {
       seq_step = step;
       next_seq = 0;
+      failed_seqs.clear();
     }
-    seq = next_seq++;
+    if (!failed_seqs.empty()) {
+      seq = *failed_seqs.begin();
+      failed_seqs.erase(failed_seqs.begin());
+    } else {
+      seq = next_seq++;
+    }
   }
+  auto give_back = [&](const absl::Status& st) {
+    if (src != nullptr && !st.ok()) {
+      absl::MutexLock l(&seq_mu);
+      if (step == seq_step) failed_seqs.insert(seq);
+    }
+    return st;
+  };
   absl::Duration backoff = options.retry_backoff;
   while (true) {
     auto r = current();
     absl::Status st = Attempt(*r, step, seq, src, dst, pull_clock, end_of_step, deadline, min_clock);
-    if (st.ok() || !IsRetryable(st)) return st;
-    if (absl::Now() + backoff >= deadline) return st;
+    if (st.ok()) calls.fetch_add(1);
+    if (st.ok() || !IsRetryable(st)) return give_back(st);
+    retries.fetch_add(1);
+    if (absl::Now() + backoff >= deadline) return give_back(st);
     if (st.code() == absl::StatusCode::kFailedPrecondition) {
-      if (!options.refresh_shard_map) return st;
+      if (!options.refresh_shard_map) return give_back(st);
       absl::Status rs = Refresh(st);
-      if (!rs.ok()) return rs;
+      if (!rs.ok()) return give_back(rs);
       if (current()->map.epoch() > r->map.epoch()) continue;  // Retry at once with the new map.
     }
     absl::SleepFor(backoff);
@@ -608,6 +670,17 @@ absl::Status PsClient::PushPull(int64_t step, const PushSources& sources,
   absl::Status st = impl_->Run(step, &sources, &targets, step + 1, true, &min);
   if (st.ok()) last_min_clock_ = min;
   return st;
+}
+
+PsClient::Stats PsClient::stats() const {
+  Stats s;
+  s.plan_sec = impl_->plan_ns.load() * 1e-9;
+  s.send_sec = impl_->send_ns.load() * 1e-9;
+  s.wait_sec = impl_->wait_ns.load() * 1e-9;
+  s.copy_sec = impl_->copy_ns.load() * 1e-9;
+  s.calls = impl_->calls.load();
+  s.retries = impl_->retries.load();
+  return s;
 }
 
 // ------------------------------------------------------------------ control calls

@@ -35,7 +35,9 @@ namespace pscluster {
 struct PsClientOptions {
   std::string job_id;       // Job whose tables are read and written.
   uint32_t worker = 0;      // This worker's rank (tags pushes, gates BSP/SSP pulls).
-  ChannelOptions channel;   // TLS / bearer token for the server channels.
+  // TLS / bearer token for the server channels. Empty int_args get the data-plane defaults
+  // (server/wire.h DataPlaneChannelArgs()).
+  ChannelOptions channel;
   // Deadline of each call (Pull, Push, PushPull, control calls), retries and waiting for slow
   // workers under BSP/SSP included.
   absl::Duration call_timeout = absl::Seconds(60);
@@ -43,6 +45,9 @@ struct PsClientOptions {
   absl::Duration stream_lifetime = absl::Hours(1);
   // Largest payload of one message (sparse requests are split to fit).
   size_t chunk_bytes = 4 << 20;
+  // Push payloads up to this size are copied into the message; larger ones are lent to gRPC
+  // without a copy (the call then also waits until gRPC has released the caller's memory).
+  size_t copy_below_bytes = 64 << 10;
   // First retry delay (doubles up to 1 s).
   absl::Duration retry_backoff = absl::Milliseconds(20);
   // Returns a newer shard map (normally from the scheduler's GetShardMap) after a server said
@@ -106,6 +111,9 @@ class PsClient {
   absl::Status Pull(int64_t clock, const PullTargets& targets);
   // Pushes the gradients of `step`; with end_of_step (the normal case) every server of the map
   // is told the step is complete, even those that got no gradient, so their clocks advance.
+  // Each push of a step gets its own tag; a push that failed and is called again for the same
+  // step (with the same gradients) reuses the failed push's tag, so servers that applied part
+  // of it do not apply that part twice.
   // REQUIRES: the source buffers stay unchanged until the call returns.
   absl::Status Push(int64_t step, const PushSources& sources, bool end_of_step = true);
   // Push of `step` (with end_of_step) and a pull of `targets` at clock step + 1, in one round
@@ -121,6 +129,17 @@ class PsClient {
 
   // Slowest worker's clock reported by the servers in the last completed pull (-1 = none).
   int64_t last_min_clock() const { return last_min_clock_.load(); }
+
+  // Where this client's time went since it was created (summed over calling threads).
+  struct Stats {
+    double plan_sec = 0;  // Routing, summing sparse rows, fp16/bf16 encoding.
+    double send_sec = 0;  // Framing messages and queueing them on the streams.
+    double wait_sec = 0;  // Waiting for replies: network, server work, parked pulls.
+    double copy_sec = 0;  // Copying (and widening) replies into the caller's buffers.
+    uint64_t calls = 0;   // Pull / Push / PushPull calls completed.
+    uint64_t retries = 0; // Attempts repeated after a stale map or an unavailable server.
+  };
+  Stats stats() const;
 
  private:
   struct Impl;

@@ -118,6 +118,12 @@ void PsStream::Forget(uint64_t request_id) {
 
 void PsStream::Cancel() { ctx_.TryCancel(); }
 
+void PsStream::Shutdown(absl::Duration timeout) {
+  auto done = done_;
+  Cancel();
+  done->WaitForNotificationWithTimeout(timeout);
+}
+
 void PsStream::Retire() {
   bool idle;
   {
@@ -171,7 +177,9 @@ void PsStream::OnDone(const grpc::Status& status) {
   absl::Status st = FromGrpcStatus(status, absl::StrCat("PushPull to ", peer_));
   if (st.ok()) st = absl::UnavailableError(absl::StrCat("stream to ", peer_, " ended"));
   FailAll(st);
+  auto done = done_;
   self_.reset();  // May delete this.
+  done->Notify();
 }
 
 }  // namespace pscluster

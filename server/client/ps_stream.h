@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/channel.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -41,6 +42,11 @@ class PsStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuff
   void Cancel();
   // Half-closes once no round is pending; then the stream ends.
   void Retire();
+  // Cancels the call and waits (up to `timeout`) until gRPC is done with it, so that the owner
+  // releases the channel on its own thread: the last reference to a channel must not be
+  // dropped on a gRPC callback thread (gRPC would join that thread from itself).
+  void Shutdown(absl::Duration timeout);
+  bool done() const { return done_->HasBeenNotified(); }
 
   bool usable() const;
   absl::Time opened() const { return opened_; }
@@ -62,6 +68,8 @@ class PsStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuff
   grpc::ClientContext ctx_;
   absl::Time opened_;
   std::shared_ptr<PsStream> self_;  // Until OnDone.
+  // Outlives the stream: OnDone notifies it after dropping self_.
+  std::shared_ptr<absl::Notification> done_ = std::make_shared<absl::Notification>();
 
   mutable absl::Mutex mu_;
   grpc::ByteBuffer read_buf_;

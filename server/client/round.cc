@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/dtype.h"
 
 namespace pscluster {
@@ -31,7 +32,9 @@ void Round::Copy(const v1::PullChunk& chunk, const Payload& values) {
       bad = absl::InternalError(absl::StrCat("reply to request ", request_id_, " chunk ",
                                              chunk.index(), " does not fit its slice"));
     } else {
+      const absl::Time t0 = absl::Now();
       CopyIn(chunk, values, d);
+      if (copy_ns_) copy_ns_->fetch_add(absl::ToInt64Nanoseconds(absl::Now() - t0));
     }
   }
   bool notify_fail = !bad.ok();

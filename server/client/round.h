@@ -4,6 +4,7 @@
 #ifndef PSCLUSTER_SERVER_CLIENT_ROUND_H_
 #define PSCLUSTER_SERVER_CLIENT_ROUND_H_
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -29,8 +30,10 @@ struct ReplyDest {
 
 class Round {
  public:
-  Round(uint64_t request_id, std::vector<ReplyDest> dests)
-      : request_id_(request_id), dests_(std::move(dests)) {}
+  // `copy_ns` (optional) accumulates the time spent copying replies.
+  Round(uint64_t request_id, std::vector<ReplyDest> dests,
+        std::atomic<int64_t>* copy_ns = nullptr)
+      : request_id_(request_id), dests_(std::move(dests)), copy_ns_(copy_ns) {}
 
   uint64_t request_id() const { return request_id_; }
 
@@ -59,6 +62,7 @@ class Round {
 
   const uint64_t request_id_;
   const std::vector<ReplyDest> dests_;
+  std::atomic<int64_t>* const copy_ns_;
   mutable absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool last_seen_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,0 +1,155 @@
+// Cluster tier: the real ps_server binary (a data dependency), on port 0 with a port file,
+// talked to over loopback; registration with a scheduler; exit codes.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <atomic>
+
+#include "common/channel.h"
+#include "common/grpc_server.h"
+#include "proto/grpc_health.grpc.pb.h"
+#include "proto/scheduler.grpc.pb.h"
+#include "server/client/ps_client.h"
+#include "server/testing/daemon.h"
+#include "server/testing/test_tables.h"
+
+namespace pscluster {
+namespace {
+
+using namespace ::pscluster::testing;  // NOLINT
+
+const std::string kBinary = RunfilePath("server/ps_server");
+
+std::string Tmp(const std::string& name) { return TempDir(name); }
+
+TEST(PsServerBinaryTest, ServesAClientChecksHealthAndStopsOnSigterm) {
+  const std::string port_file = Tmp("serve.port"), ckpt = Tmp("serve-ckpt");
+  Daemon d(kBinary, {"--port_file=" + port_file, "--checkpoint_dir=" + ckpt, "--log_level=info"},
+           Tmp("serve.log"));
+  auto address = d.WaitForPortFile(port_file);
+  ASSERT_TRUE(address.ok()) << address.status();
+
+  auto channel = *MakeChannel(*address);
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::health::v1::HealthCheckRequest hreq;
+  grpc::health::v1::HealthCheckResponse hresp;
+  auto ctx = CallContext(absl::Seconds(5));
+  ASSERT_TRUE(health->Check(ctx.get(), hreq, &hresp).ok());
+  EXPECT_EQ(hresp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  PsClientOptions o;
+  o.job_id = "bin";
+  o.call_timeout = absl::Seconds(10);
+  auto w = DenseSpec("w", {3, 1000}, Optimizer(v1::OptimizerSpec::ADAM, 0.01f), 1000);
+  auto e = SparseSpec("e", 16, 0, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.1f));
+  auto client = PsClient::Create(o, RoundRobinMap("bin", 1, {*address}), {w, e});
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->InstallShardMap().ok());
+  v1::ConsistencySpec bsp;
+  ASSERT_TRUE((*client)->CreateTables(bsp, 1).ok());
+  std::vector<float> v(3000), g(3000, 0.5f), rows(3 * 16), rg(3 * 16, 1.f);
+  std::vector<uint64_t> keys = {3, 1u << 31, 3};
+  for (int step = 0; step < 5; ++step) {
+    ASSERT_TRUE((*client)
+                    ->PushPull(step, {{{"w", g.data()}}, {{"e", keys, rg.data()}}},
+                               {{{"w", v.data()}}, {{"e", keys, rows.data()}}})
+                    .ok());
+  }
+  auto statuses = (*client)->ServerStatuses();
+  ASSERT_TRUE(statuses.ok());
+  EXPECT_EQ((*statuses)[0].jobs(0).min_clock(), 5);
+  EXPECT_EQ((*statuses)[0].address(), *address);
+  auto cps = (*client)->Checkpoint();
+  ASSERT_TRUE(cps.ok()) << cps.status();
+  struct stat st;
+  EXPECT_EQ(stat((*cps)[0].path().c_str(), &st), 0) << (*cps)[0].path();
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), (*cps)[0].bytes());
+  EXPECT_EQ((*cps)[0].path().rfind(ckpt, 0), 0u) << "under --checkpoint_dir";
+
+  EXPECT_EQ(d.Signal(SIGTERM), 0) << d.Log();
+}
+
+TEST(PsServerBinaryTest, ExitsRetryableWhenTheSchedulerCannotBeReached) {
+  // Port 1 on loopback: nothing listens there.
+  const std::string port_file = Tmp("noreg.port");
+  Daemon d(kBinary,
+           {"--port_file=" + port_file, "--scheduler=127.0.0.1:1", "--register_timeout_sec=1"},
+           Tmp("noreg.log"));
+  EXPECT_EQ(d.Wait(absl::Seconds(20)), 138) << d.Log();
+  EXPECT_NE(d.Log().find("--scheduler 127.0.0.1:1"), std::string::npos) << d.Log();
+  struct stat st;
+  EXPECT_NE(stat(port_file.c_str(), &st), 0) << "no port file without registration";
+}
+
+TEST(PsServerBinaryTest, RefusesBadFlagsNamingThem) {
+  Daemon d(kBinary, {"--log_level=loud"}, Tmp("badflag.log"));
+  EXPECT_EQ(d.Wait(absl::Seconds(20)), 2);
+  EXPECT_NE(d.Log().find("--log_level"), std::string::npos) << d.Log();
+  Daemon busy(kBinary, {"--listen=256.1.1.1:0"}, Tmp("badlisten.log"));
+  EXPECT_EQ(busy.Wait(absl::Seconds(20)), 1);
+  EXPECT_NE(busy.Log().find("256.1.1.1:0"), std::string::npos) << busy.Log();
+}
+
+// A scheduler that records what the server tells it.
+class RecordingScheduler final : public v1::Scheduler::Service {
+ public:
+  grpc::Status RegisterNode(grpc::ServerContext*, const v1::RegisterNodeRequest* req,
+                            v1::RegisterNodeResponse* resp) override {
+    registrations++;
+    last_node = req->node();
+    resp->set_node_id(req->node().node_id().empty() ? "srv-7" : req->node().node_id());
+    resp->set_lease_ms(3000);
+    resp->set_heartbeat_interval_ms(50);
+    return grpc::Status::OK;
+  }
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override {
+    if (heartbeats++ == 2) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown node");  // Scheduler restarted.
+    }
+    if (req->node_id() != "srv-7") bad_ids++;
+    resp->set_lease_ms(3000);
+    return grpc::Status::OK;
+  }
+  grpc::Status Deregister(grpc::ServerContext*, const v1::DeregisterRequest* req,
+                          v1::DeregisterResponse*) override {
+    if (req->node_id() == "srv-7") deregistered++;
+    return grpc::Status::OK;
+  }
+  std::atomic<int> registrations{0}, heartbeats{0}, bad_ids{0}, deregistered{0};
+  v1::NodeInfo last_node;
+};
+
+TEST(PsServerBinaryTest, RegistersHeartbeatsAndDeregisters) {
+  RecordingScheduler sched;
+  auto server = GrpcServer::Start({}, {&sched});
+  ASSERT_TRUE(server.ok());
+  const std::string port_file = Tmp("reg.port");
+  Daemon d(kBinary,
+           {"--port_file=" + port_file, "--scheduler=" + (*server)->address(),
+            "--memory_bytes=123456789"},
+           Tmp("reg.log"));
+  auto address = d.WaitForPortFile(port_file);
+  ASSERT_TRUE(address.ok()) << address.status();
+  EXPECT_EQ(sched.registrations.load(), 1);
+  EXPECT_EQ(sched.last_node.role(), v1::ROLE_SERVER);
+  EXPECT_EQ(sched.last_node.address(), *address);
+  EXPECT_EQ(sched.last_node.capacity().memory_bytes(), 123456789u);
+  for (int i = 0; i < 200 && sched.heartbeats.load() < 5; ++i) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_GE(sched.heartbeats.load(), 5);
+  EXPECT_EQ(sched.registrations.load(), 2) << "re-registered after NOT_FOUND";
+  EXPECT_EQ(sched.last_node.node_id(), "srv-7") << "re-registration keeps the node id";
+  EXPECT_EQ(sched.bad_ids.load(), 0);
+  auto stub = v1::ParameterServer::NewStub(*MakeChannel(*address));
+  v1::ServerStatusRequest sreq;
+  v1::ServerStatus sresp;
+  auto ctx = CallContext(absl::Seconds(5));
+  ASSERT_TRUE(stub->Status(ctx.get(), sreq, &sresp).ok());
+  EXPECT_EQ(sresp.node_id(), "srv-7");
+  EXPECT_EQ(d.Signal(SIGTERM), 0) << d.Log();
+  EXPECT_EQ(sched.deregistered.load(), 1);
+}
+
+}  // namespace
+}  // namespace pscluster

@@ -1,0 +1,114 @@
+// Table storage: copy-on-write weights lent to pulls, optimizer step counting across chunks,
+// sparse rows and the memory budget.
+#include "server/table.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "common/sharding.h"
+#include "server/testing/test_tables.h"
+
+namespace pscluster {
+namespace {
+
+using namespace ::pscluster::testing;  // NOLINT
+
+OptimizerParams Params(const v1::OptimizerSpec& spec) { return *ResolveOptimizer(spec, "o"); }
+
+TEST(DenseTableTest, LentWeightsStayUnchangedWhileAPushCopiesOnWrite) {
+  auto spec = DenseSpec("w", {1000}, Optimizer(v1::OptimizerSpec::SGD, 1.f), 500);
+  TableInfo info(spec, Params(spec.optimizer()), 4);
+  DenseTable t(&info);
+  MemoryBudget budget(0);
+  ASSERT_TRUE(t.SetHeldShards({true, true, true, true}, &budget).ok());
+  DenseBlock* b = t.block(1);
+  LentBytes lent = t.Lend(b, 0, 500);
+  std::vector<float> before(500);
+  std::memcpy(before.data(), lent.data, 2000);
+  std::vector<float> g(500, 1.f);
+  auto grad = [&](size_t f, size_t k, float* out) { std::memcpy(out, g.data() + f, k * 4); };
+  t.Apply(b, 0, 500, grad, true);
+  EXPECT_EQ(std::memcmp(lent.data, before.data(), 2000), 0) << "lent bytes changed";
+  std::vector<float> now(500);
+  t.Read(b, 0, 500, v1::DT_FLOAT32, reinterpret_cast<char*>(now.data()));
+  for (int i = 0; i < 500; ++i) ASSERT_FLOAT_EQ(now[i], before[i] - 1.f);
+  {
+    absl::MutexLock l(&b->mu);
+    EXPECT_EQ(b->copies_on_write, 1u);
+  }
+  // Once the loan is returned, updates happen in place again.
+  lent = LentBytes();
+  t.Apply(b, 0, 500, grad, true);
+  absl::MutexLock l(&b->mu);
+  EXPECT_EQ(b->copies_on_write, 1u);
+  EXPECT_EQ(b->updates, 2);
+}
+
+TEST(DenseTableTest, AChunkCountsAsAnOptimizerStepOnlyWhenItStartsTheSlice) {
+  auto spec = DenseSpec("w", {100}, Optimizer(v1::OptimizerSpec::ADAM, 0.1f));
+  TableInfo info(spec, Params(spec.optimizer()), 1);
+  DenseTable t(&info);
+  MemoryBudget budget(0);
+  ASSERT_TRUE(t.SetHeldShards({true}, &budget).ok());
+  auto one = [](size_t, size_t k, float* out) { std::fill(out, out + k, 1.f); };
+  t.Apply(t.block(0), 0, 50, one, true);
+  t.Apply(t.block(0), 50, 50, one, false);
+  absl::MutexLock l(&t.block(0)->mu);
+  EXPECT_EQ(t.block(0)->updates, 1);
+}
+
+TEST(DenseTableTest, HoldsOnlyTheBlocksOfItsShards) {
+  auto spec = DenseSpec("w", {64, 100}, Optimizer(v1::OptimizerSpec::MOMENTUM, 0.1f), 100);
+  TableInfo info(spec, Params(spec.optimizer()), 8);
+  DenseTable t(&info);
+  MemoryBudget budget(0);
+  std::vector<bool> held(8, false);
+  held[3] = true;
+  ASSERT_TRUE(t.SetHeldShards(held, &budget).ok());
+  uint64_t expect = 0;
+  for (uint64_t b = 0; b < 64; ++b) {
+    bool mine = ShardOfBlock(TableHash("w"), b, 8) == 3;
+    expect += mine;
+    EXPECT_EQ(t.block(b) != nullptr, mine) << b;
+  }
+  EXPECT_EQ(t.blocks_held(), expect);
+  EXPECT_EQ(budget.used(), expect * 100 * 2 * 4);
+  t.Clear(&budget);
+  EXPECT_EQ(budget.used(), 0u);
+}
+
+TEST(SparseTableTest, BudgetLimitsNewRowsAndDropsFreeThem) {
+  auto spec = SparseSpec("e", 4, 0, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.1f));
+  TableInfo info(spec, Params(spec.optimizer()), 4);
+  SparseTable t(&info);
+  const size_t row_bytes = 4 * 2 * 4;
+  MemoryBudget budget(row_bytes * 10);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 10; ++k) keys.push_back(k * 977);
+  std::vector<char> out(keys.size() * 16);
+  ASSERT_TRUE(t.Read(keys, v1::DT_FLOAT32, out.data(), &budget).ok());
+  EXPECT_EQ(t.rows(), 10u);
+  absl::Status st = t.Read({123456}, v1::DT_FLOAT32, out.data(), &budget);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("memory_bytes"), std::string::npos) << st;
+  // Existing rows are still served.
+  EXPECT_TRUE(t.Read(keys, v1::DT_FLOAT32, out.data(), &budget).ok());
+  std::vector<bool> held(4, true);
+  held[t.ShardOf(keys[0])] = false;
+  t.DropUnheld(held, &budget);
+  EXPECT_LT(t.rows(), 10u);
+  EXPECT_EQ(budget.used(), t.rows() * row_bytes);
+  uint64_t last = 0;
+  int n = 0;
+  t.ForEachRowSorted([&](uint64_t key, int64_t, const float*) {
+    EXPECT_TRUE(n == 0 || key > last);
+    last = key;
+    ++n;
+  });
+  EXPECT_EQ(static_cast<uint64_t>(n), t.rows());
+}
+
+}  // namespace
+}  // namespace pscluster
