@@ -65,6 +65,12 @@ void CheckOptimizer(const v1::OptimizerSpec& o, const std::string& p, Checker& c
             "applies only to kind: adam");
   c.Require(o.kind() == v1::OptimizerSpec::ADAGRAD || o.initial_accumulator() == 0,
             f("initial_accumulator"), "applies only to kind: adagrad");
+  c.Require(std::isfinite(o.lr_min_ratio()) && o.lr_min_ratio() >= 0 && o.lr_min_ratio() <= 1,
+            f("lr_min_ratio"), "must be in [0, 1]");
+  c.Require(o.lr_schedule() == v1::OptimizerSpec::COSINE ||
+                (o.lr_decay_steps() == 0 && o.lr_min_ratio() == 0),
+            f(o.lr_decay_steps() != 0 ? "lr_decay_steps" : "lr_min_ratio"),
+            "applies only to lr_schedule: cosine");
 }
 
 void CheckCompression(const v1::CompressionSpec& cs, const std::string& p, Checker& c) {

@@ -396,7 +396,8 @@ absl::Status Job::ApplyValues(const SliceRef& s, const v1::PushChunk& chunk,
   if (s.dense) {
     DenseBlock* b = t.dense->block(s.block);
     if (chunk.indices().empty()) {
-      t.dense->ApplyPayload(b, chunk.offset(), n, values, dtype, chunk.offset() == 0);
+      t.dense->ApplyPayload(b, chunk.offset(), n, values, dtype, chunk.offset() == 0,
+                            chunk.tag().step());
       return absl::OkStatus();
     }
     std::vector<float> sparse_vals(n), g(s.elems, 0.f);
@@ -410,7 +411,7 @@ absl::Status Job::ApplyValues(const SliceRef& s, const v1::PushChunk& chunk,
                    [&](size_t first, size_t k, float* out) {
                      std::memcpy(out, g.data() + first, k * sizeof(float));
                    },
-                   true);
+                   true, chunk.tag().step());
     return absl::OkStatus();
   }
   const uint32_t width = t.info->width;
@@ -426,7 +427,7 @@ absl::Status Job::ApplyValues(const SliceRef& s, const v1::PushChunk& chunk,
     return t.sparse->Apply(
         keys,
         [&](size_t first, size_t k, float* out) { values.DecodeFloats(dtype, first, k, out); },
-        budget_);
+        budget_, chunk.tag().step());
   }
   std::vector<float> all(n);
   values.DecodeFloats(dtype, 0, n, all.data());
@@ -448,7 +449,7 @@ absl::Status Job::ApplyValues(const SliceRef& s, const v1::PushChunk& chunk,
       [&](size_t first, size_t k, float* out) {
         std::memcpy(out, sum.data() + first, k * sizeof(float));
       },
-      budget_);
+      budget_, chunk.tag().step());
 }
 
 absl::Status Job::Aggregate(const SliceRef& s, const v1::PushChunk& chunk, const Payload& values,
@@ -504,16 +505,16 @@ void Job::AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready) {
   {
     absl::MutexLock a(&advance_mu_);
     int64_t min;
-    std::vector<std::unique_ptr<AggStep>> steps;
+    std::vector<std::pair<int64_t, std::unique_ptr<AggStep>>> steps;
     {
       absl::MutexLock c(&clock_mu_);
       min = MinClockLocked();
       while (!agg_.empty() && agg_.begin()->first < min) {
-        steps.push_back(std::move(agg_.begin()->second));
+        steps.emplace_back(agg_.begin()->first, std::move(agg_.begin()->second));
         agg_.erase(agg_.begin());
       }
     }
-    for (auto& step : steps) {
+    for (auto& [step_no, step] : steps) {
       absl::MutexLock sl(&step->mu);
       for (auto& [key, sum] : step->dense) {
         const TableState& t = tables_[key.first];
@@ -523,7 +524,7 @@ void Job::AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready) {
                        [&](size_t first, size_t k, float* out) {
                          std::memcpy(out, sum.data() + first, k * sizeof(float));
                        },
-                       true);
+                       true, step_no);
       }
       for (auto& [table, rows] : step->sparse) {
         const uint32_t width = tables_[table].info->width;
@@ -540,7 +541,7 @@ void Job::AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready) {
             [&](size_t first, size_t k, float* out) {
               std::memcpy(out, g.data() + first, k * sizeof(float));
             },
-            budget_);
+            budget_, step_no);
       }
     }
     absl::MutexLock c(&clock_mu_);

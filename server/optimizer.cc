@@ -1,5 +1,6 @@
 #include "server/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -118,7 +119,50 @@ absl::StatusOr<OptimizerParams> ResolveOptimizer(const v1::OptimizerSpec& spec,
     return Bad(field, "initial_accumulator", "must be finite and >= 0", spec.initial_accumulator());
   }
   p.initial_accumulator = spec.initial_accumulator() == 0.f ? 0.1f : spec.initial_accumulator();
+  if (!v1::OptimizerSpec::Schedule_IsValid(spec.lr_schedule())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".lr_schedule: unknown schedule ", spec.lr_schedule()));
+  }
+  p.schedule = spec.lr_schedule();
+  if (!(spec.lr_min_ratio() >= 0.f && spec.lr_min_ratio() <= 1.f)) {
+    return Bad(field, "lr_min_ratio", "must be in [0, 1]", spec.lr_min_ratio());
+  }
+  p.min_ratio = spec.lr_min_ratio();
+  const uint64_t max_steps = uint64_t{1} << 50;
+  if (spec.lr_decay_steps() > max_steps || spec.lr_warmup_steps() > max_steps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".lr_decay_steps/lr_warmup_steps: larger than 2^50"));
+  }
+  p.decay_steps = static_cast<int64_t>(spec.lr_decay_steps());
+  p.warmup_steps = static_cast<int64_t>(spec.lr_warmup_steps());
+  if (p.schedule == v1::OptimizerSpec::COSINE && p.decay_steps == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".lr_decay_steps: a COSINE schedule needs the number of steps to decay over"));
+  }
   return p;
+}
+
+float LearningRateAt(const OptimizerParams& p, int64_t step) {
+  if (step < 0) step = 0;
+  double scale = 1.0;
+  if (p.warmup_steps > 0 && step < p.warmup_steps) {
+    scale = static_cast<double>(step + 1) / static_cast<double>(p.warmup_steps);
+  }
+  if (p.schedule == v1::OptimizerSpec::COSINE && p.decay_steps > 0) {
+    const int64_t span = std::max<int64_t>(1, p.decay_steps - p.warmup_steps);
+    const double progress =
+        std::min(1.0, std::max(0.0, static_cast<double>(step - p.warmup_steps) / span));
+    const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
+    scale *= p.min_ratio + (1.0 - p.min_ratio) * cosine;
+  }
+  return static_cast<float>(p.learning_rate * scale);
+}
+
+OptimizerParams AtStep(const OptimizerParams& p, int64_t step) {
+  if (p.schedule == v1::OptimizerSpec::CONSTANT && p.warmup_steps == 0) return p;
+  OptimizerParams q = p;
+  q.learning_rate = LearningRateAt(p, step);
+  return q;
 }
 
 void InitSlots(const OptimizerParams& p, float* slots, size_t n) {

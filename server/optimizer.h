@@ -25,6 +25,10 @@ struct OptimizerParams {
   float epsilon = 1e-8f;
   bool decoupled_weight_decay = false;
   float initial_accumulator = 0.1f;
+  v1::OptimizerSpec::Schedule schedule = v1::OptimizerSpec::CONSTANT;
+  int64_t decay_steps = 0;
+  float min_ratio = 0.f;
+  int64_t warmup_steps = 0;
 
   // Slots per element: 0 (SGD), 1 (momentum, Adagrad) or 2 (Adam).
   int num_slots() const;
@@ -33,9 +37,16 @@ struct OptimizerParams {
 // Validates `spec` and fills defaults. INVALID_ARGUMENT names `field` (e.g.
 // "tables[2].optimizer") plus the member at fault: a learning rate that is negative, zero, NaN
 // or infinite, a negative or non-finite weight decay, momentum/betas outside [0, 1), a negative
-// epsilon or accumulator, an unknown kind.
+// epsilon or accumulator, an unknown kind, a COSINE schedule without decay steps or with
+// lr_min_ratio outside [0, 1].
 absl::StatusOr<OptimizerParams> ResolveOptimizer(const v1::OptimizerSpec& spec,
                                                  absl::string_view field);
+
+// The learning rate for updates tagged with training step `step` (see OptimizerSpec.Schedule).
+float LearningRateAt(const OptimizerParams& p, int64_t step);
+
+// `p` with its learning rate set for `step`; `p` itself when the rate is constant.
+OptimizerParams AtStep(const OptimizerParams& p, int64_t step);
 
 // Sets the initial slot values of `n` elements (Adagrad's accumulator starts at
 // initial_accumulator; everything else at 0). `slots` holds num_slots() arrays of n floats, one

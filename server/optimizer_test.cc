@@ -172,5 +172,53 @@ TEST(OptimizerTest, RefusesBadRatesNamingTheField) {
   EXPECT_NE(ResolveOptimizer(s, "o").status().message().find("o.beta2"), std::string::npos);
 }
 
+TEST(OptimizerTest, CosineScheduleWithWarmup) {
+  v1::OptimizerSpec s;
+  s.set_kind(v1::OptimizerSpec::SGD);
+  s.set_learning_rate(0.2f);
+  s.set_lr_schedule(v1::OptimizerSpec::COSINE);
+  s.set_lr_decay_steps(1010);
+  s.set_lr_warmup_steps(10);
+  s.set_lr_min_ratio(0.1f);
+  auto p = ResolveOptimizer(s, "o");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FLOAT_EQ(LearningRateAt(*p, 0), 0.02f);    // Warm-up: 1/10 of the rate.
+  EXPECT_FLOAT_EQ(LearningRateAt(*p, 9), 0.2f);     // End of the warm-up.
+  EXPECT_FLOAT_EQ(LearningRateAt(*p, 10), 0.2f);    // Decay starts at full rate.
+  // Half way through the decay: min + (1 - min) / 2 of the rate.
+  EXPECT_NEAR(LearningRateAt(*p, 510), 0.2f * (0.1f + 0.9f * 0.5f), 1e-6f);
+  EXPECT_NEAR(LearningRateAt(*p, 1010), 0.02f, 1e-7f);   // Floor at lr_min_ratio.
+  EXPECT_NEAR(LearningRateAt(*p, 100000), 0.02f, 1e-7f);
+  for (int64_t t = 10; t < 1010; ++t) {
+    ASSERT_LE(LearningRateAt(*p, t + 1), LearningRateAt(*p, t)) << t;  // Never rises.
+  }
+  // AtStep carries the scheduled rate; a constant schedule is left alone.
+  EXPECT_FLOAT_EQ(AtStep(*p, 510).learning_rate, LearningRateAt(*p, 510));
+  auto c = ResolveOptimizer(Spec(v1::OptimizerSpec::SGD, 0.3f), "o");
+  EXPECT_FLOAT_EQ(AtStep(*c, 12345).learning_rate, 0.3f);
+  // SGD with the schedule applies exactly the scheduled step.
+  std::vector<float> w = {1.f}, g = {2.f};
+  ApplyUpdate(AtStep(*p, 510), 1, 1, g.data(), w.data(), nullptr, nullptr);
+  EXPECT_NEAR(w[0], 1.f - 2.f * LearningRateAt(*p, 510), 1e-6f);
+}
+
+TEST(OptimizerTest, RefusesBadSchedulesNamingTheField) {
+  v1::OptimizerSpec s = Spec(v1::OptimizerSpec::ADAM, 0.1f);
+  s.set_lr_schedule(v1::OptimizerSpec::COSINE);
+  auto p = ResolveOptimizer(s, "tables[0].optimizer");
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("tables[0].optimizer.lr_decay_steps"), std::string::npos)
+      << p.status();
+  s.set_lr_decay_steps(100);
+  s.set_lr_min_ratio(1.5f);
+  p = ResolveOptimizer(s, "o");
+  EXPECT_NE(p.status().message().find("o.lr_min_ratio"), std::string::npos) << p.status();
+  s.set_lr_min_ratio(std::nanf(""));
+  EXPECT_FALSE(ResolveOptimizer(s, "o").ok());
+  s.set_lr_min_ratio(0);
+  s.set_lr_schedule(static_cast<v1::OptimizerSpec::Schedule>(9));
+  EXPECT_NE(ResolveOptimizer(s, "o").status().message().find("o.lr_schedule"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace pscluster

@@ -98,7 +98,9 @@ absl::Status DenseTable::SetHeldShards(const std::vector<bool>& held, MemoryBudg
   return absl::OkStatus();
 }
 
-void DenseTable::Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad, bool advance) {
+void DenseTable::Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad, bool advance,
+                       int64_t step) {
+  const OptimizerParams opt = AtStep(info_->optimizer, step);
   float scratch[kScratchFloats];
   absl::MutexLock l(&b->mu);
   if (advance || b->updates == 0) ++b->updates;
@@ -110,14 +112,14 @@ void DenseTable::Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad
     size_t k = std::min(kScratchFloats, n - done);
     grad(done, k, scratch);
     size_t at = offset + done;
-    ApplyUpdate(info_->optimizer, t, k, scratch, w + at, s0 ? s0 + at : nullptr,
-                s1 ? s1 + at : nullptr);
+    ApplyUpdate(opt, t, k, scratch, w + at, s0 ? s0 + at : nullptr, s1 ? s1 + at : nullptr);
     done += k;
   }
 }
 
 void DenseTable::ApplyPayload(DenseBlock* b, uint64_t offset, size_t n, const Payload& grad,
-                              v1::DataType dtype, bool advance) {
+                              v1::DataType dtype, bool advance, int64_t step) {
+  const OptimizerParams opt = AtStep(info_->optimizer, step);
   float scratch[kScratchFloats];
   absl::MutexLock l(&b->mu);
   if (advance || b->updates == 0) ++b->updates;
@@ -128,7 +130,7 @@ void DenseTable::ApplyPayload(DenseBlock* b, uint64_t offset, size_t n, const Pa
   grad.ForEachFloatRun(dtype, 0, n, scratch, kScratchFloats,
                        [&](size_t i, const float* g, size_t k) {
                          const size_t at = offset + i;
-                         ApplyUpdate(info_->optimizer, t, k, g, w + at, s0 ? s0 + at : nullptr,
+                         ApplyUpdate(opt, t, k, g, w + at, s0 ? s0 + at : nullptr,
                                      s1 ? s1 + at : nullptr);
                        });
 }
@@ -252,9 +254,9 @@ absl::Status SparseTable::VisitRows(absl::Span<const uint64_t> keys, MemoryBudge
 }
 
 absl::Status SparseTable::Apply(absl::Span<const uint64_t> keys, GradientFn grad,
-                                MemoryBudget* budget) {
+                                MemoryBudget* budget, int64_t step) {
   const size_t width = info_->width;
-  const OptimizerParams& opt = info_->optimizer;
+  const OptimizerParams opt = AtStep(info_->optimizer, step);
   std::vector<float> g(width);
   return VisitRows(keys, budget, [&](size_t i, float* row, int64_t* updates) {
     grad(i * width, width, g.data());

@@ -91,11 +91,13 @@ class DenseTable {
 
   // Applies a gradient for elements [offset, offset + n) of block `b`. `advance` counts this
   // as a new optimizer step (Adam's t); pass true for the chunk holding the slice's first element.
-  void Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad, bool advance);
+  // `step` is the training step the gradient belongs to (it sets a scheduled learning rate).
+  void Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad, bool advance,
+             int64_t step = 0);
   // The same, with the gradient read in place from a received payload (elements [0, n) of
   // `dtype`) wherever it is aligned float32, so the optimizer streams it without a copy.
   void ApplyPayload(DenseBlock* b, uint64_t offset, size_t n, const Payload& grad,
-                    v1::DataType dtype, bool advance);
+                    v1::DataType dtype, bool advance, int64_t step = 0);
   // Writes elements [offset, offset + n) of the weights, encoded as `dtype`, to `out`.
   void Read(DenseBlock* b, uint64_t offset, size_t n, v1::DataType dtype, char* out);
   // Lends elements [offset, offset + n) of the float32 weights without copying them.
@@ -129,8 +131,10 @@ class SparseTable {
   absl::Status VisitRows(absl::Span<const uint64_t> keys, MemoryBudget* budget,
                          absl::FunctionRef<void(size_t i, float* row, int64_t* updates)> f);
 
-  // Applies gradient rows to `keys`. REQUIRES: keys are distinct; grad gives rows in key order.
-  absl::Status Apply(absl::Span<const uint64_t> keys, GradientFn grad, MemoryBudget* budget);
+  // Applies gradient rows to `keys` for training step `step`. REQUIRES: keys are distinct; grad
+  // gives rows in key order.
+  absl::Status Apply(absl::Span<const uint64_t> keys, GradientFn grad, MemoryBudget* budget,
+                     int64_t step = 0);
   // Writes the weights of keys[i] (encoded as `dtype`) at out + i * width * DTypeSize(dtype).
   absl::Status Read(absl::Span<const uint64_t> keys, v1::DataType dtype, char* out,
                     MemoryBudget* budget);

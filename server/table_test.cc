@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -108,6 +109,27 @@ TEST(SparseTableTest, BudgetLimitsNewRowsAndDropsFreeThem) {
     ++n;
   });
   EXPECT_EQ(static_cast<uint64_t>(n), t.rows());
+}
+
+// Pushes tagged with later steps get the scheduled (smaller) learning rate, dense and sparse.
+TEST(TableScheduleTest, ApplyUsesTheRateOfThePushesStep) {
+  v1::OptimizerSpec opt = Optimizer(v1::OptimizerSpec::SGD, 1.f);
+  opt.set_lr_schedule(v1::OptimizerSpec::COSINE);
+  opt.set_lr_decay_steps(100);
+  auto spec = DenseSpec("w", {10}, opt, 10);
+  TableInfo info(spec, Params(spec.optimizer()), 1);
+  DenseTable t(&info);
+  MemoryBudget budget(0);
+  ASSERT_TRUE(t.SetHeldShards({true}, &budget).ok());
+  auto one = [](size_t, size_t k, float* out) { std::fill(out, out + k, 1.f); };
+  std::vector<float> w0(10), w1(10), w2(10);
+  t.Read(t.block(0), 0, 10, v1::DT_FLOAT32, reinterpret_cast<char*>(w0.data()));
+  t.Apply(t.block(0), 0, 10, one, true, /*step=*/0);
+  t.Read(t.block(0), 0, 10, v1::DT_FLOAT32, reinterpret_cast<char*>(w1.data()));
+  t.Apply(t.block(0), 0, 10, one, true, /*step=*/50);
+  t.Read(t.block(0), 0, 10, v1::DT_FLOAT32, reinterpret_cast<char*>(w2.data()));
+  EXPECT_NEAR(w0[3] - w1[3], 1.0f, 1e-6f);   // Full rate at step 0.
+  EXPECT_NEAR(w1[3] - w2[3], 0.5f, 1e-6f);   // Half way down the cosine at step 50.
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 namespace pscluster::worker {
 
 absl::StatusOr<std::vector<v1::TableSpec>> TableSpecsFor(const kernels::Model& model,
-                                                         const v1::JobSpec& spec) {
+                                                         const v1::JobSpec& spec,
+                                                         int64_t total_steps) {
   absl::flat_hash_set<std::string> names;
   for (const auto& p : model.params()) names.insert(p.name);
   for (const auto& [name, unused] : spec.table_optimizers()) {
@@ -37,6 +38,10 @@ absl::StatusOr<std::vector<v1::TableSpec>> TableSpecsFor(const kernels::Model& m
     *t.mutable_init() = p.init;
     auto opt = spec.table_optimizers().find(p.name);
     *t.mutable_optimizer() = opt != spec.table_optimizers().end() ? opt->second : spec.optimizer();
+    if (t.optimizer().lr_schedule() == v1::OptimizerSpec::COSINE &&
+        t.optimizer().lr_decay_steps() == 0) {
+      t.mutable_optimizer()->set_lr_decay_steps(static_cast<uint64_t>(total_steps));
+    }
     auto comp = spec.table_compression().find(p.name);
     if (comp != spec.table_compression().end()) *t.mutable_compression() = comp->second;
     out.push_back(std::move(t));

@@ -12,8 +12,11 @@
 namespace pscluster::worker {
 
 // INVALID_ARGUMENT names a table_optimizers / table_compression key that matches no parameter.
+// A COSINE learning-rate schedule without lr_decay_steps decays over `total_steps`, the job's
+// steps per worker.
 absl::StatusOr<std::vector<v1::TableSpec>> TableSpecsFor(const kernels::Model& model,
-                                                         const v1::JobSpec& spec);
+                                                         const v1::JobSpec& spec,
+                                                         int64_t total_steps);
 
 }  // namespace pscluster::worker
 

@@ -193,7 +193,20 @@ absl::Status Trainer::RunImpl(State* st) {
     return absl::Status(model.status().code(), absl::StrCat("spec.", model.status().message()));
   }
   st->model = std::move(*model);
-  auto tables = TableSpecsFor(*st->model, spec);
+  // Partition and schedule.
+  data::PartitionSpec part;
+  part.index = task_.partition().count() > 0 ? task_.partition().index() : rank;
+  part.count = task_.partition().count() > 0 ? task_.partition().count() : num_workers;
+  part.begin = task_.partition().begin();
+  part.end = task_.partition().end();
+  auto partition = data::PartitionExamples(st->data->train_size(), spec.seed(), part);
+  if (!partition.ok()) return partition.status();
+  st->partition = std::move(*partition);
+  const int64_t batch = spec.batch_size();
+  const int64_t smallest_part = st->data->train_size() / part.count;
+  const int64_t steps_per_epoch = std::max<int64_t>(1, smallest_part / batch);
+  const int64_t total_steps = steps_per_epoch * spec.epochs();
+  auto tables = TableSpecsFor(*st->model, spec, total_steps);
   if (!tables.ok()) return tables.status();
   st->tables = std::move(*tables);
   log->info("job {} rank {}: {} model on {}, {} tables", task_.job_id(), rank, model_spec.kind(),
@@ -239,19 +252,6 @@ absl::Status Trainer::RunImpl(State* st) {
                                             spec.checkpoint_every_steps(), spec.checkpoint_dir());
   if (!s.ok()) return s;
 
-  // Partition and schedule.
-  data::PartitionSpec part;
-  part.index = task_.partition().count() > 0 ? task_.partition().index() : rank;
-  part.count = task_.partition().count() > 0 ? task_.partition().count() : num_workers;
-  part.begin = task_.partition().begin();
-  part.end = task_.partition().end();
-  auto partition = data::PartitionExamples(st->data->train_size(), spec.seed(), part);
-  if (!partition.ok()) return partition.status();
-  st->partition = std::move(*partition);
-  const int64_t batch = spec.batch_size();
-  const int64_t smallest_part = st->data->train_size() / part.count;
-  const int64_t steps_per_epoch = std::max<int64_t>(1, smallest_part / batch);
-  const int64_t total_steps = steps_per_epoch * spec.epochs();
   st->test_batcher = st->data->TestBatcher();
   const bool aggregate = spec.consistency().mode() == v1::ConsistencySpec::BSP &&
                          spec.consistency().aggregate();
