@@ -133,6 +133,8 @@ void Trainer::Cancel(absl::string_view reason) {
   absl::MutexLock l(&mu_);
   if (cancel_reason_.empty()) cancel_reason_ = std::string(reason);
   cancelled_.store(true);
+  // Pulls parked behind slower workers and pushes in flight return now, not at their deadline.
+  if (client_ != nullptr) client_->Cancel();
 }
 
 void Trainer::UpdateShardMap(const v1::ShardMap& map) {
@@ -456,6 +458,10 @@ absl::Status Trainer::RunImpl(State* st) {
       pending_push = std::async(std::launch::async, [psc, step, sources = std::move(sources)] {
         return psc->Push(step, sources);
       });
+      {
+        absl::MutexLock l(&mu_);
+        snapshot_.step = step + 1;
+      }
       if (!report(step + 1, false)) {
         drain();
         return absl::CancelledError("cancelled");

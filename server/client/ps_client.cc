@@ -128,6 +128,14 @@ struct PsClient::Impl {
   std::atomic<int64_t> plan_ns{0}, send_ns{0}, wait_ns{0}, copy_ns{0};
   std::atomic<uint64_t> calls{0}, retries{0};
 
+  // Cancel(): every round in flight fails with CANCELLED and later calls do too.
+  std::atomic<bool> cancelled{false};
+  absl::Mutex active_mu;
+  absl::flat_hash_map<Round*, std::weak_ptr<Round>> active ABSL_GUARDED_BY(active_mu);
+  absl::Status CancelledStatus() const {
+    return absl::CancelledError("the data-plane client was cancelled (task stopping)");
+  }
+
   // Push sequence numbers of the current step: a push takes the lowest seq that failed before
   // (so retrying a failed push reuses its tags), else a new one.
   absl::Mutex seq_mu;
@@ -510,6 +518,7 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
                                      const PushSources* src, const PullTargets* dst,
                                      int64_t pull_clock, bool end_of_step, absl::Time deadline,
                                      int64_t* min_clock) {
+  if (cancelled.load()) return CancelledStatus();
   std::vector<std::vector<Planned>> plans;
   CallScratch scratch;
   absl::Time t0 = absl::Now();
@@ -537,6 +546,11 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
     dests.reserve(list.size());
     for (const auto& p : list) dests.push_back(p.dest);
     auto round = std::make_shared<Round>(id, std::move(dests), &copy_ns);
+    {
+      absl::MutexLock l(&active_mu);
+      active[round.get()] = round;
+    }
+    if (cancelled.load()) round->Fail(CancelledStatus());
     std::vector<grpc::ByteBuffer> msgs;
     msgs.reserve(list.size());
     for (auto& p : list) {
@@ -571,10 +585,12 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
   send_ns.fetch_add(absl::ToInt64Nanoseconds(t0 - t1));
   for (auto& s : sent) {
     absl::Status rs = s.round->Wait(deadline);
-    if (rs.code() == absl::StatusCode::kDeadlineExceeded) {
+    if (rs.code() == absl::StatusCode::kDeadlineExceeded || cancelled.load()) {
       s.stream->Forget(s.round->request_id());
       s.stream->Cancel();  // Makes gRPC let go of the caller's memory promptly.
-      rs = absl::DeadlineExceededError(absl::StrCat(s.peer, ": ", rs.message()));
+      if (rs.code() == absl::StatusCode::kDeadlineExceeded) {
+        rs = absl::DeadlineExceededError(absl::StrCat(s.peer, ": ", rs.message()));
+      }
     }
     if (!rs.ok() && (result.ok() || rs.code() == absl::StatusCode::kFailedPrecondition)) {
       result = rs;
@@ -583,6 +599,10 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
     if (m >= 0 && (min < 0 || m < min)) min = m;
   }
   for (auto& s : sent) s.round->WaitSlicesReleased();
+  {
+    absl::MutexLock l(&active_mu);
+    for (auto& s : sent) active.erase(s.round.get());
+  }
   wait_ns.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - t0));
   if (!result.ok()) return result;
   for (const auto& d : scratch.dups) {
@@ -639,6 +659,7 @@ absl::Status PsClient::Impl::Run(int64_t step, const PushSources* src, const Pul
     auto r = current();
     absl::Status st = Attempt(*r, step, seq, src, dst, pull_clock, end_of_step, deadline, min_clock);
     if (st.ok()) calls.fetch_add(1);
+    if (!st.ok() && cancelled.load()) return give_back(CancelledStatus());
     if (st.ok() || !IsRetryable(st)) return give_back(st);
     retries.fetch_add(1);
     if (absl::Now() + backoff >= deadline) return give_back(st);
@@ -670,6 +691,18 @@ absl::Status PsClient::PushPull(int64_t step, const PushSources& sources,
   absl::Status st = impl_->Run(step, &sources, &targets, step + 1, true, &min);
   if (st.ok()) last_min_clock_ = min;
   return st;
+}
+
+void PsClient::Cancel() {
+  impl_->cancelled.store(true);
+  std::vector<std::shared_ptr<Round>> rounds;
+  {
+    absl::MutexLock l(&impl_->active_mu);
+    for (auto& [unused, weak] : impl_->active) {
+      if (auto r = weak.lock()) rounds.push_back(std::move(r));
+    }
+  }
+  for (auto& r : rounds) r->Fail(impl_->CancelledStatus());
 }
 
 PsClient::Stats PsClient::stats() const {

@@ -127,6 +127,10 @@ class PsClient {
   // Forgets the job on every server.
   absl::Status DropJob();
 
+  // Fails every pull and push in flight, and every later one, with CANCELLED (the task using
+  // this client is stopping). Thread-safe; irreversible.
+  void Cancel();
+
   // Slowest worker's clock reported by the servers in the last completed pull (-1 = none).
   int64_t last_min_clock() const { return last_min_clock_.load(); }
 

@@ -38,6 +38,8 @@ ABSL_FLAG(std::string, hidden, "512,256", "MLP hidden widths");
 ABSL_FLAG(int, cpu_threads, 0, "CPU backend threads (0 = all cores)");
 ABSL_FLAG(std::string, server_bin, "", "ps_server binary (default: next to this one in runfiles)");
 ABSL_FLAG(bool, skip_two_workers, false, "measure only the 1 x 1 cluster");
+ABSL_FLAG(std::string, transport, "float32",
+          "wire type of every table's pulls and pushes: float32, float16 or bfloat16");
 
 namespace pscluster {
 namespace {
@@ -60,6 +62,17 @@ v1::JobSpec Spec(v1::ConsistencySpec::Mode mode = v1::ConsistencySpec::BSP) {
   spec.set_batch_size(absl::GetFlag(FLAGS_batch));
   spec.set_device("cpu");
   spec.set_seed(1);
+  std::string transport = absl::GetFlag(FLAGS_transport);
+  if (transport != "float32") {
+    v1::CompressionSpec c;
+    c.set_transport(transport == "bfloat16" ? v1::DT_BFLOAT16 : v1::DT_FLOAT16);
+    int layers = spec.model().hidden_size();
+    for (int l = 1; l <= layers + 1; ++l) {
+      std::string layer = l <= layers ? absl::StrCat("fc", l) : "out";
+      (*spec.mutable_table_compression())[layer + "/weight"] = c;
+      (*spec.mutable_table_compression())[layer + "/bias"] = c;
+    }
+  }
   return spec;
 }
 
@@ -240,9 +253,11 @@ int Main(int argc, char** argv) {
     return 1;
   }
 
-  std::printf("MLP %s on Fashion-MNIST, batch %d, %d epoch(s) per run, CPU backend, %u cores\n",
-              absl::GetFlag(FLAGS_hidden).c_str(), absl::GetFlag(FLAGS_batch),
-              absl::GetFlag(FLAGS_epochs), std::thread::hardware_concurrency());
+  std::printf(
+      "MLP %s on Fashion-MNIST, batch %d, %d epoch(s) per run, CPU backend, %u cores, %s "
+      "transport\n",
+      absl::GetFlag(FLAGS_hidden).c_str(), absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_epochs),
+      std::thread::hardware_concurrency(), absl::GetFlag(FLAGS_transport).c_str());
   std::vector<Row> rows;
   std::fprintf(stderr, "training in one process...\n");
   auto single = SingleProcess(*fm);

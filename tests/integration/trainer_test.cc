@@ -183,6 +183,28 @@ TEST_F(TrainerTest, CancelStopsPromptly) {
   EXPECT_GT((*t)->Snapshot().step, 0);
 }
 
+// A pull parked behind a worker that never comes (BSP, rank 1 absent) returns as soon as the task
+// is cancelled, not at the call's deadline.
+TEST_F(TrainerTest, CancelReleasesAPullWaitingForAnAbsentWorker) {
+  TestSink sink;
+  auto task = Task("job-parked", 0, 2);
+  TrainerOptions opts = Options();
+  opts.call_timeout = absl::Seconds(60);
+  auto t = Trainer::Create(task, opts, &sink);
+  ASSERT_TRUE(t.ok());
+  absl::Status st;
+  std::thread run([&] { st = (*t)->Run(); });
+  // Rank 0 completes step 0, then its pull for step 1 waits for rank 1.
+  absl::Time end = absl::Now() + absl::Seconds(20);
+  while ((*t)->Snapshot().step < 1 && absl::Now() < end) absl::SleepFor(absl::Milliseconds(20));
+  absl::SleepFor(absl::Milliseconds(500));
+  (*t)->Cancel("stopped by the test");
+  absl::Time cancelled = absl::Now();
+  run.join();
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
+  EXPECT_LT(absl::Now() - cancelled, absl::Seconds(5));
+}
+
 TEST_F(TrainerTest, SinkCanStopTheTask) {
   TestSink sink;
   sink.Stop();
