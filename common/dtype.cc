@@ -1,5 +1,7 @@
 #include "common/dtype.h"
 
+#include "common/half_bits.h"
+
 #include <cstring>
 
 namespace pscluster {
@@ -34,71 +36,10 @@ std::string_view DTypeName(v1::DataType dtype) {
   }
 }
 
-static inline uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-static inline float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint16_t FloatToHalf(float f) {
-  uint32_t x = Bits(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t exp = (x >> 23) & 0xffu;
-  uint32_t mant = x & 0x7fffffu;
-  if (exp == 0xff) {  // Inf or NaN (keep NaN quiet and non-zero).
-    return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u | (mant >> 13) : 0));
-  }
-  int32_t e = static_cast<int32_t>(exp) - 127 + 15;
-  if (e >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00u);  // Overflow -> inf.
-  if (e <= 0) {                                                   // Subnormal or zero.
-    if (e < -10) return static_cast<uint16_t>(sign);
-    mant |= 0x800000u;
-    uint32_t shift = static_cast<uint32_t>(14 - e);
-    uint32_t half = mant >> shift;
-    uint32_t rem = mant & ((1u << shift) - 1);
-    uint32_t halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (half & 1u))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  uint32_t half = sign | (static_cast<uint32_t>(e) << 10) | (mant >> 13);
-  uint32_t rem = mant & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;  // May carry into exponent: ok.
-  return static_cast<uint16_t>(half);
-}
-
-float HalfToFloat(uint16_t h) {
-  uint32_t sign = (static_cast<uint32_t>(h) & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    if (mant == 0) return FromBits(sign);
-    // Subnormal: normalise.
-    int e = -1;
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x400u) == 0);
-    mant &= 0x3ffu;
-    return FromBits(sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | (mant << 13));
-  }
-  if (exp == 0x1f) return FromBits(sign | 0x7f800000u | (mant << 13));
-  return FromBits(sign | ((exp - 15 + 127) << 23) | (mant << 13));
-}
-
-uint16_t FloatToBFloat16(float f) {
-  uint32_t x = Bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN.
-  uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>((x + rounding) >> 16);
-}
-
-float BFloat16ToFloat(uint16_t b) { return FromBits(static_cast<uint32_t>(b) << 16); }
+uint16_t FloatToHalf(float f) { return FloatToHalfBits(f); }
+float HalfToFloat(uint16_t h) { return HalfBitsToFloat(h); }
+uint16_t FloatToBFloat16(float f) { return FloatToBFloat16Bits(f); }
+float BFloat16ToFloat(uint16_t b) { return BFloat16BitsToFloat(b); }
 
 void EncodeFloats(const float* in, size_t n, v1::DataType dtype, void* out) {
   switch (dtype) {

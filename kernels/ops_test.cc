@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "kernels/create_backend.h"
-#include "kernels/half_bits.h"
+#include "common/half_bits.h"
 #include "kernels/testing/reference_ops.h"
 #include "kernels/testing/test_util.h"
 

@@ -3,7 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_backend_impl.h"
-#include "kernels/half_bits.h"
+#include "common/half_bits.h"
 
 namespace pscluster::kernels {
 namespace {

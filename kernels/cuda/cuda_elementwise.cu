@@ -1,6 +1,6 @@
 // CudaBackend: bias, column sums, activations and half casts.
 #include "kernels/cuda/cuda_backend_impl.h"
-#include "kernels/half_bits.h"
+#include "common/half_bits.h"
 
 namespace pscluster::kernels {
 namespace cuda {

@@ -5,7 +5,7 @@
 #include <cstddef>
 
 #include "kernels/cuda/cuda_backend_impl.h"
-#include "kernels/half_bits.h"
+#include "common/half_bits.h"
 
 namespace pscluster::kernels {
 namespace cuda {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "kernels/half_bits.h"
+#include "common/half_bits.h"
 
 namespace pscluster::kernels::testing {
 namespace {

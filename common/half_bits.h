@@ -1,22 +1,22 @@
-// float32 <-> float16 / bfloat16 bit conversions shared by the CPU backend and the CUDA kernels
-// (host and device code), written to give exactly the bits of common/dtype.h's FloatToHalf,
-// HalfToFloat, FloatToBFloat16 and BFloat16ToFloat: round to nearest even, NaN stays a quiet NaN
-// with the payload's top bits, fp16 overflow becomes infinity. The ops tests check the identity.
-#ifndef PSCLUSTER_KERNELS_HALF_BITS_H_
-#define PSCLUSTER_KERNELS_HALF_BITS_H_
+// float32 <-> float16 / bfloat16 bit conversions: the one implementation behind common/dtype.h's
+// transport encoding, the CPU backend and the CUDA kernels (host and device code). Round to
+// nearest even, NaN stays a quiet NaN with the payload's top bits, fp16 overflow becomes
+// infinity. No dependencies, so nvcc can compile it.
+#ifndef PSCLUSTER_COMMON_HALF_BITS_H_
+#define PSCLUSTER_COMMON_HALF_BITS_H_
 
 #include <cstdint>
 #include <cstring>
 
 #if defined(__CUDACC__)
-#define KERNELS_HOST_DEVICE __host__ __device__
+#define PSCLUSTER_HOST_DEVICE __host__ __device__
 #else
-#define KERNELS_HOST_DEVICE
+#define PSCLUSTER_HOST_DEVICE
 #endif
 
-namespace pscluster::kernels {
+namespace pscluster {
 
-KERNELS_HOST_DEVICE inline uint32_t FloatBits(float f) {
+PSCLUSTER_HOST_DEVICE inline uint32_t FloatBits(float f) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(f);
 #else
@@ -26,7 +26,7 @@ KERNELS_HOST_DEVICE inline uint32_t FloatBits(float f) {
 #endif
 }
 
-KERNELS_HOST_DEVICE inline float BitsToFloat(uint32_t u) {
+PSCLUSTER_HOST_DEVICE inline float BitsToFloat(uint32_t u) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(u);
 #else
@@ -36,7 +36,7 @@ KERNELS_HOST_DEVICE inline float BitsToFloat(uint32_t u) {
 #endif
 }
 
-KERNELS_HOST_DEVICE inline uint16_t FloatToHalfBits(float f) {
+PSCLUSTER_HOST_DEVICE inline uint16_t FloatToHalfBits(float f) {
   const uint32_t x = FloatBits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t exp = (x >> 23) & 0xffu;
@@ -62,7 +62,7 @@ KERNELS_HOST_DEVICE inline uint16_t FloatToHalfBits(float f) {
   return static_cast<uint16_t>(half);
 }
 
-KERNELS_HOST_DEVICE inline float HalfBitsToFloat(uint16_t h) {
+PSCLUSTER_HOST_DEVICE inline float HalfBitsToFloat(uint16_t h) {
   const uint32_t sign = (static_cast<uint32_t>(h) & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
@@ -80,21 +80,21 @@ KERNELS_HOST_DEVICE inline float HalfBitsToFloat(uint16_t h) {
   return BitsToFloat(sign | ((exp - 15 + 127) << 23) | (mant << 13));
 }
 
-KERNELS_HOST_DEVICE inline uint16_t FloatToBFloat16Bits(float f) {
+PSCLUSTER_HOST_DEVICE inline uint16_t FloatToBFloat16Bits(float f) {
   const uint32_t x = FloatBits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
   const uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
   return static_cast<uint16_t>((x + rounding) >> 16);
 }
 
-KERNELS_HOST_DEVICE inline float BFloat16BitsToFloat(uint16_t b) {
+PSCLUSTER_HOST_DEVICE inline float BFloat16BitsToFloat(uint16_t b) {
   return BitsToFloat(static_cast<uint32_t>(b) << 16);
 }
 
 // The ordering key TopKAbs ranks by: |x| as an unsigned integer (monotone in |x| for numbers;
 // every NaN ranks above infinity).
-KERNELS_HOST_DEVICE inline uint32_t AbsKey(float f) { return FloatBits(f) & 0x7fffffffu; }
+PSCLUSTER_HOST_DEVICE inline uint32_t AbsKey(float f) { return FloatBits(f) & 0x7fffffffu; }
 
-}  // namespace pscluster::kernels
+}  // namespace pscluster
 
-#endif  // PSCLUSTER_KERNELS_HALF_BITS_H_
+#endif  // PSCLUSTER_COMMON_HALF_BITS_H_
