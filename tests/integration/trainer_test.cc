@@ -77,6 +77,24 @@ class TrainerTest : public ::testing::Test {
     return t;
   }
 
+  // Creates one trainer per task and runs them all to the end at once (as the workers of one job).
+  void RunAll(std::vector<v1::AssignTaskRequest> tasks, TestSink* sinks,
+              std::vector<std::unique_ptr<Trainer>>* trainers) {
+    for (size_t r = 0; r < tasks.size(); ++r) {
+      auto t = Trainer::Create(tasks[r], Options(), &sinks[r]);
+      ASSERT_TRUE(t.ok()) << t.status();
+      trainers->push_back(std::move(*t));
+    }
+    std::vector<absl::Status> st(tasks.size());
+    std::vector<std::thread> others;
+    for (size_t r = 1; r < tasks.size(); ++r) {
+      others.emplace_back([&, r] { st[r] = (*trainers)[r]->Run(); });
+    }
+    st[0] = (*trainers)[0]->Run();
+    for (auto& t : others) t.join();
+    for (size_t r = 0; r < tasks.size(); ++r) ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+  }
+
   TrainerOptions Options() {
     TrainerOptions o;
     o.device = "cpu";
@@ -97,20 +115,13 @@ TEST_F(TrainerTest, TwoWorkersTrainSoftmaxUnderBspAndExport) {
   std::string export_path =
       std::string(std::getenv("TEST_TMPDIR")) + "/models/new/softmax.safetensors";
   TestSink sinks[2];
-  std::unique_ptr<Trainer> trainers[2];
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  std::vector<v1::AssignTaskRequest> tasks;
   for (uint32_t r = 0; r < 2; ++r) {
-    auto task = Task("job-bsp", r, 2);
-    task.mutable_spec()->set_export_path(export_path);
-    auto t = Trainer::Create(task, Options(), &sinks[r]);
-    ASSERT_TRUE(t.ok()) << t.status();
-    trainers[r] = std::move(*t);
+    tasks.push_back(Task("job-bsp", r, 2));
+    tasks.back().mutable_spec()->set_export_path(export_path);
   }
-  absl::Status st[2];
-  std::thread other([&] { st[1] = trainers[1]->Run(); });
-  st[0] = trainers[0]->Run();
-  other.join();
-  ASSERT_TRUE(st[0].ok()) << st[0];
-  ASSERT_TRUE(st[1].ok()) << st[1];
+  ASSERT_NO_FATAL_FAILURE(RunAll(tasks, sinks, &trainers));
 
   TrainerResult r0 = trainers[0]->result();
   // 60,000 images / 2 workers / 100 per batch.
@@ -144,22 +155,15 @@ TEST_F(TrainerTest, TwoWorkersTrainSoftmaxUnderBspAndExport) {
 TEST_F(TrainerTest, SspAndAspWithPrefetchTrainToo) {
   for (auto mode : {v1::ConsistencySpec::SSP, v1::ConsistencySpec::ASP}) {
     TestSink sinks[2];
-    std::unique_ptr<Trainer> trainers[2];
+    std::vector<std::unique_ptr<Trainer>> trainers;
     std::string job = absl::StrCat("job-", v1::ConsistencySpec::Mode_Name(mode));
+    std::vector<v1::AssignTaskRequest> tasks;
     for (uint32_t r = 0; r < 2; ++r) {
-      auto task = Task(job, r, 2);
-      task.mutable_spec()->mutable_consistency()->set_mode(mode);
-      task.mutable_spec()->mutable_consistency()->set_staleness(2);
-      auto t = Trainer::Create(task, Options(), &sinks[r]);
-      ASSERT_TRUE(t.ok()) << t.status();
-      trainers[r] = std::move(*t);
+      tasks.push_back(Task(job, r, 2));
+      tasks.back().mutable_spec()->mutable_consistency()->set_mode(mode);
+      tasks.back().mutable_spec()->mutable_consistency()->set_staleness(2);
     }
-    absl::Status st[2];
-    std::thread other([&] { st[1] = trainers[1]->Run(); });
-    st[0] = trainers[0]->Run();
-    other.join();
-    ASSERT_TRUE(st[0].ok()) << st[0];
-    ASSERT_TRUE(st[1].ok()) << st[1];
+    ASSERT_NO_FATAL_FAILURE(RunAll(tasks, sinks, &trainers));
     EXPECT_EQ(trainers[0]->result().steps, 300);
     EXPECT_GT(trainers[0]->result().test_accuracy, 0.78) << job;
   }
