@@ -18,6 +18,9 @@
 #include "server/wire.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve on (port 0 = any free port)");
+ABSL_FLAG(std::string, advertise_host, "",
+          "host workers and the scheduler reach this server at (default: the --listen host; "
+          "127.0.0.1 when listening on all interfaces)");
 ABSL_FLAG(std::string, port_file, "", "write host:port here once serving (and registered)");
 ABSL_FLAG(std::string, scheduler, "",
           "host:port of ps_scheduler to register and heartbeat with; empty = standalone");
@@ -57,6 +60,7 @@ int main(int argc, char** argv) {
   pscluster::PsServerOptions o;
   o.listen = absl::GetFlag(FLAGS_listen);
   o.port_file = absl::GetFlag(FLAGS_port_file);
+  o.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   o.scheduler = absl::GetFlag(FLAGS_scheduler);
   o.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);

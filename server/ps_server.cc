@@ -41,7 +41,11 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   auto grpc = GrpcServer::Start(go, {s->service_.get()});
   if (!grpc.ok()) return grpc.status();
   s->grpc_ = std::move(*grpc);
-  s->handler_->set_address(s->grpc_->address());
+  const std::string advertised =
+      options.advertise_host.empty()
+          ? s->grpc_->address()
+          : absl::StrCat(options.advertise_host, ":", s->grpc_->port());
+  s->handler_->set_address(advertised);
   if (!options.metrics_listen.empty()) {
     RegisterServerMetrics(s->handler_.get(), &s->registry_);
     auto m = MetricsHttpServer::Start(options.metrics_listen, &s->registry_);
@@ -56,7 +60,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   if (!options.scheduler.empty()) {
     SchedulerLinkOptions lo;
     lo.scheduler = options.scheduler;
-    lo.advertise_address = s->grpc_->address();
+    lo.advertise_address = advertised;
     lo.memory_bytes = options.memory_bytes;
     lo.channel.tls = options.tls;
     lo.register_timeout = options.register_timeout;

@@ -29,6 +29,9 @@ namespace pscluster {
 
 struct PsServerOptions {
   std::string listen = "127.0.0.1:0";  // --listen
+  // --advertise_host: host workers and the scheduler reach this server at (default: the --listen
+  // host; 127.0.0.1 when listening on all interfaces).
+  std::string advertise_host;
   std::string port_file;               // --port_file
   std::string scheduler;               // --scheduler (empty = standalone)
   uint64_t memory_bytes = 0;           // --memory_bytes (0 = unlimited)

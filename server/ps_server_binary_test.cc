@@ -151,5 +151,23 @@ TEST(PsServerBinaryTest, RegistersHeartbeatsAndDeregisters) {
   EXPECT_EQ(sched.deregistered.load(), 1);
 }
 
+// On a multi-host cluster the server listens on all interfaces and tells the scheduler the host
+// others reach it at.
+TEST(PsServerBinaryTest, AdvertisesTheGivenHost) {
+  RecordingScheduler sched;
+  auto server = GrpcServer::Start({}, {&sched});
+  ASSERT_TRUE(server.ok());
+  const std::string port_file = Tmp("adv.port");
+  Daemon d(kBinary,
+           {"--listen=0.0.0.0:0", "--advertise_host=localhost", "--port_file=" + port_file,
+            "--scheduler=" + (*server)->address()},
+           Tmp("adv.log"));
+  auto address = d.WaitForPortFile(port_file);
+  ASSERT_TRUE(address.ok()) << address.status();
+  std::string port = address->substr(address->rfind(':') + 1);
+  EXPECT_EQ(sched.last_node.address(), "localhost:" + port);
+  EXPECT_EQ(d.Signal(SIGTERM), 0) << d.Log();
+}
+
 }  // namespace
 }  // namespace pscluster
