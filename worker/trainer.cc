@@ -392,11 +392,23 @@ absl::Status Trainer::RunImpl(State* st) {
     if (pending_push.valid()) pending_push.wait();
   };
 
+  // Without prefetching (BSP, SSP with s = 0), the push of step n and the pull of step n + 1 go
+  // out as one push-pull round per server: each block's new value comes back as soon as the
+  // server has applied it (and the consistency model allows the read), with no second round trip.
+  const bool fused = !prefetch;
   int64_t step = task_.start_step();
   if (step < total_steps) {
     absl::Status s0 = prepare(step);
     if (!s0.ok()) return s0;
-    if (prefetch) start_pull(step);
+    if (prefetch) {
+      start_pull(step);
+    } else {
+      absl::Time t0 = absl::Now();
+      absl::Status ps = psc->Pull(step, st->Targets(&st->slots[step % 3], true, true));
+      tot_pull += absl::Now() - t0;
+      win_pull += absl::Now() - t0;
+      if (!ps.ok()) return ps;
+    }
   }
   for (int64_t epoch = step / steps_per_epoch; epoch < spec.epochs(); ++epoch) {
     const absl::Time epoch_start = absl::Now();
@@ -406,18 +418,12 @@ absl::Status Trainer::RunImpl(State* st) {
         return absl::CancelledError("cancelled");
       }
       State::Slot& slot = st->slots[step % 3];
-      absl::Status ps;
       if (prefetch) {
-        ps = wait(&pending_pull, &win_pull, &tot_pull);
-      } else {
-        absl::Time t0 = absl::Now();
-        ps = psc->Pull(step, st->Targets(&slot, true, true));
-        win_pull += absl::Now() - t0;
-        tot_pull += absl::Now() - t0;
-      }
-      if (!ps.ok()) {
-        drain();
-        return ps;
+        absl::Status ps = wait(&pending_pull, &win_pull, &tot_pull);
+        if (!ps.ok()) {
+          drain();
+          return ps;
+        }
       }
       if (step + 1 < total_steps) {
         absl::Status s1 = prepare(step + 1);
@@ -441,6 +447,10 @@ absl::Status Trainer::RunImpl(State* st) {
         }
       }
       absl::Time t2 = absl::Now();
+      {
+        absl::MutexLock l(&mu_);
+        snapshot_.step = step + 1;  // Computed; its push is under way.
+      }
       win_compute += t2 - t1;
       tot_compute += t2 - t1;
       win_loss += r.loss * r.examples;
@@ -448,19 +458,30 @@ absl::Status Trainer::RunImpl(State* st) {
       win_examples += r.examples;
       run_examples += r.examples;
 
-      // Step n - 1's push must be done before step n's starts (one push in flight, in order).
-      absl::Status prev = wait(&pending_push, &win_push, &tot_push);
-      if (!prev.ok()) {
-        drain();
-        return prev;
-      }
-      PushSources sources = st->Sources(slot);
-      pending_push = std::async(std::launch::async, [psc, step, sources = std::move(sources)] {
-        return psc->Push(step, sources);
-      });
-      {
-        absl::MutexLock l(&mu_);
-        snapshot_.step = step + 1;
+      if (fused) {
+        absl::Time t0 = absl::Now();
+        absl::Status ps =
+            step + 1 < total_steps
+                ? psc->PushPull(step, st->Sources(slot),
+                                st->Targets(&st->slots[(step + 1) % 3], true, true))
+                : psc->Push(step, st->Sources(slot));
+        win_pull += absl::Now() - t0;
+        tot_pull += absl::Now() - t0;
+        if (!ps.ok()) {
+          drain();
+          return ps;
+        }
+      } else {
+        // Step n - 1's push must be done before step n's starts (one push in flight, in order).
+        absl::Status prev = wait(&pending_push, &win_push, &tot_push);
+        if (!prev.ok()) {
+          drain();
+          return prev;
+        }
+        PushSources sources = st->Sources(slot);
+        pending_push = std::async(std::launch::async, [psc, step, sources = std::move(sources)] {
+          return psc->Push(step, sources);
+        });
       }
       if (!report(step + 1, false)) {
         drain();
