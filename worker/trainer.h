@@ -2,10 +2,13 @@
 // epoch, with test-set evaluation after each epoch (rank 0) and the model exported at the end
 // (rank 0, safetensors).
 //
-// The push of step n runs on a second thread while the worker pulls and computes step n+1 (the
-// servers order the two under BSP/SSP: the pull for n+1 is answered only once the slowest
-// worker's push of n - staleness arrived, ours included). Buffers are double-buffered so that a
-// push reads step n's gradients while step n+1 fills the other set.
+// How communication overlaps computation depends on the consistency model:
+//  * BSP (and SSP with s = 0): after computing step n the worker sends one push-pull round per
+//    server, pushing step n's gradients and reading step n+1's parameters; each block's new value
+//    comes back as soon as the server has applied it and the slowest worker allows the read.
+//  * SSP with s >= 1 and ASP: the pull of step n+1 is issued before step n is computed
+//    (prefetch), and the push of step n runs on a second thread while step n+1 computes.
+// Buffers rotate over three slots so that a pull, a computation and a push never share one.
 //
 // Every worker of a job runs the same number of steps per epoch (the smallest partition's), so
 // the BSP barrier never waits for a worker that has already finished.
