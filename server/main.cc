@@ -32,6 +32,9 @@ ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain (enables TLS with --
 ABSL_FLAG(std::string, tls_key, "", "PEM private key");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle: requires and verifies client certificates");
 ABSL_FLAG(int, data_threads, 0, "threads applying pushes and serving pulls (0 = one per core)");
+ABSL_FLAG(int, data_port, 0,
+          "port of the plaintext TCP data plane on the --listen host (0 = any free port, -1 = "
+          "none: workers use gRPC); never opened with TLS");
 ABSL_FLAG(int, register_timeout_sec, 30,
           "give up registering with --scheduler after this long (exit 138, retryable)");
 ABSL_FLAG(std::string, metrics_listen, "",
@@ -68,6 +71,7 @@ int main(int argc, char** argv) {
   o.tls.key = absl::GetFlag(FLAGS_tls_key);
   o.tls.ca = absl::GetFlag(FLAGS_tls_ca);
   o.data_threads = absl::GetFlag(FLAGS_data_threads);
+  o.data_port = absl::GetFlag(FLAGS_data_port);
   o.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_sec));
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.limits.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
@@ -80,6 +84,11 @@ int main(int argc, char** argv) {
   o.grpc_args = *grpc_args;
   if (o.data_threads < 0 || o.data_threads > 1024) {
     log->error("--data_threads: must be in [0, 1024], got {}", o.data_threads);
+    return 2;
+  }
+  if (o.data_port < -1 || o.data_port > 65535) {
+    log->error("--data_port: must be -1 (none), 0 (any) or a port up to 65535, got {}",
+               o.data_port);
     return 2;
   }
   if (o.limits.max_chunk_bytes < (1 << 20) || o.limits.max_chunk_bytes > (1u << 30)) {

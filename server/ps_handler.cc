@@ -54,6 +54,11 @@ void PsHandler::set_address(const std::string& address) {
   address_ = address;
 }
 
+void PsHandler::set_data_port(uint32_t port) {
+  absl::MutexLock l(&mu_);
+  data_port_ = port;
+}
+
 std::string PsHandler::node_id() const {
   absl::MutexLock l(&mu_);
   return node_id_;
@@ -428,6 +433,13 @@ void PsHandler::Tick(v1::Load* load, std::vector<v1::ShardLoad>* shard_loads) {
 }
 
 absl::Status PsHandler::Status(const v1::ServerStatusRequest& req, v1::ServerStatus* resp) {
+  if (req.brief()) {
+    absl::MutexLock l(&mu_);
+    resp->set_node_id(node_id_);
+    resp->set_address(address_);
+    resp->set_data_port(data_port_);
+    return absl::OkStatus();
+  }
   std::vector<std::shared_ptr<Job>> jobs;
   if (!req.job_id().empty()) {
     auto job = FindJob(req.job_id(), "job_id");
@@ -440,6 +452,7 @@ absl::Status PsHandler::Status(const v1::ServerStatusRequest& req, v1::ServerSta
     absl::MutexLock l(&mu_);
     resp->set_node_id(node_id_);
     resp->set_address(address_);
+    resp->set_data_port(data_port_);
     if (req.job_id().empty()) {
       for (auto& [id, j] : jobs_) jobs.push_back(j);
     }

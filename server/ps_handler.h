@@ -49,6 +49,8 @@ class PsHandler {
   // Identity reported in Status and used in checkpoint names (set after registration).
   void set_node_id(const std::string& id);
   void set_address(const std::string& address);
+  // Port of the TCP data plane reported by Status (0: none).
+  void set_data_port(uint32_t port);
   std::string node_id() const;
 
   // ---- Control plane (one call each).
@@ -122,6 +124,7 @@ class PsHandler {
       ABSL_GUARDED_BY(mu_);
   std::string node_id_ ABSL_GUARDED_BY(mu_);
   std::string address_ ABSL_GUARDED_BY(mu_);
+  uint32_t data_port_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<Totals> samples_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ShardLoad> last_shard_loads_ ABSL_GUARDED_BY(mu_);
   absl::Time last_tick_ ABSL_GUARDED_BY(mu_);

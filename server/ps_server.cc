@@ -6,6 +6,7 @@
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "server/ps_metrics.h"
+#include "server/tcp_frame.h"
 
 namespace pscluster {
 
@@ -46,6 +47,28 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
           ? s->grpc_->address()
           : absl::StrCat(options.advertise_host, ":", s->grpc_->port());
   s->handler_->set_address(advertised);
+  if (options.data_port >= 0 && options.tls.enabled()) {
+    Logger("server")->info("TCP data plane off: it carries no TLS (workers use gRPC PushPull)");
+  } else if (options.data_port >= 0) {
+    TcpDataServerOptions to;
+    std::string port;
+    absl::Status st = SplitHostPort(options.listen, &to.host, &port);
+    if (!st.ok()) {
+      s->grpc_->Shutdown(absl::ZeroDuration());
+      return absl::InvalidArgumentError(absl::StrCat("--listen: ", st.message()));
+    }
+    to.port = options.data_port;
+    to.max_frame_bytes = static_cast<uint32_t>(
+        std::min<uint64_t>(kMaxFrameBytes, options.limits.max_chunk_bytes + (1 << 20)));
+    auto tcp = TcpDataServer::Start(to, s->handler_.get(), s->data_.get(), BufferPool::Create(),
+                                    options.data_plane);
+    if (!tcp.ok()) {
+      s->grpc_->Shutdown(absl::ZeroDuration());
+      return tcp.status();
+    }
+    s->tcp_ = std::move(*tcp);
+    s->handler_->set_data_port(static_cast<uint32_t>(s->tcp_->port()));
+  }
   if (!options.metrics_listen.empty()) {
     RegisterServerMetrics(s->handler_.get(), &s->registry_);
     auto m = MetricsHttpServer::Start(options.metrics_listen, &s->registry_);
@@ -84,10 +107,11 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
       return absl::Status(st.code(), absl::StrCat("--port_file: ", st.message()));
     }
   }
-  Logger("server")->info("ps_server serving on {} ({}; {} data threads)", s->grpc_->address(),
+  Logger("server")->info("ps_server serving on {} ({}; {} data threads; TCP data port {})",
+                         s->grpc_->address(),
                          options.scheduler.empty() ? std::string("standalone")
                                                    : "scheduler " + options.scheduler,
-                         threads);
+                         threads, s->tcp_ ? std::to_string(s->tcp_->port()) : "off");
   return s;
 }
 
@@ -99,6 +123,7 @@ void PsServer::Shutdown(absl::Duration grace) {
     stop_ticks_.Notify();
     ticker_.join();
   }
+  if (tcp_) tcp_->Shutdown();
   if (grpc_) grpc_->Shutdown(grace);
   metrics_.reset();
 }
@@ -106,6 +131,7 @@ void PsServer::Shutdown(absl::Duration grace) {
 PsServer::~PsServer() {
   Shutdown(absl::ZeroDuration());
   // Executors join after the gRPC server stopped, so no reactor posts work any more.
+  tcp_.reset();
   data_.reset();
   control_.reset();
   background_.reset();

@@ -23,6 +23,7 @@
 #include "server/ps_handler.h"
 #include "server/ps_service.h"
 #include "server/scheduler_link.h"
+#include "server/tcp_data_server.h"
 #include "server/wire.h"
 
 namespace pscluster {
@@ -38,6 +39,9 @@ struct PsServerOptions {
   std::string checkpoint_dir;          // --checkpoint_dir
   TlsFiles tls;                        // --tls_cert / --tls_key / --tls_ca
   int data_threads = 0;                // --data_threads (0 = one per core)
+  // --data_port: port of the plaintext TCP data plane on the --listen host (0: chosen by the OS;
+  // -1: none, clients use gRPC PushPull). Never opened with TLS.
+  int data_port = 0;
   absl::Duration register_timeout = absl::Seconds(30);  // --register_timeout
   std::string metrics_listen;          // --metrics_listen (empty = no /metrics endpoint)
   DataPlaneOptions data_plane;
@@ -55,6 +59,8 @@ class PsServer {
   ~PsServer();
 
   const std::string& address() const { return grpc_->address(); }
+  // Port of the TCP data plane (0 when off).
+  int data_port() const { return tcp_ ? tcp_->port() : 0; }
   // host:port of the Prometheus endpoint (empty when off).
   std::string metrics_address() const {
     return metrics_ ? absl::StrCat("127.0.0.1:", metrics_->port()) : "";
@@ -72,6 +78,7 @@ class PsServer {
   std::unique_ptr<PsHandler> handler_;
   std::unique_ptr<PsService> service_;
   std::unique_ptr<GrpcServer> grpc_;
+  std::unique_ptr<TcpDataServer> tcp_;
   std::unique_ptr<SchedulerLink> link_;
   MetricsRegistry registry_;
   std::unique_ptr<MetricsHttpServer> metrics_;

@@ -12,7 +12,10 @@
 #include "common/status_convert.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "server/buffer_pool.h"
+#include "common/logging.h"
 #include "server/client/ps_stream.h"
+#include "server/client/tcp_conn.h"
+#include "server/tcp_frame.h"
 #include "server/client/round.h"
 #include "server/wire.h"
 
@@ -30,16 +33,38 @@ struct ClientTable {
   v1::DataType transport = v1::DT_FLOAT32;
 };
 
+// A connection that could not be opened: every round sent on it fails with the reason.
+class FailedConn : public DataConn {
+ public:
+  explicit FailedConn(absl::Status why) : why_(std::move(why)) {}
+  absl::Status Send(const std::shared_ptr<Round>&, std::vector<grpc::ByteBuffer>) override {
+    return why_;
+  }
+  void Forget(uint64_t) override {}
+  void Cancel() override {}
+  void Retire() override {}
+  void Shutdown(absl::Duration) override {}
+  bool done() const override { return true; }
+  bool usable() const override { return false; }
+  absl::Time opened() const override { return absl::InfinitePast(); }
+  const char* transport() const override { return "tcp"; }
+
+ private:
+  const absl::Status why_;
+};
+
 struct Connection {
   std::string address;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::ParameterServer::Stub> stub;
   std::unique_ptr<grpc::GenericStub> generic;
+  std::shared_ptr<BufferPool> pool;
   absl::Mutex mu;
-  std::shared_ptr<PsStream> stream ABSL_GUARDED_BY(mu);
-  std::vector<std::shared_ptr<PsStream>> retired ABSL_GUARDED_BY(mu);  // Still finishing.
+  std::shared_ptr<DataConn> stream ABSL_GUARDED_BY(mu);
+  std::vector<std::shared_ptr<DataConn>> retired ABSL_GUARDED_BY(mu);  // Still finishing.
+  bool warned ABSL_GUARDED_BY(mu) = false;  // Fell back to gRPC once (logged).
 
-  std::shared_ptr<PsStream> GetStream(const PsClientOptions& o) {
+  std::shared_ptr<DataConn> GetStream(const PsClientOptions& o) {
     absl::MutexLock l(&mu);
     absl::Duration refresh_after = o.stream_lifetime - 2 * o.call_timeout;
     if (stream && stream->usable() &&
@@ -53,9 +78,47 @@ struct Connection {
       stream->Retire();
       retired.push_back(std::move(stream));
     }
+    if (o.data_transport != DataTransport::kGrpc && !o.channel.tls.enabled()) {
+      auto tcp = OpenTcp(o);
+      if (tcp.ok()) {
+        stream = std::move(*tcp);
+        return stream;
+      }
+      if (o.data_transport == DataTransport::kTcp) {
+        // Required: a stream that is already closed makes the call fail with this reason.
+        stream = std::make_shared<FailedConn>(tcp.status());
+        return stream;
+      }
+      if (!warned) {
+        warned = true;
+        Logger("worker")->info("data plane to {} over gRPC: {}", address, tcp.status());
+      }
+    }
     stream = PsStream::Open(generic.get(), address, o.stream_lifetime, o.channel);
     return stream;
   }
+
+  // Asks the server for its TCP data port and connects to it.
+  absl::StatusOr<std::shared_ptr<DataConn>> OpenTcp(const PsClientOptions& o) {
+    v1::ServerStatusRequest req;
+    req.set_brief(true);
+    v1::ServerStatus resp;
+    auto ctx = CallContext(std::min(o.call_timeout, absl::Seconds(10)), o.channel);
+    absl::Status st = FromGrpcStatus(stub->Status(ctx.get(), req, &resp),
+                                     absl::StrCat("Status of ", address));
+    if (!st.ok()) return st;
+    if (resp.data_port() == 0) {
+      return absl::UnavailableError(absl::StrCat(address, " offers no TCP data port"));
+    }
+    std::string host, port;
+    st = SplitHostPort(address, &host, &port);
+    if (!st.ok()) return st;
+    auto c = TcpConn::Open(host, static_cast<int>(resp.data_port()), address,
+                           std::min(o.call_timeout, absl::Seconds(10)), o.call_timeout, pool);
+    if (!c.ok()) return c.status();
+    return std::shared_ptr<DataConn>(std::move(*c));
+  }
+
   ~Connection() {
     // Streams end here, on this thread, before the channel goes (see PsStream::Shutdown).
     absl::MutexLock l(&mu);
@@ -251,6 +314,7 @@ absl::StatusOr<std::shared_ptr<const Routing>> PsClient::Impl::Build(v1::ShardMa
       conn->channel = *ch;
       conn->stub = v1::ParameterServer::NewStub(conn->channel);
       conn->generic = std::make_unique<grpc::GenericStub>(conn->channel);
+      conn->pool = pool;
     }
     r->servers.push_back(conn);
   }
@@ -532,7 +596,7 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
     return st;
   }
   struct Sent {
-    std::shared_ptr<PsStream> stream;
+    std::shared_ptr<DataConn> stream;
     std::shared_ptr<Round> round;
     std::string peer;
   };

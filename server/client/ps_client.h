@@ -32,6 +32,13 @@
 
 namespace pscluster {
 
+// How data-plane rounds travel to a server.
+enum class DataTransport {
+  kAuto,  // The server's TCP data port when it offers one and TLS is off; else gRPC PushPull.
+  kGrpc,  // Always the gRPC PushPull stream.
+  kTcp,   // Always the TCP data port (calls fail when a server offers none).
+};
+
 struct PsClientOptions {
   std::string job_id;       // Job whose tables are read and written.
   uint32_t worker = 0;      // This worker's rank (tags pushes, gates BSP/SSP pulls).
@@ -53,6 +60,7 @@ struct PsClientOptions {
   // Returns a newer shard map (normally from the scheduler's GetShardMap) after a server said
   // the client's epoch is stale. Unset: such errors are returned to the caller.
   std::function<absl::StatusOr<v1::ShardMap>()> refresh_shard_map;
+  DataTransport data_transport = DataTransport::kAuto;
 };
 
 // Read a whole dense table into `data` (TableSpec elements, row-major).

@@ -23,11 +23,13 @@
 #include "absl/time/time.h"
 #include "common/channel.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "server/client/data_conn.h"
 #include "server/client/round.h"
 
 namespace pscluster {
 
-class PsStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class PsStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                 public DataConn {
  public:
   // Opens /pscluster.v1.ParameterServer/PushPull on `stub`'s channel with a deadline
   // `lifetime` from now. `peer` names the server in errors.
@@ -35,21 +37,23 @@ class PsStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuff
                                         absl::Duration lifetime, const ChannelOptions& channel);
 
   // Registers `round` and queues its messages. UNAVAILABLE when the stream is closing.
-  absl::Status Send(const std::shared_ptr<Round>& round, std::vector<grpc::ByteBuffer> messages);
+  absl::Status Send(const std::shared_ptr<Round>& round,
+                    std::vector<grpc::ByteBuffer> messages) override;
   // Drops a round (it timed out); late replies to it are ignored.
-  void Forget(uint64_t request_id);
+  void Forget(uint64_t request_id) override;
   // Cancels the call; pending rounds fail with CANCELLED.
-  void Cancel();
+  void Cancel() override;
   // Half-closes once no round is pending; then the stream ends.
-  void Retire();
+  void Retire() override;
   // Cancels the call and waits (up to `timeout`) until gRPC is done with it, so that the owner
   // releases the channel on its own thread: the last reference to a channel must not be
   // dropped on a gRPC callback thread (gRPC would join that thread from itself).
-  void Shutdown(absl::Duration timeout);
-  bool done() const { return done_->HasBeenNotified(); }
+  void Shutdown(absl::Duration timeout) override;
+  bool done() const override { return done_->HasBeenNotified(); }
 
-  bool usable() const;
-  absl::Time opened() const { return opened_; }
+  bool usable() const override;
+  absl::Time opened() const override { return opened_; }
+  const char* transport() const override { return "grpc"; }
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;

@@ -17,30 +17,47 @@ bool Round::Enter(const v1::PullChunk& chunk) {
   return true;
 }
 
-void Round::Copy(const v1::PullChunk& chunk, const Payload& values) {
-  absl::Status bad;
+absl::Status Round::Check(const v1::PullChunk& chunk, size_t bytes) const {
   if (chunk.index() >= dests_.size()) {
-    bad = absl::InternalError(absl::StrCat("reply to request ", request_id_, " names chunk ",
-                                           chunk.index(), " of ", dests_.size()));
-  } else if (!values.empty()) {
-    const ReplyDest& d = dests_[chunk.index()];
-    const size_t es = DTypeSize(chunk.dtype());
-    const uint64_t n = es ? values.size() / es : 0;
-    if (chunk.dtype() != d.dtype || es == 0 || values.size() % es != 0 || d.elems == 0 ||
-        chunk.offset() > d.elems || n > d.elems - chunk.offset() ||
-        (d.pos != nullptr && (chunk.offset() % d.width != 0 || n % d.width != 0))) {
-      bad = absl::InternalError(absl::StrCat("reply to request ", request_id_, " chunk ",
-                                             chunk.index(), " does not fit its slice"));
-    } else {
-      const absl::Time t0 = absl::Now();
-      CopyIn(chunk, values, d);
-      if (copy_ns_) copy_ns_->fetch_add(absl::ToInt64Nanoseconds(absl::Now() - t0));
-    }
+    return absl::InternalError(absl::StrCat("reply to request ", request_id_, " names chunk ",
+                                            chunk.index(), " of ", dests_.size()));
   }
-  bool notify_fail = !bad.ok();
+  if (bytes == 0) return absl::OkStatus();
+  const ReplyDest& d = dests_[chunk.index()];
+  const size_t es = DTypeSize(chunk.dtype());
+  const uint64_t n = es ? bytes / es : 0;
+  if (chunk.dtype() != d.dtype || es == 0 || bytes % es != 0 || d.elems == 0 ||
+      chunk.offset() > d.elems || n > d.elems - chunk.offset() ||
+      (d.pos != nullptr && (chunk.offset() % d.width != 0 || n % d.width != 0))) {
+    return absl::InternalError(absl::StrCat("reply to request ", request_id_, " chunk ",
+                                            chunk.index(), " does not fit its slice"));
+  }
+  return absl::OkStatus();
+}
+
+void Round::Copy(const v1::PullChunk& chunk, const Payload& values) {
+  absl::Status bad = Check(chunk, values.size());
+  if (bad.ok() && !values.empty()) {
+    const absl::Time t0 = absl::Now();
+    CopyIn(chunk, values, dests_[chunk.index()]);
+    if (copy_ns_) copy_ns_->fetch_add(absl::ToInt64Nanoseconds(absl::Now() - t0));
+  }
+  Leave(bad);
+}
+
+float* Round::DirectTarget(const v1::PullChunk& chunk, size_t bytes) const {
+  if (bytes == 0 || chunk.dtype() != v1::DT_FLOAT32 || !Check(chunk, bytes).ok()) return nullptr;
+  const ReplyDest& d = dests_[chunk.index()];
+  if (d.pos != nullptr || d.base == nullptr) return nullptr;
+  return d.base + chunk.offset();
+}
+
+void Round::Received(const absl::Status& st) { Leave(st); }
+
+void Round::Leave(const absl::Status& bad) {
   absl::MutexLock l(&mu_);
   --copying_;
-  if (notify_fail && !done_) {
+  if (!bad.ok() && !done_) {
     done_ = true;
     status_ = bad;
   } else if (last_seen_ && copying_ == 0) {

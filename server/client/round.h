@@ -43,6 +43,13 @@ class Round {
   // Copies an entered chunk into place (may run concurrently with later chunks). Malformed
   // replies fail the round.
   void Copy(const v1::PullChunk& chunk, const Payload& values);
+  // For an entered chunk whose `bytes` of values can be received straight into the caller's
+  // buffer (dense float32 whose dtype matches): where they go. nullptr: receive them elsewhere
+  // and Copy(). The chunk is checked as Copy() checks it.
+  float* DirectTarget(const v1::PullChunk& chunk, size_t bytes) const;
+  // Ends an entered chunk whose values were received at DirectTarget; `st` is the receive's
+  // status (an error fails the round).
+  void Received(const absl::Status& st);
   // Ends the round with an error (the first one wins).
   void Fail(const absl::Status& st);
 
@@ -58,7 +65,11 @@ class Round {
   int64_t min_clock() const;
 
  private:
+  // OK when the chunk's `bytes` of values fit its destination.
+  absl::Status Check(const v1::PullChunk& chunk, size_t bytes) const;
   void CopyIn(const v1::PullChunk& chunk, const Payload& values, const ReplyDest& d);
+  // Ends an entered chunk (`bad`: it failed the round).
+  void Leave(const absl::Status& bad);
 
   const uint64_t request_id_;
   const std::vector<ReplyDest> dests_;

@@ -49,6 +49,8 @@ ABSL_FLAG(std::string, ps_server_flags, "", "extra ps_server flags, space separa
 ABSL_FLAG(int64_t, copy_below_bytes, -1, "client: copy push payloads up to this size (experiments)");
 ABSL_FLAG(int, block_kib, 0, "dense block size in KiB (0 = tensor/8, 256 KiB .. 4 MiB)");
 ABSL_FLAG(bool, only_1x1, false, "stop after the 1 server x 1 client table (experiments)");
+ABSL_FLAG(std::string, transport, "tcp",
+          "data plane of the ps clients: tcp (the server's TCP data port), grpc (PushPull) or auto");
 ABSL_FLAG(int, sparse_threads, 4, "client threads (requests in flight) for the sparse benchmark");
 
 namespace pscluster {
@@ -131,6 +133,10 @@ std::unique_ptr<PsClient> MakeClient(const std::string& job, const std::vector<s
   o.job_id = job;
   o.worker = rank;
   o.call_timeout = absl::Seconds(120);
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  o.data_transport = transport == "grpc"  ? DataTransport::kGrpc
+                     : transport == "auto" ? DataTransport::kAuto
+                                           : DataTransport::kTcp;
   o.channel.int_args = *DataPlaneChannelArgs(absl::GetFlag(FLAGS_ps_grpc_args));
   if (absl::GetFlag(FLAGS_copy_below_bytes) >= 0) {
     o.copy_below_bytes = absl::GetFlag(FLAGS_copy_below_bytes);

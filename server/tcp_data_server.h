@@ -1,0 +1,75 @@
+// The plaintext TCP data plane of ps_server: the PushPull stream of the gRPC service, carried on
+// raw TCP connections (framing in server/tcp_frame.h) for clients that reach the server without
+// TLS. Each connection is served by the same DataStream as a gRPC PushPull call, so the
+// semantics (chunk order, exactly-once tags, consistency waits, epochs, errors) are identical;
+// only the transport differs: no HTTP/2 framing or flow-control windows, no thread hand-off for
+// small messages, and the client can receive values straight into the caller's tensor.
+//
+// Thread model: one accept thread; per connection a reader thread (reads a frame only when the
+// DataStream asks for one, and calls its reactions) and a writer thread that finishes writes the
+// socket could not take at once. Writes are attempted inline (non-blocking) on the producing
+// thread first. Applies and reads run on the shared data executor, as for gRPC calls.
+#ifndef PSCLUSTER_SERVER_TCP_DATA_SERVER_H_
+#define PSCLUSTER_SERVER_TCP_DATA_SERVER_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/buffer_pool.h"
+#include "server/data_stream.h"
+#include "server/executor.h"
+#include "server/ps_handler.h"
+
+namespace pscluster {
+
+struct TcpDataServerOptions {
+  std::string host = "127.0.0.1";  // Interface to bind (the gRPC --listen host).
+  int port = 0;                     // 0: chosen by the OS.
+  int max_connections = 256;        // Further connections are closed at once.
+  // A write the peer does not take within this time fails the connection.
+  absl::Duration send_timeout = absl::Seconds(120);
+  // Largest accepted frame (above the server's chunk limit).
+  uint32_t max_frame_bytes = 80u << 20;
+};
+
+class TcpDataServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<TcpDataServer>> Start(
+      const TcpDataServerOptions& options, PsHandler* handler, Executor* executor,
+      std::shared_ptr<BufferPool> pool, const DataPlaneOptions& data_plane);
+  ~TcpDataServer();
+
+  int port() const { return port_; }
+  int connections() const;
+  // Stops accepting, ends every connection (pending waits are cancelled) and joins the threads.
+  void Shutdown();
+
+ private:
+  class Conn;
+  TcpDataServer() = default;
+  void AcceptLoop();
+  void Reap(bool all);
+
+  TcpDataServerOptions options_;
+  PsHandler* handler_ = nullptr;
+  Executor* executor_ = nullptr;
+  std::shared_ptr<BufferPool> pool_;
+  DataPlaneOptions data_plane_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::thread acceptor_;
+  std::atomic<bool> stopping_{false};
+  mutable absl::Mutex mu_;
+  std::vector<std::shared_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_SERVER_TCP_DATA_SERVER_H_

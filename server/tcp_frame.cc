@@ -1,0 +1,224 @@
+#include "server/tcp_frame.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace pscluster {
+namespace {
+
+void PutU32(char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+uint32_t GetU32(const unsigned char* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
+
+absl::Status Errno(const char* what) {
+  return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+// Waits until `fd` is readable or `timeout` passed (false).
+bool WaitReadable(int fd, absl::Duration timeout) {
+  if (timeout == absl::InfiniteDuration()) return true;  // recv blocks by itself.
+  pollfd p{fd, POLLIN, 0};
+  int ms = static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout)));
+  while (true) {
+    int r = poll(&p, 1, ms);
+    if (r > 0) return true;
+    if (r == 0) return false;
+    if (errno != EINTR) return true;  // Let recv report the error.
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<OutFrame> OutFrame::Message(const grpc::ByteBuffer& msg) {
+  OutFrame f;
+  grpc::Status st = msg.Dump(&f.slices_);
+  if (!st.ok()) return absl::InternalError("cannot read an outgoing message's slices");
+  size_t total = 0;
+  for (const auto& s : f.slices_) total += s.size();
+  if (total > kMaxFrameBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("message of ", total, " bytes exceeds the frame limit of ", kMaxFrameBytes));
+  }
+  const size_t tail = f.slices_.size() > 1 ? total - f.slices_[0].size() : 0;
+  f.head_len_ = kFrameHeaderBytes;
+  f.head_.reset(new char[f.head_len_]);
+  PutU32(f.head_.get(), kTcpFrameMagic);
+  PutU32(f.head_.get() + 4, kFrameMessage);
+  PutU32(f.head_.get() + 8, static_cast<uint32_t>(total));
+  PutU32(f.head_.get() + 12, static_cast<uint32_t>(tail));
+  f.BuildIov();
+  return f;
+}
+
+OutFrame OutFrame::Status(int code, const std::string& message) {
+  OutFrame f;
+  const size_t n = std::min<size_t>(message.size(), 64 << 10);
+  f.head_len_ = kFrameHeaderBytes + n;
+  f.head_.reset(new char[f.head_len_]);
+  PutU32(f.head_.get(), kTcpFrameMagic);
+  PutU32(f.head_.get() + 4, kFrameStatus);
+  PutU32(f.head_.get() + 8, static_cast<uint32_t>(n));
+  PutU32(f.head_.get() + 12, static_cast<uint32_t>(code));
+  std::memcpy(f.head_.get() + kFrameHeaderBytes, message.data(), n);
+  f.BuildIov();
+  return f;
+}
+
+void OutFrame::BuildIov() {
+  iov_.push_back({head_.get(), head_len_});
+  for (const auto& s : slices_) {
+    if (s.size() > 0) iov_.push_back({const_cast<uint8_t*>(s.begin()), s.size()});
+  }
+}
+
+void OutFrame::Consume(size_t n) {
+  while (n > 0 && iov_pos_ < iov_.size()) {
+    iovec& v = iov_[iov_pos_];
+    if (n >= v.iov_len) {
+      n -= v.iov_len;
+      v.iov_len = 0;
+      ++iov_pos_;
+    } else {
+      v.iov_base = static_cast<char*>(v.iov_base) + n;
+      v.iov_len -= n;
+      n = 0;
+    }
+  }
+}
+
+absl::StatusOr<bool> OutFrame::SendSome(int fd) {
+  while (!sent()) {
+    msghdr m{};
+    m.msg_iov = &iov_[iov_pos_];
+    m.msg_iovlen = std::min<size_t>(iov_.size() - iov_pos_, IOV_MAX);
+    ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+      return Errno("send");
+    }
+    Consume(static_cast<size_t>(r));
+  }
+  return true;
+}
+
+absl::Status OutFrame::SendRest(int fd) {
+  while (!sent()) {
+    msghdr m{};
+    m.msg_iov = &iov_[iov_pos_];
+    m.msg_iovlen = std::min<size_t>(iov_.size() - iov_pos_, IOV_MAX);
+    ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        return absl::DeadlineExceededError("send: the peer stopped reading");
+      }
+      return Errno("send");
+    }
+    Consume(static_cast<size_t>(r));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadFull(int fd, void* data, size_t n, bool eof_ok, absl::Duration stall) {
+  char* p = static_cast<char*>(data);
+  size_t got = 0;
+  while (got < n) {
+    if (got > 0 && !WaitReadable(fd, stall)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("recv: no data for ", absl::FormatDuration(stall), " inside a frame"));
+    }
+    ssize_t r = recv(fd, p + got, n - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Errno("recv");
+    }
+    if (r == 0) {
+      if (got == 0 && eof_ok) return absl::OutOfRangeError("end of stream");
+      return absl::UnavailableError("recv: connection closed inside a frame");
+    }
+    got += static_cast<size_t>(r);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FrameHeader> ReadFrameHeader(int fd) {
+  unsigned char h[kFrameHeaderBytes];
+  absl::Status st = ReadFull(fd, h, sizeof(h), /*eof_ok=*/true, absl::Seconds(30));
+  if (!st.ok()) return st;
+  if (GetU32(h) != kTcpFrameMagic) {
+    return absl::InvalidArgumentError("not a pscluster data-plane frame (bad magic)");
+  }
+  FrameHeader f;
+  f.kind = GetU32(h + 4);
+  f.length = GetU32(h + 8);
+  f.aux = GetU32(h + 12);
+  if (f.kind != kFrameMessage && f.kind != kFrameStatus) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown frame kind ", f.kind));
+  }
+  if (f.length > kMaxFrameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("frame of ", f.length,
+                                                   " bytes exceeds the limit of ", kMaxFrameBytes));
+  }
+  if (f.kind == kFrameMessage && f.aux > f.length) {
+    return absl::InvalidArgumentError("frame payload longer than the frame");
+  }
+  return f;
+}
+
+absl::Status Discard(int fd, size_t n, absl::Duration stall) {
+  char buf[64 << 10];
+  while (n > 0) {
+    size_t k = std::min(n, sizeof(buf));
+    absl::Status st = ReadFull(fd, buf, k, false, stall);
+    if (!st.ok()) return st;
+    n -= k;
+  }
+  return absl::OkStatus();
+}
+
+void TuneDataSocket(int fd, absl::Duration send_timeout) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  if (send_timeout != absl::InfiniteDuration()) {
+    timeval tv = absl::ToTimeval(send_timeout);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  }
+}
+
+absl::Status SplitHostPort(const std::string& address, std::string* host, std::string* port) {
+  if (!address.empty() && address[0] == '[') {
+    size_t close = address.find(']');
+    if (close == std::string::npos || close + 1 >= address.size() || address[close + 1] != ':') {
+      return absl::InvalidArgumentError(absl::StrCat("malformed address \"", address, "\""));
+    }
+    *host = address.substr(1, close - 1);
+    *port = address.substr(close + 2);
+    return absl::OkStatus();
+  }
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address \"", address, "\" is not host:port"));
+  }
+  *host = address.substr(0, colon);
+  *port = address.substr(colon + 1);
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster

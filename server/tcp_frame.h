@@ -1,0 +1,100 @@
+// Framing of the plaintext TCP data plane (server/tcp_data_server.h, server/client/tcp_conn.h).
+//
+// A connection carries the same messages as the gRPC PushPull stream (PushChunk from the client,
+// PullChunk back; plain protobuf bytes, see server/wire.h), each behind a 16-byte header:
+//
+//   magic  u32  "PSD1" (0x31445350, little-endian)
+//   kind   u32  1 = message, 2 = status (the server ends the stream)
+//   length u32  bytes that follow
+//   aux    u32  message: how many of the last bytes are the raw `values` payload (so a reader
+//               can place them straight into their destination); status: the gRPC status code,
+//               the text being the status message
+//
+// All integers little-endian. Frames larger than kMaxFrameBytes, unknown kinds and a wrong magic
+// are protocol errors: the receiver closes the connection.
+#ifndef PSCLUSTER_SERVER_TCP_FRAME_H_
+#define PSCLUSTER_SERVER_TCP_FRAME_H_
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
+
+namespace pscluster {
+
+inline constexpr uint32_t kTcpFrameMagic = 0x31445350;
+inline constexpr uint32_t kFrameMessage = 1;
+inline constexpr uint32_t kFrameStatus = 2;
+inline constexpr uint32_t kMaxFrameBytes = 80u << 20;
+inline constexpr size_t kFrameHeaderBytes = 16;
+
+struct FrameHeader {
+  uint32_t kind = 0;
+  uint32_t length = 0;
+  uint32_t aux = 0;
+};
+
+// One frame on its way out. Holds references to the message's slices, so the caller's
+// ByteBuffer may go as soon as the frame is built.
+class OutFrame {
+ public:
+  // A message frame; `msg` as built by EncodeWithPayload / SerializeSmall (a payload, if any, is
+  // every slice after the first).
+  static absl::StatusOr<OutFrame> Message(const grpc::ByteBuffer& msg);
+  // A status frame.
+  static OutFrame Status(int code, const std::string& message);
+
+  OutFrame(OutFrame&&) = default;
+  OutFrame& operator=(OutFrame&&) = default;
+
+  // Sends what the socket takes now without waiting. Returns true when the whole frame is out.
+  absl::StatusOr<bool> SendSome(int fd);
+  // Sends the rest, waiting as needed (the socket's send timeout applies).
+  absl::Status SendRest(int fd);
+  bool sent() const { return iov_pos_ >= iov_.size(); }
+
+ private:
+  OutFrame() = default;
+  void BuildIov();
+  // Advances past `n` sent bytes.
+  void Consume(size_t n);
+
+  // Header (and a status frame's text): on the heap, so iov_ stays valid when the frame moves.
+  std::unique_ptr<char[]> head_;
+  size_t head_len_ = 0;
+  std::vector<grpc::Slice> slices_;
+  std::vector<iovec> iov_;
+  size_t iov_pos_ = 0;
+};
+
+// Reads exactly `n` bytes. A peer that closes before the first byte gives OUT_OF_RANGE (a clean
+// end) when `eof_ok`; elsewhere UNAVAILABLE. `stall`: longest wait for any progress once the
+// first byte arrived (infinite: none).
+absl::Status ReadFull(int fd, void* data, size_t n, bool eof_ok = false,
+                      absl::Duration stall = absl::InfiniteDuration());
+
+// Reads and checks a frame header (OUT_OF_RANGE on a clean end; INVALID_ARGUMENT on a
+// protocol error).
+absl::StatusOr<FrameHeader> ReadFrameHeader(int fd);
+
+// Reads `n` bytes and throws them away.
+absl::Status Discard(int fd, size_t n, absl::Duration stall);
+
+// Socket options for data-plane connections: TCP_NODELAY, keep-alive (buffer sizes stay
+// autotuned), and a send timeout so a peer that stopped reading cannot hold a thread forever.
+void TuneDataSocket(int fd, absl::Duration send_timeout);
+
+// host and port of "host:port" / "[v6]:port".
+absl::Status SplitHostPort(const std::string& address, std::string* host, std::string* port);
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_SERVER_TCP_FRAME_H_
