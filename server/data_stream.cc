@@ -112,6 +112,8 @@ void DataStream::Fail(const absl::Status& st) {
   RequestFinish(ToGrpcStatus(st));
 }
 
+void DataStream::Abort(const absl::Status& st) { Fail(st); }
+
 void DataStream::OnCancel() {
   RequestFinish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
 }

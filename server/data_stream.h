@@ -59,6 +59,8 @@ class DataStream : public std::enable_shared_from_this<DataStream> {
   void OnReadDone(bool ok);
   void OnWriteDone(bool ok);
   void OnCancel();
+  // The transport broke or the peer violated its protocol: ends the call with `st`.
+  void Abort(const absl::Status& st);
 
  private:
   struct PushItem;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <tuple>
 
 #include "common/channel.h"
 #include "common/dtype.h"
@@ -38,15 +39,18 @@ std::vector<float> InitialRows(const v1::TableSpec& spec, const std::vector<uint
   return v;
 }
 
-class ServiceTest : public ::testing::TestWithParam<int> {};
+// (servers, transport of the client's data plane)
+class ServiceTest : public ::testing::TestWithParam<std::tuple<int, DataTransport>> {};
 
 TEST_P(ServiceTest, PushesAndPullsDenseAndSparseThroughTheClient) {
-  InProcessCluster cluster(GetParam());
+  InProcessCluster cluster(std::get<0>(GetParam()));
   ASSERT_TRUE(cluster.status().ok()) << cluster.status();
   // 10 blocks of 1000 plus a short one; a sparse table with a key space.
   auto w = DenseSpec("fc/w", {10, 1050}, kSgd, 1000);
   auto e = SparseSpec("emb", 16, 1u << 30, kSgd);
-  auto client = cluster.Client("job", {w, e});
+  PsClientOptions options;
+  options.data_transport = std::get<1>(GetParam());
+  auto client = cluster.Client("job", {w, e}, 0, options);
   ASSERT_TRUE(client.ok()) << client.status();
   v1::ConsistencySpec asp;
   asp.set_mode(v1::ConsistencySpec::ASP);
@@ -91,7 +95,10 @@ TEST_P(ServiceTest, PushesAndPullsDenseAndSparseThroughTheClient) {
   EXPECT_EQ(blocks, 11u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Servers, ServiceTest, ::testing::Values(1, 2));
+INSTANTIATE_TEST_SUITE_P(ServersAndTransports, ServiceTest,
+                         ::testing::Combine(::testing::Values(1, 2),
+                                            ::testing::Values(DataTransport::kTcp,
+                                                              DataTransport::kGrpc)));
 
 v1::ConsistencySpec Mode(v1::ConsistencySpec::Mode mode, uint32_t staleness = 0) {
   v1::ConsistencySpec c;

@@ -175,7 +175,11 @@ class TcpDataServer::Conn {
           Logger("server")->debug("data connection {}: {}", peer_, st);
         }
       }
-      stream_->OnCancel();
+      if (absl::IsInvalidArgument(st)) {
+        stream_->Abort(st);  // The client learns why from the status frame.
+      } else {
+        stream_->OnCancel();
+      }
       break;
     }
     // The stream finishes once its work is done (or cancelled); then the client gets the status

@@ -1,0 +1,278 @@
+// The plaintext TCP data plane of ps_server (--data_port): the same results as gRPC PushPull,
+// hostile bytes on the port refused without harm, off under TLS and with --data_port=-1, and
+// the client's fallback to gRPC.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "common/channel.h"
+#include "common/status_convert.h"
+#include "server/tcp_frame.h"
+#include "server/testing/cluster.h"
+#include "server/wire.h"
+
+namespace pscluster {
+namespace {
+
+using namespace ::pscluster::testing;  // NOLINT
+
+const v1::OptimizerSpec kAdam = Optimizer(v1::OptimizerSpec::ADAM, 0.01f);
+
+v1::ServerStatus StatusOf(const std::string& address, const ChannelOptions& ch = {}) {
+  auto channel = MakeChannel(address, ch);
+  EXPECT_TRUE(channel.ok()) << channel.status();
+  auto stub = v1::ParameterServer::NewStub(*channel);
+  v1::ServerStatus resp;
+  auto ctx = CallContext(absl::Seconds(5));
+  v1::ServerStatusRequest req;
+  EXPECT_TRUE(stub->Status(ctx.get(), req, &resp).ok());
+  return resp;
+}
+
+int Connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << std::strerror(errno);
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+void SendRaw(int fd, const std::string& bytes) {
+  ASSERT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+}
+
+std::string Header(uint32_t magic, uint32_t kind, uint32_t length, uint32_t aux) {
+  std::string h(16, '\0');
+  uint32_t v[4] = {magic, kind, length, aux};
+  std::memcpy(h.data(), v, 16);  // The test machines are little-endian, as the format.
+  return h;
+}
+
+// Reads frames until the server's status frame or the end of the connection. Returns the
+// status (UNAVAILABLE "closed" when the server only closed).
+absl::Status ReadUntilStatus(int fd) {
+  while (true) {
+    auto h = ReadFrameHeader(fd);
+    if (!h.ok()) return absl::UnavailableError("closed");
+    std::string body(h->length, '\0');
+    if (!ReadFull(fd, body.data(), body.size()).ok()) return absl::UnavailableError("closed");
+    if (h->kind == kFrameStatus) {
+      return FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(h->aux), body), "");
+    }
+  }
+}
+
+class TcpDataPlaneTest : public ::testing::Test {
+ protected:
+  // Runs the same 5 steps of push-pull against a fresh server with `transport`; returns the
+  // final dense and sparse values.
+  static std::vector<float> Train(DataTransport transport, bool* used_ok) {
+    InProcessCluster cluster(1);
+    EXPECT_TRUE(cluster.status().ok()) << cluster.status();
+    auto w = DenseSpec("w", {3000}, kAdam, 512);
+    auto e = SparseSpec("e", 8, 1000, kAdam);
+    PsClientOptions o;
+    o.data_transport = transport;
+    auto client = cluster.Client("job", {w, e}, 0, o);
+    EXPECT_TRUE(client.ok()) << client.status();
+    v1::ConsistencySpec bsp;
+    bsp.set_mode(v1::ConsistencySpec::BSP);
+    EXPECT_TRUE((*client)->CreateTables(bsp, 1).ok());
+    std::vector<float> wv(3000), g(3000);
+    std::vector<uint64_t> keys = {1, 7, 7, 999};
+    std::vector<float> rows(keys.size() * 8), rg(keys.size() * 8);
+    *used_ok = true;
+    for (int step = 0; step < 5; ++step) {
+      for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(0.01f * i + step);
+      for (size_t i = 0; i < rg.size(); ++i) rg[i] = std::cos(0.1f * i - step);
+      absl::Status st = (*client)->PushPull(step, {{{"w", g.data()}}, {{"e", keys, rg.data()}}},
+                                            {{{"w", wv.data()}}, {{"e", keys, rows.data()}}});
+      if (!st.ok()) {
+        ADD_FAILURE() << st;
+        *used_ok = false;
+      }
+    }
+    wv.insert(wv.end(), rows.begin(), rows.end());
+    return wv;
+  }
+};
+
+TEST_F(TcpDataPlaneTest, SameValuesAsGrpcBitForBit) {
+  bool ok_tcp, ok_grpc;
+  std::vector<float> tcp = Train(DataTransport::kTcp, &ok_tcp);
+  std::vector<float> grpc = Train(DataTransport::kGrpc, &ok_grpc);
+  ASSERT_TRUE(ok_tcp && ok_grpc);
+  ASSERT_EQ(tcp.size(), grpc.size());
+  EXPECT_EQ(std::memcmp(tcp.data(), grpc.data(), tcp.size() * sizeof(float)), 0);
+}
+
+TEST_F(TcpDataPlaneTest, ServerReportsItsPortAndCountsTheTraffic) {
+  InProcessCluster cluster(1);
+  ASSERT_TRUE(cluster.status().ok());
+  v1::ServerStatus st = StatusOf(cluster.addresses()[0]);
+  EXPECT_GT(st.data_port(), 0u);
+  EXPECT_EQ(static_cast<int>(st.data_port()), cluster.server(0)->data_port());
+  bool ok;
+  (void)ok;
+  auto w = DenseSpec("w", {1000}, kAdam, 256);
+  PsClientOptions o;
+  o.data_transport = DataTransport::kTcp;
+  auto client = cluster.Client("job", {w}, 0, o);
+  ASSERT_TRUE(client.ok());
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
+  std::vector<float> g(1000, 1.f), v(1000);
+  ASSERT_TRUE((*client)->PushPull(0, {{{"w", g.data()}}, {}}, {{{"w", v.data()}}, {}}).ok());
+  v1::ServerStatus after = StatusOf(cluster.addresses()[0]);
+  EXPECT_EQ(after.times().chunks_in(), 4u);  // 4 blocks of 256 pushed over TCP.
+  EXPECT_EQ(after.bytes_in_total(), 4000u);
+}
+
+TEST_F(TcpDataPlaneTest, HostileBytesAreRefusedAndChangeNothing) {
+  InProcessCluster cluster(1);
+  ASSERT_TRUE(cluster.status().ok());
+  auto w = DenseSpec("w", {1000}, kAdam, 256);
+  PsClientOptions o;
+  o.data_transport = DataTransport::kTcp;
+  auto client = cluster.Client("job", {w}, 0, o);
+  ASSERT_TRUE(client.ok());
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
+  std::vector<float> before(1000);
+  ASSERT_TRUE((*client)->Pull(0, {{{"w", before.data()}}, {}}).ok());
+  const int port = cluster.server(0)->data_port();
+
+  {  // Not our protocol at all: INVALID_ARGUMENT, then the connection is closed.
+    int fd = Connect(port);
+    SendRaw(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    absl::Status st = ReadUntilStatus(fd);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), "bad magic")) << st;
+    close(fd);
+  }
+  {  // A frame announcing more than the limit: refused before anything is allocated.
+    int fd = Connect(port);
+    SendRaw(fd, Header(kTcpFrameMagic, kFrameMessage, 0xfffffff0u, 0));
+    absl::Status st = ReadUntilStatus(fd);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), "exceeds the limit")) << st;
+    close(fd);
+  }
+  {  // A well-framed message that is not a PushChunk: INVALID_ARGUMENT naming it.
+    int fd = Connect(port);
+    std::string junk = "\xff\xff\xff\xff\xff";
+    SendRaw(fd, Header(kTcpFrameMagic, kFrameMessage, junk.size(), 0) + junk);
+    absl::Status st = ReadUntilStatus(fd);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), "PushChunk")) << st;
+    close(fd);
+  }
+  {  // A valid chunk for an unknown job: NOT_FOUND naming the job.
+    int fd = Connect(port);
+    v1::PushChunk c;
+    c.set_request_id(1);
+    c.mutable_tag()->set_job_id("no-such-job");
+    c.set_epoch(1);
+    c.mutable_slice()->set_table("w");
+    c.set_dtype(v1::DT_FLOAT32);
+    c.set_last(true);
+    std::string grad(256 * 4, '\0');
+    auto frame = OutFrame::Message(
+        EncodeWithPayload(c, kPushChunkValuesField, {grpc::Slice(grad)}));
+    ASSERT_TRUE(frame.ok());
+    ASSERT_TRUE(frame->SendRest(fd).ok());
+    absl::Status st = ReadUntilStatus(fd);
+    EXPECT_TRUE(absl::IsNotFound(st)) << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), "no-such-job")) << st;
+    close(fd);
+  }
+  {  // A client that vanishes inside a frame.
+    int fd = Connect(port);
+    SendRaw(fd, Header(kTcpFrameMagic, kFrameMessage, 1000, 0) + std::string(10, 'x'));
+    close(fd);
+  }
+  {  // A client claiming to send the server's status frame.
+    int fd = Connect(port);
+    SendRaw(fd, Header(kTcpFrameMagic, kFrameStatus, 2, 0) + "ok");
+    EXPECT_TRUE(absl::IsInvalidArgument(ReadUntilStatus(fd)));
+    close(fd);
+  }
+  // Nothing changed, and the server still serves.
+  std::vector<float> after(1000);
+  ASSERT_TRUE((*client)->Pull(0, {{{"w", after.data()}}, {}}).ok());
+  EXPECT_EQ(before, after);
+  std::vector<float> g(1000, 1.f);
+  EXPECT_TRUE((*client)->PushPull(0, {{{"w", g.data()}}, {}}, {{{"w", after.data()}}, {}}).ok());
+  EXPECT_NE(before, after);
+}
+
+TEST_F(TcpDataPlaneTest, OffWithDataPortMinusOne) {
+  PsServerOptions so;
+  so.data_port = -1;
+  InProcessCluster cluster(1, so);
+  ASSERT_TRUE(cluster.status().ok());
+  EXPECT_EQ(StatusOf(cluster.addresses()[0]).data_port(), 0u);
+  auto w = DenseSpec("w", {100}, kAdam, 100);
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  // auto falls back to gRPC and works.
+  auto client = cluster.Client("job", {w});
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
+  std::vector<float> v(100);
+  EXPECT_TRUE((*client)->Pull(0, {{{"w", v.data()}}, {}}).ok());
+  // tcp required: a clear error.
+  PsClientOptions o;
+  o.data_transport = DataTransport::kTcp;
+  o.call_timeout = absl::Seconds(1);
+  auto strict = cluster.Client("job", {w}, 0, o);
+  ASSERT_TRUE(strict.ok());
+  absl::Status st = (*strict)->Pull(0, {{{"w", v.data()}}, {}});
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(absl::StrContains(st.message(), "offers no TCP data port")) << st;
+}
+
+TEST_F(TcpDataPlaneTest, NeverOpenedUnderTls) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/certs";
+  const std::string script =
+      std::string(std::getenv("TEST_SRCDIR")) + "/pscluster/tests/integration/make_certs.sh";
+  ASSERT_EQ(std::system((script + " " + dir).c_str()), 0) << "openssl failed";
+  PsServerOptions so;
+  so.tls.cert = dir + "/server.pem";
+  so.tls.key = dir + "/server.key";
+  InProcessCluster cluster(1, so);
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  EXPECT_EQ(cluster.server(0)->data_port(), 0);
+  ChannelOptions ch;
+  ch.tls.ca = dir + "/ca.pem";
+  EXPECT_EQ(StatusOf(cluster.addresses()[0], ch).data_port(), 0u);
+  // A TLS client trains over gRPC.
+  auto w = DenseSpec("w", {100}, kAdam, 100);
+  PsClientOptions o;
+  o.channel = ch;
+  auto client = cluster.Client("job", {w}, 0, o);
+  ASSERT_TRUE(client.ok());
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
+  std::vector<float> g(100, 1.f), v(100);
+  EXPECT_TRUE((*client)->PushPull(0, {{{"w", g.data()}}, {}}, {{{"w", v.data()}}, {}}).ok());
+}
+
+}  // namespace
+}  // namespace pscluster
