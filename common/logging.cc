@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 
 namespace pscluster {
@@ -18,6 +19,10 @@ std::shared_ptr<spdlog::logger> Logger(std::string_view component) {
     // Another thread registered it between get() and create.
     return spdlog::get(name);
   }
+}
+
+void DisableMutexDeadlockDetection() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
 absl::Status SetLogLevel(absl::string_view level) {

@@ -41,6 +41,10 @@ std::shared_ptr<spdlog::logger> Logger(std::string_view component);
 // debug, info, warn, error, critical, off. INVALID_ARGUMENT names the flag for anything else.
 absl::Status SetLogLevel(absl::string_view level);
 
+// For daemons and benchmarks: turns off Abseil's mutex deadlock detection, which the system
+// Abseil build keeps on and which bookkeeps every lock acquisition (tests keep it on).
+void DisableMutexDeadlockDetection();
+
 }  // namespace pscluster
 
 #endif  // PSCLUSTER_COMMON_LOGGING_H_

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
       "ps_scheduler --listen=HOST:PORT --db=FILE [--port_file=FILE] [--lease_ms=N]\n"
       "The pscluster scheduler: node registry, job queue, placement, shard maps, status.");
   absl::ParseCommandLine(argc, argv);
+  pscluster::DisableMutexDeadlockDetection();
   absl::Status s = pscluster::SetLogLevel(absl::GetFlag(FLAGS_log_level));
   if (!s.ok()) return Fail(s);
 

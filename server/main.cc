@@ -54,6 +54,7 @@ constexpr int kExitRetryable = 138;
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("ps_server: pscluster parameter-server daemon");
   absl::ParseCommandLine(argc, argv);
+  pscluster::DisableMutexDeadlockDetection();
   auto log = pscluster::Logger("server");
   absl::Status st = pscluster::SetLogLevel(absl::GetFlag(FLAGS_log_level));
   if (!st.ok()) {

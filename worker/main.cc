@@ -140,6 +140,7 @@ int main(int argc, char** argv) {
       "   or: ps_worker --job=FILE.yaml --servers=HOST:PORT,... [--rank=R --num_workers=N]\n"
       "The pscluster training worker.");
   absl::ParseCommandLine(argc, argv);
+  pscluster::DisableMutexDeadlockDetection();
   absl::Status s = SetLogLevel(absl::GetFlag(FLAGS_log_level));
   if (!s.ok()) return Fail(s, 2);
   auto log = Logger("worker");

@@ -22,6 +22,12 @@ class DataConn {
   // Registers `round` and sends (or queues) its messages. UNAVAILABLE when closing.
   virtual absl::Status Send(const std::shared_ptr<Round>& round,
                             std::vector<grpc::ByteBuffer> messages) = 0;
+  // Waits until `round` is complete or failed, or `deadline` (DEADLINE_EXCEEDED); afterwards no
+  // reply is written into the caller's memory any more. A transport may do its receiving on
+  // the waiting thread.
+  virtual absl::Status Wait(const std::shared_ptr<Round>& round, absl::Time deadline) {
+    return round->Wait(deadline);
+  }
   // Drops a round (it timed out); late replies to it are ignored.
   virtual void Forget(uint64_t request_id) = 0;
   // Ends the connection now; pending rounds fail with CANCELLED and the caller's memory is

@@ -114,7 +114,7 @@ struct Connection {
     st = SplitHostPort(address, &host, &port);
     if (!st.ok()) return st;
     auto c = TcpConn::Open(host, static_cast<int>(resp.data_port()), address,
-                           std::min(o.call_timeout, absl::Seconds(10)), o.call_timeout, pool);
+                           std::min(o.call_timeout, absl::Seconds(10)), pool);
     if (!c.ok()) return c.status();
     return std::shared_ptr<DataConn>(std::move(*c));
   }
@@ -648,7 +648,7 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
   t0 = absl::Now();
   send_ns.fetch_add(absl::ToInt64Nanoseconds(t0 - t1));
   for (auto& s : sent) {
-    absl::Status rs = s.round->Wait(deadline);
+    absl::Status rs = s.stream->Wait(s.round, deadline);
     if (rs.code() == absl::StatusCode::kDeadlineExceeded || cancelled.load()) {
       s.stream->Forget(s.round->request_id());
       s.stream->Cancel();  // Makes gRPC let go of the caller's memory promptly.

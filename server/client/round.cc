@@ -97,6 +97,13 @@ void Round::ReleaseSlice() {
   --slices_;
 }
 
+bool Round::Finished(absl::Status* st) const {
+  absl::MutexLock l(&mu_);
+  if (!done_ || copying_ != 0) return false;
+  if (st) *st = status_;
+  return true;
+}
+
 absl::Status Round::Wait(absl::Time deadline) {
   absl::MutexLock l(&mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ && copying_ == 0; };

@@ -57,6 +57,9 @@ class Round {
   void AddSlice();
   void ReleaseSlice();
 
+  // True (and the round's status in `st`, if given) once every reply arrived or the round
+  // failed, and no copy into the caller's memory is running.
+  bool Finished(absl::Status* st = nullptr) const;
   // Waits until every reply arrived or the round failed, or `deadline` (DEADLINE_EXCEEDED).
   absl::Status Wait(absl::Time deadline);
   // Waits until gRPC released every slice of the caller's memory.

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,8 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_convert.h"
-#include "proto/ps.pb.h"
-#include "server/tcp_frame.h"
 #include "server/wire.h"
 
 namespace pscluster {
@@ -28,7 +27,12 @@ size_t VarintSize(uint64_t v) {
   return n;
 }
 
-// Connects with a timeout; returns the (blocking) socket or an error naming the address.
+uint32_t GetU32(const unsigned char* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
+
+// Connects with a timeout; returns the non-blocking socket or an error naming the address.
 absl::StatusOr<int> Connect(const std::string& host, int port, absl::Duration timeout) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -62,7 +66,6 @@ absl::StatusOr<int> Connect(const std::string& host, int port, absl::Duration ti
       }
     }
     if (r == 0) {
-      fcntl(s, F_SETFL, fcntl(s, F_GETFL) & ~O_NONBLOCK);
       fd = s;
     } else {
       error = std::strerror(errno);
@@ -81,195 +84,360 @@ absl::StatusOr<int> Connect(const std::string& host, int port, absl::Duration ti
 absl::StatusOr<std::shared_ptr<TcpConn>> TcpConn::Open(const std::string& host, int port,
                                                        const std::string& peer,
                                                        absl::Duration connect_timeout,
-                                                       absl::Duration send_timeout,
                                                        std::shared_ptr<BufferPool> pool) {
   auto fd = Connect(host, port, connect_timeout);
   if (!fd.ok()) {
     return absl::Status(fd.status().code(),
                         absl::StrCat("data port of ", peer, ": ", fd.status().message()));
   }
-  TuneDataSocket(*fd, send_timeout);
-  std::shared_ptr<TcpConn> c(new TcpConn(*fd, peer, std::move(pool)));
-  c->reader_ = std::thread([p = c.get()] { p->ReadLoop(); });
-  return c;
+  int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake < 0) {
+    close(*fd);
+    return absl::ResourceExhaustedError(absl::StrCat("eventfd: ", std::strerror(errno)));
+  }
+  TuneDataSocket(*fd, absl::InfiniteDuration());
+  return std::shared_ptr<TcpConn>(new TcpConn(*fd, wake, peer, std::move(pool)));
 }
 
 TcpConn::~TcpConn() {
   Break(absl::CancelledError(absl::StrCat("data connection to ", peer_, " closed")));
-  if (reader_.joinable()) reader_.join();
+  close(wake_fd_);
   close(fd_);
+}
+
+// ------------------------------------------------------------------ ownership of the I/O
+
+bool TcpConn::TryOwn() {
+  absl::MutexLock l(&mu_);
+  if (owned_) return false;
+  owned_ = true;
+  return true;
+}
+
+void TcpConn::Disown() {
+  absl::MutexLock l(&mu_);
+  owned_ = false;
 }
 
 absl::Status TcpConn::Send(const std::shared_ptr<Round>& round,
                            std::vector<grpc::ByteBuffer> messages) {
+  std::vector<OutFrame> frames;
+  frames.reserve(messages.size());
+  for (auto& m : messages) {
+    auto f = OutFrame::Message(m);
+    if (!f.ok()) return f.status();
+    frames.push_back(std::move(*f));
+  }
+  messages.clear();  // The frames hold the payload now.
   {
     absl::MutexLock l(&mu_);
     if (closing_) {
       return absl::UnavailableError(absl::StrCat("data connection to ", peer_, " is closed"));
     }
     rounds_[round->request_id()] = round;
-    for (auto& m : messages) writes_.push_back(std::move(m));
-    if (writing_) return absl::OkStatus();  // The thread writing now sends these too.
-    writing_ = true;
+    for (auto& f : frames) writes_.push_back(std::move(f));
   }
-  DrainWrites();
+  if (TryOwn()) {
+    Drive(
+        [this] {
+          absl::MutexLock l(&mu_);
+          return !out_.has_value() && writes_.empty();
+        },
+        absl::InfiniteFuture());
+    Disown();
+  } else {
+    // The owner may be waiting for replies only: have it send these too.
+    uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+  }
   return absl::OkStatus();
 }
 
-void TcpConn::DrainWrites() {
+absl::Status TcpConn::Wait(const std::shared_ptr<Round>& round, absl::Time deadline) {
   while (true) {
-    grpc::ByteBuffer msg;
+    absl::Status st;
+    if (round->Finished(&st)) return st;
+    if (absl::Now() >= deadline) break;
+    if (TryOwn()) {
+      // Frames other threads queued meanwhile go out before this thread lets go.
+      Drive(
+          [this, &round] {
+            if (!round->Finished() || out_.has_value()) return false;
+            absl::MutexLock l(&mu_);
+            return writes_.empty();
+          },
+          deadline);
+      Disown();
+      continue;
+    }
+    // Another thread drives the socket: sleep until the I/O is free or a round completed.
+    absl::MutexLock l(&mu_);
+    const uint64_t seen = completions_;
+    auto ready = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !owned_ || completions_ != seen;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&ready),
+                          std::min(deadline, absl::Now() + absl::Milliseconds(100)));
+  }
+  // Past the deadline: end the connection, so that nothing is written into the caller's memory
+  // after this returns.
+  absl::Status late = absl::DeadlineExceededError(absl::StrCat(
+      "request ", round->request_id(), " got no complete reply before its deadline"));
+  round->Fail(late);
+  Break(late);
+  return round->Wait(absl::InfiniteFuture());  // Returns once no receive into it is running.
+}
+
+void TcpConn::Drive(absl::FunctionRef<bool()> stop, absl::Time deadline) {
+  while (true) {
     {
       absl::MutexLock l(&mu_);
-      if (writes_.empty() || broken_) {
-        writes_.clear();
-        writing_ = false;
-        break;
+      if (broken_) break;
+      if (!out_.has_value() && !writes_.empty()) {
+        out_.emplace(std::move(writes_.front()));
+        writes_.pop_front();
       }
-      msg = std::move(writes_.front());
-      writes_.pop_front();
     }
     absl::Status st;
-    {
-      auto frame = OutFrame::Message(msg);
-      msg.Clear();
-      st = frame.ok() ? frame->SendRest(fd_) : frame.status();
-    }  // The frame lets go of the caller's memory here.
+    if (out_.has_value()) {
+      auto all = out_->SendSome(fd_);
+      if (!all.ok()) {
+        st = absl::UnavailableError(
+            absl::StrCat("data connection to ", peer_, ": ", all.status().message()));
+      } else if (*all) {
+        out_.reset();  // Lets go of the caller's memory.
+        continue;
+      }
+    }
+    if (st.ok()) st = ReadAvailable();
     if (!st.ok()) {
-      Break(absl::UnavailableError(absl::StrCat("data connection to ", peer_, ": ", st.message())));
+      Break(st);
+      break;
+    }
+    if (stop()) return;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return;
+    pollfd p[2] = {{fd_, static_cast<short>(POLLIN | (out_.has_value() ? POLLOUT : 0)), 0},
+                   {wake_fd_, POLLIN, 0}};
+    int ms = 100;
+    if (deadline - now < absl::Milliseconds(100)) {
+      ms = static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - now)));
+    }
+    if (poll(p, 2, ms) > 0 && (p[1].revents & POLLIN)) {
+      uint64_t v;
+      (void)!read(wake_fd_, &v, sizeof(v));
     }
   }
-  MaybeHalfClose();
+  CleanUp();
 }
 
-void TcpConn::ReadLoop() {
-  absl::Status end;
+// ------------------------------------------------------------------ receiving
+
+absl::Status TcpConn::ReadAvailable() {
   while (true) {
-    auto h = ReadFrameHeader(fd_);
-    if (!h.ok()) {
-      end = absl::IsOutOfRange(h.status())
-                ? absl::UnavailableError(absl::StrCat("data connection to ", peer_, " ended"))
-                : absl::UnavailableError(absl::StrCat("data connection to ", peer_, ": ",
-                                                      h.status().message()));
-      break;
+    char* p = nullptr;
+    size_t want = 0;
+    switch (in_.stage) {
+      case Incoming::Stage::kHeader:
+        p = reinterpret_cast<char*>(in_.header) + in_.got;
+        want = kFrameHeaderBytes - in_.got;
+        break;
+      case Incoming::Stage::kPrefix:
+        p = in_.prefix.data() + in_.got;
+        want = in_.prefix.size() - in_.got;
+        break;
+      case Incoming::Stage::kPayload:
+        if (in_.dst != nullptr) {
+          p = in_.dst + (in_.h.aux - in_.remaining);
+          want = in_.remaining;
+        } else {
+          p = scratch_.data();
+          want = std::min(in_.remaining, scratch_.size());
+        }
+        break;
     }
-    if (h->kind == kFrameStatus) {
-      std::string text(h->length, '\0');
-      absl::Status st = ReadFull(fd_, text.data(), text.size(), false, absl::Seconds(10));
-      grpc::Status gs(static_cast<grpc::StatusCode>(h->aux), st.ok() ? text : "");
-      end = FromGrpcStatus(gs, absl::StrCat("PushPull to ", peer_));
-      if (end.ok()) end = absl::UnavailableError(absl::StrCat("stream to ", peer_, " ended"));
-      break;
+    if (want > 0) {
+      ssize_t r = recv(fd_, p, want, MSG_DONTWAIT);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
+        return absl::UnavailableError(
+            absl::StrCat("data connection to ", peer_, ": recv: ", std::strerror(errno)));
+      }
+      if (r == 0) {
+        return absl::UnavailableError(
+            absl::StrCat("data connection to ", peer_, " closed by the server"));
+      }
+      if (in_.stage == Incoming::Stage::kPayload) {
+        in_.remaining -= static_cast<size_t>(r);
+        if (in_.remaining > 0) continue;
+      } else {
+        in_.got += static_cast<size_t>(r);
+        if (static_cast<size_t>(r) < want) continue;
+      }
     }
-    absl::Status st = ReadMessage(h->length, h->aux);
-    if (!st.ok()) {
-      end = absl::Status(st.code(), absl::StrCat("reply from ", peer_, ": ", st.message()));
-      break;
+    switch (in_.stage) {
+      case Incoming::Stage::kHeader: {
+        in_.h.kind = GetU32(in_.header + 4);
+        in_.h.length = GetU32(in_.header + 8);
+        in_.h.aux = GetU32(in_.header + 12);
+        if (GetU32(in_.header) != kTcpFrameMagic ||
+            (in_.h.kind != kFrameMessage && in_.h.kind != kFrameStatus) ||
+            in_.h.length > kMaxFrameBytes ||
+            (in_.h.kind == kFrameMessage && in_.h.aux > in_.h.length)) {
+          return absl::InternalError(
+              absl::StrCat("reply from ", peer_, ": malformed data-plane frame"));
+        }
+        in_.prefix.resize(in_.h.kind == kFrameStatus ? in_.h.length
+                                                     : in_.h.length - in_.h.aux);
+        in_.got = 0;
+        in_.stage = Incoming::Stage::kPrefix;
+        break;
+      }
+      case Incoming::Stage::kPrefix: {
+        if (in_.h.kind == kFrameStatus) {
+          grpc::Status gs(static_cast<grpc::StatusCode>(in_.h.aux), in_.prefix);
+          absl::Status end = FromGrpcStatus(gs, absl::StrCat("PushPull to ", peer_));
+          if (end.ok()) end = absl::UnavailableError(absl::StrCat("stream to ", peer_, " ended"));
+          return end;
+        }
+        absl::Status st = OnPrefix();
+        if (!st.ok()) return st;
+        break;
+      }
+      case Incoming::Stage::kPayload:
+        FinishFrame();
+        break;
     }
   }
-  Break(end);
-  absl::MutexLock l(&mu_);
-  reader_done_ = true;
 }
 
-absl::Status TcpConn::ReadMessage(uint32_t length, uint32_t payload_bytes) {
-  const absl::Duration stall = absl::Seconds(30);
-  const size_t prefix_len = length - payload_bytes;
-  prefix_.resize(prefix_len);
-  absl::Status st = ReadFull(fd_, prefix_.data(), prefix_len, false, stall);
-  if (!st.ok()) return st;
-  // The prefix is the PullChunk without `values`, then (with a payload) that field's tag and
-  // length; the payload bytes follow.
-  size_t header_len = prefix_len;
-  if (payload_bytes > 0) {
-    const size_t trailer = 1 + VarintSize(payload_bytes);
-    if (prefix_len < trailer ||
-        static_cast<uint8_t>(prefix_[prefix_len - trailer]) !=
-            ((kPullChunkValuesField << 3) | 2)) {
-      return absl::InternalError("malformed PullChunk frame");
+absl::Status TcpConn::OnPrefix() {
+  const uint32_t payload = in_.h.aux;
+  size_t header_len = in_.prefix.size();
+  if (payload > 0) {
+    // The prefix ends with the `values` field's tag and length.
+    const size_t trailer = 1 + VarintSize(payload);
+    if (header_len < trailer || static_cast<uint8_t>(in_.prefix[header_len - trailer]) !=
+                                    ((kPullChunkValuesField << 3) | 2)) {
+      return absl::InternalError(absl::StrCat("reply from ", peer_, ": malformed PullChunk frame"));
     }
     header_len -= trailer;
   }
-  v1::PullChunk chunk;
-  if (!chunk.ParseFromArray(prefix_.data(), static_cast<int>(header_len))) {
-    return absl::InternalError("malformed PullChunk");
+  in_.chunk.Clear();
+  if (!in_.chunk.ParseFromArray(in_.prefix.data(), static_cast<int>(header_len))) {
+    return absl::InternalError(absl::StrCat("reply from ", peer_, ": malformed PullChunk"));
   }
   std::shared_ptr<Round> round;
   {
     absl::MutexLock l(&mu_);
-    auto it = rounds_.find(chunk.request_id());
+    auto it = rounds_.find(in_.chunk.request_id());
     if (it != rounds_.end()) {
       round = it->second;
-      if (chunk.last()) rounds_.erase(it);
+      if (in_.chunk.last()) rounds_.erase(it);
     }
   }
-  const bool entered = round != nullptr && round->Enter(chunk);
-  if (entered) {
-    if (float* dst = round->DirectTarget(chunk, payload_bytes)) {
-      st = ReadFull(fd_, dst, payload_bytes, false, stall);
-      round->Received(st.ok() ? absl::OkStatus()
-                              : absl::UnavailableError(absl::StrCat("receiving from ", peer_,
-                                                                    ": ", st.message())));
-      if (chunk.last()) MaybeHalfClose();
-      return st;
-    }
-  }
-  Payload values;
-  if (payload_bytes > 0) {
-    if (!entered) {
-      st = Discard(fd_, payload_bytes, stall);
+  if (round != nullptr && round->Enter(in_.chunk)) in_.round = std::move(round);
+  in_.direct = false;
+  in_.dst = nullptr;
+  if (in_.round != nullptr && payload > 0) {
+    if (float* d = in_.round->DirectTarget(in_.chunk, payload)) {
+      in_.direct = true;
+      in_.dst = reinterpret_cast<char*>(d);
     } else {
-      BufferPool::Buffer b = pool_->Acquire(payload_bytes);
-      st = ReadFull(fd_, b.data, payload_bytes, false, stall);
-      std::shared_ptr<BufferPool> pool = pool_;
-      values = Payload({absl::string_view(b.data, payload_bytes)},
-                       std::shared_ptr<const void>(b.data, [pool, b](const void*) {
-                         pool->Release(b);
-                       }));
+      in_.buf = pool_->Acquire(payload);
+      in_.dst = in_.buf.data;
     }
   }
-  if (entered) {
-    if (st.ok()) {
-      round->Copy(chunk, values);
-    } else {
-      round->Received(absl::UnavailableError(absl::StrCat("receiving from ", peer_, ": ",
-                                                          st.message())));
-    }
-  }
-  if (chunk.last()) MaybeHalfClose();
-  return st;
+  in_.remaining = payload;
+  in_.stage = Incoming::Stage::kPayload;
+  if (payload == 0) FinishFrame();
+  return absl::OkStatus();
 }
 
-void TcpConn::MaybeHalfClose() {
+void TcpConn::FinishFrame() {
+  const bool entered = in_.round != nullptr;
+  if (entered) {
+    if (in_.direct) {
+      in_.round->Received(absl::OkStatus());
+    } else {
+      Payload values;
+      if (in_.buf.data != nullptr) {
+        std::shared_ptr<BufferPool> pool = pool_;
+        BufferPool::Buffer b = in_.buf;
+        values = Payload({absl::string_view(b.data, in_.h.aux)},
+                         std::shared_ptr<const void>(b.data, [pool, b](const void*) {
+                           pool->Release(b);
+                         }));
+        in_.buf = {};
+      }
+      in_.round->Copy(in_.chunk, values);
+    }
+  }
+  in_.round.reset();
+  in_.direct = false;
+  in_.dst = nullptr;
+  in_.remaining = 0;
+  in_.got = 0;
+  in_.stage = Incoming::Stage::kHeader;
+  if (!entered && !in_.chunk.last()) return;
+  bool retire = false;
   {
     absl::MutexLock l(&mu_);
-    if (!retiring_ || half_closed_ || broken_ || writing_ || !rounds_.empty()) return;
-    half_closed_ = true;
+    ++completions_;
+    retire = retiring_ && rounds_.empty();
   }
-  shutdown(fd_, SHUT_WR);  // The server finishes the stream and sends its status.
+  if (retire) Break(absl::UnavailableError(absl::StrCat("data connection to ", peer_, " retired")));
+}
+
+// ------------------------------------------------------------------ ending
+
+void TcpConn::CleanUp() {
+  if (in_.round != nullptr) {
+    in_.round->Received(
+        absl::UnavailableError(absl::StrCat("data connection to ", peer_, " broke")));
+  }
+  if (in_.buf.data != nullptr && !in_.direct) pool_->Release(in_.buf);
+  in_ = Incoming();
+  out_.reset();
+  absl::MutexLock l(&mu_);
+  ++completions_;
 }
 
 void TcpConn::Break(const absl::Status& st) {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Round>> rounds;
-  bool first;
+  std::deque<OutFrame> unsent;
+  bool own = false;
   {
     absl::MutexLock l(&mu_);
-    first = !broken_;
+    if (broken_) return;
     broken_ = true;
     closing_ = true;
     rounds.swap(rounds_);
-    if (!writing_) writes_.clear();  // A writing thread clears them itself.
+    unsent.swap(writes_);
+    ++completions_;
+    if (!owned_) {
+      owned_ = true;
+      own = true;
+    }
   }
-  if (first) shutdown(fd_, SHUT_RDWR);
+  shutdown(fd_, SHUT_RDWR);  // An owner waiting in poll() wakes up and cleans up.
   for (auto& [id, r] : rounds) r->Fail(st);
+  unsent.clear();  // Lets go of the callers' memory.
+  if (own) {
+    CleanUp();
+    Disown();
+  }
 }
 
 void TcpConn::Forget(uint64_t request_id) {
+  bool retire;
   {
     absl::MutexLock l(&mu_);
     rounds_.erase(request_id);
+    retire = retiring_ && rounds_.empty();
   }
-  MaybeHalfClose();
+  if (retire) Break(absl::UnavailableError(absl::StrCat("data connection to ", peer_, " retired")));
 }
 
 void TcpConn::Cancel() {
@@ -277,23 +445,27 @@ void TcpConn::Cancel() {
 }
 
 void TcpConn::Retire() {
+  bool now;
   {
     absl::MutexLock l(&mu_);
     retiring_ = true;
     closing_ = true;
+    now = rounds_.empty();
   }
-  MaybeHalfClose();
+  if (now) Break(absl::UnavailableError(absl::StrCat("data connection to ", peer_, " retired")));
 }
 
 void TcpConn::Shutdown(absl::Duration timeout) {
   Cancel();
   absl::MutexLock l(&mu_);
-  mu_.AwaitWithTimeout(absl::Condition(&reader_done_), timeout);
+  mu_.AwaitWithTimeout(absl::Condition(
+                           +[](bool* owned) { return !*owned; }, &owned_),
+                       timeout);
 }
 
 bool TcpConn::done() const {
   absl::MutexLock l(&mu_);
-  return reader_done_;
+  return broken_;
 }
 
 bool TcpConn::usable() const {

@@ -1,42 +1,47 @@
 // The client side of the plaintext TCP data plane (server/tcp_data_server.h): PushPull rounds on
 // one TCP connection to a server, framed as in server/tcp_frame.h.
 //
-// Messages are written by the calling thread (a second caller queues its messages behind the
-// first, which writes them too); one reader thread dispatches replies to their rounds and
-// receives dense float32 values straight into the caller's tensor (no copy), others through a
-// pooled buffer.
+// No thread of its own: the calling threads drive the (non-blocking) socket. One thread at a
+// time owns the socket's I/O; it writes queued frames and reads replies as the socket allows,
+// dispatching each reply to its round, until what it waits for is done: Send() until its frames
+// are out, Wait() until its round is complete. Dense float32 values are received straight into
+// the caller's tensor (no copy); other values through a pooled buffer. A thread that waits while
+// another owns the I/O sleeps until its round completes or the I/O is free. So a round trip
+// costs the two wake-ups of a plain TCP echo, and sending and receiving overlap as in one.
 #ifndef PSCLUSTER_SERVER_CLIENT_TCP_CONN_H_
 #define PSCLUSTER_SERVER_CLIENT_TCP_CONN_H_
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "proto/ps.pb.h"
 #include "server/buffer_pool.h"
 #include "server/client/data_conn.h"
+#include "server/tcp_frame.h"
 
 namespace pscluster {
 
 class TcpConn : public DataConn {
  public:
   // Connects to host:port (the host of the server's gRPC address, its advertised data port).
-  // `peer` names the server in errors. A write the server does not take within `send_timeout`
-  // fails the connection.
+  // `peer` names the server in errors.
   static absl::StatusOr<std::shared_ptr<TcpConn>> Open(const std::string& host, int port,
                                                        const std::string& peer,
                                                        absl::Duration connect_timeout,
-                                                       absl::Duration send_timeout,
                                                        std::shared_ptr<BufferPool> pool);
   ~TcpConn() override;
 
   absl::Status Send(const std::shared_ptr<Round>& round,
                     std::vector<grpc::ByteBuffer> messages) override;
+  absl::Status Wait(const std::shared_ptr<Round>& round, absl::Time deadline) override;
   void Forget(uint64_t request_id) override;
   void Cancel() override;
   void Retire() override;
@@ -47,32 +52,61 @@ class TcpConn : public DataConn {
   const char* transport() const override { return "tcp"; }
 
  private:
-  TcpConn(int fd, std::string peer, std::shared_ptr<BufferPool> pool)
-      : fd_(fd), peer_(std::move(peer)), pool_(std::move(pool)), opened_(absl::Now()) {}
-  void ReadLoop();
-  // Handles one message frame; an error breaks the connection.
-  absl::Status ReadMessage(uint32_t length, uint32_t payload_bytes);
-  void DrainWrites();
-  // Ends the connection with `st` for every pending round.
+  // The frame being received (owned by the I/O owner).
+  struct Incoming {
+    enum class Stage { kHeader, kPrefix, kPayload } stage = Stage::kHeader;
+    unsigned char header[kFrameHeaderBytes];
+    size_t got = 0;
+    FrameHeader h;
+    std::string prefix;  // PullChunk without its values (or a status frame's text).
+    v1::PullChunk chunk;
+    std::shared_ptr<Round> round;  // Entered round (nullptr: the payload is dropped).
+    bool direct = false;           // Payload goes straight to the caller's memory.
+    char* dst = nullptr;
+    BufferPool::Buffer buf;        // Or into this pooled buffer.
+    size_t remaining = 0;
+  };
+
+  TcpConn(int fd, int wake_fd, std::string peer, std::shared_ptr<BufferPool> pool)
+      : fd_(fd),
+        wake_fd_(wake_fd),
+        peer_(std::move(peer)),
+        pool_(std::move(pool)),
+        opened_(absl::Now()) {}
+
+  // Becomes the I/O owner if nobody is; false otherwise.
+  bool TryOwn();
+  void Disown();
+  // As the I/O owner: writes and reads until `stop()` or `deadline`, or the connection broke.
+  void Drive(absl::FunctionRef<bool()> stop, absl::Time deadline);
+  // Reads what the socket has; a non-OK status ends the connection with it.
+  absl::Status ReadAvailable();
+  absl::Status OnPrefix();
+  void FinishFrame();
+  // As the I/O owner of a broken connection: ends the frame in progress and drops what was
+  // being written.
+  void CleanUp();
   void Break(const absl::Status& st);
-  void MaybeHalfClose();
 
   const int fd_;
+  const int wake_fd_;  // eventfd: frames were queued for the I/O owner to send.
   const std::string peer_;
   const std::shared_ptr<BufferPool> pool_;
   const absl::Time opened_;
-  std::thread reader_;
+
+  // Owned by the I/O owner.
+  Incoming in_;
+  std::optional<OutFrame> out_;
+  std::vector<char> scratch_ = std::vector<char>(64 << 10);
 
   mutable absl::Mutex mu_;
+  bool owned_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Round>> rounds_ ABSL_GUARDED_BY(mu_);
-  std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool closing_ ABSL_GUARDED_BY(mu_) = false;    // No new rounds.
-  bool retiring_ ABSL_GUARDED_BY(mu_) = false;   // Half-close when idle.
-  bool half_closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<OutFrame> writes_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;  // No new rounds.
+  bool retiring_ ABSL_GUARDED_BY(mu_) = false; // Close once no round is pending.
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
-  bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
-  std::string prefix_;  // Reader thread only.
+  uint64_t completions_ ABSL_GUARDED_BY(mu_) = 0;  // Bumped when a round may have completed.
 };
 
 }  // namespace pscluster

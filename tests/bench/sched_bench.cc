@@ -344,6 +344,7 @@ int PlacementBench() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  pscluster::DisableMutexDeadlockDetection();
   (void)pscluster::SetLogLevel("warn");
   std::printf("# Scheduler benchmark (%ld cores)\n\n", sysconf(_SC_NPROCESSORS_ONLN));
   int rc = pscluster::bench::HeartbeatBench();

@@ -222,6 +222,7 @@ std::string DefaultServerBin(const char* argv0) {
 int Main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  pscluster::DisableMutexDeadlockDetection();
   (void)rest;
   SetLogLevel("warn").IgnoreError();
   auto fm = data::LoadFashionMnist("");

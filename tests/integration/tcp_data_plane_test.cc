@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -219,6 +220,62 @@ TEST_F(TcpDataPlaneTest, HostileBytesAreRefusedAndChangeNothing) {
   std::vector<float> g(1000, 1.f);
   EXPECT_TRUE((*client)->PushPull(0, {{{"w", g.data()}}, {}}, {{{"w", after.data()}}, {}}).ok());
   EXPECT_NE(before, after);
+}
+
+// A pull parked on the server (BSP: it needs this worker's own push) holds the connection's I/O
+// on its thread; the push another thread queues meanwhile must still go out, or neither ends.
+TEST_F(TcpDataPlaneTest, APushQueuedWhileAnotherThreadWaitsIsSent) {
+  InProcessCluster cluster(1);
+  ASSERT_TRUE(cluster.status().ok());
+  auto w = DenseSpec("w", {5000}, kAdam, 1000);
+  PsClientOptions o;
+  o.data_transport = DataTransport::kTcp;
+  o.call_timeout = absl::Seconds(20);
+  auto client = cluster.Client("job", {w}, 0, o);
+  ASSERT_TRUE(client.ok());
+  v1::ConsistencySpec bsp;
+  bsp.set_mode(v1::ConsistencySpec::BSP);
+  ASSERT_TRUE((*client)->CreateTables(bsp, 1).ok());
+  std::vector<float> v(5000), g(5000, 1.f), init(5000);
+  ASSERT_TRUE((*client)->Pull(0, {{{"w", init.data()}}, {}}).ok());
+  absl::Status pulled;
+  absl::Time pulled_at;
+  std::thread puller([&] {
+    pulled = (*client)->Pull(1, {{{"w", v.data()}}, {}});  // Waits for step 0's push.
+    pulled_at = absl::Now();
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  const absl::Time pushed_at = absl::Now();
+  ASSERT_TRUE((*client)->Push(0, {{{"w", g.data()}}, {}}).ok());
+  puller.join();
+  ASSERT_TRUE(pulled.ok()) << pulled;
+  EXPECT_GE(pulled_at, pushed_at);
+  EXPECT_LT(pulled_at - pushed_at, absl::Seconds(5));
+  // Adam's first step moves every weight by the learning rate against the gradient.
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_NEAR(v[i], init[i] - 0.01f, 1e-4f) << i;
+}
+
+// A pull that outlives its deadline fails with DEADLINE_EXCEEDED, and the client carries on.
+TEST_F(TcpDataPlaneTest, DeadlineOnAParkedPullLeavesTheClientUsable) {
+  InProcessCluster cluster(1);
+  ASSERT_TRUE(cluster.status().ok());
+  auto w = DenseSpec("w", {100}, kAdam, 100);
+  PsClientOptions o;
+  o.data_transport = DataTransport::kTcp;
+  o.call_timeout = absl::Milliseconds(500);
+  auto client = cluster.Client("job", {w}, 0, o);
+  ASSERT_TRUE(client.ok());
+  v1::ConsistencySpec bsp;
+  bsp.set_mode(v1::ConsistencySpec::BSP);
+  ASSERT_TRUE((*client)->CreateTables(bsp, 2).ok());  // Worker 1 never comes.
+  std::vector<float> v(100, -7.f);
+  const absl::Time t0 = absl::Now();
+  absl::Status st = (*client)->Pull(1, {{{"w", v.data()}}, {}});
+  EXPECT_TRUE(absl::IsDeadlineExceeded(st)) << st;
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  EXPECT_EQ(v, std::vector<float>(100, -7.f)) << "nothing written after the deadline";
+  EXPECT_TRUE((*client)->Pull(0, {{{"w", v.data()}}, {}}).ok());
+  EXPECT_NE(v, std::vector<float>(100, -7.f));
 }
 
 TEST_F(TcpDataPlaneTest, OffWithDataPortMinusOne) {
