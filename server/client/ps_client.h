@@ -1,7 +1,9 @@
 // The data-plane client of the parameter servers, used by workers and benchmarks: routes dense
 // blocks and sparse rows to servers with common/sharding.h, and pulls and pushes them over one
-// long-lived PushPull stream per server, all servers in parallel, with payloads sent from and
-// received into the caller's buffers without intermediate copies (fp16/bf16 per table).
+// long-lived connection per server (the server's plaintext TCP data port when it offers one and
+// TLS is off, else a gRPC PushPull stream; see DataTransport), all servers in parallel, with
+// payloads sent from and received into the caller's buffers without intermediate copies
+// (fp16/bf16 per table).
 //
 // Every call has a deadline (options.call_timeout, covering retries). A server that refuses a
 // request for a stale shard-map epoch makes the client ask options.refresh_shard_map for a newer
