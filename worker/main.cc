@@ -46,6 +46,9 @@ ABSL_FLAG(std::string, spam_assassin_dir, "",
           "SpamAssassin corpus (default /usr/local/share/pscluster/spam-assassin/data)");
 ABSL_FLAG(int, call_timeout_sec, 120,
           "deadline of each pull/push, waiting for slower workers included");
+ABSL_FLAG(std::string, data_transport, "auto",
+          "data plane to the servers: auto (a server's TCP data port when it offers one and TLS "
+          "is off, else gRPC), grpc or tcp");
 ABSL_FLAG(int, register_timeout_sec, 60,
           "give up registering with --scheduler after this long (exit 138, retryable)");
 ABSL_FLAG(std::string, metrics_listen, "",
@@ -158,6 +161,13 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_call_timeout_sec) <= 0) {
     return Fail(absl::InvalidArgumentError("--call_timeout_sec: must be > 0"), 2);
   }
+  auto transport = pscluster::ParseDataTransport(absl::GetFlag(FLAGS_data_transport));
+  if (!transport.ok()) {
+    return Fail(absl::InvalidArgumentError(
+                    absl::StrCat("--data_transport: ", transport.status().message())),
+                2);
+  }
+  topts.data_transport = *transport;
   const std::string device = topts.device;
   if (device != "auto" && device != "cpu" && device.rfind("cuda", 0) != 0) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(

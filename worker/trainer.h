@@ -29,6 +29,7 @@
 #include "absl/time/time.h"
 #include "common/channel.h"
 #include "proto/worker.pb.h"
+#include "server/client/ps_client.h"
 #include "worker/task_data.h"
 #include "worker/task_runner.h"
 
@@ -45,6 +46,8 @@ struct TrainerOptions {
   int cpu_threads = 0;                  // CPU backend threads; 0 = all cores.
   DataDirs data_dirs;
   ChannelOptions channel;               // TLS to the servers.
+  // Data plane to the servers (auto: their TCP data port unless TLS is on).
+  DataTransport data_transport = DataTransport::kAuto;
   // Deadline of each pull/push (waiting for slow workers under BSP/SSP included).
   absl::Duration call_timeout = absl::Seconds(120);
   // Send the shard map to the servers before creating tables (standalone runs, with no

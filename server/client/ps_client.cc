@@ -177,6 +177,14 @@ bool IsRetryable(const absl::Status& st) {
 
 }  // namespace
 
+absl::StatusOr<DataTransport> ParseDataTransport(absl::string_view name) {
+  if (name == "auto") return DataTransport::kAuto;
+  if (name == "grpc") return DataTransport::kGrpc;
+  if (name == "tcp") return DataTransport::kTcp;
+  return absl::InvalidArgumentError(
+      absl::StrCat("data transport '", name, "' must be auto, grpc or tcp"));
+}
+
 struct PsClient::Impl {
   PsClientOptions options;
   std::vector<ClientTable> tables;

@@ -41,6 +41,9 @@ enum class DataTransport {
   kTcp,   // Always the TCP data port (calls fail when a server offers none).
 };
 
+// "auto", "grpc" or "tcp"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<DataTransport> ParseDataTransport(absl::string_view name);
+
 struct PsClientOptions {
   std::string job_id;       // Job whose tables are read and written.
   uint32_t worker = 0;      // This worker's rank (tags pushes, gates BSP/SSP pulls).

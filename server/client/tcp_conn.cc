@@ -138,12 +138,14 @@ absl::Status TcpConn::Send(const std::shared_ptr<Round>& round,
     for (auto& f : frames) writes_.push_back(std::move(f));
   }
   if (TryOwn()) {
+    // Writes what the socket takes now and returns: a call to several servers fills every
+    // server's socket before it waits on the first, so they all work at once.
     Drive(
         [this] {
           absl::MutexLock l(&mu_);
           return !out_.has_value() && writes_.empty();
         },
-        absl::InfiniteFuture());
+        absl::InfiniteFuture(), /*until_full=*/true);
     Disown();
   } else {
     // The owner may be waiting for replies only: have it send these too.
@@ -188,7 +190,7 @@ absl::Status TcpConn::Wait(const std::shared_ptr<Round>& round, absl::Time deadl
   return round->Wait(absl::InfiniteFuture());  // Returns once no receive into it is running.
 }
 
-void TcpConn::Drive(absl::FunctionRef<bool()> stop, absl::Time deadline) {
+void TcpConn::Drive(absl::FunctionRef<bool()> stop, absl::Time deadline, bool until_full) {
   while (true) {
     {
       absl::MutexLock l(&mu_);
@@ -214,7 +216,7 @@ void TcpConn::Drive(absl::FunctionRef<bool()> stop, absl::Time deadline) {
       Break(st);
       break;
     }
-    if (stop()) return;
+    if (stop() || (until_full && out_.has_value())) return;
     const absl::Time now = absl::Now();
     if (now >= deadline) return;
     pollfd p[2] = {{fd_, static_cast<short>(POLLIN | (out_.has_value() ? POLLOUT : 0)), 0},

@@ -77,8 +77,10 @@ class TcpConn : public DataConn {
   // Becomes the I/O owner if nobody is; false otherwise.
   bool TryOwn();
   void Disown();
-  // As the I/O owner: writes and reads until `stop()` or `deadline`, or the connection broke.
-  void Drive(absl::FunctionRef<bool()> stop, absl::Time deadline);
+  // As the I/O owner: writes and reads until `stop()` or `deadline`, or the connection broke;
+  // with `until_full`, also as soon as the socket takes no more (the rest is written by the
+  // next owner, normally the thread waiting for the round).
+  void Drive(absl::FunctionRef<bool()> stop, absl::Time deadline, bool until_full = false);
   // Reads what the socket has; a non-OK status ends the connection with it.
   absl::Status ReadAvailable();
   absl::Status OnPrefix();

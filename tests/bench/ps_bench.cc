@@ -133,10 +133,12 @@ std::unique_ptr<PsClient> MakeClient(const std::string& job, const std::vector<s
   o.job_id = job;
   o.worker = rank;
   o.call_timeout = absl::Seconds(120);
-  const std::string transport = absl::GetFlag(FLAGS_transport);
-  o.data_transport = transport == "grpc"  ? DataTransport::kGrpc
-                     : transport == "auto" ? DataTransport::kAuto
-                                           : DataTransport::kTcp;
+  auto transport = ParseDataTransport(absl::GetFlag(FLAGS_transport));
+  if (!transport.ok()) {
+    Progress(absl::StrCat("--transport: ", transport.status().message()));
+    exit(2);
+  }
+  o.data_transport = *transport;
   o.channel.int_args = *DataPlaneChannelArgs(absl::GetFlag(FLAGS_ps_grpc_args));
   if (absl::GetFlag(FLAGS_copy_below_bytes) >= 0) {
     o.copy_below_bytes = absl::GetFlag(FLAGS_copy_below_bytes);

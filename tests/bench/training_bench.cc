@@ -37,6 +37,8 @@ ABSL_FLAG(int, batch, 128, "examples per step per worker");
 ABSL_FLAG(std::string, hidden, "512,256", "MLP hidden widths");
 ABSL_FLAG(int, cpu_threads, 0, "CPU backend threads (0 = all cores)");
 ABSL_FLAG(std::string, server_bin, "", "ps_server binary (default: next to this one in runfiles)");
+ABSL_FLAG(std::string, data_transport, "auto",
+          "data plane of the workers: auto (the server's TCP data port), grpc or tcp");
 ABSL_FLAG(bool, skip_two_workers, false, "measure only the 1 x 1 cluster");
 ABSL_FLAG(std::string, transport, "float32",
           "wire type of every table's pulls and pushes: float32, float16 or bfloat16");
@@ -174,6 +176,9 @@ absl::StatusOr<Row> Cluster(const std::string& server_address, int workers, int 
   to.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   to.install_shard_map = true;
   to.eval_every_epoch = false;
+  auto transport = ParseDataTransport(absl::GetFlag(FLAGS_data_transport));
+  if (!transport.ok()) return transport.status();
+  to.data_transport = *transport;
   for (int r = 0; r < workers; ++r) {
     v1::AssignTaskRequest task;
     task.set_job_id(absl::StrCat("bench-", workers, "x-", run));
