@@ -1,6 +1,10 @@
 // Cluster tier: the real ps_server binary (a data dependency), on port 0 with a port file,
 // talked to over loopback; registration with a scheduler; exit codes.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -89,6 +93,23 @@ TEST(PsServerBinaryTest, RefusesBadFlagsNamingThem) {
   Daemon busy(kBinary, {"--listen=256.1.1.1:0"}, Tmp("badlisten.log"));
   EXPECT_EQ(busy.Wait(absl::Seconds(20)), 1);
   EXPECT_NE(busy.Log().find("256.1.1.1:0"), std::string::npos) << busy.Log();
+  Daemon port(kBinary, {"--data_port=70000"}, Tmp("baddataport.log"));
+  EXPECT_EQ(port.Wait(absl::Seconds(20)), 2);
+  EXPECT_NE(port.Log().find("--data_port"), std::string::npos) << port.Log();
+  // A data port another process holds: the daemon says which flag, and exits.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  Daemon taken(kBinary, {"--data_port=" + std::to_string(ntohs(a.sin_port))},
+               Tmp("takendataport.log"));
+  EXPECT_EQ(taken.Wait(absl::Seconds(20)), 1);
+  EXPECT_NE(taken.Log().find("--data_port"), std::string::npos) << taken.Log();
+  close(fd);
 }
 
 // A scheduler that records what the server tells it.

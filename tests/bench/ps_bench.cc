@@ -533,7 +533,8 @@ int Main() {
   };
   unsigned cores = std::thread::hardware_concurrency();
   line(absl::StrCat("Machine: ", cores, " cores, loopback; ps_server and the echo servers in their "
-                    "own processes; median of ", absl::GetFlag(FLAGS_runs), " runs",
+                    "own processes; ps clients over ", absl::GetFlag(FLAGS_transport),
+                    "; median of ", absl::GetFlag(FLAGS_runs), " runs",
                     absl::GetFlag(FLAGS_quick) ? " (--quick: not for the record)" : "", "."));
   line("");
   line("### Dense, 1 server x 1 client (GB/s = payload bytes per round / round time)");
@@ -605,7 +606,7 @@ int Main() {
   line("### Where a push-pull round goes (1 server x 1 client; per round)");
   line("");
   line("| payload | round | client plan+encode | client send | client wait | of which reply copy "
-       "| server parse | server queue (summed over chunks) | server apply | server read | network + gRPC (rest) |");
+       "| server parse | server queue (summed over chunks) | server apply | server read | network + transport (rest) |");
   line("|---|---|---|---|---|---|---|---|---|---|---|");
   for (const auto& [b, d] : profiles) {
     const double n = d.pushpull_rounds;

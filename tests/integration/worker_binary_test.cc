@@ -96,6 +96,7 @@ TEST(WorkerBinaryTest, BadFlagsExitTwoNamingTheFlag) {
       {{"--scheduler=127.0.0.1:1", "--device=tpu"}, "--device"},
       {{"--scheduler=127.0.0.1:1", "--cpu_threads=-2"}, "--cpu_threads"},
       {{"--scheduler=127.0.0.1:1", "--log_level=loud"}, "--log_level"},
+      {{"--scheduler=127.0.0.1:1", "--data_transport=udp"}, "--data_transport"},
       {{}, "--scheduler"},  // Neither a scheduler nor a standalone job.
       {{"--job=/nonexistent/job.yaml", "--servers=127.0.0.1:1"}, "/nonexistent/job.yaml"},
       {{"--job=" + RunfilePath("deploy/examples/fashion_mlp.yaml")}, "--servers"},
