@@ -116,6 +116,7 @@ class TcpDataServer::Conn {
 
   // ------------------------------------------------ threads
   void ReadLoop() {
+    FrameReader reader(fd_);
     while (true) {
       grpc::ByteBuffer* target = nullptr;
       bool finished, closed;
@@ -135,7 +136,9 @@ class TcpDataServer::Conn {
         stream_->OnCancel();
         break;
       }
-      auto h = ReadFrameHeader(fd_);
+      unsigned char hb[kFrameHeaderBytes];
+      absl::Status hs = reader.Read(hb, sizeof(hb), /*eof_ok=*/true, absl::Seconds(30));
+      absl::StatusOr<FrameHeader> h = hs.ok() ? ParseFrameHeader(hb) : hs;
       if (!h.ok() && absl::IsOutOfRange(h.status())) {
         // The client closed its side. It does so only when it has no round pending (retiring
         // the connection) or when it gave up (cancelled, timed out): either way nothing it
@@ -154,7 +157,7 @@ class TcpDataServer::Conn {
       }
       if (st.ok()) {
         BufferPool::Buffer b = pool_->Acquire(std::max<size_t>(h->length, 1));
-        st = ReadFull(fd_, b.data, h->length, false, absl::Seconds(30));
+        st = reader.Read(b.data, h->length, false, absl::Seconds(30));
         if (st.ok()) {
           grpc::Slice s = pool_->ToSlice(b, h->length);
           *target = grpc::ByteBuffer(&s, 1);

@@ -156,10 +156,7 @@ absl::Status ReadFull(int fd, void* data, size_t n, bool eof_ok, absl::Duration 
   return absl::OkStatus();
 }
 
-absl::StatusOr<FrameHeader> ReadFrameHeader(int fd) {
-  unsigned char h[kFrameHeaderBytes];
-  absl::Status st = ReadFull(fd, h, sizeof(h), /*eof_ok=*/true, absl::Seconds(30));
-  if (!st.ok()) return st;
+absl::StatusOr<FrameHeader> ParseFrameHeader(const unsigned char* h) {
   if (GetU32(h) != kTcpFrameMagic) {
     return absl::InvalidArgumentError("not a pscluster data-plane frame (bad magic)");
   }
@@ -178,6 +175,51 @@ absl::StatusOr<FrameHeader> ReadFrameHeader(int fd) {
     return absl::InvalidArgumentError("frame payload longer than the frame");
   }
   return f;
+}
+
+absl::StatusOr<FrameHeader> ReadFrameHeader(int fd) {
+  unsigned char h[kFrameHeaderBytes];
+  absl::Status st = ReadFull(fd, h, sizeof(h), /*eof_ok=*/true, absl::Seconds(30));
+  if (!st.ok()) return st;
+  return ParseFrameHeader(h);
+}
+
+absl::Status FrameReader::Read(void* data, size_t n, bool eof_ok, absl::Duration stall) {
+  char* out = static_cast<char*>(data);
+  size_t got = 0;
+  while (got < n) {
+    if (pos_ < end_) {
+      const size_t k = std::min(n - got, end_ - pos_);
+      std::memcpy(out + got, buf_.data() + pos_, k);
+      pos_ += k;
+      got += k;
+      continue;
+    }
+    if (n - got >= buf_.size() / 4) {
+      // Large: straight into place.
+      absl::Status st = ReadFull(fd_, out + got, n - got, eof_ok && got == 0, stall);
+      if (!st.ok() && got > 0 && absl::IsOutOfRange(st)) {
+        return absl::UnavailableError("recv: connection closed inside a frame");
+      }
+      return st;
+    }
+    if (got > 0 && !WaitReadable(fd_, stall)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("recv: no data for ", absl::FormatDuration(stall), " inside a frame"));
+    }
+    ssize_t r = recv(fd_, buf_.data(), buf_.size(), 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Errno("recv");
+    }
+    if (r == 0) {
+      if (got == 0 && eof_ok) return absl::OutOfRangeError("end of stream");
+      return absl::UnavailableError("recv: connection closed inside a frame");
+    }
+    pos_ = 0;
+    end_ = static_cast<size_t>(r);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Discard(int fd, size_t n, absl::Duration stall) {

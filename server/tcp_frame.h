@@ -81,9 +81,28 @@ class OutFrame {
 absl::Status ReadFull(int fd, void* data, size_t n, bool eof_ok = false,
                       absl::Duration stall = absl::InfiniteDuration());
 
+// Checks the kFrameHeaderBytes at `p` (INVALID_ARGUMENT on a protocol error).
+absl::StatusOr<FrameHeader> ParseFrameHeader(const unsigned char* p);
+
 // Reads and checks a frame header (OUT_OF_RANGE on a clean end; INVALID_ARGUMENT on a
 // protocol error).
 absl::StatusOr<FrameHeader> ReadFrameHeader(int fd);
+
+// Buffered blocking reads from a socket: one recv() takes a small frame whole (header and body)
+// and whatever follows it; large bodies go from the socket straight to their destination.
+class FrameReader {
+ public:
+  explicit FrameReader(int fd, size_t buffer_bytes = 64 << 10) : fd_(fd), buf_(buffer_bytes) {}
+  // As ReadFull: exactly `n` bytes; OUT_OF_RANGE for a clean end before the first byte when
+  // `eof_ok`; `stall` bounds the wait for progress once the first byte is in.
+  absl::Status Read(void* data, size_t n, bool eof_ok, absl::Duration stall);
+
+ private:
+  const int fd_;
+  std::vector<char> buf_;
+  size_t pos_ = 0;
+  size_t end_ = 0;
+};
 
 // Reads `n` bytes and throws them away.
 absl::Status Discard(int fd, size_t n, absl::Duration stall);

@@ -27,11 +27,6 @@ size_t VarintSize(uint64_t v) {
   return n;
 }
 
-uint32_t GetU32(const unsigned char* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
-         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
-}
-
 // Connects with a timeout; returns the non-blocking socket or an error naming the address.
 absl::StatusOr<int> Connect(const std::string& host, int port, absl::Duration timeout) {
   addrinfo hints{};
@@ -145,7 +140,7 @@ absl::Status TcpConn::Send(const std::shared_ptr<Round>& round,
           absl::MutexLock l(&mu_);
           return !out_.has_value() && writes_.empty();
         },
-        absl::InfiniteFuture(), /*until_full=*/true);
+        absl::InfiniteFuture(), /*until_full=*/true, /*poll_first=*/true);
     Disown();
   } else {
     // The owner may be waiting for replies only: have it send these too.
@@ -168,7 +163,7 @@ absl::Status TcpConn::Wait(const std::shared_ptr<Round>& round, absl::Time deadl
             absl::MutexLock l(&mu_);
             return writes_.empty();
           },
-          deadline);
+          deadline, /*until_full=*/false, /*poll_first=*/rpos_ == rend_);
       Disown();
       continue;
     }
@@ -190,7 +185,10 @@ absl::Status TcpConn::Wait(const std::shared_ptr<Round>& round, absl::Time deadl
   return round->Wait(absl::InfiniteFuture());  // Returns once no receive into it is running.
 }
 
-void TcpConn::Drive(absl::FunctionRef<bool()> stop, absl::Time deadline, bool until_full) {
+void TcpConn::Drive(absl::FunctionRef<bool()> stop, absl::Time deadline, bool until_full,
+                    bool poll_first) {
+  // Whether reading may find something (a poll said so, or none was made yet).
+  bool readable = !poll_first;
   while (true) {
     {
       absl::MutexLock l(&mu_);
@@ -211,7 +209,7 @@ void TcpConn::Drive(absl::FunctionRef<bool()> stop, absl::Time deadline, bool un
         continue;
       }
     }
-    if (st.ok()) st = ReadAvailable();
+    if (st.ok() && readable) st = ReadAvailable(stop);
     if (!st.ok()) {
       Break(st);
       break;
@@ -225,9 +223,14 @@ void TcpConn::Drive(absl::FunctionRef<bool()> stop, absl::Time deadline, bool un
     if (deadline - now < absl::Milliseconds(100)) {
       ms = static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - now)));
     }
-    if (poll(p, 2, ms) > 0 && (p[1].revents & POLLIN)) {
-      uint64_t v;
-      (void)!read(wake_fd_, &v, sizeof(v));
+    readable = false;
+    if (poll(p, 2, ms) > 0) {
+      readable = (p[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+      if (p[1].revents & POLLIN) {
+        uint64_t v;
+        (void)!read(wake_fd_, &v, sizeof(v));
+      }
+      if (p[0].revents & (POLLHUP | POLLERR)) readable = true;
     }
   }
   CleanUp();
@@ -235,8 +238,9 @@ void TcpConn::Drive(absl::FunctionRef<bool()> stop, absl::Time deadline, bool un
 
 // ------------------------------------------------------------------ receiving
 
-absl::Status TcpConn::ReadAvailable() {
+absl::Status TcpConn::ReadAvailable(absl::FunctionRef<bool()> stop) {
   while (true) {
+    // Where the next bytes go, and how many are wanted.
     char* p = nullptr;
     size_t want = 0;
     switch (in_.stage) {
@@ -249,47 +253,55 @@ absl::Status TcpConn::ReadAvailable() {
         want = in_.prefix.size() - in_.got;
         break;
       case Incoming::Stage::kPayload:
-        if (in_.dst != nullptr) {
-          p = in_.dst + (in_.h.aux - in_.remaining);
-          want = in_.remaining;
-        } else {
-          p = scratch_.data();
-          want = std::min(in_.remaining, scratch_.size());
-        }
+        p = in_.dst != nullptr ? in_.dst + (in_.h.aux - in_.remaining) : nullptr;
+        want = in_.remaining;
         break;
     }
     if (want > 0) {
-      ssize_t r = recv(fd_, p, want, MSG_DONTWAIT);
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
-        return absl::UnavailableError(
-            absl::StrCat("data connection to ", peer_, ": recv: ", std::strerror(errno)));
-      }
-      if (r == 0) {
-        return absl::UnavailableError(
-            absl::StrCat("data connection to ", peer_, " closed by the server"));
+      size_t took = 0;
+      if (rpos_ < rend_) {
+        took = std::min(want, rend_ - rpos_);
+        if (p != nullptr) std::memcpy(p, rbuf_.data() + rpos_, took);
+        rpos_ += took;
+      } else {
+        // Large payloads go from the socket straight to their destination; the rest through
+        // the buffer, so that one recv() takes a small reply whole.
+        const bool straight = in_.stage == Incoming::Stage::kPayload && p != nullptr &&
+                              want >= rbuf_.size() / 4;
+        ssize_t r = straight ? recv(fd_, p, want, MSG_DONTWAIT)
+                             : recv(fd_, rbuf_.data(), rbuf_.size(), MSG_DONTWAIT);
+        if (r < 0) {
+          if (errno == EINTR) continue;
+          if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
+          return absl::UnavailableError(
+              absl::StrCat("data connection to ", peer_, ": recv: ", std::strerror(errno)));
+        }
+        if (r == 0) {
+          return absl::UnavailableError(
+              absl::StrCat("data connection to ", peer_, " closed by the server"));
+        }
+        if (!straight) {
+          rpos_ = 0;
+          rend_ = static_cast<size_t>(r);
+          continue;
+        }
+        took = static_cast<size_t>(r);
       }
       if (in_.stage == Incoming::Stage::kPayload) {
-        in_.remaining -= static_cast<size_t>(r);
-        if (in_.remaining > 0) continue;
+        in_.remaining -= took;
       } else {
-        in_.got += static_cast<size_t>(r);
-        if (static_cast<size_t>(r) < want) continue;
+        in_.got += took;
       }
+      if (took < want) continue;
     }
     switch (in_.stage) {
       case Incoming::Stage::kHeader: {
-        in_.h.kind = GetU32(in_.header + 4);
-        in_.h.length = GetU32(in_.header + 8);
-        in_.h.aux = GetU32(in_.header + 12);
-        if (GetU32(in_.header) != kTcpFrameMagic ||
-            (in_.h.kind != kFrameMessage && in_.h.kind != kFrameStatus) ||
-            in_.h.length > kMaxFrameBytes ||
-            (in_.h.kind == kFrameMessage && in_.h.aux > in_.h.length)) {
+        auto h = ParseFrameHeader(in_.header);
+        if (!h.ok()) {
           return absl::InternalError(
-              absl::StrCat("reply from ", peer_, ": malformed data-plane frame"));
+              absl::StrCat("reply from ", peer_, ": ", h.status().message()));
         }
+        in_.h = *h;
         in_.prefix.resize(in_.h.kind == kFrameStatus ? in_.h.length
                                                      : in_.h.length - in_.h.aux);
         in_.got = 0;
@@ -305,10 +317,15 @@ absl::Status TcpConn::ReadAvailable() {
         }
         absl::Status st = OnPrefix();
         if (!st.ok()) return st;
+        if (in_.stage == Incoming::Stage::kHeader && rpos_ == rend_ && stop()) {
+          return absl::OkStatus();
+        }
         break;
       }
       case Incoming::Stage::kPayload:
         FinishFrame();
+        // Nothing buffered and nothing more wanted: skip the recv() that would only say so.
+        if (rpos_ == rend_ && stop()) return absl::OkStatus();
         break;
     }
   }
@@ -401,6 +418,7 @@ void TcpConn::CleanUp() {
   }
   if (in_.buf.data != nullptr && !in_.direct) pool_->Release(in_.buf);
   in_ = Incoming();
+  rpos_ = rend_ = 0;
   out_.reset();
   absl::MutexLock l(&mu_);
   ++completions_;

@@ -80,9 +80,12 @@ class TcpConn : public DataConn {
   // As the I/O owner: writes and reads until `stop()` or `deadline`, or the connection broke;
   // with `until_full`, also as soon as the socket takes no more (the rest is written by the
   // next owner, normally the thread waiting for the round).
-  void Drive(absl::FunctionRef<bool()> stop, absl::Time deadline, bool until_full = false);
-  // Reads what the socket has; a non-OK status ends the connection with it.
-  absl::Status ReadAvailable();
+  // `poll_first`: nothing was read since the last look, so ask poll() before recv().
+  void Drive(absl::FunctionRef<bool()> stop, absl::Time deadline, bool until_full = false,
+             bool poll_first = false);
+  // Reads what the socket has, or until a frame ends with `stop()` true; a non-OK status ends
+  // the connection with it.
+  absl::Status ReadAvailable(absl::FunctionRef<bool()> stop);
   absl::Status OnPrefix();
   void FinishFrame();
   // As the I/O owner of a broken connection: ends the frame in progress and drops what was
@@ -99,7 +102,9 @@ class TcpConn : public DataConn {
   // Owned by the I/O owner.
   Incoming in_;
   std::optional<OutFrame> out_;
-  std::vector<char> scratch_ = std::vector<char>(64 << 10);
+  std::vector<char> rbuf_ = std::vector<char>(64 << 10);  // Received, not yet taken.
+  size_t rpos_ = 0;
+  size_t rend_ = 0;
 
   mutable absl::Mutex mu_;
   bool owned_ ABSL_GUARDED_BY(mu_) = false;

@@ -21,7 +21,7 @@ TEST(E2eCancelTest, CancelStopsTheRealWorkersAndTheNextJobRunsOnThem) {
   E2eCluster& c = **cluster;
 
   CommandResult submit =
-      c.Psctl({"submit", c.WriteFile("long.yaml", FashionJobYaml("long", 20, ""))});
+      c.Psctl({"submit", c.WriteFile("long.yaml", FashionJobYaml("long", 60, ""))});
   ASSERT_EQ(submit.exit_code, 0) << submit.output;
   ASSERT_EQ(absl::StripAsciiWhitespace(submit.output), "job-1");
   v1::Job seen;

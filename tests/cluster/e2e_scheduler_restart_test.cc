@@ -47,9 +47,9 @@ TEST(E2eSchedulerRestartTest, KillNineMidJobThenRestartTheJobCarriesOnToSucceede
   const std::vector<std::string> ids = NodeIds(*before);
   ASSERT_THAT(ids, ElementsAre("server-1", "server-2", "worker-1", "worker-2"));
 
-  // job-1 trains for 12 epochs (about 10 s here), followed by `psctl submit --wait` across the
+  // job-1 trains for 40 epochs (15-30 s here), followed by `psctl submit --wait` across the
   // restart; job-2 waits in the queue for its workers.
-  auto follow = c.StartPsctl({"submit", c.WriteFile("long.yaml", FashionJobYaml("long", 12, "")),
+  auto follow = c.StartPsctl({"submit", c.WriteFile("long.yaml", FashionJobYaml("long", 40, "")),
                               "--wait", "--timeout=2s"});
   ASSERT_TRUE(follow.ok()) << follow.status();
   ASSERT_TRUE(WaitFor(absl::Seconds(20), [&] { return c.GetJob("job-1").ok(); }))
@@ -108,7 +108,7 @@ TEST(E2eSchedulerRestartTest, KillNineMidJobThenRestartTheJobCarriesOnToSucceede
     return NodeIds(*st) == ids;
   })) << c.ClusterStatus()->DebugString();
 
-  auto done = c.WaitForEnd("job-1", absl::Seconds(60));
+  auto done = c.WaitForEnd("job-1", absl::Seconds(150));
   ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
   // psctl followed job-1 through the outage to the end.
   EXPECT_EQ((*follow)->Wait(absl::Seconds(10)), 0) << (*follow)->Output();
