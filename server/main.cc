@@ -35,6 +35,9 @@ ABSL_FLAG(int, data_threads, 0, "threads applying pushes and serving pulls (0 = 
 ABSL_FLAG(int, data_port, 0,
           "port of the plaintext TCP data plane on the --listen host (0 = any free port, -1 = "
           "none: workers use gRPC); never opened with TLS");
+ABSL_FLAG(int, data_spin_us, 50,
+          "TCP data plane: a connection's reader checks an empty socket this long before it "
+          "sleeps (0 = never; saves waking an idle core between the chunks of a round)");
 ABSL_FLAG(int, register_timeout_sec, 30,
           "give up registering with --scheduler after this long (exit 138, retryable)");
 ABSL_FLAG(std::string, metrics_listen, "",
@@ -73,6 +76,7 @@ int main(int argc, char** argv) {
   o.tls.ca = absl::GetFlag(FLAGS_tls_ca);
   o.data_threads = absl::GetFlag(FLAGS_data_threads);
   o.data_port = absl::GetFlag(FLAGS_data_port);
+  o.data_spin = absl::Microseconds(absl::GetFlag(FLAGS_data_spin_us));
   o.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_sec));
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.limits.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
@@ -85,6 +89,11 @@ int main(int argc, char** argv) {
   o.grpc_args = *grpc_args;
   if (o.data_threads < 0 || o.data_threads > 1024) {
     log->error("--data_threads: must be in [0, 1024], got {}", o.data_threads);
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_data_spin_us) < 0 || absl::GetFlag(FLAGS_data_spin_us) > 100000) {
+    log->error("--data_spin_us: must be in [0, 100000], got {}",
+               absl::GetFlag(FLAGS_data_spin_us));
     return 2;
   }
   if (o.data_port < -1 || o.data_port > 65535) {

@@ -58,6 +58,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
       return absl::InvalidArgumentError(absl::StrCat("--listen: ", st.message()));
     }
     to.port = options.data_port;
+    to.spin = options.data_spin;
     to.max_frame_bytes = static_cast<uint32_t>(
         std::min<uint64_t>(kMaxFrameBytes, options.limits.max_chunk_bytes + (1 << 20)));
     auto tcp = TcpDataServer::Start(to, s->handler_.get(), s->data_.get(), BufferPool::Create(),

@@ -42,6 +42,9 @@ struct PsServerOptions {
   // --data_port: port of the plaintext TCP data plane on the --listen host (0: chosen by the OS;
   // -1: none, clients use gRPC PushPull). Never opened with TLS.
   int data_port = 0;
+  // --data_spin_us: how long a TCP data connection's reader checks an empty socket before it
+  // sleeps.
+  absl::Duration data_spin = absl::Microseconds(50);
   absl::Duration register_timeout = absl::Seconds(30);  // --register_timeout
   std::string metrics_listen;          // --metrics_listen (empty = no /metrics endpoint)
   DataPlaneOptions data_plane;

@@ -116,7 +116,7 @@ class TcpDataServer::Conn {
 
   // ------------------------------------------------ threads
   void ReadLoop() {
-    FrameReader reader(fd_);
+    FrameReader reader(fd_, options_.spin);
     while (true) {
       grpc::ByteBuffer* target = nullptr;
       bool finished, closed;

@@ -37,6 +37,9 @@ struct TcpDataServerOptions {
   absl::Duration send_timeout = absl::Seconds(120);
   // Largest accepted frame (above the server's chunk limit).
   uint32_t max_frame_bytes = 80u << 20;
+  // A connection's reader checks an empty socket for this long before it sleeps (the next
+  // chunk of a round is usually microseconds away).
+  absl::Duration spin = absl::Microseconds(50);
 };
 
 class TcpDataServer {

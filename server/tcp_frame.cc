@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -207,7 +208,17 @@ absl::Status FrameReader::Read(void* data, size_t n, bool eof_ok, absl::Duration
       return absl::DeadlineExceededError(
           absl::StrCat("recv: no data for ", absl::FormatDuration(stall), " inside a frame"));
     }
-    ssize_t r = recv(fd_, buf_.data(), buf_.size(), 0);
+    ssize_t r = -1;
+    if (spin_ > absl::ZeroDuration()) {
+      const absl::Time until = absl::Now() + spin_;
+      while (true) {
+        r = recv(fd_, buf_.data(), buf_.size(), MSG_DONTWAIT);
+        if (r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || absl::Now() >= until) break;
+        sched_yield();  // Other work on this core goes first.
+      }
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) r = -2;  // Sleep below.
+    }
+    if (r == -2 || spin_ <= absl::ZeroDuration()) r = recv(fd_, buf_.data(), buf_.size(), 0);
     if (r < 0) {
       if (errno == EINTR) continue;
       return Errno("recv");

@@ -92,13 +92,17 @@ absl::StatusOr<FrameHeader> ReadFrameHeader(int fd);
 // and whatever follows it; large bodies go from the socket straight to their destination.
 class FrameReader {
  public:
-  explicit FrameReader(int fd, size_t buffer_bytes = 64 << 10) : fd_(fd), buf_(buffer_bytes) {}
+  // Before sleeping on an empty socket the reader checks it for up to `spin`.
+  explicit FrameReader(int fd, absl::Duration spin = absl::ZeroDuration(),
+                       size_t buffer_bytes = 64 << 10)
+      : fd_(fd), spin_(spin), buf_(buffer_bytes) {}
   // As ReadFull: exactly `n` bytes; OUT_OF_RANGE for a clean end before the first byte when
   // `eof_ok`; `stall` bounds the wait for progress once the first byte is in.
   absl::Status Read(void* data, size_t n, bool eof_ok, absl::Duration stall);
 
  private:
   const int fd_;
+  const absl::Duration spin_;
   std::vector<char> buf_;
   size_t pos_ = 0;
   size_t end_ = 0;

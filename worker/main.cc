@@ -49,6 +49,9 @@ ABSL_FLAG(int, call_timeout_sec, 120,
 ABSL_FLAG(std::string, data_transport, "auto",
           "data plane to the servers: auto (a server's TCP data port when it offers one and TLS "
           "is off, else gRPC), grpc or tcp");
+ABSL_FLAG(int, data_spin_us, 50,
+          "TCP data plane: a thread waiting for a server's reply checks the socket this long "
+          "before it sleeps (0 = never)");
 ABSL_FLAG(int, register_timeout_sec, 60,
           "give up registering with --scheduler after this long (exit 138, retryable)");
 ABSL_FLAG(std::string, metrics_listen, "",
@@ -168,6 +171,10 @@ int main(int argc, char** argv) {
                 2);
   }
   topts.data_transport = *transport;
+  if (absl::GetFlag(FLAGS_data_spin_us) < 0 || absl::GetFlag(FLAGS_data_spin_us) > 100000) {
+    return Fail(absl::InvalidArgumentError("--data_spin_us: must be in [0, 100000]"), 2);
+  }
+  topts.data_spin = absl::Microseconds(absl::GetFlag(FLAGS_data_spin_us));
   const std::string device = topts.device;
   if (device != "auto" && device != "cpu" && device.rfind("cuda", 0) != 0) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(

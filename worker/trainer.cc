@@ -237,6 +237,7 @@ absl::Status Trainer::RunImpl(State* st) {
   copts.channel = options_.channel;
   copts.call_timeout = options_.call_timeout;
   copts.data_transport = options_.data_transport;
+  copts.spin = options_.data_spin;
   ProgressSink* sink = sink_;
   copts.refresh_shard_map = [sink]() { return sink->RefreshShardMap(); };
   auto client = PsClient::Create(copts, task_.shard_map(), st->tables);

@@ -48,6 +48,8 @@ struct TrainerOptions {
   ChannelOptions channel;               // TLS to the servers.
   // Data plane to the servers (auto: their TCP data port unless TLS is on).
   DataTransport data_transport = DataTransport::kAuto;
+  // TCP data plane: how long a waiting thread checks the socket before it sleeps.
+  absl::Duration data_spin = absl::Microseconds(50);
   // Deadline of each pull/push (waiting for slow workers under BSP/SSP included).
   absl::Duration call_timeout = absl::Seconds(120);
   // Send the shard map to the servers before creating tables (standalone runs, with no

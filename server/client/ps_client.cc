@@ -114,7 +114,7 @@ struct Connection {
     st = SplitHostPort(address, &host, &port);
     if (!st.ok()) return st;
     auto c = TcpConn::Open(host, static_cast<int>(resp.data_port()), address,
-                           std::min(o.call_timeout, absl::Seconds(10)), pool);
+                           std::min(o.call_timeout, absl::Seconds(10)), pool, o.spin);
     if (!c.ok()) return c.status();
     return std::shared_ptr<DataConn>(std::move(*c));
   }

@@ -66,6 +66,10 @@ struct PsClientOptions {
   // the client's epoch is stale. Unset: such errors are returned to the caller.
   std::function<absl::StatusOr<v1::ShardMap>()> refresh_shard_map;
   DataTransport data_transport = DataTransport::kAuto;
+  // TCP data plane: a thread waiting for a reply checks the socket for this long before it
+  // sleeps (0: sleep at once). Small round trips then avoid waking an idle core; waits longer
+  // than this cost this much CPU each.
+  absl::Duration spin = absl::Microseconds(50);
 };
 
 // Read a whole dense table into `data` (TableSpec elements, row-major).

@@ -32,11 +32,13 @@ namespace pscluster {
 class TcpConn : public DataConn {
  public:
   // Connects to host:port (the host of the server's gRPC address, its advertised data port).
-  // `peer` names the server in errors.
+  // `peer` names the server in errors. A thread waiting for a reply checks the socket for up to
+  // `spin` before it sleeps.
   static absl::StatusOr<std::shared_ptr<TcpConn>> Open(const std::string& host, int port,
                                                        const std::string& peer,
                                                        absl::Duration connect_timeout,
-                                                       std::shared_ptr<BufferPool> pool);
+                                                       std::shared_ptr<BufferPool> pool,
+                                                       absl::Duration spin);
   ~TcpConn() override;
 
   absl::Status Send(const std::shared_ptr<Round>& round,
@@ -67,12 +69,14 @@ class TcpConn : public DataConn {
     size_t remaining = 0;
   };
 
-  TcpConn(int fd, int wake_fd, std::string peer, std::shared_ptr<BufferPool> pool)
+  TcpConn(int fd, int wake_fd, std::string peer, std::shared_ptr<BufferPool> pool,
+          absl::Duration spin)
       : fd_(fd),
         wake_fd_(wake_fd),
         peer_(std::move(peer)),
         pool_(std::move(pool)),
-        opened_(absl::Now()) {}
+        opened_(absl::Now()),
+        spin_(spin) {}
 
   // Becomes the I/O owner if nobody is; false otherwise.
   bool TryOwn();
@@ -98,6 +102,7 @@ class TcpConn : public DataConn {
   const std::string peer_;
   const std::shared_ptr<BufferPool> pool_;
   const absl::Time opened_;
+  const absl::Duration spin_;
 
   // Owned by the I/O owner.
   Incoming in_;

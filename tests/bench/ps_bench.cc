@@ -51,6 +51,7 @@ ABSL_FLAG(int, block_kib, 0, "dense block size in KiB (0 = tensor/8, 256 KiB .. 
 ABSL_FLAG(bool, only_1x1, false, "stop after the 1 server x 1 client table (experiments)");
 ABSL_FLAG(std::string, transport, "tcp",
           "data plane of the ps clients: tcp (the server's TCP data port), grpc (PushPull) or auto");
+ABSL_FLAG(int, spin_us, 50, "TCP data plane: client spin before sleeping, microseconds");
 ABSL_FLAG(int, sparse_threads, 4, "client threads (requests in flight) for the sparse benchmark");
 
 namespace pscluster {
@@ -139,6 +140,7 @@ std::unique_ptr<PsClient> MakeClient(const std::string& job, const std::vector<s
     exit(2);
   }
   o.data_transport = *transport;
+  o.spin = absl::Microseconds(absl::GetFlag(FLAGS_spin_us));
   o.channel.int_args = *DataPlaneChannelArgs(absl::GetFlag(FLAGS_ps_grpc_args));
   if (absl::GetFlag(FLAGS_copy_below_bytes) >= 0) {
     o.copy_below_bytes = absl::GetFlag(FLAGS_copy_below_bytes);
