@@ -78,6 +78,30 @@ absl::Status ReadUntilStatus(int fd) {
 
 class TcpDataPlaneTest : public ::testing::Test {
  protected:
+  // A client of job "job" over the TCP data port, with `table` created under `mode` for
+  // `workers` workers (nullptr after a test failure).
+  static std::unique_ptr<PsClient> TcpClient(InProcessCluster& cluster,
+                                             const v1::TableSpec& table,
+                                             v1::ConsistencySpec::Mode mode, uint32_t workers,
+                                             absl::Duration timeout = absl::Seconds(20)) {
+    PsClientOptions o;
+    o.data_transport = DataTransport::kTcp;
+    o.call_timeout = timeout;
+    auto client = cluster.Client("job", {table}, 0, o);
+    if (!client.ok()) {
+      ADD_FAILURE() << client.status();
+      return nullptr;
+    }
+    v1::ConsistencySpec c;
+    c.set_mode(mode);
+    absl::Status st = (*client)->CreateTables(c, workers);
+    if (!st.ok()) {
+      ADD_FAILURE() << st;
+      return nullptr;
+    }
+    return std::move(*client);
+  }
+
   // Runs the same 5 steps of push-pull against a fresh server with `transport`; returns the
   // final dense and sparse values.
   static std::vector<float> Train(DataTransport transport, bool* used_ok) {
@@ -126,18 +150,11 @@ TEST_F(TcpDataPlaneTest, ServerReportsItsPortAndCountsTheTraffic) {
   v1::ServerStatus st = StatusOf(cluster.addresses()[0]);
   EXPECT_GT(st.data_port(), 0u);
   EXPECT_EQ(static_cast<int>(st.data_port()), cluster.server(0)->data_port());
-  bool ok;
-  (void)ok;
-  auto w = DenseSpec("w", {1000}, kAdam, 256);
-  PsClientOptions o;
-  o.data_transport = DataTransport::kTcp;
-  auto client = cluster.Client("job", {w}, 0, o);
-  ASSERT_TRUE(client.ok());
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
+  auto client =
+      TcpClient(cluster, DenseSpec("w", {1000}, kAdam, 256), v1::ConsistencySpec::ASP, 1);
+  ASSERT_NE(client, nullptr);
   std::vector<float> g(1000, 1.f), v(1000);
-  ASSERT_TRUE((*client)->PushPull(0, {{{"w", g.data()}}, {}}, {{{"w", v.data()}}, {}}).ok());
+  ASSERT_TRUE(client->PushPull(0, {{{"w", g.data()}}, {}}, {{{"w", v.data()}}, {}}).ok());
   v1::ServerStatus after = StatusOf(cluster.addresses()[0]);
   EXPECT_EQ(after.times().chunks_in(), 4u);  // 4 blocks of 256 pushed over TCP.
   EXPECT_EQ(after.bytes_in_total(), 4000u);
@@ -146,16 +163,11 @@ TEST_F(TcpDataPlaneTest, ServerReportsItsPortAndCountsTheTraffic) {
 TEST_F(TcpDataPlaneTest, HostileBytesAreRefusedAndChangeNothing) {
   InProcessCluster cluster(1);
   ASSERT_TRUE(cluster.status().ok());
-  auto w = DenseSpec("w", {1000}, kAdam, 256);
-  PsClientOptions o;
-  o.data_transport = DataTransport::kTcp;
-  auto client = cluster.Client("job", {w}, 0, o);
-  ASSERT_TRUE(client.ok());
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
+  auto client =
+      TcpClient(cluster, DenseSpec("w", {1000}, kAdam, 256), v1::ConsistencySpec::ASP, 1);
+  ASSERT_NE(client, nullptr);
   std::vector<float> before(1000);
-  ASSERT_TRUE((*client)->Pull(0, {{{"w", before.data()}}, {}}).ok());
+  ASSERT_TRUE(client->Pull(0, {{{"w", before.data()}}, {}}).ok());
   const int port = cluster.server(0)->data_port();
 
   {  // Not our protocol at all: INVALID_ARGUMENT, then the connection is closed.
@@ -215,10 +227,10 @@ TEST_F(TcpDataPlaneTest, HostileBytesAreRefusedAndChangeNothing) {
   }
   // Nothing changed, and the server still serves.
   std::vector<float> after(1000);
-  ASSERT_TRUE((*client)->Pull(0, {{{"w", after.data()}}, {}}).ok());
+  ASSERT_TRUE(client->Pull(0, {{{"w", after.data()}}, {}}).ok());
   EXPECT_EQ(before, after);
   std::vector<float> g(1000, 1.f);
-  EXPECT_TRUE((*client)->PushPull(0, {{{"w", g.data()}}, {}}, {{{"w", after.data()}}, {}}).ok());
+  EXPECT_TRUE(client->PushPull(0, {{{"w", g.data()}}, {}}, {{{"w", after.data()}}, {}}).ok());
   EXPECT_NE(before, after);
 }
 
@@ -227,26 +239,20 @@ TEST_F(TcpDataPlaneTest, HostileBytesAreRefusedAndChangeNothing) {
 TEST_F(TcpDataPlaneTest, APushQueuedWhileAnotherThreadWaitsIsSent) {
   InProcessCluster cluster(1);
   ASSERT_TRUE(cluster.status().ok());
-  auto w = DenseSpec("w", {5000}, kAdam, 1000);
-  PsClientOptions o;
-  o.data_transport = DataTransport::kTcp;
-  o.call_timeout = absl::Seconds(20);
-  auto client = cluster.Client("job", {w}, 0, o);
-  ASSERT_TRUE(client.ok());
-  v1::ConsistencySpec bsp;
-  bsp.set_mode(v1::ConsistencySpec::BSP);
-  ASSERT_TRUE((*client)->CreateTables(bsp, 1).ok());
+  auto client =
+      TcpClient(cluster, DenseSpec("w", {5000}, kAdam, 1000), v1::ConsistencySpec::BSP, 1);
+  ASSERT_NE(client, nullptr);
   std::vector<float> v(5000), g(5000, 1.f), init(5000);
-  ASSERT_TRUE((*client)->Pull(0, {{{"w", init.data()}}, {}}).ok());
+  ASSERT_TRUE(client->Pull(0, {{{"w", init.data()}}, {}}).ok());
   absl::Status pulled;
   absl::Time pulled_at;
   std::thread puller([&] {
-    pulled = (*client)->Pull(1, {{{"w", v.data()}}, {}});  // Waits for step 0's push.
+    pulled = client->Pull(1, {{{"w", v.data()}}, {}});  // Waits for step 0's push.
     pulled_at = absl::Now();
   });
   absl::SleepFor(absl::Milliseconds(300));
   const absl::Time pushed_at = absl::Now();
-  ASSERT_TRUE((*client)->Push(0, {{{"w", g.data()}}, {}}).ok());
+  ASSERT_TRUE(client->Push(0, {{{"w", g.data()}}, {}}).ok());
   puller.join();
   ASSERT_TRUE(pulled.ok()) << pulled;
   EXPECT_GE(pulled_at, pushed_at);
@@ -259,22 +265,17 @@ TEST_F(TcpDataPlaneTest, APushQueuedWhileAnotherThreadWaitsIsSent) {
 TEST_F(TcpDataPlaneTest, DeadlineOnAParkedPullLeavesTheClientUsable) {
   InProcessCluster cluster(1);
   ASSERT_TRUE(cluster.status().ok());
-  auto w = DenseSpec("w", {100}, kAdam, 100);
-  PsClientOptions o;
-  o.data_transport = DataTransport::kTcp;
-  o.call_timeout = absl::Milliseconds(500);
-  auto client = cluster.Client("job", {w}, 0, o);
-  ASSERT_TRUE(client.ok());
-  v1::ConsistencySpec bsp;
-  bsp.set_mode(v1::ConsistencySpec::BSP);
-  ASSERT_TRUE((*client)->CreateTables(bsp, 2).ok());  // Worker 1 never comes.
+  // Worker 1 never comes.
+  auto client = TcpClient(cluster, DenseSpec("w", {100}, kAdam, 100), v1::ConsistencySpec::BSP, 2,
+                          absl::Milliseconds(500));
+  ASSERT_NE(client, nullptr);
   std::vector<float> v(100, -7.f);
   const absl::Time t0 = absl::Now();
-  absl::Status st = (*client)->Pull(1, {{{"w", v.data()}}, {}});
+  absl::Status st = client->Pull(1, {{{"w", v.data()}}, {}});
   EXPECT_TRUE(absl::IsDeadlineExceeded(st)) << st;
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
   EXPECT_EQ(v, std::vector<float>(100, -7.f)) << "nothing written after the deadline";
-  EXPECT_TRUE((*client)->Pull(0, {{{"w", v.data()}}, {}}).ok());
+  EXPECT_TRUE(client->Pull(0, {{{"w", v.data()}}, {}}).ok());
   EXPECT_NE(v, std::vector<float>(100, -7.f));
 }
 
