@@ -70,9 +70,9 @@ void BufferPool::Release(Buffer b) {
   std::free(b.data);
 }
 
-grpc::Slice BufferPool::ToSlice(Buffer b, size_t len) {
+grpc::Slice BufferPool::ToSlice(Buffer b, size_t len, size_t offset) {
   auto* owner = new SliceOwner{shared_from_this(), b};
-  return grpc::Slice(b.data, len, &ReleaseSlice, owner);
+  return grpc::Slice(b.data + offset, len, &ReleaseSlice, owner);
 }
 
 size_t BufferPool::cached_bytes() const {

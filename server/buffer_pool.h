@@ -26,9 +26,9 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   };
   Buffer Acquire(size_t size);
   void Release(Buffer b);
-  // Wraps the first `len` bytes of `b` in a slice; the buffer returns here when gRPC (and every
-  // copy of the slice) lets go of it.
-  grpc::Slice ToSlice(Buffer b, size_t len);
+  // Wraps `len` bytes of `b` from `offset` in a slice; the buffer returns here when gRPC (and
+  // every copy of the slice) lets go of it.
+  grpc::Slice ToSlice(Buffer b, size_t len, size_t offset = 0);
 
   size_t cached_bytes() const;
   ~BufferPool();

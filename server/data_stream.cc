@@ -31,6 +31,11 @@ struct DataStream::ReadItem {
   uint64_t next = 0;
   bool round_last = false;   // The round ends with this item's last chunk.
   int64_t min_clock = 0;
+  // Set when the read follows the reader's own push of the slice in the round that ends its
+  // step (PushChunk.step_final): it may be served before the reader's clock advances.
+  int64_t own_worker = -1;
+  int64_t own_step = 0;
+  int64_t early_min = -1;   // The clock such a read reflected when it was served early.
 };
 
 std::shared_ptr<DataStream> DataStream::Create(Mode mode, PsHandler* handler, Executor* executor,
@@ -243,6 +248,10 @@ void DataStream::ApplyOne(const std::shared_ptr<PushItem>& item) {
             read->plan = std::move(*plan);
             read->epoch = c.epoch();
             read->clock = c.pull_clock();
+            if (c.step_final() && !item->values.empty()) {
+              read->own_worker = c.tag().worker();
+              read->own_step = c.tag().step();
+            }
             const auto& s = read->plan.slices[0];
             if (!item->values.empty() && c.indices().empty()) {
               read->first = c.offset();
@@ -345,6 +354,12 @@ void DataStream::RunRead(const std::shared_ptr<ReadItem>& item, SerialQueue::Don
     return;
   }
   const std::shared_ptr<Job>& job = item->plan.job;
+  if (item->own_worker >= 0 &&
+      job->ReadableAfterOwnPush(item->clock, static_cast<uint32_t>(item->own_worker),
+                                item->own_step, &item->early_min)) {
+    ContinueRead(item, absl::OkStatus(), finish_item);
+    return;
+  }
   uint64_t wait_id = 0;
   std::weak_ptr<DataStream> weak = shared_from_this();
   const absl::Time parked_at = absl::Now();
@@ -388,7 +403,7 @@ void DataStream::ContinueRead(const std::shared_ptr<ReadItem>& item, absl::Statu
     done();
     return;
   }
-  item->min_clock = item->plan.job->RecordServedPull(item->clock);
+  item->min_clock = item->plan.job->RecordServedPull(item->clock, item->early_min);
   Produce(item, std::move(done));
 }
 

@@ -28,8 +28,8 @@ namespace pscluster {
 struct DataPlaneOptions {
   // Pull replies are cut into chunks of at most this many payload bytes.
   size_t chunk_bytes = 4 << 20;
-  // Chunks up to this size are applied on the receiving gRPC thread when the stream is idle
-  // (saves a thread hand-off for small messages); larger ones go to the executor.
+  // Chunks up to this size are applied on the receiving thread (gRPC's, or a TCP connection's
+  // reader) when the stream is idle (saves a thread hand-off); larger ones go to the executor.
   size_t inline_bytes = 64 << 10;
   // Chunks received but not yet applied, per call, before reading pauses (flow control).
   int max_queued_chunks = 8;

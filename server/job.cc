@@ -613,6 +613,22 @@ bool Job::WhenReadable(int64_t clock, std::function<void(absl::Status)> ready,
   return false;
 }
 
+bool Job::ReadableAfterOwnPush(int64_t clock, uint32_t worker, int64_t step,
+                               int64_t* min_clock) {
+  if (config_.consistency.aggregate()) return false;
+  const int64_t need = NeedFor(clock);
+  if (step + 1 < need) return false;  // The reader's own earlier steps would not be in.
+  absl::MutexLock c(&clock_mu_);
+  if (worker >= clocks_.size() || dropped_) return false;
+  int64_t others = std::numeric_limits<int64_t>::max();
+  for (uint32_t w = 0; w < clocks_.size(); ++w) {
+    if (w != worker) others = std::min(others, clocks_[w]);
+  }
+  if (others < need) return false;
+  *min_clock = std::min(others, std::max(clocks_[worker], step + 1));
+  return true;
+}
+
 bool Job::CancelWait(uint64_t wait_id) {
   absl::MutexLock c(&clock_mu_);
   return waiters_.erase(wait_id) > 0;
@@ -658,9 +674,9 @@ absl::StatusOr<LentBytes> Job::Lend(const SliceRef& s, uint64_t epoch, uint64_t 
   return t.dense->Lend(b, first, n);
 }
 
-int64_t Job::RecordServedPull(int64_t reader_clock) {
+int64_t Job::RecordServedPull(int64_t reader_clock, int64_t min) {
   absl::MutexLock c(&clock_mu_);
-  int64_t min = MinClockLocked();
+  if (min < 0) min = MinClockLocked();
   int64_t stale = std::max<int64_t>(0, reader_clock - min);
   staleness_sum_ += static_cast<double>(stale);
   ++staleness_count_;

@@ -109,6 +109,13 @@ class Job {
   bool WhenReadable(int64_t clock, std::function<void(absl::Status)> ready, uint64_t* wait_id);
   // Forgets a parked read (its callback will not be called). False if it already ran.
   bool CancelWait(uint64_t wait_id);
+  // For a read of a slice that worker `worker` has just pushed in the round that ends its step
+  // `step` (PushChunk.step_final; its contribution to the slice is applied and it pushes the
+  // slice no more this step): whether the read at `clock` may be served now because every
+  // other worker's clock allows it. Sets *min_clock to the clock the read then reflects. Always
+  // false in aggregate mode (updates land only when the step completes everywhere); parks
+  // nothing, so a false answer is followed by WhenReadable.
+  bool ReadableAfterOwnPush(int64_t clock, uint32_t worker, int64_t step, int64_t* min_clock);
   // Reads elements [first, first + n) of a slice, encoded as `dtype`, into `out`.
   // FAILED_PRECONDITION when the shard map moved past `epoch` meanwhile.
   absl::Status Read(const SliceRef& slice, uint64_t epoch, uint64_t first, uint64_t n,
@@ -118,7 +125,8 @@ class Job {
   absl::StatusOr<LentBytes> Lend(const SliceRef& slice, uint64_t epoch, uint64_t first,
                                  uint64_t n);
   // Records one served pull (for the staleness statistics); returns the min clock.
-  int64_t RecordServedPull(int64_t reader_clock);
+  // `min` >= 0: the clock the read reflected (ReadableAfterOwnPush), instead of the min clock.
+  int64_t RecordServedPull(int64_t reader_clock, int64_t min = -1);
   // Bytes per element on the wire for `dtype` (float32 for DT_INVALID).
   static v1::DataType TransportType(v1::DataType requested) {
     return requested == v1::DT_INVALID ? v1::DT_FLOAT32 : requested;

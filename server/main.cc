@@ -45,7 +45,11 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(std::string, grpc_args, "",
           "extra gRPC channel arguments, name=value;name=value (expert tuning)");
 ABSL_FLAG(uint64_t, inline_bytes, 64 << 10,
-          "chunks up to this size are applied on the receiving thread (expert tuning)");
+          "gRPC data plane: chunks up to this size are applied on the receiving thread (expert "
+          "tuning)");
+ABSL_FLAG(uint64_t, data_inline_bytes, 4 << 20,
+          "TCP data plane: chunks up to this size are applied on the connection's reader thread "
+          "when its call has nothing queued (0 = always hand off to a data thread)");
 ABSL_FLAG(uint64_t, max_chunk_bytes, 16 << 20, "largest payload accepted in one chunk");
 
 namespace {
@@ -81,6 +85,7 @@ int main(int argc, char** argv) {
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.limits.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
   o.data_plane.inline_bytes = absl::GetFlag(FLAGS_inline_bytes);
+  o.data_inline_bytes = absl::GetFlag(FLAGS_data_inline_bytes);
   auto grpc_args = pscluster::DataPlaneChannelArgs(absl::GetFlag(FLAGS_grpc_args));
   if (!grpc_args.ok()) {
     log->error("--grpc_args: {}", grpc_args.status().message());

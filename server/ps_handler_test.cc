@@ -328,6 +328,53 @@ TEST_F(HandlerTest, ParkedReadsAreReleasedWhenTheSlowestWorkerCatchesUp) {
   EXPECT_EQ(dropped_status.code(), absl::StatusCode::kNotFound);
 }
 
+// PushChunk.step_final: a pull_after of a slice the reader has just pushed in the round that ends
+// its step waits only for the other workers, not for the rest of the reader's own round.
+TEST_F(HandlerTest, AReadAfterTheReadersFinalPushWaitsOnlyForTheOtherWorkers) {
+  Create(CreateRequest("one", {DenseSpec("w", {4}, kSgd)}, v1::ConsistencySpec::BSP, 1));
+  Create(CreateRequest("two", {DenseSpec("w", {4}, kSgd)}, v1::ConsistencySpec::BSP, 2));
+  Create(CreateRequest("ssp", {DenseSpec("w", {4}, kSgd)}, v1::ConsistencySpec::SSP, 2, 1));
+  Create(CreateRequest("agg", {DenseSpec("w", {4}, kSgd)}, v1::ConsistencySpec::BSP, 1, 0, true));
+  auto job = [&](const std::string& id) {
+    v1::PullRequest r;
+    r.set_job_id(id);
+    *r.add_slices() = Block("w", 0);
+    return h_->PlanPull(r)->job;
+  };
+  const std::vector<float> g(4, 1.f);
+  int64_t min = -1;
+
+  // One worker: its own push of the block is all a read at clock 1 needs, before the round's
+  // end_of_step arrives. The clock-based rule alone would still park the read.
+  ASSERT_TRUE(PushDense("one", 0, 0, 0, "w", 0, g, false).ok());
+  EXPECT_TRUE(job("one")->ReadableAfterOwnPush(1, 0, 0, &min));
+  EXPECT_EQ(min, 1);
+  bool parked = false;
+  ASSERT_TRUE(Pull("one", 0, 1, {Block("w", 0)}, &parked).ok());
+  EXPECT_TRUE(parked);
+  // A reader cannot skip its own unfinished earlier steps.
+  EXPECT_FALSE(job("one")->ReadableAfterOwnPush(2, 0, 0, &min));
+
+  // Two workers: the other one must have finished the step first.
+  ASSERT_TRUE(PushDense("two", 0, 0, 0, "w", 0, g, false).ok());
+  EXPECT_FALSE(job("two")->ReadableAfterOwnPush(1, 0, 0, &min));
+  ASSERT_TRUE(PushDense("two", 1, 0, 0, "w", 0, g, false).ok());
+  ASSERT_TRUE(EndStep("two", 1, 0).ok());
+  ASSERT_TRUE(job("two")->ReadableAfterOwnPush(1, 0, 0, &min));
+  EXPECT_EQ(min, 1);
+  EXPECT_FALSE(job("two")->ReadableAfterOwnPush(1, 7, 0, &min)) << "no such worker";
+
+  // SSP(1): a read at clock 2 needs the other worker at clock 1.
+  EXPECT_FALSE(job("ssp")->ReadableAfterOwnPush(2, 0, 1, &min));
+  ASSERT_TRUE(EndStep("ssp", 1, 0).ok());
+  ASSERT_TRUE(job("ssp")->ReadableAfterOwnPush(2, 0, 1, &min));
+  EXPECT_EQ(min, 1);
+
+  // Aggregation applies a step only when every worker finished it: never early.
+  ASSERT_TRUE(PushDense("agg", 0, 0, 0, "w", 0, g, false).ok());
+  EXPECT_FALSE(job("agg")->ReadableAfterOwnPush(1, 0, 0, &min));
+}
+
 TEST_F(HandlerTest, ServesOnlyHeldShardsAndRefusesStaleEpochs) {
   Create(CreateRequest("j", {DenseSpec("w", {16, 1000}, kSgd, 1000),
                              SparseSpec("e", 4, 0, kSgd)},

@@ -61,8 +61,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
     to.spin = options.data_spin;
     to.max_frame_bytes = static_cast<uint32_t>(
         std::min<uint64_t>(kMaxFrameBytes, options.limits.max_chunk_bytes + (1 << 20)));
+    DataPlaneOptions tcp_plane = options.data_plane;
+    tcp_plane.inline_bytes = options.data_inline_bytes;
     auto tcp = TcpDataServer::Start(to, s->handler_.get(), s->data_.get(), BufferPool::Create(),
-                                    options.data_plane);
+                                    tcp_plane);
     if (!tcp.ok()) {
       s->grpc_->Shutdown(absl::ZeroDuration());
       return tcp.status();

@@ -45,6 +45,10 @@ struct PsServerOptions {
   // --data_spin_us: how long a TCP data connection's reader checks an empty socket before it
   // sleeps.
   absl::Duration data_spin = absl::Microseconds(50);
+  // --data_inline_bytes: TCP data connections apply chunks up to this size on their reader
+  // thread when the call has nothing queued (no hand-off to a data thread; the reply is sent
+  // from the same thread). Replaces data_plane.inline_bytes for those connections.
+  size_t data_inline_bytes = 4 << 20;
   absl::Duration register_timeout = absl::Seconds(30);  // --register_timeout
   std::string metrics_listen;          // --metrics_listen (empty = no /metrics endpoint)
   DataPlaneOptions data_plane;

@@ -568,6 +568,11 @@ absl::Status Trainer::RunImpl(State* st) {
   result_.pull_wait_sec = Seconds(tot_pull);
   result_.compute_sec = Seconds(tot_compute);
   result_.push_wait_sec = Seconds(tot_push);
+  const PsClient::Stats cs = psc->stats();
+  result_.client_plan_sec = cs.plan_sec;
+  result_.client_send_sec = cs.send_sec;
+  result_.client_wait_sec = cs.wait_sec;
+  result_.client_copy_sec = cs.copy_sec;
   result_.export_path = export_path;
   result_.device = st->backend->name();
   return absl::OkStatus();

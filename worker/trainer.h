@@ -71,6 +71,8 @@ struct TrainerResult {
   double pull_wait_sec = 0;
   double compute_sec = 0;
   double push_wait_sec = 0;
+  // The parameter-server client's own account (PsClient::Stats) of the data-plane calls.
+  double client_plan_sec = 0, client_send_sec = 0, client_wait_sec = 0, client_copy_sec = 0;
   std::string export_path;
   std::string device;
 };

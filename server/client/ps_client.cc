@@ -578,7 +578,10 @@ absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
     }
     if (!list.empty()) {
       list.back().header.set_last(true);
-      if (end_of_step) list.back().header.set_end_of_step(true);
+      if (end_of_step) {
+        list.back().header.set_end_of_step(true);
+        for (auto& p : list) p.header.set_step_final(true);
+      }
     }
   }
   return absl::OkStatus();

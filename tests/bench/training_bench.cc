@@ -1,7 +1,7 @@
 // Training throughput through the parameter servers against the same model trained in one
 // process, measured in the same run (issue: distribution overhead).
 //
-//   training_bench [--epochs=1] [--batch=128] [--hidden=512,256] [--server_bin=PATH]
+//   training_bench [--epochs=1] [--batch=128] [--repeats=1] [--hidden=512,256] [--server_bin=PATH]
 //
 // Rows, each the MLP on Fashion-MNIST with the CPU backend:
 //   single process   model + Adam applied in-process (the servers' own update code), no PS
@@ -9,6 +9,7 @@
 //   1 server x 2     the same server + two workers (samples/s summed)
 // The ratio column divides by the single-process rate. A per-step breakdown (pull wait,
 // compute, push wait) shows where the cluster's time goes.
+#include <algorithm>
 #include <cstdio>
 #include <numeric>
 #include <thread>
@@ -17,13 +18,16 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/atomic_file.h"
+#include "common/channel.h"
 #include "common/logging.h"
 #include "kernels/create_backend.h"
 #include "kernels/models/create_model.h"
 #include "kernels/models/host_init.h"
+#include "proto/ps.grpc.pb.h"
 #include "scheduler/psctl/subprocess.h"
 #include "server/optimizer.h"
 #include "worker/batcher.h"
@@ -39,6 +43,9 @@ ABSL_FLAG(int, cpu_threads, 0, "CPU backend threads (0 = all cores)");
 ABSL_FLAG(std::string, server_bin, "", "ps_server binary (default: next to this one in runfiles)");
 ABSL_FLAG(std::string, data_transport, "auto",
           "data plane of the workers: auto (the server's TCP data port), grpc or tcp");
+ABSL_FLAG(std::string, server_flags, "", "extra ps_server flags, space separated (experiments)");
+ABSL_FLAG(int, data_spin_us, 50, "workers: spin before sleeping on the TCP data plane, microseconds");
+ABSL_FLAG(int, repeats, 1, "measure every row this many times, interleaved; medians are shown");
 ABSL_FLAG(bool, skip_two_workers, false, "measure only the 1 x 1 cluster");
 ABSL_FLAG(std::string, transport, "float32",
           "wire type of every table's pulls and pushes: float32, float16 or bfloat16");
@@ -83,7 +90,22 @@ struct Row {
   double samples_per_sec = 0;
   double pull = 0, compute = 0, push = 0;  // Seconds per step.
   double accuracy = -1;
+  // The server's data-plane phases per step (server/data_stream.h), for the cluster rows.
+  v1::DataPlaneTimes server;
+  double plan = 0, send = 0, wait = 0, copy = 0;  // The workers' PsClient, seconds per step.
 };
+
+// The server's cumulative data-plane phase times (zeros when the Status call fails).
+v1::DataPlaneTimes ServerTimes(const std::string& address) {
+  auto channel = MakeChannel(address);
+  if (!channel.ok()) return {};
+  auto stub = v1::ParameterServer::NewStub(*channel);
+  v1::ServerStatusRequest req;
+  v1::ServerStatus st;
+  auto ctx = CallContext(absl::Seconds(5));
+  if (!stub->Status(ctx.get(), req, &st).ok()) return {};
+  return st.times();
+}
 
 // The model trained in this process: batch -> TrainStep -> Adam on host buffers.
 absl::StatusOr<Row> SingleProcess(const data::FashionMnist& fm) {
@@ -179,6 +201,7 @@ absl::StatusOr<Row> Cluster(const std::string& server_address, int workers, int 
   auto transport = ParseDataTransport(absl::GetFlag(FLAGS_data_transport));
   if (!transport.ok()) return transport.status();
   to.data_transport = *transport;
+  to.data_spin = absl::Microseconds(absl::GetFlag(FLAGS_data_spin_us));
   for (int r = 0; r < workers; ++r) {
     v1::AssignTaskRequest task;
     task.set_job_id(absl::StrCat("bench-", workers, "x-", run));
@@ -193,6 +216,7 @@ absl::StatusOr<Row> Cluster(const std::string& server_address, int workers, int 
     if (!t.ok()) return t.status();
     trainers.push_back(std::move(*t));
   }
+  const v1::DataPlaneTimes before = ServerTimes(server_address);
   std::vector<absl::Status> st(workers);
   std::vector<std::thread> threads;
   for (int r = 1; r < workers; ++r) threads.emplace_back([&, r] { st[r] = trainers[r]->Run(); });
@@ -210,8 +234,22 @@ absl::StatusOr<Row> Cluster(const std::string& server_address, int workers, int 
     row.pull += res.pull_wait_sec;
     row.compute += res.compute_sec;
     row.push += res.push_wait_sec;
+    row.plan += res.client_plan_sec;
+    row.send += res.client_send_sec;
+    row.wait += res.client_wait_sec;
+    row.copy += res.client_copy_sec;
   }
+  const v1::DataPlaneTimes after = ServerTimes(server_address);
+  row.server.set_parse_sec((after.parse_sec() - before.parse_sec()) / steps);
+  row.server.set_queue_sec((after.queue_sec() - before.queue_sec()) / steps);
+  row.server.set_apply_sec((after.apply_sec() - before.apply_sec()) / steps);
+  row.server.set_read_sec((after.read_sec() - before.read_sec()) / steps);
+  row.server.set_park_sec((after.park_sec() - before.park_sec()) / steps);
   row.pull /= steps;
+  row.plan /= steps;
+  row.send /= steps;
+  row.wait /= steps;
+  row.copy /= steps;
   row.compute /= steps;
   row.push /= steps;
   row.accuracy = trainers[0]->result().test_accuracy;
@@ -242,6 +280,10 @@ int Main(int argc, char** argv) {
   psctl::SpawnOptions so;
   so.binary = server_bin;
   so.args = {"--listen=127.0.0.1:0", "--port_file=" + dir + "/port", "--log_level=warn"};
+  for (absl::string_view f :
+       absl::StrSplit(absl::GetFlag(FLAGS_server_flags), ' ', absl::SkipEmpty())) {
+    so.args.emplace_back(f);
+  }
   so.log_file = dir + "/server.log";
   auto server = psctl::Subprocess::Spawn(so);
   if (!server.ok()) {
@@ -264,38 +306,90 @@ int Main(int argc, char** argv) {
       "transport\n",
       absl::GetFlag(FLAGS_hidden).c_str(), absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_epochs),
       std::thread::hardware_concurrency(), absl::GetFlag(FLAGS_transport).c_str());
-  std::vector<Row> rows;
-  std::fprintf(stderr, "training in one process...\n");
-  auto single = SingleProcess(*fm);
-  if (!single.ok()) {
-    std::fprintf(stderr, "single process: %s\n", single.status().ToString().c_str());
-    return 1;
-  }
-  rows.push_back(*single);
+  // Each repeat measures every row once, one after the other, so a slow spell of the machine
+  // hits the baseline and the cluster alike; the table shows medians over the repeats.
+  const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  std::vector<std::pair<int, v1::ConsistencySpec::Mode>> configs = {
+      {1, v1::ConsistencySpec::BSP}, {1, v1::ConsistencySpec::SSP}};
+  if (!absl::GetFlag(FLAGS_skip_two_workers)) configs.push_back({2, v1::ConsistencySpec::BSP});
+  std::vector<std::vector<Row>> runs(configs.size() + 1);
+  std::vector<std::vector<double>> ratios(configs.size() + 1);
   int run = 0;
-  for (auto [workers, mode] : std::vector<std::pair<int, v1::ConsistencySpec::Mode>>{
-           {1, v1::ConsistencySpec::BSP},
-           {1, v1::ConsistencySpec::SSP},
-           {2, v1::ConsistencySpec::BSP}}) {
-    if (workers == 2 && absl::GetFlag(FLAGS_skip_two_workers)) continue;
-    std::fprintf(stderr, "training through the server with %d worker(s)...\n", workers);
-    auto row = Cluster(address, workers, run++, mode);
-    if (!row.ok()) {
-      std::fprintf(stderr, "%d workers: %s\n", workers, row.status().ToString().c_str());
+  for (int rep = 0; rep < repeats; ++rep) {
+    std::fprintf(stderr, "repeat %d/%d: training in one process...\n", rep + 1, repeats);
+    auto single = SingleProcess(*fm);
+    if (!single.ok()) {
+      std::fprintf(stderr, "single process: %s\n", single.status().ToString().c_str());
       return 1;
     }
-    rows.push_back(*row);
+    runs[0].push_back(*single);
+    ratios[0].push_back(1.0);
+    for (size_t c = 0; c < configs.size(); ++c) {
+      const auto [workers, mode] = configs[c];
+      std::fprintf(stderr, "repeat %d/%d: training through the server with %d worker(s)...\n",
+                   rep + 1, repeats, workers);
+      auto row = Cluster(address, workers, run++, mode);
+      if (!row.ok()) {
+        std::fprintf(stderr, "%d workers: %s\n", workers, row.status().ToString().c_str());
+        return 1;
+      }
+      runs[c + 1].push_back(*row);
+      ratios[c + 1].push_back(row->samples_per_sec / single->samples_per_sec);
+    }
   }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  auto med = [&](const std::vector<Row>& rs, auto field) {
+    std::vector<double> v;
+    for (const Row& r : rs) v.push_back(field(r));
+    return median(v);
+  };
+  std::printf("\nMedians over %d repeat(s); the ratio is the median of each repeat's ratio.\n",
+              repeats);
   std::printf("\n| run | samples/s | ratio to single process | pull wait ms/step | compute ms/step | push wait ms/step | test acc |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
-  for (const Row& r : rows) {
-    std::printf("| %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.4f |\n", r.name.c_str(),
-                r.samples_per_sec, r.samples_per_sec / rows[0].samples_per_sec, r.pull * 1e3,
-                r.compute * 1e3, r.push * 1e3, r.accuracy);
+  for (size_t c = 0; c < runs.size(); ++c) {
+    const auto& rs = runs[c];
+    std::printf("| %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.4f |\n", rs[0].name.c_str(),
+                med(rs, [](const Row& r) { return r.samples_per_sec; }), median(ratios[c]),
+                med(rs, [](const Row& r) { return r.pull; }) * 1e3,
+                med(rs, [](const Row& r) { return r.compute; }) * 1e3,
+                med(rs, [](const Row& r) { return r.push; }) * 1e3,
+                med(rs, [](const Row& r) { return r.accuracy; }));
   }
-  if (rows.size() == 4) {
+  if (repeats > 1) {
+    std::printf("\nEach repeat's ratio:\n\n");
+    for (size_t c = 1; c < runs.size(); ++c) {
+      std::vector<std::string> text;
+      for (double r : ratios[c]) text.push_back(absl::StrFormat("%.2f", r));
+      std::printf("- %s: %s\n", runs[c][0].name.c_str(), absl::StrJoin(text, ", ").c_str());
+    }
+  }
+  std::printf(
+      "\nWhere the data plane's time goes, ms per worker step (worker: its client's calls; "
+      "server: summed over its threads):\n\n"
+      "| run | worker plan | worker send | worker wait | worker reply copy | server parse | "
+      "server queue (summed over chunks) | server apply (decode + optimizer) | server read (copy "
+      "into replies) | server parked |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (size_t c = 1; c < runs.size(); ++c) {
+    const auto& rs = runs[c];
+    std::printf("| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
+                rs[0].name.c_str(), med(rs, [](const Row& r) { return r.plan; }) * 1e3,
+                med(rs, [](const Row& r) { return r.send; }) * 1e3,
+                med(rs, [](const Row& r) { return r.wait; }) * 1e3,
+                med(rs, [](const Row& r) { return r.copy; }) * 1e3,
+                med(rs, [](const Row& r) { return r.server.parse_sec(); }) * 1e3,
+                med(rs, [](const Row& r) { return r.server.queue_sec(); }) * 1e3,
+                med(rs, [](const Row& r) { return r.server.apply_sec(); }) * 1e3,
+                med(rs, [](const Row& r) { return r.server.read_sec(); }) * 1e3,
+                med(rs, [](const Row& r) { return r.server.park_sec(); }) * 1e3);
+  }
+  if (runs.size() == 4) {
     std::printf("\n2 workers / 1 worker (BSP): %.2f\n",
-                rows[3].samples_per_sec / rows[1].samples_per_sec);
+                med(runs[3], [](const Row& r) { return r.samples_per_sec; }) /
+                    med(runs[1], [](const Row& r) { return r.samples_per_sec; }));
   }
   (*server)->Terminate(absl::Seconds(5));
   return 0;

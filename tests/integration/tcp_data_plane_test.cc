@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -232,6 +233,91 @@ TEST_F(TcpDataPlaneTest, HostileBytesAreRefusedAndChangeNothing) {
   std::vector<float> g(1000, 1.f);
   EXPECT_TRUE(client->PushPull(0, {{{"w", g.data()}}, {}}, {{{"w", after.data()}}, {}}).ok());
   EXPECT_NE(before, after);
+}
+
+// One chunk of a push-pull round of job "job", table "w" (1 worker), sent as raw frames.
+void SendRoundChunk(int fd, uint64_t request, int64_t step, uint64_t block, bool step_final,
+                    bool last) {
+  v1::PushChunk c;
+  c.set_request_id(request);
+  c.mutable_tag()->set_job_id("job");
+  c.mutable_tag()->set_step(step);
+  c.mutable_tag()->set_seq(block);
+  c.set_epoch(1);
+  c.mutable_slice()->set_table("w");
+  c.mutable_slice()->set_block(block);
+  c.set_dtype(v1::DT_FLOAT32);
+  c.set_pull_after(true);
+  c.set_pull_clock(step + 1);
+  c.set_step_final(step_final);
+  c.set_last(last);
+  c.set_end_of_step(last);
+  std::vector<float> g(256, 1.f);
+  auto frame = OutFrame::Message(EncodeWithPayload(
+      c, kPushChunkValuesField,
+      {grpc::Slice(std::string(reinterpret_cast<const char*>(g.data()), g.size() * 4))}));
+  ASSERT_TRUE(frame.ok());
+  ASSERT_TRUE(frame->SendRest(fd).ok());
+}
+
+// Whether a frame arrives within `ms`; reads it into `chunk` if so.
+bool ReplyWithin(int fd, int ms, v1::PullChunk* chunk) {
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, ms) != 1) return false;
+  auto h = ReadFrameHeader(fd);
+  EXPECT_TRUE(h.ok()) << h.status();
+  if (!h.ok()) return false;
+  std::string body(h->length, '\0');
+  EXPECT_TRUE(ReadFull(fd, body.data(), body.size()).ok());
+  EXPECT_EQ(h->kind, kFrameMessage) << body;
+  EXPECT_TRUE(chunk->ParseFromString(body));
+  return true;
+}
+
+// BSP, one worker: a round that ends the worker's step marks every chunk step_final, and each
+// block's new value comes back as soon as that block is applied, before the rest of the round
+// (and its end_of_step) has even been sent. Without the mark the reads wait for the step's end.
+TEST_F(TcpDataPlaneTest, BlocksOfAStepFinalRoundComeBackBeforeTheRoundEnds) {
+  InProcessCluster cluster(1);
+  ASSERT_TRUE(cluster.status().ok());
+  auto client = TcpClient(cluster, DenseSpec("w", {1024}, kAdam, 256),
+                          v1::ConsistencySpec::BSP, 1);
+  ASSERT_NE(client, nullptr);
+  std::vector<float> initial(1024);
+  ASSERT_TRUE(client->Pull(0, {{{"w", initial.data()}}, {}}).ok());
+  const int fd = Connect(cluster.server(0)->data_port());
+
+  // Step 0, marked: block 0's reply arrives while blocks 1..3 are still unsent.
+  SendRoundChunk(fd, 1, 0, 0, true, false);
+  v1::PullChunk reply;
+  ASSERT_TRUE(ReplyWithin(fd, 10000, &reply)) << "no reply before the round's end";
+  EXPECT_EQ(reply.request_id(), 1u);
+  EXPECT_EQ(reply.index(), 0u);
+  EXPECT_FALSE(reply.last());
+  EXPECT_EQ(reply.min_clock(), 1);
+  ASSERT_EQ(reply.values().size(), 256u * 4);
+  std::vector<float> got(256);
+  std::memcpy(got.data(), reply.values().data(), got.size() * 4);
+  for (int i = 0; i < 256; ++i) {
+    ASSERT_NE(got[i], initial[i]) << "the reply must carry the updated block (element " << i << ")";
+  }
+  for (uint64_t b = 1; b < 4; ++b) SendRoundChunk(fd, 1, 0, b, true, b == 3);
+  for (uint32_t b = 1; b < 4; ++b) {
+    ASSERT_TRUE(ReplyWithin(fd, 10000, &reply));
+    EXPECT_EQ(reply.index(), b);
+    EXPECT_EQ(reply.last(), b == 3);
+  }
+
+  // Step 1, not marked: block 0's read waits for the worker's clock (the round's last chunk).
+  SendRoundChunk(fd, 2, 1, 0, false, false);
+  EXPECT_FALSE(ReplyWithin(fd, 300, &reply)) << "served before the step ended";
+  for (uint64_t b = 1; b < 4; ++b) SendRoundChunk(fd, 2, 1, b, false, b == 3);
+  for (uint32_t b = 0; b < 4; ++b) {
+    ASSERT_TRUE(ReplyWithin(fd, 10000, &reply));
+    EXPECT_EQ(reply.request_id(), 2u);
+    EXPECT_EQ(reply.index(), b);
+  }
+  close(fd);
 }
 
 // A pull parked on the server (BSP: it needs this worker's own push) holds the connection's I/O
