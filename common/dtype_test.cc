@@ -57,6 +57,29 @@ TEST(DTypeTest, BFloat16KeepsRangeAndRoundsToNearest) {
   EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(1.0f)), 1.0f);
 }
 
+// The vectorised array conversions give the scalar conversions' bits for every float class:
+// rounding ties both ways, NaNs (quieted, payload kept), infinities, subnormals, signed zeros.
+TEST(DTypeTest, BFloat16ArraysMatchTheScalarConversionBitForBit) {
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7f800001u,
+                                0xffc00000u, 0x7fbfffffu, 0x00000001u, 0x807fffffu, 0x3f808000u,
+                                0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0xff7fffffu, 0x3f7f8000u};
+  std::mt19937 rng(5);
+  for (int i = 0; i < 100003; ++i) bits.push_back(static_cast<uint32_t>(rng()));
+  std::vector<float> in(bits.size());
+  std::memcpy(in.data(), bits.data(), bits.size() * 4);
+  std::vector<uint16_t> enc(in.size());
+  EncodeFloats(in.data(), in.size(), v1::DT_BFLOAT16, enc.data());
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_EQ(enc[i], FloatToBFloat16(in[i])) << "float bits " << std::hex << bits[i];
+  }
+  std::vector<float> dec(enc.size());
+  DecodeFloats(enc.data(), enc.size(), v1::DT_BFLOAT16, dec.data());
+  for (size_t i = 0; i < enc.size(); ++i) {
+    const float want = BFloat16ToFloat(enc[i]);
+    ASSERT_EQ(std::memcmp(&dec[i], &want, 4), 0) << "bfloat16 bits " << std::hex << enc[i];
+  }
+}
+
 TEST(DTypeTest, EncodeDecodeArrays) {
   std::vector<float> in = {0.f, 1.f, -2.5f, 3.14159f, 1e-3f};
   for (auto dt : {v1::DT_FLOAT32, v1::DT_FLOAT16, v1::DT_BFLOAT16}) {

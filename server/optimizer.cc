@@ -16,7 +16,7 @@ absl::Status Bad(absl::string_view field, absl::string_view member, absl::string
 
 // The loops below are written so that the compiler vectorises them; target_clones adds an AVX2
 // version picked at load time on CPUs that have it.
-#define PS_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
+#define PS_KERNEL __attribute__((target_clones("avx2", "default")))
 
 PS_KERNEL void Sgd(size_t n, const float* __restrict g, float* __restrict w, float lr, float wd) {
   for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
