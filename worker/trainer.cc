@@ -13,6 +13,7 @@
 #include "kernels/create_backend.h"
 #include "kernels/models/create_model.h"
 #include "server/client/ps_client.h"
+#include "server/executor.h"
 #include "worker/data/partition.h"
 #include "worker/tables.h"
 
@@ -373,10 +374,24 @@ absl::Status Trainer::RunImpl(State* st) {
     return absl::OkStatus();
   };
   PsClient* psc = st->client.get();
+  // Prefetched pulls and background pushes run on two long-lived threads (one call in flight on
+  // each), not on a new thread per call. Declared before the futures, so that the futures are
+  // destroyed first and each thread finishes what it runs before it is joined.
+  std::unique_ptr<Executor> pull_thread, push_thread;
+  if (prefetch) {
+    pull_thread = std::make_unique<Executor>(1, "prefetch");
+    push_thread = std::make_unique<Executor>(1, "push");
+  }
+  auto run_on = [](Executor* ex, std::function<absl::Status()> fn) {
+    auto task = std::make_shared<std::packaged_task<absl::Status()>>(std::move(fn));
+    std::future<absl::Status> f = task->get_future();
+    ex->Post([task] { (*task)(); });
+    return f;
+  };
   std::future<absl::Status> pending_push, pending_pull;
   auto start_pull = [&](int64_t n) {
     PullTargets targets = st->Targets(&st->slots[n % 3], true, true);
-    pending_pull = std::async(std::launch::async, [psc, n, targets = std::move(targets)] {
+    pending_pull = run_on(pull_thread.get(), [psc, n, targets = std::move(targets)] {
       return psc->Pull(n, targets);
     });
   };
@@ -481,7 +496,7 @@ absl::Status Trainer::RunImpl(State* st) {
           return prev;
         }
         PushSources sources = st->Sources(slot);
-        pending_push = std::async(std::launch::async, [psc, step, sources = std::move(sources)] {
+        pending_push = run_on(push_thread.get(), [psc, step, sources = std::move(sources)] {
           return psc->Push(step, sources);
         });
       }
