@@ -47,6 +47,9 @@ ABSL_FLAG(std::string, grpc_args, "",
 ABSL_FLAG(uint64_t, inline_bytes, 64 << 10,
           "gRPC data plane: chunks up to this size are applied on the receiving thread (expert "
           "tuning)");
+ABSL_FLAG(bool, data_unix, true,
+          "with the TCP data port, also serve the data plane on an abstract Unix socket for "
+          "workers on the same host (false = TCP only)");
 ABSL_FLAG(uint64_t, data_inline_bytes, 4 << 20,
           "TCP data plane: chunks up to this size are applied on the connection's reader thread "
           "when its call has nothing queued (0 = always hand off to a data thread)");
@@ -86,6 +89,7 @@ int main(int argc, char** argv) {
   o.limits.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
   o.data_plane.inline_bytes = absl::GetFlag(FLAGS_inline_bytes);
   o.data_inline_bytes = absl::GetFlag(FLAGS_data_inline_bytes);
+  o.data_unix = absl::GetFlag(FLAGS_data_unix);
   auto grpc_args = pscluster::DataPlaneChannelArgs(absl::GetFlag(FLAGS_grpc_args));
   if (!grpc_args.ok()) {
     log->error("--grpc_args: {}", grpc_args.status().message());

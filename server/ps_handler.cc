@@ -1,5 +1,7 @@
 #include "server/ps_handler.h"
 
+#include <unistd.h>
+
 #include <dirent.h>
 
 #include <algorithm>
@@ -57,6 +59,11 @@ void PsHandler::set_address(const std::string& address) {
 void PsHandler::set_data_port(uint32_t port) {
   absl::MutexLock l(&mu_);
   data_port_ = port;
+}
+
+void PsHandler::set_data_unix(std::string name) {
+  absl::MutexLock l(&mu_);
+  data_unix_ = std::move(name);
 }
 
 std::string PsHandler::node_id() const {
@@ -438,6 +445,8 @@ absl::Status PsHandler::Status(const v1::ServerStatusRequest& req, v1::ServerSta
     resp->set_node_id(node_id_);
     resp->set_address(address_);
     resp->set_data_port(data_port_);
+    resp->set_data_unix(data_unix_);
+    resp->set_pid(static_cast<uint32_t>(getpid()));
     return absl::OkStatus();
   }
   std::vector<std::shared_ptr<Job>> jobs;
@@ -453,6 +462,8 @@ absl::Status PsHandler::Status(const v1::ServerStatusRequest& req, v1::ServerSta
     resp->set_node_id(node_id_);
     resp->set_address(address_);
     resp->set_data_port(data_port_);
+    resp->set_data_unix(data_unix_);
+    resp->set_pid(static_cast<uint32_t>(getpid()));
     if (req.job_id().empty()) {
       for (auto& [id, j] : jobs_) jobs.push_back(j);
     }

@@ -51,6 +51,8 @@ class PsHandler {
   void set_address(const std::string& address);
   // Port of the TCP data plane reported by Status (0: none).
   void set_data_port(uint32_t port);
+  // The data plane's abstract Unix socket name (empty: none), reported with this process's id.
+  void set_data_unix(std::string name);
   std::string node_id() const;
 
   // ---- Control plane (one call each).
@@ -125,6 +127,7 @@ class PsHandler {
   std::string node_id_ ABSL_GUARDED_BY(mu_);
   std::string address_ ABSL_GUARDED_BY(mu_);
   uint32_t data_port_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string data_unix_ ABSL_GUARDED_BY(mu_);
   std::deque<Totals> samples_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ShardLoad> last_shard_loads_ ABSL_GUARDED_BY(mu_);
   absl::Time last_tick_ ABSL_GUARDED_BY(mu_);

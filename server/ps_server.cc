@@ -1,5 +1,8 @@
 #include "server/ps_server.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -59,6 +62,11 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
     }
     to.port = options.data_port;
     to.spin = options.data_spin;
+    if (options.data_unix) {
+      // Unique per process and server (tests run several servers in one process).
+      static std::atomic<int> next{0};
+      to.unix_name = absl::StrCat("pscluster-data/", getpid(), "/", next.fetch_add(1));
+    }
     to.max_frame_bytes = static_cast<uint32_t>(
         std::min<uint64_t>(kMaxFrameBytes, options.limits.max_chunk_bytes + (1 << 20)));
     DataPlaneOptions tcp_plane = options.data_plane;
@@ -71,6 +79,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
     }
     s->tcp_ = std::move(*tcp);
     s->handler_->set_data_port(static_cast<uint32_t>(s->tcp_->port()));
+    s->handler_->set_data_unix(s->tcp_->unix_name());
   }
   if (!options.metrics_listen.empty()) {
     RegisterServerMetrics(s->handler_.get(), &s->registry_);

@@ -49,6 +49,9 @@ struct PsServerOptions {
   // thread when the call has nothing queued (no hand-off to a data thread; the reply is sent
   // from the same thread). Replaces data_plane.inline_bytes for those connections.
   size_t data_inline_bytes = 4 << 20;
+  // --data_unix: with the TCP data port, also serve the data plane on an abstract Unix socket for
+  // workers on the same host (they check its peer is this process).
+  bool data_unix = true;
   absl::Duration register_timeout = absl::Seconds(30);  // --register_timeout
   std::string metrics_listen;          // --metrics_listen (empty = no /metrics endpoint)
   DataPlaneOptions data_plane;
@@ -68,6 +71,10 @@ class PsServer {
   const std::string& address() const { return grpc_->address(); }
   // Port of the TCP data plane (0 when off).
   int data_port() const { return tcp_ ? tcp_->port() : 0; }
+  // The data plane's abstract Unix socket name (empty: none) and its open connections.
+  std::string data_unix() const { return tcp_ ? tcp_->unix_name() : std::string(); }
+  int data_unix_connections() const { return tcp_ ? tcp_->unix_connections() : 0; }
+  int data_connections() const { return tcp_ ? tcp_->connections() : 0; }
   // host:port of the Prometheus endpoint (empty when off).
   std::string metrics_address() const {
     return metrics_ ? absl::StrCat("127.0.0.1:", metrics_->port()) : "";

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -23,6 +24,12 @@ std::string PeerName(int fd) {
   sockaddr_storage a{};
   socklen_t len = sizeof(a);
   if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "unknown peer";
+  if (a.ss_family == AF_UNIX) {
+    ucred cred{};
+    socklen_t cl = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) return "unix peer";
+    return absl::StrCat("unix peer pid ", cred.pid);
+  }
   char host[INET6_ADDRSTRLEN] = {0};
   int port = 0;
   if (a.ss_family == AF_INET) {
@@ -41,9 +48,9 @@ std::string PeerName(int fd) {
 
 class TcpDataServer::Conn {
  public:
-  Conn(int fd, std::string peer, const TcpDataServerOptions& options,
+  Conn(int fd, std::string peer, bool unix, const TcpDataServerOptions& options,
        std::shared_ptr<BufferPool> pool)
-      : fd_(fd), peer_(std::move(peer)), options_(options), pool_(std::move(pool)) {}
+      : fd_(fd), peer_(std::move(peer)), unix_(unix), options_(options), pool_(std::move(pool)) {}
   ~Conn() { close(fd_); }
 
   void Start(PsHandler* handler, Executor* executor, const DataPlaneOptions& data_plane) {
@@ -65,6 +72,8 @@ class TcpDataServer::Conn {
     }
     shutdown(fd_, SHUT_RDWR);
   }
+
+  bool unix() const { return unix_; }
 
   bool ended() const {
     absl::MutexLock l(&mu_);
@@ -250,6 +259,7 @@ class TcpDataServer::Conn {
 
   const int fd_;
   const std::string peer_;
+  const bool unix_;
   const TcpDataServerOptions options_;
   const std::shared_ptr<BufferPool> pool_;
   std::shared_ptr<DataStream> stream_;
@@ -313,13 +323,34 @@ absl::StatusOr<std::unique_ptr<TcpDataServer>> TcpDataServer::Start(
   s->port_ = ntohs(bound.ss_family == AF_INET
                        ? reinterpret_cast<sockaddr_in*>(&bound)->sin_port
                        : reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
-  s->acceptor_ = std::thread([p = s.get()] { p->AcceptLoop(); });
+  if (!options.unix_name.empty()) {
+    // An abstract socket (no file to clean up; gone with the process), in this network
+    // namespace only.
+    sockaddr_un ua{};
+    ua.sun_family = AF_UNIX;
+    const size_t n = std::min(options.unix_name.size(), sizeof(ua.sun_path) - 1);
+    std::memcpy(ua.sun_path + 1, options.unix_name.data(), n);
+    const socklen_t ulen = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&ua), ulen) == 0 && listen(fd, 128) == 0) {
+      s->unix_fd_ = fd;
+      s->unix_name_ = options.unix_name.substr(0, n);
+    } else {
+      Logger("server")->warn("data plane: no Unix socket \"{}\": {}", options.unix_name,
+                             std::strerror(errno));
+      if (fd >= 0) close(fd);
+    }
+  }
+  s->acceptor_ = std::thread([p = s.get()] { p->AcceptLoop(p->listen_fd_, false); });
+  if (s->unix_fd_ >= 0) {
+    s->unix_acceptor_ = std::thread([p = s.get()] { p->AcceptLoop(p->unix_fd_, true); });
+  }
   return s;
 }
 
-void TcpDataServer::AcceptLoop() {
+void TcpDataServer::AcceptLoop(int listen_fd, bool unix) {
   while (!stopping_.load()) {
-    int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    int c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (c < 0) {
       if (stopping_.load()) break;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -337,7 +368,7 @@ void TcpDataServer::AcceptLoop() {
       continue;
     }
     TuneDataSocket(c, options_.send_timeout);
-    auto conn = std::make_shared<Conn>(c, peer, options_, pool_);
+    auto conn = std::make_shared<Conn>(c, peer, unix, options_, pool_);
     conn->Start(handler_, executor_, data_plane_);
     conns_.push_back(std::move(conn));
   }
@@ -367,11 +398,23 @@ int TcpDataServer::connections() const {
   return static_cast<int>(conns_.size());
 }
 
+int TcpDataServer::unix_connections() const {
+  absl::MutexLock l(&mu_);
+  int n = 0;
+  for (const auto& c : conns_) n += c->unix() && !c->ended();
+  return n;
+}
+
 void TcpDataServer::Shutdown() {
   if (stopping_.exchange(true)) return;
   shutdown(listen_fd_, SHUT_RDWR);
   if (acceptor_.joinable()) acceptor_.join();
   close(listen_fd_);
+  if (unix_fd_ >= 0) {
+    shutdown(unix_fd_, SHUT_RDWR);
+    if (unix_acceptor_.joinable()) unix_acceptor_.join();
+    close(unix_fd_);
+  }
   Reap(true);
 }
 

@@ -40,6 +40,9 @@ struct TcpDataServerOptions {
   // A connection's reader checks an empty socket for this long before it sleeps (the next
   // chunk of a round is usually microseconds away).
   absl::Duration spin = absl::Microseconds(50);
+  // Also listen on this abstract Unix socket (clients on the same host; empty = none). A name
+  // already taken is logged and skipped: the TCP port still serves.
+  std::string unix_name;
 };
 
 class TcpDataServer {
@@ -50,14 +53,18 @@ class TcpDataServer {
   ~TcpDataServer();
 
   int port() const { return port_; }
+  // The abstract Unix socket name listened on (empty: none).
+  const std::string& unix_name() const { return unix_name_; }
+  // Open connections: all, and those that came through the Unix socket.
   int connections() const;
+  int unix_connections() const;
   // Stops accepting, ends every connection (pending waits are cancelled) and joins the threads.
   void Shutdown();
 
  private:
   class Conn;
   TcpDataServer() = default;
-  void AcceptLoop();
+  void AcceptLoop(int listen_fd, bool unix);
   void Reap(bool all);
 
   TcpDataServerOptions options_;
@@ -68,6 +75,9 @@ class TcpDataServer {
   int listen_fd_ = -1;
   int port_ = 0;
   std::thread acceptor_;
+  int unix_fd_ = -1;
+  std::string unix_name_;
+  std::thread unix_acceptor_;
   std::atomic<bool> stopping_{false};
   mutable absl::Mutex mu_;
   std::vector<std::shared_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);

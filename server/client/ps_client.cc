@@ -84,7 +84,7 @@ struct Connection {
         stream = std::move(*tcp);
         return stream;
       }
-      if (o.data_transport == DataTransport::kTcp) {
+      if (o.data_transport == DataTransport::kTcp || o.data_transport == DataTransport::kUnix) {
         // Required: a stream that is already closed makes the call fail with this reason.
         stream = std::make_shared<FailedConn>(tcp.status());
         return stream;
@@ -98,7 +98,8 @@ struct Connection {
     return stream;
   }
 
-  // Asks the server for its TCP data port and connects to it.
+  // Asks the server for its data sockets and connects to the Unix one (same host) or the TCP
+  // port, as `o.data_transport` allows.
   absl::StatusOr<std::shared_ptr<DataConn>> OpenTcp(const PsClientOptions& o) {
     v1::ServerStatusRequest req;
     req.set_brief(true);
@@ -107,12 +108,27 @@ struct Connection {
     absl::Status st = FromGrpcStatus(stub->Status(ctx.get(), req, &resp),
                                      absl::StrCat("Status of ", address));
     if (!st.ok()) return st;
-    if (resp.data_port() == 0) {
-      return absl::UnavailableError(absl::StrCat(address, " offers no TCP data port"));
-    }
     std::string host, port;
     st = SplitHostPort(address, &host, &port);
     if (!st.ok()) return st;
+    if (o.data_transport == DataTransport::kAuto || o.data_transport == DataTransport::kUnix) {
+      absl::Status unix_st;
+      if (resp.data_unix().empty()) {
+        unix_st = absl::UnavailableError(absl::StrCat(address, " offers no Unix data socket"));
+      } else if (!IsLocalHost(host)) {
+        unix_st = absl::UnavailableError(
+            absl::StrCat(address, " is not on this host: no Unix data socket"));
+      } else {
+        auto c = TcpConn::OpenUnix(resp.data_unix(), resp.pid(), address, pool, o.spin);
+        if (c.ok()) return std::shared_ptr<DataConn>(std::move(*c));
+        unix_st = c.status();
+      }
+      if (o.data_transport == DataTransport::kUnix) return unix_st;
+      Logger("worker")->debug("data plane to {}: {}; trying TCP", address, unix_st);
+    }
+    if (resp.data_port() == 0) {
+      return absl::UnavailableError(absl::StrCat(address, " offers no TCP data port"));
+    }
     auto c = TcpConn::Open(host, static_cast<int>(resp.data_port()), address,
                            std::min(o.call_timeout, absl::Seconds(10)), pool, o.spin);
     if (!c.ok()) return c.status();
@@ -181,8 +197,9 @@ absl::StatusOr<DataTransport> ParseDataTransport(absl::string_view name) {
   if (name == "auto") return DataTransport::kAuto;
   if (name == "grpc") return DataTransport::kGrpc;
   if (name == "tcp") return DataTransport::kTcp;
+  if (name == "unix") return DataTransport::kUnix;
   return absl::InvalidArgumentError(
-      absl::StrCat("data transport '", name, "' must be auto, grpc or tcp"));
+      absl::StrCat("data transport '", name, "' must be auto, grpc, tcp or unix"));
 }
 
 struct PsClient::Impl {

@@ -36,12 +36,16 @@ namespace pscluster {
 
 // How data-plane rounds travel to a server.
 enum class DataTransport {
-  kAuto,  // The server's TCP data port when it offers one and TLS is off; else gRPC PushPull.
+  // With TLS off: the server's Unix data socket when the server is on this host (its address is
+  // a local one, the socket is reachable and served by the server's process), else its TCP data
+  // port when it offers one; else (and always with TLS) gRPC PushPull.
+  kAuto,
   kGrpc,  // Always the gRPC PushPull stream.
-  kTcp,   // Always the TCP data port (calls fail when a server offers none).
+  kTcp,   // Always the TCP data port, even on the same host (calls fail when a server offers none).
+  kUnix,  // Always the Unix data socket (calls fail unless the server is on this host).
 };
 
-// "auto", "grpc" or "tcp"; INVALID_ARGUMENT otherwise.
+// "auto", "grpc", "tcp" or "unix"; INVALID_ARGUMENT otherwise.
 absl::StatusOr<DataTransport> ParseDataTransport(absl::string_view name);
 
 struct PsClientOptions {

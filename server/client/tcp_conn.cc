@@ -6,7 +6,10 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/eventfd.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -94,6 +97,86 @@ absl::StatusOr<std::shared_ptr<TcpConn>> TcpConn::Open(const std::string& host, 
   }
   TuneDataSocket(*fd, absl::InfiniteDuration());
   return std::shared_ptr<TcpConn>(new TcpConn(*fd, wake, peer, std::move(pool), spin));
+}
+
+absl::StatusOr<std::shared_ptr<TcpConn>> TcpConn::OpenUnix(const std::string& name, uint32_t pid,
+                                                           const std::string& peer,
+                                                           std::shared_ptr<BufferPool> pool,
+                                                           absl::Duration spin) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (name.empty() || name.size() > sizeof(a.sun_path) - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data socket of ", peer, ": bad Unix socket name \"", name, "\""));
+  }
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  // Non-blocking: a full backlog fails at once (EAGAIN) instead of waiting.
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return absl::ResourceExhaustedError(absl::StrCat("socket: ", std::strerror(errno)));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), len) != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("data socket of ", peer, ": cannot connect to @",
+                                               name, ": ", std::strerror(err)));
+  }
+  // Anyone on the host can bind an abstract name: the peer must be the server that advertised it.
+  ucred cred{};
+  socklen_t cl = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 ||
+      static_cast<uint32_t>(cred.pid) != pid) {
+    close(fd);
+    return absl::PermissionDeniedError(absl::StrCat("data socket of ", peer, ": @", name,
+                                                    " is served by process ", cred.pid,
+                                                    ", not by the server (process ", pid, ")"));
+  }
+  int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake < 0) {
+    close(fd);
+    return absl::ResourceExhaustedError(absl::StrCat("eventfd: ", std::strerror(errno)));
+  }
+  return std::shared_ptr<TcpConn>(new TcpConn(fd, wake, peer, std::move(pool), spin, true));
+}
+
+bool IsLocalHost(const std::string& host) {
+  if (host == "localhost") return true;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) {
+    hints.ai_flags = 0;  // A name: resolve it.
+    if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
+  }
+  ifaddrs* ifs = nullptr;
+  getifaddrs(&ifs);
+  bool local = false;
+  for (addrinfo* a = res; a != nullptr && !local; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const in_addr ip = reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr;
+      if ((ntohl(ip.s_addr) >> 24) == 127) local = true;
+      for (ifaddrs* i = ifs; i != nullptr && !local; i = i->ifa_next) {
+        if (i->ifa_addr != nullptr && i->ifa_addr->sa_family == AF_INET &&
+            reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == ip.s_addr) {
+          local = true;
+        }
+      }
+    } else if (a->ai_family == AF_INET6) {
+      const in6_addr ip = reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr;
+      if (IN6_IS_ADDR_LOOPBACK(&ip)) local = true;
+      for (ifaddrs* i = ifs; i != nullptr && !local; i = i->ifa_next) {
+        if (i->ifa_addr != nullptr && i->ifa_addr->sa_family == AF_INET6 &&
+            std::memcmp(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, &ip,
+                        sizeof(ip)) == 0) {
+          local = true;
+        }
+      }
+    }
+  }
+  if (ifs) freeifaddrs(ifs);
+  freeaddrinfo(res);
+  return local;
 }
 
 TcpConn::~TcpConn() {

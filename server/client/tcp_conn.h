@@ -39,6 +39,13 @@ class TcpConn : public DataConn {
                                                        absl::Duration connect_timeout,
                                                        std::shared_ptr<BufferPool> pool,
                                                        absl::Duration spin);
+  // Connects to the server's abstract Unix socket `name` (same host and network namespace) and
+  // checks that the peer is process `pid` (the server's, from its Status); the same frames as
+  // over TCP follow.
+  static absl::StatusOr<std::shared_ptr<TcpConn>> OpenUnix(const std::string& name, uint32_t pid,
+                                                           const std::string& peer,
+                                                           std::shared_ptr<BufferPool> pool,
+                                                           absl::Duration spin);
   ~TcpConn() override;
 
   absl::Status Send(const std::shared_ptr<Round>& round,
@@ -51,7 +58,7 @@ class TcpConn : public DataConn {
   bool done() const override;
   bool usable() const override;
   absl::Time opened() const override { return opened_; }
-  const char* transport() const override { return "tcp"; }
+  const char* transport() const override { return unix_ ? "unix" : "tcp"; }
 
  private:
   // The frame being received (owned by the I/O owner).
@@ -70,8 +77,9 @@ class TcpConn : public DataConn {
   };
 
   TcpConn(int fd, int wake_fd, std::string peer, std::shared_ptr<BufferPool> pool,
-          absl::Duration spin)
-      : fd_(fd),
+          absl::Duration spin, bool unix = false)
+      : unix_(unix),
+        fd_(fd),
         wake_fd_(wake_fd),
         peer_(std::move(peer)),
         pool_(std::move(pool)),
@@ -97,6 +105,7 @@ class TcpConn : public DataConn {
   void CleanUp();
   void Break(const absl::Status& st);
 
+  const bool unix_;
   const int fd_;
   const int wake_fd_;  // eventfd: frames were queued for the I/O owner to send.
   const std::string peer_;
@@ -120,6 +129,10 @@ class TcpConn : public DataConn {
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t completions_ ABSL_GUARDED_BY(mu_) = 0;  // Bumped when a round may have completed.
 };
+
+// Whether `host` (a name or a numeric address) is this machine: a loopback address or one of its
+// interfaces' addresses. Only then may a server's Unix socket be tried.
+bool IsLocalHost(const std::string& host);
 
 }  // namespace pscluster
 

@@ -50,7 +50,8 @@ ABSL_FLAG(int64_t, copy_below_bytes, -1, "client: copy push payloads up to this 
 ABSL_FLAG(int, block_kib, 0, "dense block size in KiB (0 = tensor/8, 256 KiB .. 4 MiB)");
 ABSL_FLAG(bool, only_1x1, false, "stop after the 1 server x 1 client table (experiments)");
 ABSL_FLAG(std::string, transport, "tcp",
-          "data plane of the ps clients: tcp (the server's TCP data port), grpc (PushPull) or auto");
+          "data plane of the ps clients: tcp (the server's TCP data port), grpc (PushPull), unix "
+          "(its Unix socket) or auto");
 ABSL_FLAG(int, spin_us, 50, "TCP data plane: client spin before sleeping, microseconds");
 ABSL_FLAG(int, sparse_threads, 4, "client threads (requests in flight) for the sparse benchmark");
 

@@ -41,8 +41,9 @@ ABSL_FLAG(int, batch, 128, "examples per step per worker");
 ABSL_FLAG(std::string, hidden, "512,256", "MLP hidden widths");
 ABSL_FLAG(int, cpu_threads, 0, "CPU backend threads (0 = all cores)");
 ABSL_FLAG(std::string, server_bin, "", "ps_server binary (default: next to this one in runfiles)");
-ABSL_FLAG(std::string, data_transport, "auto",
-          "data plane of the workers: auto (the server's TCP data port), grpc or tcp");
+ABSL_FLAG(std::string, data_transport, "tcp",
+          "data plane of the workers: tcp (the server's TCP data port over loopback, standing in "
+          "for a network), unix (its Unix socket: server and worker on one host), grpc or auto");
 ABSL_FLAG(std::string, server_flags, "", "extra ps_server flags, space separated (experiments)");
 ABSL_FLAG(int, data_spin_us, 50, "workers: spin before sleeping on the TCP data plane, microseconds");
 ABSL_FLAG(int, repeats, 1, "measure every row this many times, interleaved; medians are shown");

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -15,8 +16,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/status_convert.h"
+#include "server/client/tcp_conn.h"
 #include "server/tcp_frame.h"
 #include "server/testing/cluster.h"
 #include "server/wire.h"
@@ -389,6 +392,107 @@ TEST_F(TcpDataPlaneTest, OffWithDataPortMinusOne) {
   absl::Status st = (*strict)->Pull(0, {{{"w", v.data()}}, {}});
   EXPECT_FALSE(st.ok());
   EXPECT_TRUE(absl::StrContains(st.message(), "offers no TCP data port")) << st;
+}
+
+// A worker on the server's host reaches it through the abstract Unix socket named in Status (the
+// same frames, no TCP/IP stack); `tcp` keeps it on the TCP port; results are the same bit for bit.
+TEST_F(TcpDataPlaneTest, WorkersOnTheSameHostUseTheUnixSocket) {
+  InProcessCluster cluster(1);
+  ASSERT_TRUE(cluster.status().ok());
+  v1::ServerStatus st = StatusOf(cluster.addresses()[0]);
+  EXPECT_FALSE(st.data_unix().empty());
+  EXPECT_EQ(st.data_unix(), cluster.server(0)->data_unix());
+  EXPECT_EQ(st.pid(), static_cast<uint32_t>(getpid()));
+
+  auto w = DenseSpec("w", {1000}, kAdam, 256);
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  auto client = cluster.Client("job", {w});  // auto
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
+  std::vector<float> g(1000, 1.f), v(1000);
+  ASSERT_TRUE((*client)->PushPull(0, {{{"w", g.data()}}, {}}, {{{"w", v.data()}}, {}}).ok());
+  EXPECT_EQ(cluster.server(0)->data_unix_connections(), 1);
+  EXPECT_EQ(cluster.server(0)->data_connections(), 1);
+
+  PsClientOptions o;
+  o.data_transport = DataTransport::kTcp;
+  auto tcp = cluster.Client("job", {w}, 0, o);
+  ASSERT_TRUE(tcp.ok());
+  ASSERT_TRUE((*tcp)->Pull(1, {{{"w", v.data()}}, {}}).ok());
+  EXPECT_EQ(cluster.server(0)->data_unix_connections(), 1) << "tcp must not use the Unix socket";
+  EXPECT_EQ(cluster.server(0)->data_connections(), 2);
+
+  bool ok_unix, ok_tcp;
+  std::vector<float> over_unix = Train(DataTransport::kUnix, &ok_unix);
+  std::vector<float> over_tcp = Train(DataTransport::kTcp, &ok_tcp);
+  ASSERT_TRUE(ok_unix && ok_tcp);
+  ASSERT_EQ(over_unix.size(), over_tcp.size());
+  EXPECT_EQ(std::memcmp(over_unix.data(), over_tcp.data(), over_unix.size() * 4), 0);
+}
+
+// --data_unix=false: no socket advertised, auto uses TCP, `unix` fails naming the reason.
+TEST_F(TcpDataPlaneTest, UnixSocketOffWithDataUnixFalse) {
+  PsServerOptions so;
+  so.data_unix = false;
+  InProcessCluster cluster(1, so);
+  ASSERT_TRUE(cluster.status().ok());
+  EXPECT_TRUE(StatusOf(cluster.addresses()[0]).data_unix().empty());
+  auto w = DenseSpec("w", {100}, kAdam, 100);
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  auto client = cluster.Client("job", {w});
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
+  std::vector<float> v(100);
+  ASSERT_TRUE((*client)->Pull(0, {{{"w", v.data()}}, {}}).ok());
+  EXPECT_EQ(cluster.server(0)->data_connections(), 1);
+  EXPECT_EQ(cluster.server(0)->data_unix_connections(), 0);
+  PsClientOptions o;
+  o.data_transport = DataTransport::kUnix;
+  o.call_timeout = absl::Seconds(1);
+  auto strict = cluster.Client("job", {w}, 0, o);
+  ASSERT_TRUE(strict.ok());
+  absl::Status st = (*strict)->Pull(0, {{{"w", v.data()}}, {}});
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(absl::StrContains(st.message(), "offers no Unix data socket")) << st;
+}
+
+// Anyone on the host may bind an abstract name: a socket not served by the server's process is
+// refused, and a name nobody serves is unavailable.
+TEST_F(TcpDataPlaneTest, AUnixSocketNotServedByTheServerIsRefused) {
+  const std::string name = absl::StrCat("pscluster-test-impostor/", getpid());
+  int l = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  ASSERT_EQ(bind(l, reinterpret_cast<sockaddr*>(&a), len), 0) << std::strerror(errno);
+  ASSERT_EQ(listen(l, 4), 0);
+  auto pool = BufferPool::Create();
+  const uint32_t other_pid = static_cast<uint32_t>(getpid()) + 1;
+  auto bad = TcpConn::OpenUnix(name, other_pid, "server-x", pool, absl::ZeroDuration());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(bad.status())) << bad.status();
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "not by the server")) << bad.status();
+  auto good = TcpConn::OpenUnix(name, static_cast<uint32_t>(getpid()), "server-x", pool,
+                                absl::ZeroDuration());
+  EXPECT_TRUE(good.ok()) << good.status();
+  close(l);
+  auto none = TcpConn::OpenUnix(name + "-gone", static_cast<uint32_t>(getpid()), "server-x", pool,
+                                absl::ZeroDuration());
+  ASSERT_FALSE(none.ok());
+  EXPECT_TRUE(absl::IsUnavailable(none.status())) << none.status();
+}
+
+TEST(IsLocalHostTest, LoopbackAndOwnAddressesOnly) {
+  EXPECT_TRUE(IsLocalHost("127.0.0.1"));
+  EXPECT_TRUE(IsLocalHost("127.3.4.5"));
+  EXPECT_TRUE(IsLocalHost("localhost"));
+  EXPECT_TRUE(IsLocalHost("::1"));
+  EXPECT_FALSE(IsLocalHost("192.0.2.1"));  // TEST-NET-1: never assigned.
+  EXPECT_FALSE(IsLocalHost("2001:db8::1"));
+  EXPECT_FALSE(IsLocalHost("no-such-host.invalid"));
 }
 
 TEST_F(TcpDataPlaneTest, NeverOpenedUnderTls) {
