@@ -368,6 +368,7 @@ void TcpDataServer::AcceptLoop(int listen_fd, bool unix) {
       continue;
     }
     TuneDataSocket(c, options_.send_timeout);
+    if (unix) TuneUnixDataSocket(c);
     auto conn = std::make_shared<Conn>(c, peer, unix, options_, pool_);
     conn->Start(handler_, executor_, data_plane_);
     conns_.push_back(std::move(conn));

@@ -254,6 +254,11 @@ void TuneDataSocket(int fd, absl::Duration send_timeout) {
   }
 }
 
+void TuneUnixDataSocket(int fd) {
+  int bytes = 4 << 20;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+}
+
 absl::Status SplitHostPort(const std::string& address, std::string* host, std::string* port) {
   if (!address.empty() && address[0] == '[') {
     size_t close = address.find(']');

@@ -114,6 +114,9 @@ absl::Status Discard(int fd, size_t n, absl::Duration stall);
 // Socket options for data-plane connections: TCP_NODELAY, keep-alive (buffer sizes stay
 // autotuned), and a send timeout so a peer that stopped reading cannot hold a thread forever.
 void TuneDataSocket(int fd, absl::Duration send_timeout);
+// Unix data sockets also get a send buffer that holds a few chunks (an AF_UNIX stream has no
+// receive buffer of its own; the kernel caps the size at net.core.wmem_max).
+void TuneUnixDataSocket(int fd);
 
 // host and port of "host:port" / "[v6]:port".
 absl::Status SplitHostPort(const std::string& address, std::string* host, std::string* port);

@@ -114,6 +114,7 @@ absl::StatusOr<std::shared_ptr<TcpConn>> TcpConn::OpenUnix(const std::string& na
   // Non-blocking: a full backlog fails at once (EAGAIN) instead of waiting.
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return absl::ResourceExhaustedError(absl::StrCat("socket: ", std::strerror(errno)));
+  TuneUnixDataSocket(fd);
   if (connect(fd, reinterpret_cast<sockaddr*>(&a), len) != 0) {
     const int err = errno;
     close(fd);
