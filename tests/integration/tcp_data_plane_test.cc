@@ -106,6 +106,32 @@ class TcpDataPlaneTest : public ::testing::Test {
     return std::move(*client);
   }
 
+  // A client of job "job" with the default transport (auto) creates `table` (ASP, 1 worker) and
+  // pulls it.
+  static void AutoClientPulls(InProcessCluster& cluster, const v1::TableSpec& table) {
+    v1::ConsistencySpec asp;
+    asp.set_mode(v1::ConsistencySpec::ASP);
+    auto client = cluster.Client("job", {table});
+    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
+    std::vector<float> v(table.shape().dims(0));
+    EXPECT_TRUE((*client)->Pull(0, {{{table.name(), v.data()}}, {}}).ok());
+  }
+
+  // A client that requires `transport` fails its pull with a message containing `why`.
+  static void RequiredTransportFails(InProcessCluster& cluster, const v1::TableSpec& table,
+                                     DataTransport transport, const std::string& why) {
+    PsClientOptions o;
+    o.data_transport = transport;
+    o.call_timeout = absl::Seconds(1);
+    auto strict = cluster.Client("job", {table}, 0, o);
+    ASSERT_TRUE(strict.ok());
+    std::vector<float> v(table.shape().dims(0));
+    absl::Status st = (*strict)->Pull(0, {{{table.name(), v.data()}}, {}});
+    EXPECT_FALSE(st.ok());
+    EXPECT_TRUE(absl::StrContains(st.message(), why)) << st;
+  }
+
   // Runs the same 5 steps of push-pull against a fresh server with `transport`; returns the
   // final dense and sparse values.
   static std::vector<float> Train(DataTransport transport, bool* used_ok) {
@@ -375,23 +401,10 @@ TEST_F(TcpDataPlaneTest, OffWithDataPortMinusOne) {
   ASSERT_TRUE(cluster.status().ok());
   EXPECT_EQ(StatusOf(cluster.addresses()[0]).data_port(), 0u);
   auto w = DenseSpec("w", {100}, kAdam, 100);
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  // auto falls back to gRPC and works.
-  auto client = cluster.Client("job", {w});
-  ASSERT_TRUE(client.ok());
-  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
-  std::vector<float> v(100);
-  EXPECT_TRUE((*client)->Pull(0, {{{"w", v.data()}}, {}}).ok());
-  // tcp required: a clear error.
-  PsClientOptions o;
-  o.data_transport = DataTransport::kTcp;
-  o.call_timeout = absl::Seconds(1);
-  auto strict = cluster.Client("job", {w}, 0, o);
-  ASSERT_TRUE(strict.ok());
-  absl::Status st = (*strict)->Pull(0, {{{"w", v.data()}}, {}});
-  EXPECT_FALSE(st.ok());
-  EXPECT_TRUE(absl::StrContains(st.message(), "offers no TCP data port")) << st;
+  // auto falls back to gRPC and works; tcp required: a clear error.
+  AutoClientPulls(cluster, w);
+  EXPECT_EQ(cluster.server(0)->data_connections(), 0);
+  RequiredTransportFails(cluster, w, DataTransport::kTcp, "offers no TCP data port");
 }
 
 // A worker on the server's host reaches it through the abstract Unix socket named in Status (the
@@ -439,23 +452,10 @@ TEST_F(TcpDataPlaneTest, UnixSocketOffWithDataUnixFalse) {
   ASSERT_TRUE(cluster.status().ok());
   EXPECT_TRUE(StatusOf(cluster.addresses()[0]).data_unix().empty());
   auto w = DenseSpec("w", {100}, kAdam, 100);
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  auto client = cluster.Client("job", {w});
-  ASSERT_TRUE(client.ok());
-  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
-  std::vector<float> v(100);
-  ASSERT_TRUE((*client)->Pull(0, {{{"w", v.data()}}, {}}).ok());
+  AutoClientPulls(cluster, w);
   EXPECT_EQ(cluster.server(0)->data_connections(), 1);
   EXPECT_EQ(cluster.server(0)->data_unix_connections(), 0);
-  PsClientOptions o;
-  o.data_transport = DataTransport::kUnix;
-  o.call_timeout = absl::Seconds(1);
-  auto strict = cluster.Client("job", {w}, 0, o);
-  ASSERT_TRUE(strict.ok());
-  absl::Status st = (*strict)->Pull(0, {{{"w", v.data()}}, {}});
-  EXPECT_FALSE(st.ok());
-  EXPECT_TRUE(absl::StrContains(st.message(), "offers no Unix data socket")) << st;
+  RequiredTransportFails(cluster, w, DataTransport::kUnix, "offers no Unix data socket");
 }
 
 // Anyone on the host may bind an abstract name: a socket not served by the server's process is
@@ -506,9 +506,11 @@ TEST_F(TcpDataPlaneTest, NeverOpenedUnderTls) {
   InProcessCluster cluster(1, so);
   ASSERT_TRUE(cluster.status().ok()) << cluster.status();
   EXPECT_EQ(cluster.server(0)->data_port(), 0);
+  EXPECT_TRUE(cluster.server(0)->data_unix().empty()) << "no plaintext socket under TLS";
   ChannelOptions ch;
   ch.tls.ca = dir + "/ca.pem";
   EXPECT_EQ(StatusOf(cluster.addresses()[0], ch).data_port(), 0u);
+  EXPECT_TRUE(StatusOf(cluster.addresses()[0], ch).data_unix().empty());
   // A TLS client trains over gRPC.
   auto w = DenseSpec("w", {100}, kAdam, 100);
   PsClientOptions o;
