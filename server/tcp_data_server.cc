@@ -48,9 +48,13 @@ std::string PeerName(int fd) {
 
 class TcpDataServer::Conn {
  public:
-  Conn(int fd, std::string peer, bool unix, const TcpDataServerOptions& options,
+  Conn(int fd, std::string peer, bool is_unix, const TcpDataServerOptions& options,
        std::shared_ptr<BufferPool> pool)
-      : fd_(fd), peer_(std::move(peer)), unix_(unix), options_(options), pool_(std::move(pool)) {}
+      : fd_(fd),
+        peer_(std::move(peer)),
+        is_unix_(is_unix),
+        options_(options),
+        pool_(std::move(pool)) {}
   ~Conn() { close(fd_); }
 
   void Start(PsHandler* handler, Executor* executor, const DataPlaneOptions& data_plane) {
@@ -73,7 +77,7 @@ class TcpDataServer::Conn {
     shutdown(fd_, SHUT_RDWR);
   }
 
-  bool unix() const { return unix_; }
+  bool is_unix() const { return is_unix_; }
 
   bool ended() const {
     absl::MutexLock l(&mu_);
@@ -259,7 +263,7 @@ class TcpDataServer::Conn {
 
   const int fd_;
   const std::string peer_;
-  const bool unix_;
+  const bool is_unix_;
   const TcpDataServerOptions options_;
   const std::shared_ptr<BufferPool> pool_;
   std::shared_ptr<DataStream> stream_;
@@ -348,7 +352,7 @@ absl::StatusOr<std::unique_ptr<TcpDataServer>> TcpDataServer::Start(
   return s;
 }
 
-void TcpDataServer::AcceptLoop(int listen_fd, bool unix) {
+void TcpDataServer::AcceptLoop(int listen_fd, bool is_unix) {
   while (!stopping_.load()) {
     int c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (c < 0) {
@@ -368,8 +372,8 @@ void TcpDataServer::AcceptLoop(int listen_fd, bool unix) {
       continue;
     }
     TuneDataSocket(c, options_.send_timeout);
-    if (unix) TuneUnixDataSocket(c);
-    auto conn = std::make_shared<Conn>(c, peer, unix, options_, pool_);
+    if (is_unix) TuneUnixDataSocket(c);
+    auto conn = std::make_shared<Conn>(c, peer, is_unix, options_, pool_);
     conn->Start(handler_, executor_, data_plane_);
     conns_.push_back(std::move(conn));
   }
@@ -402,7 +406,7 @@ int TcpDataServer::connections() const {
 int TcpDataServer::unix_connections() const {
   absl::MutexLock l(&mu_);
   int n = 0;
-  for (const auto& c : conns_) n += c->unix() && !c->ended();
+  for (const auto& c : conns_) n += c->is_unix() && !c->ended();
   return n;
 }
 

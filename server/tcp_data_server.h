@@ -64,7 +64,7 @@ class TcpDataServer {
  private:
   class Conn;
   TcpDataServer() = default;
-  void AcceptLoop(int listen_fd, bool unix);
+  void AcceptLoop(int listen_fd, bool is_unix);
   void Reap(bool all);
 
   TcpDataServerOptions options_;

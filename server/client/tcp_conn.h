@@ -58,7 +58,7 @@ class TcpConn : public DataConn {
   bool done() const override;
   bool usable() const override;
   absl::Time opened() const override { return opened_; }
-  const char* transport() const override { return unix_ ? "unix" : "tcp"; }
+  const char* transport() const override { return is_unix_ ? "unix" : "tcp"; }
 
  private:
   // The frame being received (owned by the I/O owner).
@@ -77,8 +77,8 @@ class TcpConn : public DataConn {
   };
 
   TcpConn(int fd, int wake_fd, std::string peer, std::shared_ptr<BufferPool> pool,
-          absl::Duration spin, bool unix = false)
-      : unix_(unix),
+          absl::Duration spin, bool is_unix = false)
+      : is_unix_(is_unix),
         fd_(fd),
         wake_fd_(wake_fd),
         peer_(std::move(peer)),
@@ -105,7 +105,7 @@ class TcpConn : public DataConn {
   void CleanUp();
   void Break(const absl::Status& st);
 
-  const bool unix_;
+  const bool is_unix_;
   const int fd_;
   const int wake_fd_;  // eventfd: frames were queued for the I/O owner to send.
   const std::string peer_;
