@@ -439,14 +439,18 @@ void PsHandler::Tick(v1::Load* load, std::vector<v1::ShardLoad>* shard_loads) {
   last_shard_loads_ = std::move(loads);
 }
 
+void PsHandler::FillIdentity(v1::ServerStatus* resp) const {
+  resp->set_node_id(node_id_);
+  resp->set_address(address_);
+  resp->set_data_port(data_port_);
+  resp->set_data_unix(data_unix_);
+  resp->set_pid(static_cast<uint32_t>(getpid()));
+}
+
 absl::Status PsHandler::Status(const v1::ServerStatusRequest& req, v1::ServerStatus* resp) {
   if (req.brief()) {
     absl::MutexLock l(&mu_);
-    resp->set_node_id(node_id_);
-    resp->set_address(address_);
-    resp->set_data_port(data_port_);
-    resp->set_data_unix(data_unix_);
-    resp->set_pid(static_cast<uint32_t>(getpid()));
+    FillIdentity(resp);
     return absl::OkStatus();
   }
   std::vector<std::shared_ptr<Job>> jobs;
@@ -459,11 +463,7 @@ absl::Status PsHandler::Status(const v1::ServerStatusRequest& req, v1::ServerSta
   SampleRates(&push, &pull, &in, &out);
   {
     absl::MutexLock l(&mu_);
-    resp->set_node_id(node_id_);
-    resp->set_address(address_);
-    resp->set_data_port(data_port_);
-    resp->set_data_unix(data_unix_);
-    resp->set_pid(static_cast<uint32_t>(getpid()));
+    FillIdentity(resp);
     if (req.job_id().empty()) {
       for (auto& [id, j] : jobs_) jobs.push_back(j);
     }

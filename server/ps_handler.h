@@ -100,6 +100,8 @@ class PsHandler {
   MemoryBudget* budget() { return &budget_; }
 
  private:
+  // Node id, addresses, data sockets and pid: what even a brief Status carries.
+  void FillIdentity(v1::ServerStatus* resp) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct Totals {
     absl::Time at;
     uint64_t pushes = 0, pulls = 0, bytes_in = 0, bytes_out = 0;
