@@ -214,7 +214,7 @@ struct PsClient::Impl {
   absl::flat_hash_map<std::string, std::shared_ptr<Connection>> conns ABSL_GUARDED_BY(mu);
 
   std::atomic<int64_t> plan_ns{0}, send_ns{0}, wait_ns{0}, copy_ns{0};
-  std::atomic<uint64_t> calls{0}, retries{0};
+  std::atomic<uint64_t> calls{0}, retries{0}, joint_waits{0};
 
   // Cancel(): every round in flight fails with CANCELLED and later calls do too.
   std::atomic<bool> cancelled{false};
@@ -675,6 +675,21 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
   int64_t min = -1;
   t0 = absl::Now();
   send_ns.fetch_add(absl::ToInt64Nanoseconds(t0 - t1));
+  if (sent.size() > 1) {
+    // Several servers on the TCP data plane: read each one's replies (and write its remaining
+    // frames) as they come, not server by server.
+    std::vector<TcpConn*> conns;
+    std::vector<std::shared_ptr<Round>> rounds;
+    for (auto& s : sent) {
+      if (auto* c = dynamic_cast<TcpConn*>(s.stream.get())) {
+        conns.push_back(c);
+        rounds.push_back(s.round);
+      }
+    }
+    if (conns.size() > 1 && TcpConn::WaitAll(conns, rounds, deadline) > 1) {
+      joint_waits.fetch_add(1);
+    }
+  }
   for (auto& s : sent) {
     absl::Status rs = s.stream->Wait(s.round, deadline);
     if (rs.code() == absl::StatusCode::kDeadlineExceeded || cancelled.load()) {
@@ -805,6 +820,7 @@ PsClient::Stats PsClient::stats() const {
   s.copy_sec = impl_->copy_ns.load() * 1e-9;
   s.calls = impl_->calls.load();
   s.retries = impl_->retries.load();
+  s.joint_waits = impl_->joint_waits.load();
   return s;
 }
 

@@ -163,6 +163,9 @@ class PsClient {
     double copy_sec = 0;  // Copying (and widening) replies into the caller's buffers.
     uint64_t calls = 0;   // Pull / Push / PushPull calls completed.
     uint64_t retries = 0; // Attempts repeated after a stale map or an unavailable server.
+    // Calls whose replies from several servers' TCP connections were read by one thread
+    // together (TcpConn::WaitAll).
+    uint64_t joint_waits = 0;
   };
   Stats stats() const;
 

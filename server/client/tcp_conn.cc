@@ -271,10 +271,8 @@ absl::Status TcpConn::Wait(const std::shared_ptr<Round>& round, absl::Time deadl
   return round->Wait(absl::InfiniteFuture());  // Returns once no receive into it is running.
 }
 
-void TcpConn::Drive(absl::FunctionRef<bool()> stop, absl::Time deadline, bool until_full,
-                    bool poll_first) {
-  // Whether reading may find something (a poll said so, or none was made yet).
-  bool readable = !poll_first;
+TcpConn::Progress TcpConn::Step(absl::FunctionRef<bool()> stop, bool until_full,
+                                bool* readable) {
   while (true) {
     {
       absl::MutexLock l(&mu_);
@@ -295,40 +293,115 @@ void TcpConn::Drive(absl::FunctionRef<bool()> stop, absl::Time deadline, bool un
         continue;
       }
     }
-    if (st.ok() && readable) st = ReadAvailable(stop);
+    if (st.ok() && *readable) st = ReadAvailable(stop);
     if (!st.ok()) {
       Break(st);
       break;
     }
-    if (stop() || (until_full && out_.has_value())) return;
-    const absl::Time now = absl::Now();
-    if (now >= deadline) return;
-    pollfd p[2] = {{fd_, static_cast<short>(POLLIN | (out_.has_value() ? POLLOUT : 0)), 0},
-                   {wake_fd_, POLLIN, 0}};
-    int ms = 100;
-    if (deadline - now < absl::Milliseconds(100)) {
-      ms = static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - now)));
-    }
-    readable = false;
-    int ready = 0;
-    if (spin_ > absl::ZeroDuration()) {
-      // A reply due within microseconds: looking again costs less than letting the core go
-      // idle and waking it (tens of microseconds on a virtual machine).
-      const absl::Time until = now + spin_;
-      while ((ready = poll(p, 2, 0)) == 0 && absl::Now() < until) {
-        sched_yield();  // Other work on this core (the server, on a small machine) goes first.
-      }
-    }
-    if (ready > 0 || poll(p, 2, ms) > 0) {
-      readable = (p[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-      if (p[1].revents & POLLIN) {
-        uint64_t v;
-        (void)!read(wake_fd_, &v, sizeof(v));
-      }
-      if (p[0].revents & (POLLHUP | POLLERR)) readable = true;
-    }
+    if (stop() || (until_full && out_.has_value())) return Progress::kDone;
+    return Progress::kBlocked;
   }
   CleanUp();
+  return Progress::kBroken;
+}
+
+void TcpConn::PollEvents(pollfd* p) const {
+  p[0] = {fd_, static_cast<short>(POLLIN | (out_.has_value() ? POLLOUT : 0)), 0};
+  p[1] = {wake_fd_, POLLIN, 0};
+}
+
+bool TcpConn::TookEvents(const pollfd* p) {
+  if (p[1].revents & POLLIN) {
+    uint64_t v;
+    (void)!read(wake_fd_, &v, sizeof(v));
+  }
+  return (p[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+}
+
+namespace {
+
+// Waits for any of `p` until `deadline` (at most 100 ms at a time), first looking for up to
+// `spin`: a reply due within microseconds costs less to look for again than to sleep for and be
+// woken (tens of microseconds for an idle virtual CPU). Returns poll()'s count.
+int PollSpinning(pollfd* p, nfds_t n, absl::Time now, absl::Time deadline, absl::Duration spin) {
+  for (nfds_t i = 0; i < n; ++i) p[i].revents = 0;
+  int ms = 100;
+  if (deadline - now < absl::Milliseconds(100)) {
+    ms = static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - now)));
+  }
+  int ready = 0;
+  if (spin > absl::ZeroDuration()) {
+    const absl::Time until = now + spin;
+    while ((ready = poll(p, n, 0)) == 0 && absl::Now() < until) {
+      sched_yield();  // Other work on this core (the server, on a small machine) goes first.
+    }
+  }
+  if (ready > 0) return ready;
+  return poll(p, n, ms);
+}
+
+}  // namespace
+
+void TcpConn::Drive(absl::FunctionRef<bool()> stop, absl::Time deadline, bool until_full,
+                    bool poll_first) {
+  // Whether reading may find something (a poll said so, or none was made yet).
+  bool readable = !poll_first;
+  while (Step(stop, until_full, &readable) == Progress::kBlocked) {
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return;
+    pollfd p[2];
+    PollEvents(p);
+    readable = PollSpinning(p, 2, now, deadline, spin_) > 0 && TookEvents(p);
+  }
+}
+
+size_t TcpConn::WaitAll(absl::Span<TcpConn* const> conns,
+                      absl::Span<const std::shared_ptr<Round>> rounds, absl::Time deadline) {
+  struct Driven {
+    TcpConn* conn;
+    Round* round;
+    bool readable;
+  };
+  std::vector<Driven> driven;
+  for (size_t i = 0; i < conns.size() && i < rounds.size(); ++i) {
+    if (rounds[i]->Finished()) continue;
+    if (conns[i]->TryOwn()) driven.push_back({conns[i], rounds[i].get(), false});
+  }
+  if (driven.size() < 2) {  // Nothing to gain over waiting on each connection in turn.
+    for (auto& d : driven) d.conn->Disown();
+    return 0;
+  }
+  const size_t count = driven.size();
+  for (auto& d : driven) d.readable = d.conn->rpos_ != d.conn->rend_;
+  std::vector<pollfd> p(2 * driven.size());
+  while (!driven.empty()) {
+    for (size_t i = 0; i < driven.size();) {
+      TcpConn* c = driven[i].conn;
+      Round* round = driven[i].round;
+      auto stop = [c, round] {
+        if (!round->Finished() || c->out_.has_value()) return false;
+        absl::MutexLock l(&c->mu_);
+        return c->writes_.empty();
+      };
+      if (c->Step(stop, /*until_full=*/false, &driven[i].readable) == Progress::kBlocked) {
+        ++i;
+        continue;
+      }
+      c->Disown();  // Done (or broken): threads waiting on it take over.
+      driven.erase(driven.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (driven.empty()) return count;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) break;
+    for (size_t i = 0; i < driven.size(); ++i) driven[i].conn->PollEvents(&p[2 * i]);
+    const bool any = PollSpinning(p.data(), 2 * driven.size(), now, deadline,
+                                  driven[0].conn->spin_) > 0;
+    for (size_t i = 0; i < driven.size(); ++i) {
+      driven[i].readable = any && driven[i].conn->TookEvents(&p[2 * i]);
+    }
+  }
+  for (auto& d : driven) d.conn->Disown();
+  return count;
 }
 
 // ------------------------------------------------------------------ receiving

@@ -11,6 +11,8 @@
 #ifndef PSCLUSTER_SERVER_CLIENT_TCP_CONN_H_
 #define PSCLUSTER_SERVER_CLIENT_TCP_CONN_H_
 
+#include <poll.h>
+
 #include <deque>
 #include <memory>
 #include <optional>
@@ -22,6 +24,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "proto/ps.pb.h"
 #include "server/buffer_pool.h"
 #include "server/client/data_conn.h"
@@ -51,6 +54,14 @@ class TcpConn : public DataConn {
   absl::Status Send(const std::shared_ptr<Round>& round,
                     std::vector<grpc::ByteBuffer> messages) override;
   absl::Status Wait(const std::shared_ptr<Round>& round, absl::Time deadline) override;
+  // Drives the connections of one call (rounds[i] on conns[i], one per server) together from
+  // this thread until every round is complete, a connection broke, or `deadline`: all sockets
+  // in one poll, so that each server's replies are read (and its next frames written) as they
+  // come instead of server by server. Connections another thread drives are left to it. Waiting
+  // on each round afterwards (Wait) gives its result. Returns how many connections it drove (0
+  // when fewer than two were free: then it leaves them all to Wait).
+  static size_t WaitAll(absl::Span<TcpConn* const> conns,
+                      absl::Span<const std::shared_ptr<Round>> rounds, absl::Time deadline);
   void Forget(uint64_t request_id) override;
   void Cancel() override;
   void Retire() override;
@@ -95,6 +106,15 @@ class TcpConn : public DataConn {
   // `poll_first`: nothing was read since the last look, so ask poll() before recv().
   void Drive(absl::FunctionRef<bool()> stop, absl::Time deadline, bool until_full = false,
              bool poll_first = false);
+  enum class Progress { kBlocked, kDone, kBroken };
+  // As the I/O owner, without blocking: writes what the socket takes, reads what it has (if
+  // `*readable`). kDone when `stop()` (or, with `until_full`, the socket is full); kBroken when
+  // the connection broke (cleaned up); kBlocked when only the socket can move it on.
+  Progress Step(absl::FunctionRef<bool()> stop, bool until_full, bool* readable);
+  // The poll() entries (socket, wake-up eventfd) for the owner's next wait, and taking their
+  // events: true when the socket may be read.
+  void PollEvents(pollfd* p) const;
+  bool TookEvents(const pollfd* p);
   // Reads what the socket has, or until a frame ends with `stop()` true; a non-OK status ends
   // the connection with it.
   absl::Status ReadAvailable(absl::FunctionRef<bool()> stop);

@@ -132,12 +132,14 @@ class TcpDataPlaneTest : public ::testing::Test {
     EXPECT_TRUE(absl::StrContains(st.message(), why)) << st;
   }
 
-  // Runs the same 5 steps of push-pull against a fresh server with `transport`; returns the
-  // final dense and sparse values.
-  static std::vector<float> Train(DataTransport transport, bool* used_ok) {
-    InProcessCluster cluster(1);
+  // Runs the same 5 steps of push-pull against `servers` fresh servers with `transport`;
+  // returns the final dense (`dense` values in blocks of `block`) and sparse values.
+  static std::vector<float> Train(DataTransport transport, bool* used_ok, int servers = 1,
+                                  uint64_t dense = 3000, uint64_t block = 512,
+                                  PsClient::Stats* stats = nullptr) {
+    InProcessCluster cluster(servers);
     EXPECT_TRUE(cluster.status().ok()) << cluster.status();
-    auto w = DenseSpec("w", {3000}, kAdam, 512);
+    auto w = DenseSpec("w", {dense}, kAdam, block);
     auto e = SparseSpec("e", 8, 1000, kAdam);
     PsClientOptions o;
     o.data_transport = transport;
@@ -146,7 +148,7 @@ class TcpDataPlaneTest : public ::testing::Test {
     v1::ConsistencySpec bsp;
     bsp.set_mode(v1::ConsistencySpec::BSP);
     EXPECT_TRUE((*client)->CreateTables(bsp, 1).ok());
-    std::vector<float> wv(3000), g(3000);
+    std::vector<float> wv(dense), g(dense);
     std::vector<uint64_t> keys = {1, 7, 7, 999};
     std::vector<float> rows(keys.size() * 8), rg(keys.size() * 8);
     *used_ok = true;
@@ -161,6 +163,7 @@ class TcpDataPlaneTest : public ::testing::Test {
       }
     }
     wv.insert(wv.end(), rows.begin(), rows.end());
+    if (stats != nullptr) *stats = (*client)->stats();
     return wv;
   }
 };
@@ -172,6 +175,70 @@ TEST_F(TcpDataPlaneTest, SameValuesAsGrpcBitForBit) {
   ASSERT_TRUE(ok_tcp && ok_grpc);
   ASSERT_EQ(tcp.size(), grpc.size());
   EXPECT_EQ(std::memcmp(tcp.data(), grpc.data(), tcp.size() * sizeof(float)), 0);
+}
+
+// A call to several servers drives their connections together (TcpConn::WaitAll): 6 MB each
+// way over three servers, more than their sockets hold, so replies arrive while frames to the
+// other servers are still being written.
+TEST_F(TcpDataPlaneTest, ACallToSeveralServersMatchesGrpcBitForBit) {
+  bool ok_tcp, ok_grpc;
+  PsClient::Stats stats;
+  std::vector<float> tcp =
+      Train(DataTransport::kTcp, &ok_tcp, 3, 1536 * 1024, 64 * 1024, &stats);
+  EXPECT_EQ(stats.joint_waits, 5u) << "each of the 5 calls read its three servers together";
+  std::vector<float> grpc = Train(DataTransport::kGrpc, &ok_grpc, 3, 1536 * 1024, 64 * 1024);
+  ASSERT_TRUE(ok_tcp && ok_grpc);
+  ASSERT_EQ(tcp.size(), grpc.size());
+  EXPECT_EQ(std::memcmp(tcp.data(), grpc.data(), tcp.size() * sizeof(float)), 0);
+}
+
+// Two threads of one client call the same three servers at once (a worker's background push and
+// prefetching pull): each call completes with its own values whether its thread drives the
+// connections or the other one does.
+TEST_F(TcpDataPlaneTest, ConcurrentCallsToSeveralServersEachComplete) {
+  InProcessCluster cluster(3);
+  ASSERT_TRUE(cluster.status().ok());
+  const uint64_t n = 256 * 1024;
+  const v1::OptimizerSpec sgd = Optimizer(v1::OptimizerSpec::SGD, 0.5f);
+  auto a = DenseSpec("a", {n}, sgd, 16 * 1024);
+  auto b = DenseSpec("b", {n}, sgd, 16 * 1024);
+  PsClientOptions o;
+  o.data_transport = DataTransport::kTcp;
+  auto client = cluster.Client("job", {a, b}, 0, o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
+  std::vector<float> a0(n), b0(n);
+  ASSERT_TRUE((*client)->Pull(0, {{{"a", a0.data()}, {"b", b0.data()}}, {}}).ok());
+  constexpr int kRounds = 20;
+  std::vector<float> av(n);
+  absl::Status sa, sb;
+  int b_mismatches = 0;
+  std::thread ta([&] {  // Pushes `a` step by step and reads it back.
+    std::vector<float> g(n, 1.f);
+    for (int r = 0; r < kRounds && sa.ok(); ++r) {
+      sa = (*client)->PushPull(r, {{{"a", g.data()}}, {}}, {{{"a", av.data()}}, {}});
+    }
+  });
+  std::thread tb([&] {  // Meanwhile reads `b`, which nobody changes.
+    std::vector<float> bv(n);
+    for (int r = 0; r < 2 * kRounds && sb.ok(); ++r) {
+      sb = (*client)->Pull(0, {{{"b", bv.data()}}, {}});
+      if (sb.ok() && std::memcmp(bv.data(), b0.data(), n * sizeof(float)) != 0) ++b_mismatches;
+    }
+  });
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(sa.ok()) << sa;
+  ASSERT_TRUE(sb.ok()) << sb;
+  EXPECT_EQ(b_mismatches, 0);
+  EXPECT_GT((*client)->stats().joint_waits, 0u);
+  // SGD: each push moves a weight by -0.5 * gradient; the last call read all kRounds pushes.
+  for (uint64_t i = 0; i < n; i += 997) {
+    ASSERT_NEAR(av[i], a0[i] - 0.5f * kRounds, 1e-3f) << i;
+  }
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(cluster.server(s)->data_connections(), 1) << s;
 }
 
 TEST_F(TcpDataPlaneTest, ServerReportsItsPortAndCountsTheTraffic) {
@@ -392,6 +459,23 @@ TEST_F(TcpDataPlaneTest, DeadlineOnAParkedPullLeavesTheClientUsable) {
   EXPECT_EQ(v, std::vector<float>(100, -7.f)) << "nothing written after the deadline";
   EXPECT_TRUE(client->Pull(0, {{{"w", v.data()}}, {}}).ok());
   EXPECT_NE(v, std::vector<float>(100, -7.f));
+}
+
+// The same across two servers driven together: the deadline ends the call on both.
+TEST_F(TcpDataPlaneTest, DeadlineOnAPullParkedOnTwoServersLeavesTheClientUsable) {
+  InProcessCluster cluster(2);
+  ASSERT_TRUE(cluster.status().ok());
+  auto client = TcpClient(cluster, DenseSpec("w", {4000}, kAdam, 1000), v1::ConsistencySpec::BSP,
+                          2, absl::Milliseconds(500));
+  ASSERT_NE(client, nullptr);
+  std::vector<float> v(4000, -7.f);
+  const absl::Time t0 = absl::Now();
+  absl::Status st = client->Pull(1, {{{"w", v.data()}}, {}});
+  EXPECT_TRUE(absl::IsDeadlineExceeded(st)) << st;
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  EXPECT_EQ(v, std::vector<float>(4000, -7.f)) << "nothing written after the deadline";
+  EXPECT_TRUE(client->Pull(0, {{{"w", v.data()}}, {}}).ok());
+  for (float x : v) ASSERT_NE(x, -7.f);
 }
 
 TEST_F(TcpDataPlaneTest, OffWithDataPortMinusOne) {
