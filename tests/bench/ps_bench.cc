@@ -178,6 +178,9 @@ void Check(const absl::Status& st, const char* what) {
 // machine is shared; its load drifts).
 struct DenseResult {
   std::vector<double> tcp, grpc, push, pull, pushpull;
+  std::vector<double> one_pushpull;  // With `ref_1x1`: 1 client on the first server alone.
+  // With `ref_1x1` and a TCP echo address: one echo connection, and two at once (per round).
+  std::vector<double> tcp_one, tcp_two;
   PsClient::Stats client;     // Client 0, push-pull phases only.
   v1::DataPlaneTimes server;  // Summed over servers, push-pull phases only.
   int pushpull_rounds = 0;
@@ -214,8 +217,13 @@ void AddDelta(const v1::DataPlaneTimes& a, const v1::DataPlaneTimes& b, v1::Data
 }
 
 // `echo` (1x1 only): also measures the TCP and gRPC echo baselines, interleaved.
+// `ref_1x1`: also measures push-pull by one client of the first server alone (its own job),
+// interleaved, so that the scaling ratio compares runs taken moments apart; with `tcp_addr`,
+// also the raw TCP echo over one connection and over two at once (the same scaling, for bare
+// TCP on this machine).
 DenseResult BenchDense(const std::vector<std::string>& addrs, int clients, size_t bytes,
-                       const std::string& tcp_addr, const std::string& grpc_addr, bool echo) {
+                       const std::string& tcp_addr, const std::string& grpc_addr, bool echo,
+                       bool ref_1x1 = false) {
   static int job_seq = 0;
   const std::string job = absl::StrCat("dense", job_seq++);
   const uint64_t elems = bytes / 4;
@@ -227,7 +235,17 @@ DenseResult BenchDense(const std::vector<std::string>& addrs, int clients, size_
   *t.mutable_optimizer() = Opt(v1::OptimizerSpec::SGD, 1e-6f);
   std::vector<std::unique_ptr<PsClient>> cs;
   for (int i = 0; i < clients; ++i) cs.push_back(MakeClient(job, addrs, {t}, i, clients));
+  std::unique_ptr<PsClient> ref;
+  if (ref_1x1) ref = MakeClient(job + "-1x1", {addrs[0]}, {t}, 0, 1);
   std::unique_ptr<EchoClient> tcp, grpc;
+  std::vector<std::unique_ptr<EchoClient>> scaling_echo;
+  if (ref_1x1 && !tcp_addr.empty()) {
+    for (int i = 0; i < 3; ++i) {
+      auto tc = ConnectTcpEcho(tcp_addr);
+      Check(tc.status(), "tcp echo");
+      scaling_echo.push_back(std::move(*tc));
+    }
+  }
   if (echo) {
     auto tc = ConnectTcpEcho(tcp_addr);
     auto gc = ConnectGrpcEcho(grpc_addr, 4 << 20, EchoGrpcArgs());
@@ -260,6 +278,15 @@ DenseResult BenchDense(const std::vector<std::string>& addrs, int clients, size_
     for (auto& x : th) x.join();
     return absl::ToDoubleSeconds(absl::Now() - t0) / rounds;
   };
+  std::vector<float> ref_vals(ref ? elems : 0);
+  int64_t ref_step = 0;
+  auto ref_rounds = [&] {
+    PushSources src{{{"t", grads[0].data()}}, {}};
+    PullTargets dst{{{"t", ref_vals.data()}}, {}};
+    absl::Time t0 = absl::Now();
+    for (int r = 0; r < rounds; ++r) Check(ref->PushPull(ref_step++, src, dst), "push-pull 1x1");
+    return absl::ToDoubleSeconds(absl::Now() - t0) / rounds;
+  };
   auto echo_rounds = [&](EchoClient* e) {
     double total = 0;
     for (int i = 0; i < rounds; ++i) {
@@ -269,6 +296,13 @@ DenseResult BenchDense(const std::vector<std::string>& addrs, int clients, size_
     }
     return total / rounds;
   };
+  auto echo_two = [&] {  // Two connections at once; seconds per round of each.
+    absl::Time t0 = absl::Now();
+    std::thread other([&] { echo_rounds(scaling_echo[2].get()); });
+    echo_rounds(scaling_echo[1].get());
+    other.join();
+    return absl::ToDoubleSeconds(absl::Now() - t0);
+  };
   DenseResult r;
   const int runs = absl::GetFlag(FLAGS_runs);
   for (int run = 0; run <= runs; ++run) {  // Run 0 warms every path up.
@@ -277,10 +311,16 @@ DenseResult BenchDense(const std::vector<std::string>& addrs, int clients, size_
       te = echo_rounds(tcp.get());
       tg = echo_rounds(grpc.get());
     }
+    double te1 = 0, te2 = 0;
+    if (!scaling_echo.empty()) {
+      te1 = echo_rounds(scaling_echo[0].get());
+      te2 = echo_two() / rounds;
+    }
     double tpush = ps_rounds(0);
     double tpull = ps_rounds(1);
     auto c0 = cs[0]->stats();
     auto s0 = ServerTimes(cs[0].get());
+    const double tref = ref ? ref_rounds() : 0;
     double tpp = ps_rounds(2);
     auto c1 = cs[0]->stats();
     auto s1 = ServerTimes(cs[0].get());
@@ -292,6 +332,11 @@ DenseResult BenchDense(const std::vector<std::string>& addrs, int clients, size_
     r.push.push_back(tpush);
     r.pull.push_back(tpull);
     r.pushpull.push_back(tpp);
+    if (ref) r.one_pushpull.push_back(tref);
+    if (!scaling_echo.empty()) {
+      r.tcp_one.push_back(te1);
+      r.tcp_two.push_back(te2);
+    }
     r.client.plan_sec += c1.plan_sec - c0.plan_sec;
     r.client.send_sec += c1.send_sec - c0.send_sec;
     r.client.wait_sec += c1.wait_sec - c0.wait_sec;
@@ -300,6 +345,7 @@ DenseResult BenchDense(const std::vector<std::string>& addrs, int clients, size_
     r.pushpull_rounds += rounds;
   }
   Check(cs[0]->DropJob(), "drop");
+  if (ref) Check(ref->DropJob(), "drop");
   return r;
 }
 
@@ -565,15 +611,28 @@ int Main() {
   line("");
   line("### Dense, 2 servers x 2 clients (aggregate GB/s over both clients)");
   line("");
-  line("| payload | ps push | ps pull | ps push-pull | push-pull round | aggregate / 1x1 push-pull |");
-  line("|---|---|---|---|---|---|");
+  line("Each run measures, one after the other: the raw TCP echo over one connection, then over two "
+       "at once; the 2 x 2 push and pull; one client of the first server alone (push-pull, its own "
+       "job); the 2 x 2 push-pull. The scaling ratios are medians of each run's own ratio.");
+  line("");
+  line("| payload | ps push | ps pull | ps push-pull | push-pull round | 1x1 push-pull in the same runs "
+       "| aggregate / 1x1 push-pull (same runs) | against the 1x1 table above "
+       "| raw TCP echo: 1 connection | 2 at once (aggregate) | TCP echo: 2 / 1 |");
+  line("|---|---|---|---|---|---|---|---|---|---|---|");
   for (size_t b : sizes) {
     Progress(absl::StrCat("dense 2x2, ", Size(b)));
-    DenseResult d = BenchDense({*a0, *a1}, 2, b, "", "", false);
+    DenseResult d = BenchDense({*a0, *a1}, 2, b, *tcp_addr, "", false, /*ref_1x1=*/true);
     const double pp = Med(d.pushpull);
+    // Per run: (2b / 2x2 round) / (b / 1x1 round).
+    std::vector<double> twice(d.one_pushpull.size());
+    for (size_t i = 0; i < twice.size(); ++i) twice[i] = 2 * d.one_pushpull[i];
     line(absl::StrCat("| ", Size(b), " | ", Gbs(2.0 * b / Med(d.push)), " | ",
                       Gbs(2.0 * b / Med(d.pull)), " | ", Gbs(2.0 * b / pp), " | ", Us(pp), " | ",
-                      absl::StrFormat("%.2f", (2.0 * b / pp) / one_by_one[b]), " |"));
+                      Gbs(b / Med(d.one_pushpull)), " | ",
+                      absl::StrFormat("%.2f", MedRatio(twice, d.pushpull)), " | ",
+                      absl::StrFormat("%.2f", (2.0 * b / pp) / one_by_one[b]), " | ",
+                      Gbs(b / Med(d.tcp_one)), " | ", Gbs(2.0 * b / Med(d.tcp_two)), " | ",
+                      absl::StrFormat("%.2f", 2 * MedRatio(d.tcp_one, d.tcp_two)), " |"));
   }
   line("");
   Progress("sparse: Zipf keys");
