@@ -48,6 +48,8 @@ ABSL_FLAG(std::string, server_flags, "", "extra ps_server flags, space separated
 ABSL_FLAG(int, data_spin_us, 50, "workers: spin before sleeping on the TCP data plane, microseconds");
 ABSL_FLAG(int, repeats, 1, "measure every row this many times, interleaved; medians are shown");
 ABSL_FLAG(bool, skip_two_workers, false, "measure only the 1 x 1 cluster");
+ABSL_FLAG(bool, two_servers, false,
+          "also measure 2 servers x 1 worker (BSP): the model's blocks over two server processes");
 ABSL_FLAG(std::string, transport, "float32",
           "wire type of every table's pulls and pushes: float32, float16 or bfloat16");
 
@@ -190,8 +192,22 @@ class NullSink final : public worker::ProgressSink {
   }
 };
 
-absl::StatusOr<Row> Cluster(const std::string& server_address, int workers, int run,
-                            v1::ConsistencySpec::Mode mode) {
+// The servers' data-plane phase times, summed.
+v1::DataPlaneTimes ServerTimes(const std::vector<std::string>& addresses) {
+  v1::DataPlaneTimes sum;
+  for (const auto& a : addresses) {
+    v1::DataPlaneTimes t = ServerTimes(a);
+    sum.set_parse_sec(sum.parse_sec() + t.parse_sec());
+    sum.set_queue_sec(sum.queue_sec() + t.queue_sec());
+    sum.set_apply_sec(sum.apply_sec() + t.apply_sec());
+    sum.set_read_sec(sum.read_sec() + t.read_sec());
+    sum.set_park_sec(sum.park_sec() + t.park_sec());
+  }
+  return sum;
+}
+
+absl::StatusOr<Row> Cluster(const std::vector<std::string>& server_addresses, int workers,
+                            int run, v1::ConsistencySpec::Mode mode) {
   std::vector<std::unique_ptr<worker::Trainer>> trainers;
   NullSink sink;
   worker::TrainerOptions to;
@@ -205,26 +221,27 @@ absl::StatusOr<Row> Cluster(const std::string& server_address, int workers, int 
   to.data_spin = absl::Microseconds(absl::GetFlag(FLAGS_data_spin_us));
   for (int r = 0; r < workers; ++r) {
     v1::AssignTaskRequest task;
-    task.set_job_id(absl::StrCat("bench-", workers, "x-", run));
+    task.set_job_id(absl::StrCat("bench-", server_addresses.size(), "s-", workers, "x-", run));
     *task.mutable_spec() = Spec(mode);
     task.mutable_spec()->set_num_workers(workers);
     task.set_rank(r);
     task.set_num_workers(workers);
-    auto map = worker::RoundRobinShardMap(task.job_id(), {server_address}, 64);
+    auto map = worker::RoundRobinShardMap(task.job_id(), server_addresses, 64);
     if (!map.ok()) return map.status();
     *task.mutable_shard_map() = *map;
     auto t = worker::Trainer::Create(task, to, &sink);
     if (!t.ok()) return t.status();
     trainers.push_back(std::move(*t));
   }
-  const v1::DataPlaneTimes before = ServerTimes(server_address);
+  const v1::DataPlaneTimes before = ServerTimes(server_addresses);
   std::vector<absl::Status> st(workers);
   std::vector<std::thread> threads;
   for (int r = 1; r < workers; ++r) threads.emplace_back([&, r] { st[r] = trainers[r]->Run(); });
   st[0] = trainers[0]->Run();
   for (auto& t : threads) t.join();
   Row row;
-  row.name = absl::StrCat("1 server x ", workers, " worker", workers > 1 ? "s" : "",
+  row.name = absl::StrCat(server_addresses.size(), server_addresses.size() > 1 ? " servers" : " server",
+                          " x ", workers, " worker", workers > 1 ? "s" : "",
                           mode == v1::ConsistencySpec::BSP ? " (BSP)" : " (SSP s=1, prefetch)");
   int64_t steps = 0;
   for (int r = 0; r < workers; ++r) {
@@ -240,7 +257,7 @@ absl::StatusOr<Row> Cluster(const std::string& server_address, int workers, int 
     row.wait += res.client_wait_sec;
     row.copy += res.client_copy_sec;
   }
-  const v1::DataPlaneTimes after = ServerTimes(server_address);
+  const v1::DataPlaneTimes after = ServerTimes(server_addresses);
   row.server.set_parse_sec((after.parse_sec() - before.parse_sec()) / steps);
   row.server.set_queue_sec((after.queue_sec() - before.queue_sec()) / steps);
   row.server.set_apply_sec((after.apply_sec() - before.apply_sec()) / steps);
@@ -278,28 +295,41 @@ int Main(int argc, char** argv) {
   if (server_bin.empty()) server_bin = DefaultServerBin(argv[0]);
   char tmpl[] = "/tmp/training_bench.XXXXXX";
   std::string dir = mkdtemp(tmpl);
-  psctl::SpawnOptions so;
-  so.binary = server_bin;
-  so.args = {"--listen=127.0.0.1:0", "--port_file=" + dir + "/port", "--log_level=warn"};
-  for (absl::string_view f :
-       absl::StrSplit(absl::GetFlag(FLAGS_server_flags), ' ', absl::SkipEmpty())) {
-    so.args.emplace_back(f);
-  }
-  so.log_file = dir + "/server.log";
-  auto server = psctl::Subprocess::Spawn(so);
-  if (!server.ok()) {
-    std::fprintf(stderr, "--server_bin: %s\n", server.status().ToString().c_str());
-    return 1;
-  }
-  std::string address;
-  for (int i = 0; i < 200 && address.empty(); ++i) {
-    auto text = ReadFile(dir + "/port");
-    if (text.ok() && !text->empty()) address = std::string(absl::StripAsciiWhitespace(*text));
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  if (address.empty()) {
-    std::fprintf(stderr, "ps_server did not start (log: %s/server.log)\n", dir.c_str());
-    return 1;
+  // Starts ps_server number `i`; its address, or "" (reported) when it did not start.
+  std::vector<std::unique_ptr<psctl::Subprocess>> servers;
+  auto start_server = [&](int i) -> std::string {
+    psctl::SpawnOptions so;
+    so.binary = server_bin;
+    const std::string port_file = absl::StrCat(dir, "/port", i);
+    so.args = {"--listen=127.0.0.1:0", "--port_file=" + port_file, "--log_level=warn"};
+    for (absl::string_view f :
+         absl::StrSplit(absl::GetFlag(FLAGS_server_flags), ' ', absl::SkipEmpty())) {
+      so.args.emplace_back(f);
+    }
+    so.log_file = absl::StrCat(dir, "/server", i, ".log");
+    auto server = psctl::Subprocess::Spawn(so);
+    if (!server.ok()) {
+      std::fprintf(stderr, "--server_bin: %s\n", server.status().ToString().c_str());
+      return "";
+    }
+    servers.push_back(std::move(*server));
+    std::string address;
+    for (int k = 0; k < 200 && address.empty(); ++k) {
+      auto text = ReadFile(port_file);
+      if (text.ok() && !text->empty()) address = std::string(absl::StripAsciiWhitespace(*text));
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    if (address.empty()) {
+      std::fprintf(stderr, "ps_server did not start (log: %s)\n", so.log_file.c_str());
+    }
+    return address;
+  };
+  const std::string address = start_server(0);
+  if (address.empty()) return 1;
+  std::string second;
+  if (absl::GetFlag(FLAGS_two_servers)) {
+    second = start_server(1);
+    if (second.empty()) return 1;
   }
 
   std::printf(
@@ -310,9 +340,17 @@ int Main(int argc, char** argv) {
   // Each repeat measures every row once, one after the other, so a slow spell of the machine
   // hits the baseline and the cluster alike; the table shows medians over the repeats.
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
-  std::vector<std::pair<int, v1::ConsistencySpec::Mode>> configs = {
-      {1, v1::ConsistencySpec::BSP}, {1, v1::ConsistencySpec::SSP}};
-  if (!absl::GetFlag(FLAGS_skip_two_workers)) configs.push_back({2, v1::ConsistencySpec::BSP});
+  struct Config {
+    std::vector<std::string> servers;
+    int workers;
+    v1::ConsistencySpec::Mode mode;
+  };
+  std::vector<Config> configs = {{{address}, 1, v1::ConsistencySpec::BSP},
+                                 {{address}, 1, v1::ConsistencySpec::SSP}};
+  if (!absl::GetFlag(FLAGS_skip_two_workers)) {
+    configs.push_back({{address}, 2, v1::ConsistencySpec::BSP});
+  }
+  if (!second.empty()) configs.push_back({{address, second}, 1, v1::ConsistencySpec::BSP});
   std::vector<std::vector<Row>> runs(configs.size() + 1);
   std::vector<std::vector<double>> ratios(configs.size() + 1);
   int run = 0;
@@ -326,10 +364,11 @@ int Main(int argc, char** argv) {
     runs[0].push_back(*single);
     ratios[0].push_back(1.0);
     for (size_t c = 0; c < configs.size(); ++c) {
-      const auto [workers, mode] = configs[c];
-      std::fprintf(stderr, "repeat %d/%d: training through the server with %d worker(s)...\n",
-                   rep + 1, repeats, workers);
-      auto row = Cluster(address, workers, run++, mode);
+      const Config& config = configs[c];
+      const int workers = config.workers;
+      std::fprintf(stderr, "repeat %d/%d: training through %zu server(s) with %d worker(s)...\n",
+                   rep + 1, repeats, config.servers.size(), workers);
+      auto row = Cluster(config.servers, workers, run++, config.mode);
       if (!row.ok()) {
         std::fprintf(stderr, "%d workers: %s\n", workers, row.status().ToString().c_str());
         return 1;
@@ -387,12 +426,14 @@ int Main(int argc, char** argv) {
                 med(rs, [](const Row& r) { return r.server.read_sec(); }) * 1e3,
                 med(rs, [](const Row& r) { return r.server.park_sec(); }) * 1e3);
   }
-  if (runs.size() == 4) {
-    std::printf("\n2 workers / 1 worker (BSP): %.2f\n",
-                med(runs[3], [](const Row& r) { return r.samples_per_sec; }) /
-                    med(runs[1], [](const Row& r) { return r.samples_per_sec; }));
+  for (size_t c = 0; c < configs.size(); ++c) {
+    if (configs[c].workers == 2 && configs[c].servers.size() == 1) {
+      std::printf("\n2 workers / 1 worker (BSP): %.2f\n",
+                  med(runs[c + 1], [](const Row& r) { return r.samples_per_sec; }) /
+                      med(runs[1], [](const Row& r) { return r.samples_per_sec; }));
+    }
   }
-  (*server)->Terminate(absl::Seconds(5));
+  for (auto& server : servers) server->Terminate(absl::Seconds(5));
   return 0;
 }
 
