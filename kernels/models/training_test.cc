@@ -52,8 +52,11 @@ class TrainingTest : public ::testing::Test {
   }
 
   // Trains `model` with SGD for `epochs` over `train`; returns accuracy on `test`.
+  // SGD at `lr`, the last epoch at `lr * last_epoch_scale` (a smaller step there settles the
+  // weights, so the test accuracy does not depend on where the final steps happened to land).
   double TrainAndTest(Model& model, const Data& train, const Data& test, int epochs,
-                      int64_t batch_size, float lr, double* first_loss, double* last_loss) {
+                      int64_t batch_size, float lr, double* first_loss, double* last_loss,
+                      float last_epoch_scale = 1.f) {
     HostParams host(model);
     std::vector<int64_t> order(train.n);
     std::iota(order.begin(), order.end(), 0);
@@ -84,7 +87,7 @@ class TrainingTest : public ::testing::Test {
         if (*first_loss < 0) *first_loss = r.loss;
         loss_sum += r.loss;
         ++loss_steps;
-        host.ApplySgd(grads, lr);
+        host.ApplySgd(grads, epoch + 1 == epochs ? lr * last_epoch_scale : lr);
       }
     }
     *last_loss = loss_sum / loss_steps;  // Mean over training, a smoothed "recent" loss below.
@@ -290,9 +293,10 @@ TEST_F(TrainingTest, MlpLearnsRealFashionMnist) {
   auto model = CreateModel(Spec("mlp", 784, 10, {128}), backend_.get());
   ASSERT_TRUE(model.ok()) << model.status();
   double first = 0, last = 0;
-  const double accuracy = TrainAndTest(**model, train, test, 2, 64, 0.05f, &first, &last);
+  const double accuracy =
+      TrainAndTest(**model, train, test, 2, 64, 0.05f, &first, &last, /*last_epoch_scale=*/0.2f);
   RecordProperty("test_accuracy", std::to_string(accuracy));
-  std::printf("Fashion-MNIST MLP [128], 2 epochs SGD: test accuracy %.4f, test loss %.4f\n",
+  std::printf("Fashion-MNIST MLP [128], 2 epochs SGD (the second at lr / 5): test accuracy %.4f, test loss %.4f\n",
               accuracy, last);
   EXPECT_GT(accuracy, 0.84);
 }
