@@ -204,7 +204,9 @@ TEST(PlacementTest, ReplacePromotesABackup) {
   for (int i = 0; i < after->assignments_size(); ++i) {
     const auto& was = placed->shard_map.assignments(i);
     const auto& now = after->assignments(i);
-    if (was.primary() == "server-1") EXPECT_EQ(now.primary(), was.backups(0));
+    if (was.primary() == "server-1") {
+      EXPECT_EQ(now.primary(), was.backups(0));
+    }
     EXPECT_EQ(now.backups_size(), 1) << now.DebugString();
     EXPECT_NE(now.backups(0), now.primary());
   }
