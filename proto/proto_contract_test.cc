@@ -126,7 +126,9 @@ TEST(ProtoContractTest, EveryRpcMessageRoundTripsWithAllFieldsSet) {
           << d->full_name() << "\nin:  " << in->ShortDebugString()
           << "\nout: " << out->ShortDebugString();
       // Each non-empty request really carries its fields (nothing silently dropped).
-      if (d->field_count() > 0) EXPECT_FALSE(wire.empty()) << d->full_name();
+      if (d->field_count() > 0) {
+        EXPECT_FALSE(wire.empty()) << d->full_name();
+      }
     }
   }
 }

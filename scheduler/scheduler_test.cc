@@ -521,7 +521,9 @@ TEST_F(SchedulerTest, RefusedPlacementsAreRetriedThenFail) {
   EXPECT_EQ(job.state(), v1::JOB_FAILED);
   EXPECT_THAT(job.reason(), HasSubstr("gave up after 5 attempts"));
   for (const std::string& w : ids_) {
-    if (FakeNode* n = Node(w); n->worker()) EXPECT_THAT(n->worker()->assigned(), IsEmpty());
+    if (FakeNode* n = Node(w); n->worker()) {
+      EXPECT_THAT(n->worker()->assigned(), IsEmpty());
+    }
   }
 }
 

@@ -31,10 +31,14 @@ TEST(SpamAssassinTest, LoadsTheInstalledCorpusWithAFixedSplit) {
       double norm = 0;
       for (uint64_t j = s->offsets[i]; j < s->offsets[i + 1]; ++j) {
         EXPECT_LT(s->keys[j], uint64_t{1} << 20);
-        if (j > s->offsets[i]) EXPECT_LT(s->keys[j - 1], s->keys[j]);
+        if (j > s->offsets[i]) {
+          EXPECT_LT(s->keys[j - 1], s->keys[j]);
+        }
         norm += double{s->values[j]} * s->values[j];
       }
-      if (s->offsets[i + 1] > s->offsets[i]) EXPECT_NEAR(norm, 1.0, 1e-4) << i;
+      if (s->offsets[i + 1] > s->offsets[i]) {
+        EXPECT_NEAR(norm, 1.0, 1e-4) << i;
+      }
     }
   }
 }
