@@ -243,13 +243,8 @@ absl::Status TcpConn::Wait(const std::shared_ptr<Round>& round, absl::Time deadl
     if (absl::Now() >= deadline) break;
     if (TryOwn()) {
       // Frames other threads queued meanwhile go out before this thread lets go.
-      Drive(
-          [this, &round] {
-            if (!round->Finished() || out_.has_value()) return false;
-            absl::MutexLock l(&mu_);
-            return writes_.empty();
-          },
-          deadline, /*until_full=*/false, /*poll_first=*/rpos_ == rend_);
+      Drive([this, &round] { return Settled(*round); }, deadline, /*until_full=*/false,
+            /*poll_first=*/rpos_ == rend_);
       Disown();
       continue;
     }
@@ -355,8 +350,14 @@ void TcpConn::Drive(absl::FunctionRef<bool()> stop, absl::Time deadline, bool un
   }
 }
 
+bool TcpConn::Settled(const Round& round) {
+  if (!round.Finished() || out_.has_value()) return false;
+  absl::MutexLock l(&mu_);
+  return writes_.empty();
+}
+
 size_t TcpConn::WaitAll(absl::Span<TcpConn* const> conns,
-                      absl::Span<const std::shared_ptr<Round>> rounds, absl::Time deadline) {
+                        absl::Span<const std::shared_ptr<Round>> rounds, absl::Time deadline) {
   struct Driven {
     TcpConn* conn;
     Round* round;
@@ -378,11 +379,7 @@ size_t TcpConn::WaitAll(absl::Span<TcpConn* const> conns,
     for (size_t i = 0; i < driven.size();) {
       TcpConn* c = driven[i].conn;
       Round* round = driven[i].round;
-      auto stop = [c, round] {
-        if (!round->Finished() || c->out_.has_value()) return false;
-        absl::MutexLock l(&c->mu_);
-        return c->writes_.empty();
-      };
+      auto stop = [c, round] { return c->Settled(*round); };
       if (c->Step(stop, /*until_full=*/false, &driven[i].readable) == Progress::kBlocked) {
         ++i;
         continue;

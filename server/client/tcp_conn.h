@@ -106,6 +106,9 @@ class TcpConn : public DataConn {
   // `poll_first`: nothing was read since the last look, so ask poll() before recv().
   void Drive(absl::FunctionRef<bool()> stop, absl::Time deadline, bool until_full = false,
              bool poll_first = false);
+  // As the I/O owner: `round` is complete and nothing queued is left to write (frames of other
+  // threads' calls included), so the owner may let go.
+  bool Settled(const Round& round);
   enum class Progress { kBlocked, kDone, kBroken };
   // As the I/O owner, without blocking: writes what the socket takes, reads what it has (if
   // `*readable`). kDone when `stop()` (or, with `until_full`, the socket is full); kBroken when
