@@ -82,16 +82,17 @@ absl::Status ReadUntilStatus(int fd) {
 
 class TcpDataPlaneTest : public ::testing::Test {
  public:  // The helpers are used by free functions below too.
-  // A client of job "job" over the TCP data port, with `table` created under `mode` for
-  // `workers` workers (nullptr after a test failure).
-  static std::unique_ptr<PsClient> TcpClient(InProcessCluster& cluster,
-                                             const v1::TableSpec& table,
-                                             v1::ConsistencySpec::Mode mode, uint32_t workers,
-                                             absl::Duration timeout = absl::Seconds(20)) {
+  // A client of job "job" over `transport`, with `tables` created under `mode` for `workers`
+  // workers (nullptr after a test failure).
+  static std::unique_ptr<PsClient> ClientWith(InProcessCluster& cluster,
+                                              const std::vector<v1::TableSpec>& tables,
+                                              DataTransport transport,
+                                              v1::ConsistencySpec::Mode mode, uint32_t workers,
+                                              absl::Duration timeout = absl::Seconds(20)) {
     PsClientOptions o;
-    o.data_transport = DataTransport::kTcp;
+    o.data_transport = transport;
     o.call_timeout = timeout;
-    auto client = cluster.Client("job", {table}, 0, o);
+    auto client = cluster.Client("job", tables, 0, o);
     if (!client.ok()) {
       ADD_FAILURE() << client.status();
       return nullptr;
@@ -104,6 +105,14 @@ class TcpDataPlaneTest : public ::testing::Test {
       return nullptr;
     }
     return std::move(*client);
+  }
+
+  // The same over the TCP data port with one table.
+  static std::unique_ptr<PsClient> TcpClient(InProcessCluster& cluster,
+                                             const v1::TableSpec& table,
+                                             v1::ConsistencySpec::Mode mode, uint32_t workers,
+                                             absl::Duration timeout = absl::Seconds(20)) {
+    return ClientWith(cluster, {table}, DataTransport::kTcp, mode, workers, timeout);
   }
 
   // A client of job "job" with the default transport (auto) creates `table` (ASP, 1 worker) and
@@ -141,21 +150,16 @@ class TcpDataPlaneTest : public ::testing::Test {
     EXPECT_TRUE(cluster.status().ok()) << cluster.status();
     auto w = DenseSpec("w", {dense}, kAdam, block);
     auto e = SparseSpec("e", 8, 1000, kAdam);
-    PsClientOptions o;
-    o.data_transport = transport;
-    auto client = cluster.Client("job", {w, e}, 0, o);
-    EXPECT_TRUE(client.ok()) << client.status();
-    v1::ConsistencySpec bsp;
-    bsp.set_mode(v1::ConsistencySpec::BSP);
-    EXPECT_TRUE((*client)->CreateTables(bsp, 1).ok());
+    auto client = ClientWith(cluster, {w, e}, transport, v1::ConsistencySpec::BSP, 1);
+    *used_ok = client != nullptr;
+    if (client == nullptr) return {};
     std::vector<float> wv(dense), g(dense);
     std::vector<uint64_t> keys = {1, 7, 7, 999};
     std::vector<float> rows(keys.size() * 8), rg(keys.size() * 8);
-    *used_ok = true;
     for (int step = 0; step < 5; ++step) {
       for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(0.01f * i + step);
       for (size_t i = 0; i < rg.size(); ++i) rg[i] = std::cos(0.1f * i - step);
-      absl::Status st = (*client)->PushPull(step, {{{"w", g.data()}}, {{"e", keys, rg.data()}}},
+      absl::Status st = client->PushPull(step, {{{"w", g.data()}}, {{"e", keys, rg.data()}}},
                                             {{{"w", wv.data()}}, {{"e", keys, rows.data()}}});
       if (!st.ok()) {
         ADD_FAILURE() << st;
@@ -163,7 +167,7 @@ class TcpDataPlaneTest : public ::testing::Test {
       }
     }
     wv.insert(wv.end(), rows.begin(), rows.end());
-    if (stats != nullptr) *stats = (*client)->stats();
+    if (stats != nullptr) *stats = client->stats();
     return wv;
   }
 };
@@ -202,15 +206,10 @@ TEST_F(TcpDataPlaneTest, ConcurrentCallsToSeveralServersEachComplete) {
   const v1::OptimizerSpec sgd = Optimizer(v1::OptimizerSpec::SGD, 0.5f);
   auto a = DenseSpec("a", {n}, sgd, 16 * 1024);
   auto b = DenseSpec("b", {n}, sgd, 16 * 1024);
-  PsClientOptions o;
-  o.data_transport = DataTransport::kTcp;
-  auto client = cluster.Client("job", {a, b}, 0, o);
-  ASSERT_TRUE(client.ok()) << client.status();
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
+  auto client = ClientWith(cluster, {a, b}, DataTransport::kTcp, v1::ConsistencySpec::ASP, 1);
+  ASSERT_NE(client, nullptr);
   std::vector<float> a0(n), b0(n);
-  ASSERT_TRUE((*client)->Pull(0, {{{"a", a0.data()}, {"b", b0.data()}}, {}}).ok());
+  ASSERT_TRUE(client->Pull(0, {{{"a", a0.data()}, {"b", b0.data()}}, {}}).ok());
   constexpr int kRounds = 20;
   std::vector<float> av(n);
   absl::Status sa, sb;
@@ -218,13 +217,13 @@ TEST_F(TcpDataPlaneTest, ConcurrentCallsToSeveralServersEachComplete) {
   std::thread ta([&] {  // Pushes `a` step by step and reads it back.
     std::vector<float> g(n, 1.f);
     for (int r = 0; r < kRounds && sa.ok(); ++r) {
-      sa = (*client)->PushPull(r, {{{"a", g.data()}}, {}}, {{{"a", av.data()}}, {}});
+      sa = client->PushPull(r, {{{"a", g.data()}}, {}}, {{{"a", av.data()}}, {}});
     }
   });
   std::thread tb([&] {  // Meanwhile reads `b`, which nobody changes.
     std::vector<float> bv(n);
     for (int r = 0; r < 2 * kRounds && sb.ok(); ++r) {
-      sb = (*client)->Pull(0, {{{"b", bv.data()}}, {}});
+      sb = client->Pull(0, {{{"b", bv.data()}}, {}});
       if (sb.ok() && std::memcmp(bv.data(), b0.data(), n * sizeof(float)) != 0) ++b_mismatches;
     }
   });
@@ -233,7 +232,7 @@ TEST_F(TcpDataPlaneTest, ConcurrentCallsToSeveralServersEachComplete) {
   ASSERT_TRUE(sa.ok()) << sa;
   ASSERT_TRUE(sb.ok()) << sb;
   EXPECT_EQ(b_mismatches, 0);
-  EXPECT_GT((*client)->stats().joint_waits, 0u);
+  EXPECT_GT(client->stats().joint_waits, 0u);
   // SGD: each push moves a weight by -0.5 * gradient; the last call read all kRounds pushes.
   for (uint64_t i = 0; i < n; i += 997) {
     ASSERT_NEAR(av[i], a0[i] - 0.5f * kRounds, 1e-3f) << i;
