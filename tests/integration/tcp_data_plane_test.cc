@@ -23,6 +23,7 @@
 #include "server/tcp_frame.h"
 #include "server/testing/cluster.h"
 #include "server/wire.h"
+#include "tests/integration/raw_frames.h"
 
 namespace pscluster {
 namespace {
@@ -40,44 +41,6 @@ v1::ServerStatus StatusOf(const std::string& address, const ChannelOptions& ch =
   v1::ServerStatusRequest req;
   EXPECT_TRUE(stub->Status(ctx.get(), req, &resp).ok());
   return resp;
-}
-
-int Connect(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << std::strerror(errno);
-  timeval tv{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
-}
-
-void SendRaw(int fd, const std::string& bytes) {
-  ASSERT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
-            static_cast<ssize_t>(bytes.size()));
-}
-
-std::string Header(uint32_t magic, uint32_t kind, uint32_t length, uint32_t aux) {
-  std::string h(16, '\0');
-  uint32_t v[4] = {magic, kind, length, aux};
-  std::memcpy(h.data(), v, 16);  // The test machines are little-endian, as the format.
-  return h;
-}
-
-// Reads frames until the server's status frame or the end of the connection. Returns the
-// status (UNAVAILABLE "closed" when the server only closed).
-absl::Status ReadUntilStatus(int fd) {
-  while (true) {
-    auto h = ReadFrameHeader(fd);
-    if (!h.ok()) return absl::UnavailableError("closed");
-    std::string body(h->length, '\0');
-    if (!ReadFull(fd, body.data(), body.size()).ok()) return absl::UnavailableError("closed");
-    if (h->kind == kFrameStatus) {
-      return FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(h->aux), body), "");
-    }
-  }
 }
 
 class TcpDataPlaneTest : public ::testing::Test {

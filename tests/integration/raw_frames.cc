@@ -1,0 +1,57 @@
+#include "tests/integration/raw_frames.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/status_convert.h"
+#include "server/tcp_frame.h"
+
+namespace pscluster::testing {
+
+int Connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ADD_FAILURE() << "connect to port " << port << ": " << std::strerror(errno);
+    close(fd);
+    return -1;
+  }
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+void SendRaw(int fd, const std::string& bytes) {
+  ASSERT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+}
+
+std::string Header(uint32_t magic, uint32_t kind, uint32_t length, uint32_t aux) {
+  std::string h(kFrameHeaderBytes, '\0');
+  uint32_t v[4] = {magic, kind, length, aux};
+  std::memcpy(h.data(), v, sizeof(v));  // The test machines are little-endian, as the format.
+  return h;
+}
+
+absl::Status ReadUntilStatus(int fd) {
+  while (true) {
+    auto h = ReadFrameHeader(fd);
+    if (!h.ok()) return absl::UnavailableError("closed");
+    std::string body(h->length, '\0');
+    if (!ReadFull(fd, body.data(), body.size()).ok()) return absl::UnavailableError("closed");
+    if (h->kind == kFrameStatus) {
+      return FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(h->aux), body), "");
+    }
+  }
+}
+
+}  // namespace pscluster::testing

@@ -1,0 +1,28 @@
+// Raw access to a ps_server's TCP data port for tests: connect, write bytes and frame headers
+// as they are, read the server's frames back.
+#ifndef PSCLUSTER_TESTS_INTEGRATION_RAW_FRAMES_H_
+#define PSCLUSTER_TESTS_INTEGRATION_RAW_FRAMES_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace pscluster::testing {
+
+// A TCP connection to 127.0.0.1:`port` with a 10 s receive timeout (-1 after a test failure).
+int Connect(int port);
+
+// Writes all of `bytes`; a test failure if the socket does not take them.
+void SendRaw(int fd, const std::string& bytes);
+
+// A frame header with exactly these fields (server/tcp_frame.h).
+std::string Header(uint32_t magic, uint32_t kind, uint32_t length, uint32_t aux);
+
+// Reads frames until the server's status frame or the end of the connection. Returns the
+// status (UNAVAILABLE "closed" when the server only closed, or nothing came for 10 s).
+absl::Status ReadUntilStatus(int fd);
+
+}  // namespace pscluster::testing
+
+#endif  // PSCLUSTER_TESTS_INTEGRATION_RAW_FRAMES_H_
