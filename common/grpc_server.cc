@@ -41,6 +41,12 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   // gRPC sets SO_REUSEPORT by default, which lets a second daemon silently share a port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Our channels ping every 10 s while connected, with or without calls (common/channel.cc).
+  // gRPC's server defaults allow one ping per 5 minutes without data (per 2 hours without calls)
+  // and drop the connection with GOAWAY "too_many_pings" at the third early one, failing every
+  // call on it: a pull parked for a slow worker, a silent stream, lost after about 30 s.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   for (const auto& [name, value] : options.int_args) builder.AddChannelArgument(name, value);
   for (grpc::Service* s : services) builder.RegisterService(s);
   out->server_ = builder.BuildAndStart();

@@ -125,6 +125,50 @@ TEST_F(BootstrapTest, ReflectionServesTheServiceDescriptors) {
   EXPECT_TRUE(found);
 }
 
+// Every channel pings its server every 10 s while it is up, with or without calls
+// (common/channel.cc), so that a dead peer is noticed even while a call waits in silence (a pull
+// parked for a slow worker). The servers must accept those pings. By gRPC's defaults a server
+// counts a ping that comes sooner than 5 minutes after the previous one, with nothing sent in
+// between, as a strike, and at the third it drops the connection with GOAWAY "too_many_pings",
+// failing every call on it. Here: a connection that has been idle (two pings), then a stream on
+// which neither side says anything for 30 s (three more pings), must survive and still work.
+TEST_F(BootstrapTest, ASilentStreamSurvivesTheChannelsKeepalivePings) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::health::v1::HealthCheckRequest hreq;
+  grpc::health::v1::HealthCheckResponse hresp;
+  {
+    auto ctx = CallContext(absl::Seconds(5));
+    ASSERT_TRUE(health->Check(ctx.get(), hreq, &hresp).ok());
+  }
+  absl::SleepFor(absl::Seconds(22));  // Idle: pings at about 10 and 20 s.
+  ASSERT_EQ(channel_->GetState(false), GRPC_CHANNEL_READY);
+
+  grpc::internal::RpcMethod method(
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      grpc::internal::RpcMethod::BIDI_STREAMING, channel_);
+  auto ctx = CallContext(absl::Seconds(60));
+  std::unique_ptr<grpc::ClientReaderWriter<ServerReflectionRequest, ServerReflectionResponse>> rw(
+      grpc::internal::ClientReaderWriterFactory<ServerReflectionRequest,
+                                                ServerReflectionResponse>::Create(channel_.get(),
+                                                                                  method,
+                                                                                  ctx.get()));
+  const absl::Time until = absl::Now() + absl::Seconds(32);
+  while (absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(250));
+    ASSERT_EQ(channel_->GetState(false), GRPC_CHANNEL_READY)
+        << "the connection went down under a silent stream, "
+        << absl::ToInt64Seconds(until - absl::Now()) << " s before the end";
+  }
+  ServerReflectionRequest req;
+  req.set_list_services("");
+  ASSERT_TRUE(rw->Write(req));
+  rw->WritesDone();
+  ServerReflectionResponse resp;
+  EXPECT_TRUE(rw->Read(&resp));
+  grpc::Status st = rw->Finish();
+  EXPECT_TRUE(st.ok()) << st.error_code() << ": " << st.error_message();
+}
+
 TEST_F(BootstrapTest, UnimplementedMethodGetsAStatusNotACrash) {
   auto stub = v1::Scheduler::NewStub(channel_);
   v1::GetJobRequest req;
