@@ -9,6 +9,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <fstream>
+#include <random>
 
 #include "common/atomic_file.h"
 #include "common/dtype.h"
@@ -583,6 +584,56 @@ TEST_F(CheckpointTest, CorruptOrTruncatedCheckpointsAreRefusedAndChangeNothing) 
   EXPECT_EQ(Status("j").jobs(0).min_clock(), 3);
   EXPECT_EQ(Restore(TempDir("missing.ckpt")).code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(Restore(path).ok());
+}
+
+// Damage of every kind, at random places: bit flips (header, body, trailer), truncation at any
+// length, bytes inserted or a range repeated. Every file is refused as DATA_LOSS naming it, and
+// the job's state stays exactly as it was.
+TEST_F(CheckpointTest, RandomlyDamagedCheckpointsAreRefusedAndChangeNothing) {
+  Train(0, 2);
+  const std::string good = *ReadFile(Ckpt());
+  Train(2, 3);
+  const auto before = All();
+  std::mt19937_64 rng(20261130);
+  auto at = [&](size_t n) { return static_cast<size_t>(rng() % std::max<size_t>(n, 1)); };
+  const std::string p = TempDir("damaged.ckpt");
+  int refused = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string bytes = good;
+    switch (i % 5) {
+      case 0:  // Bits flipped anywhere.
+        for (int f = 0, n = 1 + static_cast<int>(rng() % 4); f < n; ++f) {
+          bytes[at(bytes.size())] ^= static_cast<char>(1u << (rng() % 8));
+        }
+        break;
+      case 1:  // Bits flipped in the first or last 64 bytes (header, trailer).
+        for (int f = 0, n = 1 + static_cast<int>(rng() % 4); f < n; ++f) {
+          const size_t k = at(64);
+          bytes[rng() % 2 ? k : bytes.size() - 1 - k] ^= static_cast<char>(1u << (rng() % 8));
+        }
+        break;
+      case 2:  // Cut anywhere.
+        bytes.resize(at(bytes.size()));
+        break;
+      case 3:  // Bytes inserted.
+        bytes.insert(at(bytes.size()), std::string(1 + at(16), static_cast<char>(rng())));
+        break;
+      default: {  // A range repeated.
+        const size_t from = at(bytes.size()), len = 1 + at(std::min<size_t>(4096, good.size() - from));
+        bytes.insert(at(bytes.size()), good.substr(from, len));
+        break;
+      }
+    }
+    if (bytes == good) continue;
+    ASSERT_TRUE(WriteFileAtomically(p, bytes).ok());
+    absl::Status s = Restore(p);
+    ASSERT_EQ(s.code(), absl::StatusCode::kDataLoss) << "damage " << i << ": " << s;
+    ASSERT_NE(s.message().find(p), std::string::npos) << "names the file: " << s;
+    ++refused;
+  }
+  EXPECT_GE(refused, 290);
+  EXPECT_EQ(All(), before);
+  EXPECT_EQ(Status("j").jobs(0).min_clock(), 3);
 }
 
 TEST_F(CheckpointTest, ExportsDenseTablesAsSafetensors) {

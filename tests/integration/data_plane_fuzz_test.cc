@@ -6,8 +6,9 @@
 // server must answer with well-formed replies and a status, or close, within 10 s; it must never
 // crash or hang; another job's table must not change; and afterwards it serves as before.
 //
-// Deterministic: fixed seeds, so a failure replays. PSCLUSTER_FUZZ_ITERATIONS overrides the
-// number of connections per seed (for longer runs by hand).
+// The same chunks go over the gRPC PushPull and Push streams, and mutated PullRequests over
+// Pull. Deterministic: fixed seeds, so a failure replays. PSCLUSTER_FUZZ_ITERATIONS overrides
+// the number of connections (calls) per seed, for longer runs by hand.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -25,6 +26,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/channel.h"
+#include "grpcpp/impl/codegen/rpc_method.h"
+#include "grpcpp/impl/codegen/sync_stream.h"
+#include "proto/ps.grpc.pb.h"
 #include "server/tcp_frame.h"
 #include "server/testing/cluster.h"
 #include "server/wire.h"
@@ -103,14 +108,11 @@ class ChunkFuzzer {
   std::string Frame() {
     v1::PushChunk c;
     std::string values;
-    Valid(&c, &values);
-    const int mutations = Pick(5);
-    for (int i = 0; i < mutations; ++i) Mutate(&c, &values);
+    Chunk(&c, &values);
     const int how = Pick(10);
     if (how < 6) return ClientFrame(c, values);
     if (how < 8) {  // Values inside the protobuf, with an honest or a lying header.
-      c.set_values(values);
-      std::string body = c.SerializeAsString();
+      std::string body = Inline(&c, values);
       uint32_t aux = 0;
       switch (Pick(4)) {
         case 0: aux = static_cast<uint32_t>(body.size()); break;
@@ -124,16 +126,42 @@ class ChunkFuzzer {
       }
       return Header(kTcpFrameMagic, kFrameMessage, length, aux) + body;
     }
-    // A well-formed frame with bytes of its body flipped.
     std::string frame = ClientFrame(c, values);
-    if (frame.size() > kFrameHeaderBytes) {
-      const int flips = 1 + Pick(8);
-      for (int i = 0; i < flips; ++i) {
-        size_t at = kFrameHeaderBytes + rng_() % (frame.size() - kFrameHeaderBytes);
-        frame[at] = static_cast<char>(frame[at] ^ (1u << Pick(8)));
-      }
-    }
+    Flip(&frame, kFrameHeaderBytes);
     return frame;
+  }
+
+  // One message of a gRPC Push or PushPull stream: as the client encodes it (the values in
+  // their own slices), with the values inside the protobuf, or with bytes flipped.
+  grpc::ByteBuffer Message() {
+    v1::PushChunk c;
+    std::string values;
+    Chunk(&c, &values);
+    const int how = Pick(10);
+    if (how < 6) return EncodeWithPayload(c, kPushChunkValuesField, {grpc::Slice(values)});
+    std::string body = how < 8 ? Inline(&c, values)
+                               : Bytes(EncodeWithPayload(c, kPushChunkValuesField,
+                                                         {grpc::Slice(values)}));
+    if (how >= 8) Flip(&body, 0);
+    grpc::Slice slice(body);
+    return grpc::ByteBuffer(&slice, 1);
+  }
+
+  // A PullRequest for the fuzzed jobs, mutated like the chunks.
+  v1::PullRequest PullRequest() {
+    v1::PushChunk c;
+    std::string values;
+    Chunk(&c, &values);
+    v1::PullRequest r;
+    r.set_request_id(c.request_id());
+    r.set_job_id(c.tag().job_id());
+    r.set_epoch(c.epoch());
+    r.set_worker(c.tag().worker());
+    r.set_clock(c.tag().step());
+    r.set_dtype(c.dtype());
+    for (int i = 0, n = Pick(4); i < n; ++i) *r.add_slices() = c.slice();
+    if (Pick(4) == 0) *r.add_slices() = v1::Slice();
+    return r;
   }
 
   int Pick(int n) { return static_cast<int>(rng_() % static_cast<uint64_t>(n)); }
@@ -145,6 +173,28 @@ class ChunkFuzzer {
     return Header(kTcpFrameMagic, kFrameMessage, static_cast<uint32_t>(body.size()),
                   static_cast<uint32_t>(values.size())) +
            body;
+  }
+
+  // A valid chunk with up to four fields mutated.
+  void Chunk(v1::PushChunk* c, std::string* values) {
+    Valid(c, values);
+    const int mutations = Pick(5);
+    for (int i = 0; i < mutations; ++i) Mutate(c, values);
+  }
+
+  // The chunk with its values as an ordinary protobuf field.
+  static std::string Inline(v1::PushChunk* c, const std::string& values) {
+    c->set_values(values);
+    return c->SerializeAsString();
+  }
+
+  // Flips one to eight bits of `bytes` at or after `from`.
+  void Flip(std::string* bytes, size_t from) {
+    if (bytes->size() <= from) return;
+    for (int i = 0, n = 1 + Pick(8); i < n; ++i) {
+      size_t at = from + rng_() % (bytes->size() - from);
+      (*bytes)[at] = static_cast<char>((*bytes)[at] ^ (1u << Pick(8)));
+    }
   }
 
   // A chunk the server would accept: job "fz" (or "fzb", BSP), worker 0 or 1, a block of "w" or
@@ -287,40 +337,69 @@ class ChunkFuzzer {
   std::mt19937_64 rng_;
 };
 
-int Iterations() {
+int Iterations(int fallback) {
   const char* env = std::getenv("PSCLUSTER_FUZZ_ITERATIONS");
-  return env != nullptr ? std::max(1, std::atoi(env)) : 1500;
+  return env != nullptr ? std::max(1, std::atoi(env)) : fallback;
 }
 
-TEST(DataPlaneFuzzTest, HostileChunksNeverCrashTheServerOrTouchOtherJobs) {
-  InProcessCluster cluster(1);
-  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
-  const int port = cluster.server(0)->data_port();
+std::string Summary(const std::map<std::string, int>& outcomes) {
+  std::string out;
+  for (const auto& [what, n] : outcomes) absl::StrAppend(&out, " ", what, ": ", n);
+  return out;
+}
+
+// One server holding three jobs: "job", which the fuzzer never addresses (its table must not
+// change), and "fz" (ASP) and "fzb" (BSP, so reads park), two workers each, with a dense table
+// "w" and a sparse table "e".
+class DataPlaneFuzzTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.status().ok()) << cluster_.status();
+    PsClientOptions o;
+    o.data_transport = DataTransport::kTcp;
+    auto victim = cluster_.Client("job", {DenseSpec("w", {kDenseElems}, kAdam, kBlockElems)}, 0, o);
+    ASSERT_TRUE(victim.ok()) << victim.status();
+    victim_ = std::move(*victim);
+    v1::ConsistencySpec asp;
+    asp.set_mode(v1::ConsistencySpec::ASP);
+    ASSERT_TRUE(victim_->CreateTables(asp, 1).ok());
+    before_.resize(kDenseElems);
+    ASSERT_TRUE(victim_->Pull(0, {{{"w", before_.data()}}, {}}).ok());
+    auto fz = cluster_.Client("fz", FuzzTables(), 0, o);
+    ASSERT_TRUE(fz.ok()) << fz.status();
+    fz_ = std::move(*fz);
+    ASSERT_TRUE(fz_->CreateTables(asp, 2).ok());
+    auto fzb = cluster_.Client("fzb", FuzzTables(), 0, o);
+    ASSERT_TRUE(fzb.ok()) << fzb.status();
+    fzb_ = std::move(*fzb);
+    v1::ConsistencySpec bsp;
+    bsp.set_mode(v1::ConsistencySpec::BSP);
+    ASSERT_TRUE(fzb_->CreateTables(bsp, 2).ok());
+  }
+
+  // The other job's table is untouched, and everything still serves.
+  void ExpectUnharmed() {
+    std::vector<float> after(kDenseElems);
+    ASSERT_TRUE(victim_->Pull(0, {{{"w", after.data()}}, {}}).ok());
+    EXPECT_EQ(before_, after);
+    std::vector<float> g(kDenseElems, 1.f);
+    ASSERT_TRUE(victim_->PushPull(0, {{{"w", g.data()}}, {}}, {{{"w", after.data()}}, {}}).ok());
+    EXPECT_NE(before_, after);
+    std::vector<float> w(kDenseElems);
+    EXPECT_TRUE(fz_->Pull(0, {{{"w", w.data()}}, {}}).ok());
+  }
+
+  InProcessCluster cluster_{1};
+  std::unique_ptr<PsClient> victim_, fz_, fzb_;
+  std::vector<float> before_;
+};
+
+TEST_F(DataPlaneFuzzTest, HostileFramesOnTheTcpPortNeverCrashTheServerOrTouchOtherJobs) {
+  const int port = cluster_.server(0)->data_port();
   ASSERT_GT(port, 0);
-
-  PsClientOptions o;
-  o.data_transport = DataTransport::kTcp;
-  // The victim: another job on the same server, never addressed by the fuzzer.
-  auto victim = cluster.Client("job", {DenseSpec("w", {kDenseElems}, kAdam, kBlockElems)}, 0, o);
-  ASSERT_TRUE(victim.ok()) << victim.status();
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  ASSERT_TRUE((*victim)->CreateTables(asp, 1).ok());
-  std::vector<float> before(kDenseElems);
-  ASSERT_TRUE((*victim)->Pull(0, {{{"w", before.data()}}, {}}).ok());
-  // The fuzzed jobs: "fz" (ASP) and "fzb" (BSP, so reads park), two workers each.
-  auto fz = cluster.Client("fz", FuzzTables(), 0, o);
-  ASSERT_TRUE(fz.ok()) << fz.status();
-  ASSERT_TRUE((*fz)->CreateTables(asp, 2).ok());
-  auto fzb = cluster.Client("fzb", FuzzTables(), 0, o);
-  ASSERT_TRUE(fzb.ok()) << fzb.status();
-  v1::ConsistencySpec bsp;
-  bsp.set_mode(v1::ConsistencySpec::BSP);
-  ASSERT_TRUE((*fzb)->CreateTables(bsp, 2).ok());
-
   std::map<std::string, int> outcomes;
   int replies = 0;
-  const int iterations = Iterations();
+  const int iterations = Iterations(1500);
   for (uint64_t seed : {1u, 2u}) {
     ChunkFuzzer fuzzer(seed);
     for (int i = 0; i < iterations; ++i) {
@@ -342,24 +421,85 @@ TEST(DataPlaneFuzzTest, HostileChunksNeverCrashTheServerOrTouchOtherJobs) {
       ++outcomes[out.status_frame ? absl::StatusCodeToString(out.code) : "closed"];
     }
   }
-  std::string summary;
-  for (const auto& [what, n] : outcomes) absl::StrAppend(&summary, " ", what, ": ", n);
-  std::cout << "connections by how they ended:" << summary << "; PullChunk replies: " << replies
-            << "\n";
+  std::cout << "TCP connections by how they ended:" << Summary(outcomes)
+            << "; PullChunk replies: " << replies << "\n";
   // The fuzzer reached the validation paths, not only the framing.
   EXPECT_GT(outcomes["INVALID_ARGUMENT"], 0);
   EXPECT_GT(outcomes["NOT_FOUND"], 0);
   EXPECT_GT(replies, 0);
+  ExpectUnharmed();
+}
 
-  // The other job's table is untouched, and everything still serves.
-  std::vector<float> after(kDenseElems);
-  ASSERT_TRUE((*victim)->Pull(0, {{{"w", after.data()}}, {}}).ok());
-  EXPECT_EQ(before, after);
-  std::vector<float> g(kDenseElems, 1.f);
-  ASSERT_TRUE((*victim)->PushPull(0, {{{"w", g.data()}}, {}}, {{{"w", after.data()}}, {}}).ok());
-  EXPECT_NE(before, after);
-  std::vector<float> w(kDenseElems);
-  EXPECT_TRUE((*fz)->Pull(0, {{{"w", w.data()}}, {}}).ok());
+// The same chunks over the gRPC PushPull and Push streams (messages of one or several slices),
+// and mutated PullRequests over Pull. A call parked for the BSP job's absent worker ends at its
+// 2 s deadline.
+TEST_F(DataPlaneFuzzTest, HostileMessagesOverGrpcNeverCrashTheServerOrTouchOtherJobs) {
+  auto channel = MakeChannel(cluster_.addresses()[0]);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  const grpc::internal::RpcMethod push_pull("/pscluster.v1.ParameterServer/PushPull",
+                                            grpc::internal::RpcMethod::BIDI_STREAMING, *channel);
+  const grpc::internal::RpcMethod push("/pscluster.v1.ParameterServer/Push",
+                                       grpc::internal::RpcMethod::CLIENT_STREAMING, *channel);
+  auto stub = v1::ParameterServer::NewStub(*channel);
+  std::map<std::string, int> outcomes;
+  int replies = 0;
+  const int iterations = Iterations(400);
+  for (uint64_t seed : {3u, 4u}) {
+    ChunkFuzzer fuzzer(seed);
+    for (int i = 0; i < iterations; ++i) {
+      SCOPED_TRACE(absl::StrCat("seed ", seed, ", call ", i));
+      auto ctx = CallContext(absl::Seconds(2));
+      grpc::Status st;
+      const int kind = fuzzer.Pick(3);
+      if (kind == 0) {
+        std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> rw(
+            grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+                channel->get(), push_pull, ctx.get()));
+        for (int m = 0, n = 1 + fuzzer.Pick(3); m < n; ++m) {
+          if (!rw->Write(fuzzer.Message())) break;
+        }
+        rw->WritesDone();
+        grpc::ByteBuffer reply;
+        while (rw->Read(&reply)) {
+          v1::PullChunk chunk;
+          EXPECT_TRUE(chunk.ParseFromString(Bytes(reply))) << "a reply that is not a PullChunk";
+          ++replies;
+        }
+        st = rw->Finish();
+      } else if (kind == 1) {
+        grpc::ByteBuffer response;
+        std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> w(
+            grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel->get(), push,
+                                                                        ctx.get(), &response));
+        for (int m = 0, n = 1 + fuzzer.Pick(3); m < n; ++m) {
+          if (!w->Write(fuzzer.Message())) break;
+        }
+        w->WritesDone();
+        st = w->Finish();
+      } else {
+        std::unique_ptr<grpc::ClientReader<v1::PullChunk>> r(
+            stub->Pull(ctx.get(), fuzzer.PullRequest()));
+        v1::PullChunk chunk;
+        while (r->Read(&chunk)) ++replies;
+        st = r->Finish();
+      }
+      ++outcomes[absl::StrCat(kind == 0 ? "PushPull " : kind == 1 ? "Push " : "Pull ",
+                              absl::StatusCodeToString(
+                                  static_cast<absl::StatusCode>(st.error_code())))];
+      // The server's own UNAVAILABLE is "the map has not reached this server yet"; any other
+      // would mean the connection went down.
+      if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        ASSERT_NE(st.error_message().find("epoch"), std::string::npos) << st.error_message();
+      }
+    }
+  }
+  std::cout << "gRPC calls by how they ended:" << Summary(outcomes)
+            << "; PullChunk replies: " << replies << "\n";
+  EXPECT_GT(outcomes["PushPull INVALID_ARGUMENT"], 0);
+  EXPECT_GT(outcomes["Push INVALID_ARGUMENT"], 0);
+  EXPECT_GT(outcomes["Pull NOT_FOUND"] + outcomes["Pull INVALID_ARGUMENT"], 0);
+  EXPECT_GT(replies, 0);
+  ExpectUnharmed();
 }
 
 }  // namespace
