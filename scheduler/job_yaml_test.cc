@@ -1,6 +1,7 @@
 #include "scheduler/job_yaml.h"
 
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -179,6 +180,64 @@ TEST(JobYamlTest, CrossFieldRules) {
                                                "learning_rate: -1}\n",
                           "j.yaml"),
               StatusIs(kInvalid, StartsWith("j.yaml:19: table_optimizers[w].learning_rate:")));
+}
+
+// The scheduler parses job files sent over SubmitJob: hostile text must give a status, never
+// crash the daemon. Nesting deep enough to exhaust a recursive parser's stack, anchors and
+// aliases, huge numbers and long strings.
+TEST(JobYamlTest, HostileTextIsRefusedWithoutCrashing) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"deep flow sequence", "name: x\nmodel: " + std::string(100000, '[')},
+      {"deep flow mapping", "name: x\nmodel: " + std::string(100000, '{')},
+      {"deep block sequence", [] {
+         std::string t = "model:\n";
+         for (int i = 0; i < 20000; ++i) t += std::string(i % 200, ' ') + "- \n";
+         return t;
+       }()},
+      {"alias of itself", "a: &a [*a]\nname: x\n"},
+      {"alias bomb", "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\n"
+                     "c: &c [*b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c]\n"},
+      {"undefined alias", "name: *nope\n"},
+      {"huge number", std::string(kGood).replace(std::string(kGood).find("epochs: 3"), 9,
+                                                 "epochs: 99999999999999999999999999")},
+      {"long string", "name: " + std::string(1 << 20, 'n') + "\n"},
+      {"nul bytes", std::string("name: a\0b\nepochs: 3\n", 20)},
+      {"tabs", "name:\tx\n\tepochs: 3\n"},
+  };
+  for (const auto& [what, text] : cases) {
+    auto spec = LoadJobYaml(text, "hostile.yaml");
+    EXPECT_FALSE(spec.ok()) << what;
+    EXPECT_THAT(std::string(spec.status().message()), StartsWith("hostile.yaml")) << what;
+  }
+}
+
+// Random damage to a valid job file: characters replaced by YAML's syntax characters, lines
+// dropped, repeated or re-indented, the text cut. Every result parses or gives a status naming
+// the file.
+TEST(JobYamlTest, RandomlyDamagedJobFilesGiveAStatus) {
+  std::mt19937_64 rng(7);
+  const std::string syntax = ":-[]{}&*!|>'\"%@`#,? \t\n0123456789.eE+";
+  int refused = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string text = kGood;
+    for (int m = 0, n = 1 + static_cast<int>(rng() % 4); m < n; ++m) {
+      const size_t at = rng() % text.size();
+      switch (rng() % 5) {
+        case 0: text[at] = syntax[rng() % syntax.size()]; break;
+        case 1: text.insert(at, 1, syntax[rng() % syntax.size()]); break;
+        case 2: text.erase(at, 1 + rng() % 20); break;
+        case 3: text.insert(text.rfind('\n', at) + 1, std::string(rng() % 6, ' ')); break;
+        default: text.resize(std::max<size_t>(at, 1)); break;
+      }
+      if (text.empty()) text = "x";
+    }
+    auto spec = LoadJobYaml(text, "damaged.yaml");
+    if (!spec.ok()) {
+      ++refused;
+      EXPECT_THAT(std::string(spec.status().message()), StartsWith("damaged.yaml")) << text;
+    }
+  }
+  EXPECT_GT(refused, 1000);
 }
 
 TEST(JobYamlTest, RoundTripsThroughYaml) {
