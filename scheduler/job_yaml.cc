@@ -119,8 +119,10 @@ class Parser {
     const Descriptor* d = msg->GetDescriptor();
     std::set<std::string> seen;
     for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node& key = it->first;
-      const YAML::Node& value = it->second;
+      // Copies (cheap handles): `it->` returns a temporary proxy, so references into it would
+      // dangle once this statement ends.
+      const YAML::Node key = it->first;
+      const YAML::Node value = it->second;
       int key_line = LineOfNode(key);
       if (!key.IsScalar()) {
         return where_->ErrorAtLine(key_line, path, "keys must be plain names");
