@@ -16,9 +16,28 @@ static_assert(static_cast<int>(absl::StatusCode::kFailedPrecondition) ==
 static_assert(static_cast<int>(absl::StatusCode::kUnauthenticated) ==
               grpc::StatusCode::UNAUTHENTICATED);
 
+namespace {
+
+// Backs `pos` off to the start of a UTF-8 sequence, so that a cut never splits a character.
+size_t CharBoundary(absl::string_view s, size_t pos) {
+  while (pos > 0 && pos < s.size() && (static_cast<unsigned char>(s[pos]) & 0xC0) == 0x80) --pos;
+  return pos;
+}
+
+}  // namespace
+
+std::string BoundedStatusMessage(absl::string_view message) {
+  if (message.size() <= kMaxStatusMessageBytes) return std::string(message);
+  const size_t head = CharBoundary(message, kMaxStatusMessageBytes * 2 / 3);
+  const size_t tail = CharBoundary(message, message.size() - kMaxStatusMessageBytes / 4);
+  return absl::StrCat(message.substr(0, head), " ... [", tail - head, " bytes cut] ... ",
+                      message.substr(tail));
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      BoundedStatusMessage(status.message()));
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {

@@ -5,14 +5,23 @@
 #ifndef PSCLUSTER_COMMON_STATUS_CONVERT_H_
 #define PSCLUSTER_COMMON_STATUS_CONVERT_H_
 
-#include "absl/strings/string_view.h"
+#include <cstddef>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/support/status.h"
 
 namespace pscluster {
 
+// The message is bounded (BoundedStatusMessage): it travels in a header, and a client refuses
+// headers over 8 KiB (non-ASCII bytes count three times there) with an error of its own ("metadata size exceeds limit") instead of ours.
 grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// Messages that echo what a caller sent (a 1 MiB job name, say) are cut in the middle to at most
+// about kMaxStatusMessageBytes, keeping the start (what was wrong) and the end.
+inline constexpr size_t kMaxStatusMessageBytes = 1024;
+std::string BoundedStatusMessage(absl::string_view message);
 
 absl::Status FromGrpcStatus(const grpc::Status& status);
 

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
 namespace pscluster {
 namespace {
 
@@ -31,4 +35,29 @@ TEST(StatusConvertTest, ContextPrefixesTheMessage) {
 }
 
 }  // namespace
+TEST(StatusConvertTest, LongMessagesAreCutInTheMiddleOnACharacterBoundary) {
+  // What a 1 MiB job name in a job file would give.
+  const std::string name(1 << 20, 'n');
+  absl::Status st = absl::InvalidArgumentError(
+      absl::StrCat("job.yaml:1: name: must be 1-64 characters (got '", name, "\xc3\xa9')"));
+  grpc::Status g = ToGrpcStatus(st);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LE(g.error_message().size(), kMaxStatusMessageBytes + 64);
+  EXPECT_EQ(g.error_message().rfind("job.yaml:1: name: must be 1-64 characters (got 'nnn", 0), 0u);
+  EXPECT_NE(g.error_message().find("bytes cut]"), std::string::npos);
+  EXPECT_EQ(g.error_message().substr(g.error_message().size() - 5), "n\xc3\xa9')");
+  // A cut never splits a character: every byte of a 2-byte character stays with its partner.
+  std::string accents;
+  for (int i = 0; i < 2000; ++i) accents += "\xc3\xa9";
+  std::string cut = BoundedStatusMessage(accents);
+  EXPECT_LT(cut.size(), accents.size());
+  const size_t marker = cut.find(" ... [");
+  ASSERT_NE(marker, std::string::npos);
+  EXPECT_EQ(marker % 2, 0u);
+  EXPECT_EQ((cut.size() - cut.find("] ... ") - 6) % 2, 0u);
+  // Short messages pass unchanged.
+  EXPECT_EQ(ToGrpcStatus(absl::NotFoundError("job_id: no job 'x'")).error_message(),
+            "job_id: no job 'x'");
+}
+
 }  // namespace pscluster
