@@ -244,6 +244,25 @@ TEST_F(BadInputTest, OversizedMessage) {
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
 }
 
+// Tables that cannot fit are refused before anything is allocated, even with --memory_bytes left
+// at its default (this machine's memory): a single request must not take the server down by
+// exhausting memory.
+TEST_F(BadInputTest, TablesTooLargeForTheMachineAreRefused) {
+  v1::CreateTablesResponse resp;
+  // 2^38 elements in 4 MiB blocks: 1 TiB of weights, plus Adam's two slots.
+  auto huge = DenseSpec("huge", {uint64_t{1} << 38}, Optimizer(v1::OptimizerSpec::ADAM, 0.01f),
+                        uint64_t{1} << 20);
+  ExpectError(CreateTables(CreateRequest("job2", {huge}, v1::ConsistencySpec::ASP, 1), &resp),
+              absl::StatusCode::kResourceExhausted, "--memory_bytes");
+  // More blocks than a table may have (a pointer each, from the start).
+  auto tiny_blocks = DenseSpec("tiny", {uint64_t{1} << 30}, Sgd(), 1);
+  ExpectError(CreateTables(CreateRequest("job2", {tiny_blocks}, v1::ConsistencySpec::ASP, 1), &resp),
+              absl::StatusCode::kInvalidArgument, "tables[0].block_elems");
+  auto default_blocks = DenseSpec("wide", {uint64_t{1} << 40}, Sgd());
+  ExpectError(CreateTables(CreateRequest("job2", {default_blocks}, v1::ConsistencySpec::ASP, 1), &resp),
+              absl::StatusCode::kInvalidArgument, "use larger blocks");
+}
+
 TEST_F(BadInputTest, NegativeLearningRate) {
   auto t = DenseSpec("w2", {10}, Optimizer(v1::OptimizerSpec::ADAM, -0.01f));
   v1::CreateTablesResponse resp;

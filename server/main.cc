@@ -25,7 +25,8 @@ ABSL_FLAG(std::string, port_file, "", "write host:port here once serving (and re
 ABSL_FLAG(std::string, scheduler, "",
           "host:port of ps_scheduler to register and heartbeat with; empty = standalone");
 ABSL_FLAG(uint64_t, memory_bytes, 0,
-          "bytes of parameters and optimizer state this server may hold (0 = unlimited)");
+          "bytes of parameters and optimizer state this server may hold (0 = this machine's memory, "
+          "or its container's limit)");
 ABSL_FLAG(std::string, checkpoint_dir, "", "default directory for checkpoints");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain (enables TLS with --tls_key)");

@@ -31,7 +31,8 @@ namespace pscluster {
 struct PsHandlerOptions {
   // Checkpoint directory for jobs that name none (--checkpoint_dir).
   std::string checkpoint_dir;
-  // Bytes of parameters and optimizer state this server may hold; 0 = unlimited.
+  // Bytes of parameters and optimizer state this server may hold; 0 = unlimited (PsServer
+  // passes the machine's memory when --memory_bytes is 0).
   uint64_t memory_bytes = 0;
   DataPlaneLimits limits;
   // Periodic checkpoints kept per job (older ones are deleted).

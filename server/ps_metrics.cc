@@ -72,7 +72,7 @@ void RegisterServerMetrics(PsHandler* handler, MetricsRegistry* r) {
   MemoryBudget* budget = handler->budget();
   r->AddGaugeCallback("pscluster_server_memory_used_bytes", "Parameter and optimizer bytes held.",
                       [budget] { return std::vector<Sample>{{"", double(budget->used())}}; });
-  r->AddGaugeCallback("pscluster_server_memory_limit_bytes", "--memory_bytes (0 = unlimited).",
+  r->AddGaugeCallback("pscluster_server_memory_limit_bytes", "--memory_bytes (default: this machine's memory).",
                       [budget] { return std::vector<Sample>{{"", double(budget->limit())}}; });
   r->AddCounterCallback("pscluster_server_phase_seconds_total",
                         "Data-plane time by phase, summed over threads.", [snap] {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
+#include "common/host_memory.h"
 #include "common/logging.h"
 #include "server/ps_metrics.h"
 #include "server/tcp_frame.h"
@@ -22,9 +23,12 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   s->data_ = std::make_unique<Executor>(threads, "data");
   s->control_ = std::make_unique<Executor>(1, "control");
   s->background_ = std::make_unique<Executor>(1, "background");
+  // 0: what this machine (or its container) has, so that a table that cannot fit is refused
+  // instead of taking the process down when its pages run out.
+  const uint64_t memory = options.memory_bytes != 0 ? options.memory_bytes : HostMemoryBytes();
   PsHandlerOptions ho;
   ho.checkpoint_dir = options.checkpoint_dir;
-  ho.memory_bytes = options.memory_bytes;
+  ho.memory_bytes = memory;
   ho.limits = options.limits;
   Executor* bg = s->background_.get();
   s->handler_ = std::make_unique<PsHandler>(ho, clock, [bg](std::function<void()> f) {
@@ -96,7 +100,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
     SchedulerLinkOptions lo;
     lo.scheduler = options.scheduler;
     lo.advertise_address = advertised;
-    lo.memory_bytes = options.memory_bytes;
+    lo.memory_bytes = memory;
     lo.channel.tls = options.tls;
     lo.register_timeout = options.register_timeout;
     s->link_ = std::make_unique<SchedulerLink>(lo, s->handler_.get());

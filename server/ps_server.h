@@ -35,7 +35,7 @@ struct PsServerOptions {
   std::string advertise_host;
   std::string port_file;               // --port_file
   std::string scheduler;               // --scheduler (empty = standalone)
-  uint64_t memory_bytes = 0;           // --memory_bytes (0 = unlimited)
+  uint64_t memory_bytes = 0;           // --memory_bytes (0 = HostMemoryBytes())
   std::string checkpoint_dir;          // --checkpoint_dir
   TlsFiles tls;                        // --tls_cert / --tls_key / --tls_ca
   int data_threads = 0;                // --data_threads (0 = one per core)

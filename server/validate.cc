@@ -51,6 +51,13 @@ absl::Status ValidateTable(v1::TableSpec* t, absl::string_view f) {
       return bad("block_elems", absl::StrCat(t->block_elems(), " exceeds ", kMaxBlockElems,
                                              " (a block must fit one 4 MiB chunk)"));
     }
+    const uint64_t blocks = static_cast<uint64_t>((elems + t->block_elems() - 1) / t->block_elems());
+    if (blocks > kMaxBlocks) {
+      return bad("block_elems", absl::StrCat(static_cast<uint64_t>(elems), " elements in blocks of ",
+                                             t->block_elems(), " make ", blocks,
+                                             " blocks; at most ", kMaxBlocks,
+                                             " per table (use larger blocks)"));
+    }
     if (t->row_width() != 0 || t->key_space() != 0) {
       return bad("row_width", "row_width and key_space are for sparse tables");
     }

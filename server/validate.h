@@ -13,6 +13,8 @@
 namespace pscluster {
 
 inline constexpr uint64_t kMaxBlockElems = 1 << 20;  // 4 MiB of float32: one chunk.
+// Blocks per dense table: the table keeps a pointer per block from its creation on.
+inline constexpr uint64_t kMaxBlocks = 1 << 22;
 inline constexpr uint32_t kMaxRowWidth = 1 << 16;
 inline constexpr uint32_t kMaxWorkers = 1 << 16;
 inline constexpr uint32_t kMaxVirtualShards = 1 << 16;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "common/atomic_file.h"
 #include "common/grpc_server.h"
+#include "common/host_memory.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "kernels/device_probe.h"
@@ -73,11 +74,6 @@ constexpr int kExitRetryable = 138;
 int Fail(const absl::Status& s, int code = 1) {
   std::fprintf(stderr, "ps_worker: %s\n", s.ToString().c_str());
   return code;
-}
-
-uint64_t PhysicalMemory() {
-  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(size) : 0;
 }
 
 // Logs progress in standalone runs.
@@ -199,7 +195,7 @@ int main(int argc, char** argv) {
   nopts.capacity.set_cpu_slots(std::max(0, absl::GetFlag(FLAGS_cpu_slots)));
   nopts.capacity.set_gpus(device == "cpu" ? 0 : static_cast<uint32_t>(cuda.device_count));
   uint64_t mem = absl::GetFlag(FLAGS_memory_bytes);
-  nopts.capacity.set_memory_bytes(mem > 0 ? mem : PhysicalMemory());
+  nopts.capacity.set_memory_bytes(mem > 0 ? mem : HostMemoryBytes());
   nopts.device = cuda.usable() && device != "cpu"
                      ? absl::StrCat("cuda (", cuda.device_count, " x ", cuda.device_name, ")")
                      : std::string("cpu");
