@@ -26,6 +26,13 @@ absl::Status ErrnoError(absl::string_view what, const std::string& path, int err
     case ENOSPC:
     case EDQUOT:
       return absl::ResourceExhaustedError(msg);
+    case ENOTDIR:       // A path component is a file.
+    case EISDIR:        // A file path names a directory.
+    case ENAMETOOLONG:
+    case ELOOP:
+      return absl::InvalidArgumentError(msg);  // The caller's path is unusable.
+    case EROFS:
+      return absl::FailedPreconditionError(msg);
     default:
       return absl::InternalError(msg);
   }

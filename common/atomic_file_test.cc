@@ -59,5 +59,17 @@ TEST(AtomicFileTest, MakeDirsCreatesParents) {
   EXPECT_EQ(MakeDirs(file).code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// A path the caller got wrong is the caller's error (INVALID_ARGUMENT), not the server's
+// (INTERNAL): a directory under a file, a file path that is a directory, a name too long.
+TEST(AtomicFileTest, UnusablePathsAreInvalidArguments) {
+  std::string dir = TempDir();
+  ASSERT_TRUE(WriteFileAtomically(dir + "/file", "x").ok());
+  EXPECT_EQ(MakeDirs(dir + "/file/sub").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteFileAtomically(dir + "/file/x", "y").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadFile(dir).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadFile(dir + "/" + std::string(300, 'n')).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace pscluster
