@@ -191,8 +191,11 @@ absl::Status Store::PutJob(const v1::Job& job, absl::string_view client_token,
   };
   {
     Stmt st(db_,
-            "INSERT OR REPLACE INTO jobs(job_id, submitted_ms, client_token, record) "
-            "VALUES(?1, ?2, ?3, ?4)");
+            // An upsert, not INSERT OR REPLACE: a replaced row would get a new rowid, and the
+            // rowid orders jobs submitted in the same millisecond.
+            "INSERT INTO jobs(job_id, submitted_ms, client_token, record) VALUES(?1, ?2, ?3, ?4) "
+            "ON CONFLICT(job_id) DO UPDATE SET submitted_ms = excluded.submitted_ms, "
+            "client_token = excluded.client_token, record = excluded.record");
     if (!st.ok()) return fail("prepare a job write");
     st.Text(1, job.job_id());
     st.Int(2, job.submitted_unix_ms());
@@ -222,7 +225,10 @@ absl::StatusOr<std::vector<StoredJob>> Store::LoadJobs() {
          "SELECT j.job_id, j.client_token, j.record, "
          "  (SELECT m.map FROM shard_maps m WHERE m.job_id = j.job_id "
          "   ORDER BY m.epoch DESC LIMIT 1) "
-         "FROM jobs j ORDER BY j.submitted_ms, j.rowid");
+         // Submission order: by time, then by the id's sequence number ("job-N"; databases
+         // written before the upsert above have rowids out of order).
+         "FROM jobs j ORDER BY j.submitted_ms, "
+         "  CAST(substr(j.job_id, instr(j.job_id, '-') + 1) AS INTEGER), j.rowid");
   if (!q.ok()) return Error("prepare a job read");
   std::vector<StoredJob> out;
   int rc;

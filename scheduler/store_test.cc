@@ -75,6 +75,30 @@ TEST_F(StoreTest, JobsNodesMapsAndCountersSurviveReopening) {
   EXPECT_EQ((*nodes)[0].info().address(), "h:1");
 }
 
+// Jobs submitted in the same millisecond come back in submission order, however often each was
+// updated since (psctl jobs lists newest first, before and after a scheduler restart).
+TEST_F(StoreTest, JobsOfTheSameMillisecondKeepTheirOrder) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    for (const char* id : {"job-9", "job-10", "job-11"}) {
+      ASSERT_THAT(store->PutJob(MakeJob(id, 500, v1::JOB_QUEUED), ""), IsOk());
+    }
+    // The oldest two change state afterwards.
+    ASSERT_THAT(store->PutJob(MakeJob("job-10", 500, v1::JOB_RUNNING), ""), IsOk());
+    ASSERT_THAT(store->PutJob(MakeJob("job-9", 500, v1::JOB_CANCELLED), ""), IsOk());
+  }
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto jobs = store->LoadJobs();
+  ASSERT_THAT(jobs, IsOk());
+  ASSERT_EQ(jobs->size(), 3u);
+  EXPECT_EQ((*jobs)[0].job.job_id(), "job-9");
+  EXPECT_EQ((*jobs)[0].job.state(), v1::JOB_CANCELLED);
+  EXPECT_EQ((*jobs)[1].job.job_id(), "job-10");
+  EXPECT_EQ((*jobs)[2].job.job_id(), "job-11");
+}
+
 TEST_F(StoreTest, ASecondOpenerIsRefused) {
   auto first = Open();
   ASSERT_NE(first, nullptr);
