@@ -8,6 +8,7 @@
 // refused by gRPC itself before they reach the daemon: UNIMPLEMENTED without a message.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -21,22 +22,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
-#include "google/protobuf/descriptor.h"
-#include "google/protobuf/message.h"
-#include "google/protobuf/reflection.h"
 #include "proto/grpc_health.grpc.pb.h"
 #include "proto/job.pb.h"
 #include "proto/scheduler.grpc.pb.h"
 #include "scheduler/scheduler_daemon.h"
+#include "common/testing/message_fuzzer.h"
 #include "scheduler/testing/fake_nodes.h"
 
 namespace pscluster::scheduler {
 namespace {
 
-using google::protobuf::Descriptor;
-using google::protobuf::FieldDescriptor;
-using google::protobuf::Message;
-using google::protobuf::Reflection;
 
 constexpr char kJob[] = R"(name: fuzz-job
 model: {kind: mlp, hidden: [8]}
@@ -49,130 +44,21 @@ epochs: 1
 batch_size: 16
 )";
 
-// Fills messages with random values: edge cases of each type, and strings from a pool that also
-// holds the ids of real jobs and nodes.
-class MessageFuzzer {
- public:
-  explicit MessageFuzzer(uint64_t seed) : rng_(seed) {}
-
-  void AddKnown(const std::string& s) { known_.push_back(s); }
-
-  void Fill(Message* m, int depth = 0) {
-    const Descriptor* d = m->GetDescriptor();
-    const Reflection* r = m->GetReflection();
-    for (int i = 0; i < d->field_count(); ++i) {
-      const FieldDescriptor* f = d->field(i);
-      if (Pick(3) == 0) continue;  // Left unset.
-      const int n = f->is_repeated() ? Pick(4) : 1;
-      for (int k = 0; k < n; ++k) {
-        const bool rep = f->is_repeated();
-        switch (f->cpp_type()) {
-          case FieldDescriptor::CPPTYPE_INT32: {
-            const int32_t v[] = {0, 1, -1, 2, 7, std::numeric_limits<int32_t>::max(),
-                                 std::numeric_limits<int32_t>::min()};
-            const int32_t x = v[Pick(7)];
-            rep ? r->AddInt32(m, f, x) : r->SetInt32(m, f, x);
-            break;
-          }
-          case FieldDescriptor::CPPTYPE_INT64: {
-            const int64_t v[] = {0, 1, -1, 3, 1000000000000, std::numeric_limits<int64_t>::max(),
-                                 std::numeric_limits<int64_t>::min()};
-            const int64_t x = v[Pick(7)];
-            rep ? r->AddInt64(m, f, x) : r->SetInt64(m, f, x);
-            break;
-          }
-          case FieldDescriptor::CPPTYPE_UINT32: {
-            const uint32_t v[] = {0, 1, 2, 64, 100000, std::numeric_limits<uint32_t>::max()};
-            const uint32_t x = v[Pick(6)];
-            rep ? r->AddUInt32(m, f, x) : r->SetUInt32(m, f, x);
-            break;
-          }
-          case FieldDescriptor::CPPTYPE_UINT64: {
-            const uint64_t v[] = {0, 1, 2, 1ull << 40, std::numeric_limits<uint64_t>::max()};
-            const uint64_t x = v[Pick(5)];
-            rep ? r->AddUInt64(m, f, x) : r->SetUInt64(m, f, x);
-            break;
-          }
-          case FieldDescriptor::CPPTYPE_DOUBLE:
-          case FieldDescriptor::CPPTYPE_FLOAT: {
-            const double v[] = {0.0, -1.0, 0.5, 1e300, std::numeric_limits<double>::quiet_NaN(),
-                                std::numeric_limits<double>::infinity(), -0.0};
-            const double x = v[Pick(7)];
-            if (f->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
-              rep ? r->AddDouble(m, f, x) : r->SetDouble(m, f, x);
-            } else {
-              const float y = static_cast<float>(x);
-              rep ? r->AddFloat(m, f, y) : r->SetFloat(m, f, y);
-            }
-            break;
-          }
-          case FieldDescriptor::CPPTYPE_BOOL: {
-            const bool x = Pick(2) == 0;
-            rep ? r->AddBool(m, f, x) : r->SetBool(m, f, x);
-            break;
-          }
-          case FieldDescriptor::CPPTYPE_ENUM: {
-            const int x = Pick(12) - 1;  // Known values and unknown ones (proto3 keeps them).
-            rep ? r->AddEnumValue(m, f, x) : r->SetEnumValue(m, f, x);
-            break;
-          }
-          case FieldDescriptor::CPPTYPE_STRING: {
-            const std::string x = String();
-            rep ? r->AddString(m, f, x) : r->SetString(m, f, x);
-            break;
-          }
-          case FieldDescriptor::CPPTYPE_MESSAGE: {
-            if (depth >= 4) break;
-            Fill(rep ? r->AddMessage(m, f) : r->MutableMessage(m, f), depth + 1);
-            break;
-          }
-        }
-      }
+// A job file: the valid one, damaged in a few places.
+std::string DamagedJobYaml(::pscluster::testing::MessageFuzzer& fuzz) {
+  std::string text = kJob;
+  const std::string syntax = ":-[]{}&*!|>'\"%@,? \n0123456789";
+  for (int i = 0, n = fuzz.Pick(4); i < n; ++i) {
+    const size_t at = static_cast<size_t>(fuzz.Pick(static_cast<int>(text.size())));
+    switch (fuzz.Pick(3)) {
+      case 0: text[at] = syntax[fuzz.Pick(static_cast<int>(syntax.size()))]; break;
+      case 1: text.insert(at, 1, syntax[fuzz.Pick(static_cast<int>(syntax.size()))]); break;
+      default: text.erase(at, 1 + fuzz.Pick(10)); break;
     }
+    if (text.empty()) text = "x";
   }
-
-  // A job file: the valid one, damaged in a few places.
-  std::string JobYaml() {
-    std::string text = kJob;
-    const std::string syntax = ":-[]{}&*!|>'\"%@,? \n0123456789";
-    for (int i = 0, n = Pick(4); i < n; ++i) {
-      const size_t at = rng_() % text.size();
-      switch (Pick(3)) {
-        case 0: text[at] = syntax[rng_() % syntax.size()]; break;
-        case 1: text.insert(at, 1, syntax[rng_() % syntax.size()]); break;
-        default: text.erase(at, 1 + rng_() % 10); break;
-      }
-      if (text.empty()) text = "x";
-    }
-    return text;
-  }
-
-  int Pick(int n) { return static_cast<int>(rng_() % static_cast<uint64_t>(n)); }
-
- private:
-  std::string String() {
-    if (!known_.empty() && Pick(3) == 0) return known_[rng_() % known_.size()];
-    static const char* const kPool[] = {"",
-                                        "x",
-                                        "127.0.0.1:1",
-                                        "127.0.0.1:0",
-                                        "[::1]:1",
-                                        "no-port",
-                                        ":",
-                                        "host:99999",
-                                        "../../etc/passwd",
-                                        "/tmp/x.safetensors",
-                                        "fuzz-job",
-                                        "name: x\nepochs: [",
-                                        "job-\xff\xfe",
-                                        "n\x01\x02"};
-    if (Pick(10) == 0) return std::string(100000, 'z');
-    return kPool[rng_() % (sizeof(kPool) / sizeof(kPool[0]))];
-  }
-
-  std::mt19937_64 rng_;
-  std::vector<std::string> known_;
-};
+  return text;
+}
 
 class SchedulerFuzzTest : public ::testing::Test {
  protected:
@@ -241,7 +127,10 @@ TEST_F(SchedulerFuzzTest, RandomRequestsToEveryRpcGetAStatusAndThePersistedState
     ASSERT_TRUE((*n)->WaitRegistered(absl::Seconds(5)));
     nodes_.push_back(std::move(*n));
   }
-  MessageFuzzer fuzz(11);
+  ::pscluster::testing::MessageFuzzer fuzz(11);
+  fuzz.SetStrings({"", "x", "127.0.0.1:1", "127.0.0.1:0", "[::1]:1", "no-port", ":",
+                   "host:99999", "../../etc/passwd", "fuzz-job", "name: x\nepochs: [",
+                   "job-\xff\xfe", "n\x01\x02"});
   std::map<std::string, int> outcomes;
   const char* env = std::getenv("PSCLUSTER_FUZZ_ITERATIONS");
   const int iterations = env != nullptr ? std::max(1, std::atoi(env)) : 2000;
@@ -283,7 +172,7 @@ TEST_F(SchedulerFuzzTest, RandomRequestsToEveryRpcGetAStatusAndThePersistedState
         fuzz.Fill(&req);
         if (fuzz.Pick(2) == 0) {
           req.clear_spec();
-          req.set_yaml(fuzz.JobYaml());
+          req.set_yaml(DamagedJobYaml(fuzz));
         }
         v1::SubmitJobResponse resp;
         st = stub_->SubmitJob(ctx.get(), req, &resp);
@@ -383,7 +272,11 @@ TEST_F(SchedulerFuzzTest, RandomRequestsToEveryRpcGetAStatusAndThePersistedState
   EXPECT_GT(before.size(), 1u);
   daemon_.reset();
   StartDaemon();
-  EXPECT_EQ(JobIds(), before);
+  const std::vector<std::string> after = JobIds();
+  EXPECT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < std::min(before.size(), after.size()); ++i) {
+    EXPECT_EQ(after[i], before[i]) << "job " << i << " of " << before.size();
+  }
   auto ctx = CallContext(absl::Seconds(5));
   v1::ClusterStatusRequest req;
   v1::ClusterStatusResponse resp;
