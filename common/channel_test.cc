@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -31,7 +32,9 @@ class SyncHealth final : public grpc::health::v1::Health::Service {
   }
 };
 
-// A Watch stream read with the callback API; it deletes itself when done.
+// A Watch stream read with the callback API. The test owns it: it cancels the stream, waits for
+// OnDone, then deletes it (a reactor that deleted itself in OnDone could be gone by the time the
+// test cancels it, if the stream ended first).
 class Watcher final : public grpc::ClientReadReactor<grpc::health::v1::HealthCheckResponse> {
  public:
   Watcher(grpc::health::v1::Health::Stub* stub) {
@@ -41,15 +44,17 @@ class Watcher final : public grpc::ClientReadReactor<grpc::health::v1::HealthChe
     StartCall();
   }
   void Cancel() { ctx_.TryCancel(); }
+  void WaitDone() { done_.WaitForNotification(); }
   void OnReadDone(bool ok) override {
     if (ok) StartRead(&resp_);
   }
-  void OnDone(const grpc::Status&) override { delete this; }
+  void OnDone(const grpc::Status&) override { done_.Notify(); }
 
  private:
   grpc::ClientContext ctx_;
   grpc::health::v1::HealthCheckRequest req_;
   grpc::health::v1::HealthCheckResponse resp_;
+  absl::Notification done_;
 };
 
 // Channels that make callback calls (and leave a stream open as they are dropped), created and
@@ -82,11 +87,12 @@ TEST(ChannelTest, CallbackChannelsComeAndGoSafely) {
       ASSERT_TRUE(status.ok()) << status.error_message();
       EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
       // A stream still open when its channel is dropped, cancelled a moment later.
-      auto* watcher = new Watcher(stub.get());
+      auto watcher = std::make_unique<Watcher>(stub.get());
       stub.reset();
       ch->reset();
       absl::SleepFor(absl::Milliseconds(1));
       watcher->Cancel();
+      watcher->WaitDone();
     }
   };
   std::thread other(round, 100);
