@@ -5,14 +5,20 @@
 #ifndef PSCLUSTER_COMMON_TESTING_MESSAGE_FUZZER_H_
 #define PSCLUSTER_COMMON_TESTING_MESSAGE_FUZZER_H_
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
+#include "grpcpp/support/status.h"
 
 namespace pscluster::testing {
 
@@ -116,6 +122,46 @@ class MessageFuzzer {
   std::vector<std::string> pool_ = {"", "x", "127.0.0.1:1", "127.0.0.1:0", "[::1]:1", "no-port",
                                     ":", "host:99999", "job-1", "name: x\nepochs: [",
                                     "job-\xff\xfe", "n\x01\x02"};
+};
+
+// Calls per fuzz run: `fallback`, or PSCLUSTER_FUZZ_ITERATIONS for longer runs by hand.
+inline int FuzzIterations(int fallback) {
+  const char* env = std::getenv("PSCLUSTER_FUZZ_ITERATIONS");
+  return env != nullptr ? std::max(1, std::atoi(env)) : fallback;
+}
+
+// Whether a call ended with a status of the daemon's own: not a deadline (it hung), not
+// UNAVAILABLE (the connection or the daemon went down), not INTERNAL (a bug), and not the
+// client's refusal of an oversized status message.
+inline ::testing::AssertionResult IsOwnStatus(const grpc::Status& st) {
+  if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+      st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      st.error_code() == grpc::StatusCode::INTERNAL ||
+      st.error_message().find("metadata size exceeds") != std::string::npos) {
+    return ::testing::AssertionFailure() << "status " << st.error_code() << ": "
+                                         << st.error_message();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// How the calls of a fuzz run ended, by RPC and status code.
+class CallTally {
+ public:
+  void Record(const std::string& rpc, const grpc::Status& st) {
+    ++counts_[rpc + " " + std::to_string(st.error_code())];
+  }
+  int Count(const std::string& rpc, grpc::StatusCode code) const {
+    auto it = counts_.find(rpc + " " + std::to_string(code));
+    return it == counts_.end() ? 0 : it->second;
+  }
+  std::string Summary() const {
+    std::string out;
+    for (const auto& [what, n] : counts_) out += " [" + what + "] " + std::to_string(n);
+    return out;
+  }
+
+ private:
+  std::map<std::string, int> counts_;
 };
 
 }  // namespace pscluster::testing
