@@ -130,42 +130,39 @@ TEST_F(SchedulerFuzzTest, RandomRequestsToEveryRpcGetAStatusAndThePersistedState
   fuzz.SetStrings({"", "x", "127.0.0.1:1", "127.0.0.1:0", "[::1]:1", "no-port", ":",
                    "host:99999", "../../etc/passwd", "fuzz-job", "name: x\nepochs: [",
                    "job-\xff\xfe", "n\x01\x02"});
-  ::pscluster::testing::CallTally tally;
-  const int iterations = ::pscluster::testing::FuzzIterations(2000);
-  for (int i = 0; i < iterations; ++i) {
-    SCOPED_TRACE(absl::StrCat("call ", i));
-    auto ctx = CallContext(absl::Seconds(5));
+  const ::pscluster::testing::CallTally tally = ::pscluster::testing::RunFuzzCalls(
+      ::pscluster::testing::FuzzIterations(2000), absl::Seconds(5),
+      [&](int i, grpc::ClientContext* ctx, std::string* rpc) {
     grpc::Status st;
-    std::string rpc;
     switch (fuzz.Pick(10)) {
       case 0: {
-        rpc = "RegisterNode";
+        *rpc = "RegisterNode";
         v1::RegisterNodeRequest req;
         fuzz.Fill(&req);
         v1::RegisterNodeResponse resp;
-        st = stub_->RegisterNode(ctx.get(), req, &resp);
+        st = stub_->RegisterNode(ctx, req, &resp);
         if (st.ok()) fuzz.AddKnown(resp.node_id());
         break;
       }
       case 1: {
-        rpc = "Heartbeat";
+        *rpc = "Heartbeat";
         v1::HeartbeatRequest req;
         fuzz.Fill(&req);
         v1::HeartbeatResponse resp;
-        st = stub_->Heartbeat(ctx.get(), req, &resp);
+        st = stub_->Heartbeat(ctx, req, &resp);
         break;
       }
       case 2: {
-        rpc = "Deregister";
+        *rpc = "Deregister";
         v1::DeregisterRequest req;
         fuzz.Fill(&req);
         v1::DeregisterResponse resp;
-        st = stub_->Deregister(ctx.get(), req, &resp);
+        st = stub_->Deregister(ctx, req, &resp);
         break;
       }
       case 3:
       case 4: {
-        rpc = "SubmitJob";
+        *rpc = "SubmitJob";
         v1::SubmitJobRequest req;
         fuzz.Fill(&req);
         if (fuzz.Pick(2) == 0) {
@@ -173,63 +170,61 @@ TEST_F(SchedulerFuzzTest, RandomRequestsToEveryRpcGetAStatusAndThePersistedState
           req.set_yaml(DamagedJobYaml(fuzz));
         }
         v1::SubmitJobResponse resp;
-        st = stub_->SubmitJob(ctx.get(), req, &resp);
+        st = stub_->SubmitJob(ctx, req, &resp);
         if (st.ok()) fuzz.AddKnown(resp.job_id());
         break;
       }
       case 5: {
-        rpc = "GetJob";
+        *rpc = "GetJob";
         v1::GetJobRequest req;
         fuzz.Fill(&req);
         v1::Job resp;
-        st = stub_->GetJob(ctx.get(), req, &resp);
+        st = stub_->GetJob(ctx, req, &resp);
         break;
       }
       case 6: {
-        rpc = "CancelJob";
+        *rpc = "CancelJob";
         v1::CancelJobRequest req;
         fuzz.Fill(&req);
         v1::CancelJobResponse resp;
-        st = stub_->CancelJob(ctx.get(), req, &resp);
+        st = stub_->CancelJob(ctx, req, &resp);
         break;
       }
       case 7: {
-        rpc = "GetShardMap";
+        *rpc = "GetShardMap";
         v1::GetShardMapRequest req;
         fuzz.Fill(&req);
         v1::ShardMap resp;
-        st = stub_->GetShardMap(ctx.get(), req, &resp);
+        st = stub_->GetShardMap(ctx, req, &resp);
         break;
       }
       case 8: {
-        rpc = "ReportProgress";
+        *rpc = "ReportProgress";
         v1::ReportProgressRequest req;
         fuzz.Fill(&req);
         v1::ReportProgressResponse resp;
-        st = stub_->ReportProgress(ctx.get(), req, &resp);
+        st = stub_->ReportProgress(ctx, req, &resp);
         break;
       }
       default: {
-        rpc = fuzz.Pick(2) == 0 ? "ClusterStatus" : "ListJobs";
-        if (rpc == "ClusterStatus") {
+        *rpc = fuzz.Pick(2) == 0 ? "ClusterStatus" : "ListJobs";
+        if (*rpc == "ClusterStatus") {
           v1::ClusterStatusRequest req;
           fuzz.Fill(&req);
           v1::ClusterStatusResponse resp;
-          st = stub_->ClusterStatus(ctx.get(), req, &resp);
+          st = stub_->ClusterStatus(ctx, req, &resp);
         } else {
           v1::ListJobsRequest req;
           fuzz.Fill(&req);
           v1::ListJobsResponse resp;
-          st = stub_->ListJobs(ctx.get(), req, &resp);
+          st = stub_->ListJobs(ctx, req, &resp);
         }
         break;
       }
     }
-    // A deadline or a dropped connection would mean the daemon hung or went down.
-    ASSERT_TRUE(::pscluster::testing::IsOwnStatus(st)) << rpc;
-    tally.Record(rpc, st);
-  }
-  std::cout << "calls by RPC and status code:" << tally.Summary() << "\n";
+    return st;
+  });
+  if (HasFatalFailure() || HasNonfatalFailure()) return;
 
   // Still serving, and a valid job is still accepted.
   auto health = grpc::health::v1::Health::NewStub(channel_);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -18,6 +19,10 @@
 
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/channel.h"
+#include "grpcpp/client_context.h"
 #include "grpcpp/support/status.h"
 
 namespace pscluster::testing {
@@ -163,6 +168,27 @@ class CallTally {
  private:
   std::map<std::string, int> counts_;
 };
+
+// Makes `calls` fuzz calls: `call(i, ctx, &rpc)` makes call i with `ctx` (deadline `deadline`),
+// names its RPC and returns its status. Stops with a test failure at the first status that is not
+// the daemon's own (IsOwnStatus). Returns how the calls ended, printed too.
+template <typename Call>
+CallTally RunFuzzCalls(int calls, absl::Duration deadline, Call call) {
+  CallTally tally;
+  for (int i = 0; i < calls; ++i) {
+    SCOPED_TRACE(absl::StrCat("call ", i));
+    auto ctx = CallContext(deadline);
+    std::string rpc;
+    const grpc::Status st = call(i, ctx.get(), &rpc);
+    tally.Record(rpc, st);
+    if (!IsOwnStatus(st)) {
+      ADD_FAILURE() << rpc << ": " << IsOwnStatus(st).message();
+      break;
+    }
+  }
+  std::printf("calls by RPC and status code:%s\n", tally.Summary().c_str());
+  return tally;
+}
 
 }  // namespace pscluster::testing
 

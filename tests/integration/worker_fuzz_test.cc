@@ -117,16 +117,13 @@ TEST(WorkerFuzzTest, RandomControlCallsGetAStatusAndTheWorkerStaysUp) {
   fuzz.SetStrings({"", "x", "job-1", "mlp", "cnn", "sparse_linear", "fashion_mnist",
                    "spam_assassin", "adam", "sgd", "bsp", "cpu", "auto", "cuda",
                    "127.0.0.1:1", "server-1", tmp + "/m.safetensors", tmp + "/ckpt"});
-  testing::CallTally tally;
-  const int iterations = testing::FuzzIterations(1000);
-  for (int i = 0; i < iterations; ++i) {
-    SCOPED_TRACE(absl::StrCat("call ", i));
-    auto ctx = CallContext(absl::Seconds(10));
+  const testing::CallTally tally = testing::RunFuzzCalls(
+      testing::FuzzIterations(1000), absl::Seconds(10),
+      [&](int i, grpc::ClientContext* ctx, std::string* rpc) {
     grpc::Status st;
-    std::string rpc;
     switch (fuzz.Pick(4)) {
       case 0: {
-        rpc = "AssignTask";
+        *rpc = "AssignTask";
         v1::AssignTaskRequest req;
         if (fuzz.Pick(2) == 0) {
           fuzz.Fill(&req);
@@ -134,39 +131,41 @@ TEST(WorkerFuzzTest, RandomControlCallsGetAStatusAndTheWorkerStaysUp) {
           req = MostlyValidTask(fuzz);
         }
         v1::AssignTaskResponse resp;
-        st = stub->AssignTask(ctx.get(), req, &resp);
+        st = stub->AssignTask(ctx, req, &resp);
         break;
       }
       case 1: {
-        rpc = "StopTask";
+        *rpc = "StopTask";
         v1::StopTaskRequest req;
         fuzz.Fill(&req);
         v1::StopTaskResponse resp;
-        st = stub->StopTask(ctx.get(), req, &resp);
+        st = stub->StopTask(ctx, req, &resp);
         break;
       }
       case 2: {
-        rpc = "UpdateShardMap";
+        *rpc = "UpdateShardMap";
         v1::WorkerShardMapRequest req;
         fuzz.Fill(&req);
         v1::WorkerShardMapResponse resp;
-        st = stub->UpdateShardMap(ctx.get(), req, &resp);
+        st = stub->UpdateShardMap(ctx, req, &resp);
         break;
       }
       default: {
-        rpc = "Status";
+        *rpc = "Status";
         v1::WorkerStatusRequest req;
         fuzz.Fill(&req);
         v1::WorkerStatus resp;
-        st = stub->Status(ctx.get(), req, &resp);
+        st = stub->Status(ctx, req, &resp);
         break;
       }
     }
-    ASSERT_TRUE(worker.running()) << rpc << " took the worker down:\n" << worker.Log();
-    ASSERT_TRUE(testing::IsOwnStatus(st)) << rpc;
-    tally.Record(rpc, st);
-  }
-  std::cout << "calls by RPC and status code:" << tally.Summary() << "\n";
+    if (!worker.running()) {
+      ADD_FAILURE() << *rpc << " took the worker down:\n" << worker.Log();
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker exited");
+    }
+    return st;
+  });
+  if (HasFatalFailure() || HasNonfatalFailure()) return;
   // The task's validation was reached, and tasks were started.
   EXPECT_GT(tally.Count("AssignTask", grpc::StatusCode::INVALID_ARGUMENT), 0);
   EXPECT_GT(tally.Count("AssignTask", grpc::StatusCode::OK), 0);
