@@ -32,20 +32,9 @@ namespace pscluster::scheduler {
 namespace {
 
 
-constexpr char kJob[] = R"(name: fuzz-job
-model: {kind: mlp, hidden: [8]}
-dataset: {name: fashion_mnist}
-optimizer: {kind: adam, learning_rate: 0.001}
-consistency: {mode: bsp}
-num_servers: 1
-num_workers: 1
-epochs: 1
-batch_size: 16
-)";
-
 // A job file: the valid one, damaged in a few places.
 std::string DamagedJobYaml(::pscluster::testing::MessageFuzzer& fuzz) {
-  std::string text = kJob;
+  std::string text = ::pscluster::testing::kFuzzJobYaml;
   const std::string syntax = ":-[]{}&*!|>'\"%@,? \n0123456789";
   for (int i = 0, n = fuzz.Pick(4); i < n; ++i) {
     const size_t at = static_cast<size_t>(fuzz.Pick(static_cast<int>(text.size())));
@@ -237,7 +226,7 @@ TEST_F(SchedulerFuzzTest, RandomRequestsToEveryRpcGetAStatusAndThePersistedState
   }
   {
     v1::SubmitJobRequest req;
-    req.set_yaml(kJob);
+    req.set_yaml(::pscluster::testing::kFuzzJobYaml);
     req.set_source("after.yaml");
     v1::SubmitJobResponse resp;
     auto ctx = CallContext(absl::Seconds(5));

@@ -129,6 +129,19 @@ class MessageFuzzer {
                                     "job-\xff\xfe", "n\x01\x02"};
 };
 
+// A small valid job file (MLP on Fashion-MNIST, 1 server, 1 worker, 1 epoch) that fuzz tests damage
+// or start tasks from.
+inline constexpr char kFuzzJobYaml[] = R"(name: fuzz-job
+model: {kind: mlp, hidden: [16]}
+dataset: {name: fashion_mnist}
+optimizer: {kind: adam, learning_rate: 0.001}
+consistency: {mode: bsp}
+num_servers: 1
+num_workers: 1
+epochs: 1
+batch_size: 32
+)";
+
 // Calls per fuzz run: `fallback`, or PSCLUSTER_FUZZ_ITERATIONS for longer runs by hand.
 inline int FuzzIterations(int fallback) {
   const char* env = std::getenv("PSCLUSTER_FUZZ_ITERATIONS");

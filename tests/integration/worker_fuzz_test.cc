@@ -21,23 +21,12 @@
 namespace pscluster {
 namespace {
 
-constexpr char kJob[] = R"(name: fuzz
-model: {kind: mlp, hidden: [16]}
-dataset: {name: fashion_mnist}
-optimizer: {kind: adam, learning_rate: 0.001}
-consistency: {mode: bsp}
-num_servers: 1
-num_workers: 1
-epochs: 1
-batch_size: 32
-)";
-
 // A task the worker accepts (its one server at a dead address, so it fails once it starts),
 // then one part of it filled at random.
 v1::AssignTaskRequest MostlyValidTask(testing::MessageFuzzer& fuzz) {
   v1::AssignTaskRequest t;
   t.set_job_id("job-1");
-  *t.mutable_spec() = *scheduler::LoadJobYaml(kJob, "fuzz.yaml");
+  *t.mutable_spec() = *scheduler::LoadJobYaml(testing::kFuzzJobYaml, "fuzz.yaml");
   t.set_rank(0);
   t.set_num_workers(1);
   t.mutable_partition()->set_count(1);
