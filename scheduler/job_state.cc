@@ -9,10 +9,13 @@ bool IsTerminal(v1::JobState s) {
 }
 
 bool IsActive(v1::JobState s) {
-  return s == v1::JOB_QUEUED || s == v1::JOB_PLACING || s == v1::JOB_RUNNING;
+  return s == v1::JOB_QUEUED || s == v1::JOB_PLACING || s == v1::JOB_RUNNING ||
+         s == v1::JOB_RECOVERING;
 }
 
-bool HoldsResources(v1::JobState s) { return s == v1::JOB_PLACING || s == v1::JOB_RUNNING; }
+bool HoldsResources(v1::JobState s) {
+  return s == v1::JOB_PLACING || s == v1::JOB_RUNNING || s == v1::JOB_RECOVERING;
+}
 
 absl::Status CheckTransition(v1::JobState from, v1::JobState to) {
   bool ok = false;
@@ -25,7 +28,11 @@ absl::Status CheckTransition(v1::JobState from, v1::JobState to) {
            to == v1::JOB_CANCELLED;
       break;
     case v1::JOB_RUNNING:
-      ok = to == v1::JOB_SUCCEEDED || to == v1::JOB_FAILED || to == v1::JOB_CANCELLED;
+      ok = to == v1::JOB_SUCCEEDED || to == v1::JOB_FAILED || to == v1::JOB_CANCELLED ||
+           to == v1::JOB_RECOVERING;
+      break;
+    case v1::JOB_RECOVERING:
+      ok = to == v1::JOB_QUEUED || to == v1::JOB_FAILED || to == v1::JOB_CANCELLED;
       break;
     default:
       ok = false;
@@ -50,6 +57,8 @@ std::string JobStateName(v1::JobState s) {
       return "failed";
     case v1::JOB_CANCELLED:
       return "cancelled";
+    case v1::JOB_RECOVERING:
+      return "recovering";
     default:
       return "unspecified";
   }

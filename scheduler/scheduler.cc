@@ -170,7 +170,10 @@ void Scheduler::FailJobsOnNode(const std::string& node_id, const std::string& wh
     if (role.empty()) continue;
     std::string reason = absl::StrCat(role, " ", Describe(node_id), " ", what);
     if (rec.job.state() == v1::JOB_RUNNING) {
-      Finish(rec, v1::JOB_FAILED, reason);
+      StartRecovery(rec, reason);
+    } else if (rec.job.state() == v1::JOB_RECOVERING) {
+      // Already on its way back; this node is not used again.
+      Log()->warn("job {} (recovering): {}", id, reason);
     } else {
       // Still placing: place it again, elsewhere.
       rec.job.set_state(v1::JOB_QUEUED);
@@ -183,6 +186,27 @@ void Scheduler::FailJobsOnNode(const std::string& node_id, const std::string& wh
       Wake();
     }
   }
+}
+
+void Scheduler::StartRecovery(JobRecord& rec, const std::string& reason) {
+  v1::Job& job = rec.job;
+  const uint32_t done = job.recovery().recoveries();
+  if (static_cast<int64_t>(done) >= options_.max_recoveries) {
+    Finish(rec, v1::JOB_FAILED,
+           options_.max_recoveries <= 0
+               ? reason
+               : absl::StrCat(reason, " (not recovered: it already recovered ", done,
+                              done == 1 ? " time" : " times", ", the --max_recoveries limit)"));
+    return;
+  }
+  job.set_state(v1::JOB_RECOVERING);
+  job.set_reason(absl::StrCat("recovering: ", reason));
+  job.mutable_recovery()->set_last_cause(reason);
+  rec.server_waiting_for.clear();
+  job.mutable_progress()->clear_waiting_for();
+  (void)Persist(rec);
+  Log()->warn("job {} recovering: {}", job.job_id(), reason);
+  Wake();
 }
 
 absl::Duration Scheduler::StartupGrace() const {
@@ -402,6 +426,11 @@ absl::Status Scheduler::ReportProgress(const v1::ReportProgressRequest& req,
     return absl::OkStatus();
   }
   const v1::WorkerProgress& p = req.progress();
+  if (job.state() == v1::JOB_RECOVERING || p.attempt() != job.recovery().recoveries()) {
+    // A task of a placement that a recovery replaces: it stops, and what it says is moot.
+    resp->set_cancel(true);
+    return absl::OkStatus();
+  }
   absl::Status s = CheckWorkerProgress(p, job.progress().workers_size());
   if (!s.ok()) return s;
   const std::string& assigned = job.workers(p.rank());

@@ -14,8 +14,11 @@
 // PlacementPolicy are owned by the caller and must outlive it.
 //
 // A node that dies (lease expired), leaves or restarts while it holds a running job's shards or
-// tasks fails that job with a reason naming the node; recovery that keeps the job going is a
-// separate policy.
+// tasks starts a recovery (design section 4): the job goes RECOVERING, the control loop stops its
+// tasks and drops it on its servers, rolls it back to its newest complete checkpoint (every
+// virtual shard covered by files of one step; none: from the start) and queues it; the next
+// placement, on live nodes, has the servers restore those files and the workers resume at that
+// step. After `max_recoveries` recoveries (or with 0) the job fails instead, naming the node.
 #ifndef PSCLUSTER_SCHEDULER_SCHEDULER_H_
 #define PSCLUSTER_SCHEDULER_SCHEDULER_H_
 
@@ -55,6 +58,8 @@ struct SchedulerOptions {
   // Oversized jobs (more servers or workers than the cluster has) are refused at submission
   // once the scheduler has run this long (before that, nodes may still be re-registering).
   absl::Duration startup_grace = absl::ZeroDuration();  // 0 = one lease.
+  // Recoveries per job from lost nodes; one more loss fails it (0 = a lost node fails the job).
+  int max_recoveries = 3;
   std::string version = "0.1.0";
 };
 
@@ -129,6 +134,7 @@ class Scheduler {
     v1::JobSpec spec;
     v1::ShardMap map;
     std::vector<std::string> workers;  // node ids by rank
+    v1::JobRecovery recovery;          // What the servers restore and where the workers resume.
   };
 
   Scheduler(const SchedulerOptions& options, Store* store, const Clock* clock, ClusterRpc* rpc,
@@ -143,6 +149,8 @@ class Scheduler {
 
   // Control-loop steps.
   void CheckLeases();
+  // Stops, drops and rolls back every RECOVERING job, then queues it to be placed again.
+  void RecoverJobs();
   std::vector<PlacementWork> PlaceQueuedJobs();
   void ExecutePlacement(const PlacementWork& work);
   // Before a placement calls anyone: if a chosen worker still runs the task of a job that has
@@ -168,9 +176,12 @@ class Scheduler {
   // Best-effort StopTask / DropJob to nodes a failed placement had reached.
   void RollBack(const std::string& job_id, const std::vector<std::string>& servers,
                 const std::vector<std::string>& workers, const std::string& reason);
-  // Fails the running jobs that use `node_id`, saying `what` happened to it.
+  // Recovers (or, past max_recoveries, fails) the running jobs that use `node_id`, saying `what`
+  // happened to it; jobs still being placed are placed again.
   void FailJobsOnNode(const std::string& node_id, const std::string& what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RUNNING -> RECOVERING (the control loop does the rest), or FAILED past max_recoveries.
+  void StartRecovery(JobRecord& rec, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Describe(const std::string& node_id) const;
   absl::Status CheckClusterSize(const v1::JobSpec& spec, const std::string& source) const;
   absl::Duration StartupGrace() const;
@@ -201,6 +212,7 @@ class Scheduler {
   Counter* registrations_ = nullptr;
   Counter* submissions_ = nullptr;
   Counter* progress_reports_ = nullptr;
+  Counter* recoveries_ = nullptr;
 };
 
 }  // namespace pscluster::scheduler

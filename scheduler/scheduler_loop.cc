@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "scheduler/job_state.h"
 #include "scheduler/progress.h"
+#include "scheduler/recovery.h"
 #include "scheduler/scheduler.h"
 
 namespace pscluster::scheduler {
@@ -108,6 +109,7 @@ void Scheduler::RunOnce() {
 void Scheduler::ControlPass() {
   absl::MutexLock pass(&loop_mu_);
   CheckLeases();
+  RecoverJobs();
   for (const PlacementWork& w : PlaceQueuedJobs()) ExecutePlacement(w);
   RunCleanups();
   PersistProgress();
@@ -122,6 +124,102 @@ void Scheduler::CheckLeases() {
                 absl::FormatDuration(options_.lease));
     FailJobsOnNode(id, absl::StrCat("stopped heartbeating (lease of ",
                                     absl::FormatDuration(options_.lease), " expired)"));
+  }
+}
+
+void Scheduler::RecoverJobs() {
+  struct Work {
+    std::string job_id;
+    std::string cause;
+    std::vector<std::string> workers, servers;
+    std::string checkpoint_dir;
+    uint32_t num_shards = 0;
+    uint64_t epoch = 0;
+    google::protobuf::RepeatedPtrField<v1::Rollback> rollbacks;
+  };
+  std::vector<Work> work;
+  {
+    absl::MutexLock l(&mu_);
+    for (const std::string& id : order_) {
+      const JobRecord& rec = jobs_[id];
+      const v1::Job& job = rec.job;
+      if (job.state() != v1::JOB_RECOVERING) continue;
+      Work w;
+      w.job_id = id;
+      w.cause = job.recovery().last_cause();
+      w.workers.assign(job.workers().begin(), job.workers().end());
+      w.servers.assign(job.servers().begin(), job.servers().end());
+      w.checkpoint_dir = job.spec().checkpoint_dir();
+      w.num_shards = rec.shard_map.num_virtual_shards();
+      w.epoch = rec.shard_map.epoch();
+      w.rollbacks = job.recovery().rollbacks();
+      work.push_back(std::move(w));
+    }
+  }
+  for (const Work& w : work) {
+    // 1. Its tasks stop (and are waited for: a task still running would push into the restored
+    //    tables), 2. its servers forget it, 3. the newest complete checkpoint is found.
+    const std::string why = absl::StrCat("recovering: ", w.cause);
+    ParallelFor(w.workers.size(), [&](size_t i) {
+      auto node = registry_.Get(w.workers[i]);
+      if (!node.has_value() || !IsLive(*node)) return;
+      absl::Status s = rpc_->StopTask(node->info().address(), w.job_id, why);
+      if (!s.ok()) Log()->warn("job {}: stopping the task on {}: {}", w.job_id, w.workers[i], s);
+    });
+    const absl::Time until = absl::Now() + options_.task_stop_grace;
+    while (absl::Now() < until && WorkerStillRuns(w.workers, w.job_id)) {
+      absl::SleepFor(kStopRecheck);
+    }
+    ParallelFor(w.servers.size(), [&](size_t i) {
+      auto node = registry_.Get(w.servers[i]);
+      if (!node.has_value() || !IsLive(*node)) return;
+      absl::Status s = rpc_->DropJob(node->info().address(), w.job_id);
+      if (!s.ok()) Log()->warn("job {}: dropping it on {}: {}", w.job_id, w.servers[i], s);
+    });
+    auto point = FindRecoveryPoint(w.checkpoint_dir, w.job_id, w.num_shards, w.rollbacks);
+    if (point.ok()) {
+      for (const std::string& skipped : point->skipped) {
+        Log()->warn("job {}: checkpoint not restored: {}", w.job_id, skipped);
+      }
+    }
+
+    absl::MutexLock l(&mu_);
+    JobRecord* rec = FindJob(w.job_id);
+    if (rec == nullptr || rec->job.state() != v1::JOB_RECOVERING) continue;  // Cancelled.
+    v1::Job& job = rec->job;
+    if (!point.ok()) {
+      Finish(*rec, v1::JOB_FAILED,
+             absl::StrCat(w.cause, "; cannot recover: ", point.status().message()));
+      continue;
+    }
+    v1::JobRecovery* r = job.mutable_recovery();
+    r->set_recoveries(r->recoveries() + 1);
+    r->set_start_step(point->step);
+    r->clear_restore_from();
+    for (v1::RestoreFile& f : point->files) *r->add_restore_from() = std::move(f);
+    v1::Rollback* rb = r->add_rollbacks();
+    rb->set_epoch(w.epoch + 1);  // The next placement's epoch.
+    rb->set_step(point->step);
+    r->set_recovered_unix_ms(UnixMs(clock_->Now()));
+    job.mutable_progress()->set_rolled_back_to_step(point->step);
+    std::string from =
+        !point->files.empty()
+            ? absl::StrCat(r->restore_from_size(), " checkpoint file(s) in ", point->dir)
+        : w.checkpoint_dir.empty()
+            ? std::string("the job has no checkpoint_dir: from the start")
+            : absl::StrCat("no complete checkpoint in ", point->dir, ": from the start");
+    job.set_state(v1::JOB_QUEUED);
+    job.set_reason(absl::StrCat("recovered (", r->recoveries(), " of at most ",
+                                options_.max_recoveries, ") from: ", w.cause,
+                                "; rolled back to step ", point->step, " (", from, ")"));
+    job.clear_servers();
+    job.clear_workers();
+    rec->placement_attempts = 0;
+    rec->next_attempt = absl::InfinitePast();
+    (void)Persist(*rec);
+    recoveries_->Add();
+    Log()->warn("job {}: {}", w.job_id, job.reason());
+    Wake();
   }
 }
 
@@ -180,7 +278,8 @@ std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
     v1::Job& job = rec.job;
     if (job.state() == v1::JOB_PLACING && rec.placement_pending) {
       // Restored mid-placement: make the same calls again (they are idempotent).
-      PlacementWork w{id, job.spec(), rec.shard_map, {job.workers().begin(), job.workers().end()}};
+      PlacementWork w{id, job.spec(), rec.shard_map, {job.workers().begin(), job.workers().end()},
+                      job.recovery()};
       rec.placement_pending = false;
       work.push_back(std::move(w));
       continue;
@@ -231,7 +330,7 @@ std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
     absl::flat_hash_map<std::string, uint32_t> added;
     for (const v1::ShardAssignment& a : rec.shard_map.assignments()) ++added[a.primary()];
     for (ServerCandidate& c : servers) c.shards_hosted += added[c.node_id];
-    work.push_back(PlacementWork{id, job.spec(), rec.shard_map, placed->workers});
+    work.push_back(PlacementWork{id, job.spec(), rec.shard_map, placed->workers, job.recovery()});
   }
   return work;
 }
@@ -287,6 +386,14 @@ void Scheduler::ExecutePlacement(const PlacementWork& w) {
     v1::UpdateShardMapRequest req;
     *req.mutable_map() = w.map;
     req.set_self(ep.node_id());
+    if (w.recovery.recoveries() > 0) {
+      // After a rollback: this server's shards come from the checkpoint files, its clocks from
+      // the step the workers resume at.
+      for (std::string& f : RestoreFilesFor(w.recovery.restore_from(), w.map, ep.node_id())) {
+        req.add_restore_from(std::move(f));
+      }
+      req.set_restore_step(w.recovery.start_step());
+    }
     absl::Status s = rpc_->UpdateShardMap(ep.address(), req);
     if (!s.ok()) {
       s = absl::Status(s.code(), absl::StrCat("server ", ep.node_id(), ": ", s.message()));
@@ -317,11 +424,14 @@ void Scheduler::ExecutePlacement(const PlacementWork& w) {
       req.mutable_partition()->set_index(rank);
       req.mutable_partition()->set_count(n);
       *req.mutable_shard_map() = w.map;
+      req.set_start_step(w.recovery.start_step());
+      req.set_attempt(w.recovery.recoveries());
       absl::Status s = rpc_->AssignTask(addr, req);
       if (s.code() == absl::StatusCode::kFailedPrecondition) {
         // Busy: fine if it already runs this very task (we restarted mid-placement).
         auto ws = rpc_->WorkerStatus(addr);
-        if (ws.ok() && ws->busy() && ws->job_id() == w.job_id && ws->rank() == rank) {
+        if (ws.ok() && ws->busy() && ws->job_id() == w.job_id && ws->rank() == rank &&
+            ws->attempt() == w.recovery.recoveries()) {
           s = absl::OkStatus();
         }
       }

@@ -29,6 +29,9 @@ ABSL_FLAG(int64_t, startup_grace_ms, 0,
 ABSL_FLAG(int64_t, task_stop_grace_ms, 2000,
           "a cancelled or failed job stays on its servers until its workers have stopped their "
           "tasks, or this long");
+ABSL_FLAG(int32_t, max_recoveries, 3,
+          "times a job is rolled back to its newest complete checkpoint and placed again after "
+          "losing a server or worker; one more loss fails it (0 = a lost node fails its job)");
 ABSL_FLAG(int64_t, rpc_timeout_ms, 5000, "deadline of calls to servers and workers");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain (enables TLS)");
@@ -78,6 +81,11 @@ int main(int argc, char** argv) {
   int64_t stop_ms = absl::GetFlag(FLAGS_task_stop_grace_ms);
   if (stop_ms < 0) return Fail(absl::InvalidArgumentError("--task_stop_grace_ms: must be >= 0"));
   options.scheduler.task_stop_grace = absl::Milliseconds(stop_ms);
+  const int32_t max_recoveries = absl::GetFlag(FLAGS_max_recoveries);
+  if (max_recoveries < 0) {
+    return Fail(absl::InvalidArgumentError("--max_recoveries: must be >= 0"));
+  }
+  options.scheduler.max_recoveries = max_recoveries;
   int64_t rpc_ms = absl::GetFlag(FLAGS_rpc_timeout_ms);
   if (rpc_ms < 10) return Fail(absl::InvalidArgumentError("--rpc_timeout_ms: must be >= 10"));
   options.rpc_timeout = absl::Milliseconds(rpc_ms);

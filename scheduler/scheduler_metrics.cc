@@ -60,8 +60,8 @@ void Scheduler::RegisterMetrics() {
       });
   metrics_.AddGaugeCallback("pscluster_scheduler_jobs", "Jobs by lifecycle state.", [this] {
     std::map<std::string, int> jobs;
-    for (v1::JobState s : {v1::JOB_QUEUED, v1::JOB_PLACING, v1::JOB_RUNNING, v1::JOB_SUCCEEDED,
-                           v1::JOB_FAILED, v1::JOB_CANCELLED}) {
+    for (v1::JobState s : {v1::JOB_QUEUED, v1::JOB_PLACING, v1::JOB_RUNNING, v1::JOB_RECOVERING,
+                           v1::JOB_SUCCEEDED, v1::JOB_FAILED, v1::JOB_CANCELLED}) {
       jobs[JobStateName(s)] = 0;
     }
     {
@@ -111,6 +111,9 @@ void Scheduler::RegisterMetrics() {
   registrations_ = metrics_.AddCounter("pscluster_scheduler_registrations_total", kCalls);
   submissions_ = metrics_.AddCounter("pscluster_scheduler_jobs_submitted_total", kCalls);
   progress_reports_ = metrics_.AddCounter("pscluster_scheduler_progress_reports_total", kCalls);
+  recoveries_ = metrics_.AddCounter(
+      "pscluster_scheduler_job_recoveries_total",
+      "Jobs rolled back to a checkpoint and placed again after losing a node.");
   metrics_.AddGaugeCallback("pscluster_scheduler_info", "The scheduler's version.", [this] {
     return std::vector<Sample>{{absl::StrCat("version=\"", Escape(options_.version), "\""), 1}};
   });

@@ -230,26 +230,40 @@ TEST_F(SchedulerServiceTest, ErrorsTravelWithTheirExactCodes) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("register again")));
 }
 
-TEST_F(SchedulerServiceTest, AKilledWorkerFailsItsJobOnceTheLeaseLapses) {
+TEST_F(SchedulerServiceTest, AKilledWorkersRankMovesToASpareWorkerAndTheJobFinishes) {
   Add(v1::ROLE_SERVER);
   Add(v1::ROLE_SERVER);
   testing::SimulatedTraining slow;
-  slow.total_steps = 100000;
+  slow.total_steps = 800;  // 4 s: longer than the 2 s lease.
   slow.step_time = absl::Milliseconds(5);
   slow.report_every = 10;
-  Add(v1::ROLE_WORKER, slow);
-  FakeNode* victim = Add(v1::ROLE_WORKER, slow);
+  std::vector<FakeNode*> workers;
+  for (int i = 0; i < 3; ++i) workers.push_back(Add(v1::ROLE_WORKER, slow));
   auto id = Submit(kJob);
   ASSERT_THAT(id, IsOk());
   absl::Time end = absl::Now() + absl::Seconds(10);
   while (absl::Now() < end && Get(*id)->progress().step() < 10) absl::SleepFor(absl::Milliseconds(10));
-  ASSERT_EQ(Get(*id)->state(), v1::JOB_RUNNING);
-  std::string victim_id = victim->node_id();
+  v1::Job job = *Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING);
+  FakeNode* victim = nullptr;
+  for (FakeNode* w : workers) {
+    if (w->node_id() == job.workers(1)) victim = w;
+  }
+  ASSERT_NE(victim, nullptr);
+  const std::string victim_id = victim->node_id();
   victim->Crash();
-  v1::Job job = WaitFinished(*id);
-  EXPECT_EQ(job.state(), v1::JOB_FAILED);
-  EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat(victim_id, " at ", victim->address(),
-                                                   " stopped heartbeating")));
+  job = WaitFinished(*id);
+  ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.reason();
+  EXPECT_EQ(job.recovery().recoveries(), 1u);
+  EXPECT_THAT(job.recovery().last_cause(),
+              HasSubstr(absl::StrCat("worker of rank 1 ", victim_id, " at ", victim->address(),
+                                     " stopped heartbeating")));
+  // No checkpoints: the job started again from step 0 on the live workers.
+  EXPECT_EQ(job.progress().rolled_back_to_step(), 0);
+  EXPECT_THAT(job.workers(), ::testing::Not(::testing::Contains(victim_id)));
+  EXPECT_EQ(job.progress().step(), 800);
+  std::string page = HttpGet(daemon_->metrics_port(), "/metrics");
+  EXPECT_THAT(page, HasSubstr("pscluster_scheduler_job_recoveries_total 1"));
 }
 
 TEST_F(SchedulerServiceTest, AReportedErrorFailsTheJob) {

@@ -2,6 +2,8 @@
 // stand-ins for servers and workers on loopback.
 #include "scheduler/scheduler.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
@@ -9,11 +11,14 @@
 #include "scheduler/grpc_cluster_rpc.h"
 #include "scheduler/testing/fake_nodes.h"
 #include "scheduler/testing/status_matchers.h"
+#include "server/checkpoint_file.h"
+#include "common/atomic_file.h"
 
 namespace pscluster::scheduler {
 namespace {
 
 using ::pscluster::scheduler::testing::FakeNode;
+using ::pscluster::scheduler::testing::FakeParameterServer;
 using ::pscluster::scheduler::testing::FakeNodeOptions;
 using ::pscluster::scheduler::testing::FakeWorker;
 using ::pscluster::scheduler::testing::IsOk;
@@ -129,11 +134,13 @@ class SchedulerTest : public ::testing::Test {
     return job;
   }
   absl::StatusOr<bool> Report(const std::string& job, uint32_t rank, int64_t step, bool done,
-                              const std::string& error = "", const std::string& export_path = "") {
+                              const std::string& error = "", const std::string& export_path = "",
+                              uint32_t attempt = 0) {
     v1::ReportProgressRequest req;
     req.set_job_id(job);
     v1::WorkerProgress* p = req.mutable_progress();
     p->set_rank(rank);
+    p->set_attempt(attempt);
     p->set_step(step);
     p->set_total_steps(10);
     p->set_loss(0.5);
@@ -447,8 +454,10 @@ TEST_F(SchedulerTest, BadCallsGetExactCodes) {
   EXPECT_TRUE(resp.cancel());
 }
 
-TEST_F(SchedulerTest, ALapsedLeaseFailsTheRunningJobNamingTheNode) {
-  AddCluster(2, 2);
+TEST_F(SchedulerTest, ALapsedLeaseFailsTheRunningJobNamingTheNodeWhenRecoveryIsOff) {
+  options_.max_recoveries = 0;
+  StartScheduler();
+  AddCluster(2, 3);
   auto id = Submit(kJob);
   ASSERT_THAT(id, IsOk());
   sched_->RunOnce();
@@ -476,7 +485,171 @@ TEST_F(SchedulerTest, ALapsedLeaseFailsTheRunningJobNamingTheNode) {
   EXPECT_THAT(Node(job.workers(0))->worker()->stopped(), SizeIs(1));
 }
 
-TEST_F(SchedulerTest, ARestartedWorkerFailsItsJob) {
+// A job with periodic checkpoints in `dir`: every 10 steps.
+std::string CheckpointedJob(const std::string& dir, int servers = 2) {
+  return absl::StrReplaceAll(kJob, {{"num_servers: 2", absl::StrCat("num_servers: ", servers,
+                                                                    "\ncheckpoint_every_steps: 10"
+                                                                    "\ncheckpoint_dir: ",
+                                                                    dir)}});
+}
+
+// Writes what server `server` checkpoints of `job` at `step`: the shards it holds in `map`.
+std::string WriteCheckpoint(const std::string& dir, const v1::ShardMap& map,
+                            const std::string& server, int64_t step) {
+  v1::CheckpointHeader h;
+  h.set_job_id(map.job_id());
+  h.set_step(step);
+  h.set_epoch(map.epoch());
+  h.set_num_virtual_shards(map.num_virtual_shards());
+  for (const auto& a : map.assignments()) {
+    if (a.primary() == server) h.add_shards(a.shard());
+  }
+  h.set_data_bytes(0);
+  std::string f;
+  AppendCheckpointHead(h, &f);
+  AppendCheckpointTrailer(&f);
+  EXPECT_THAT(MakeDirs(dir + "/" + map.job_id()), IsOk());
+  std::string path = absl::StrCat(dir, "/", map.job_id(), "/", server, "-step", step, ".ckpt");
+  EXPECT_THAT(WriteFileAtomically(path, f), IsOk());
+  return path;
+}
+
+TEST_F(SchedulerTest, ALostWorkersRankGoesToASpareWorkerFromTheNewestCheckpoint) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/ckpt-worker";
+  AddCluster(2, 3);
+  auto id = Submit(CheckpointedJob(dir));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  v1::GetShardMapRequest mreq;
+  mreq.set_job_id(*id);
+  v1::ShardMap map;
+  ASSERT_THAT(sched_->GetShardMap(mreq, &map), IsOk());
+  std::vector<std::string> files;
+  for (int64_t step : {10, 20}) {
+    for (const std::string& s : job.servers()) files.push_back(WriteCheckpoint(dir, map, s, step));
+  }
+  const std::string lost = job.workers(1);
+  const std::string kept = job.workers(0);
+
+  clock_.Advance(absl::Seconds(6));
+  for (const std::string& n : ids_) {
+    if (n == lost) continue;
+    v1::HeartbeatRequest hb;
+    hb.set_node_id(n);
+    v1::HeartbeatResponse r;
+    ASSERT_THAT(sched_->Heartbeat(hb, &r), IsOk());
+  }
+  sched_->RunOnce();
+  clock_.Advance(absl::Seconds(5));
+  for (const std::string& n : ids_) {
+    if (n == lost) continue;
+    v1::HeartbeatRequest hb;
+    hb.set_node_id(n);
+    v1::HeartbeatResponse r;
+    ASSERT_THAT(sched_->Heartbeat(hb, &r), IsOk());
+  }
+  sched_->RunOnce();
+  ASSERT_EQ(sched_->registry().Get(lost)->state(), v1::NODE_DEAD);
+
+  // One control pass stopped the job, rolled it back and placed it again.
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().recoveries(), 1u);
+  EXPECT_EQ(job.recovery().start_step(), 20);
+  EXPECT_EQ(job.progress().rolled_back_to_step(), 20);
+  EXPECT_THAT(job.recovery().last_cause(),
+              HasSubstr(absl::StrCat("worker of rank 1 ", lost, " at ", Node(lost)->address(),
+                                     " stopped heartbeating")));
+  EXPECT_EQ(job.shard_map_epoch(), map.epoch() + 1);
+  ASSERT_THAT(job.workers(), SizeIs(2));
+  EXPECT_THAT(job.workers(), ::testing::Not(::testing::Contains(lost)));
+  // The surviving worker's task was stopped before it got the new one.
+  EXPECT_THAT(Node(kept)->worker()->stopped(), SizeIs(1));
+  for (int rank = 0; rank < 2; ++rank) {
+    auto assigned = Node(job.workers(rank))->worker()->assigned();
+    ASSERT_FALSE(assigned.empty());
+    EXPECT_EQ(assigned.back().start_step(), 20);
+    EXPECT_EQ(assigned.back().attempt(), 1u);
+    EXPECT_EQ(assigned.back().rank(), static_cast<uint32_t>(rank));
+    EXPECT_EQ(assigned.back().shard_map().epoch(), job.shard_map_epoch());
+  }
+  // Every server dropped the old run and restores its shards from the step-20 files.
+  std::vector<std::string> restored;
+  for (const std::string& s : job.servers()) {
+    FakeParameterServer* ps = Node(s)->server();
+    EXPECT_THAT(ps->dropped(), ElementsAre(*id));
+    const v1::UpdateShardMapRequest u = ps->updates().back();
+    EXPECT_EQ(u.map().epoch(), job.shard_map_epoch());
+    EXPECT_EQ(u.restore_step(), 20);
+    for (const std::string& f : u.restore_from()) {
+      EXPECT_THAT(f, HasSubstr("-step20.ckpt"));
+      restored.push_back(f);
+    }
+  }
+  EXPECT_THAT(restored, ::testing::UnorderedElementsAre(files[2], files[3]));
+
+  // The replaced task's reports are moot; the new ones count.
+  auto cancel = Report(*id, 0, 25, false, "lost its server");
+  ASSERT_THAT(cancel, IsOk());
+  EXPECT_TRUE(*cancel);
+  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+  cancel = Report(*id, 0, 25, false, "", "", 1);
+  ASSERT_THAT(cancel, IsOk());
+  EXPECT_FALSE(*cancel);
+  EXPECT_EQ(Get(*id).progress().workers(0).step(), 25);
+}
+
+TEST_F(SchedulerTest, ALostServersShardsAreRestoredOnASpareServer) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/ckpt-server";
+  AddCluster(3, 2);
+  auto id = Submit(CheckpointedJob(dir));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  v1::GetShardMapRequest mreq;
+  mreq.set_job_id(*id);
+  v1::ShardMap map;
+  ASSERT_THAT(sched_->GetShardMap(mreq, &map), IsOk());
+  for (const std::string& s : job.servers()) WriteCheckpoint(dir, map, s, 30);
+  // The first server dies; the second one got as far as step 40 (its file is not enough).
+  WriteCheckpoint(dir, map, job.servers(1), 40);
+  const std::string lost = job.servers(0);
+  v1::DeregisterRequest dr;
+  dr.set_node_id(lost);
+  ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  EXPECT_EQ(Get(*id).state(), v1::JOB_RECOVERING);
+  EXPECT_THAT(Get(*id).reason(), HasSubstr("left the cluster"));
+
+  // A scheduler restart in the middle of a recovery carries it on.
+  StartScheduler();
+  EXPECT_EQ(Get(*id).state(), v1::JOB_RECOVERING);
+  BeatAll();
+  sched_->RunOnce();
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().start_step(), 30);
+  EXPECT_THAT(job.servers(), ::testing::Not(::testing::Contains(lost)));
+  ASSERT_THAT(sched_->GetShardMap(mreq, &map), IsOk());
+  EXPECT_GT(map.epoch(), 1u);
+  for (const auto& a : map.assignments()) EXPECT_NE(a.primary(), lost);
+  // Each server restores exactly the files holding a shard it holds now, all of step 30.
+  std::set<std::string> needed;
+  for (const std::string& s : job.servers()) {
+    const v1::UpdateShardMapRequest u = Node(s)->server()->updates().back();
+    EXPECT_EQ(u.restore_step(), 30);
+    ASSERT_FALSE(u.restore_from().empty()) << s;
+    for (const std::string& f : u.restore_from()) {
+      EXPECT_THAT(f, HasSubstr("-step30.ckpt"));
+      needed.insert(f);
+    }
+  }
+  EXPECT_THAT(needed, SizeIs(2));
+}
+
+TEST_F(SchedulerTest, WithoutCheckpointsARestartedWorkersJobStartsAgainFromTheStart) {
   AddCluster(1, 1);
   auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 1"},
                                               {"num_servers: 2", "num_servers: 1"}}));
@@ -491,8 +664,57 @@ TEST_F(SchedulerTest, ARestartedWorkerFailsItsJob) {
   ASSERT_THAT(sched_->RegisterNode(req, &resp), IsOk());
   EXPECT_EQ(resp.node_id(), ids_[1]);
   v1::Job job = Get(*id);
-  EXPECT_EQ(job.state(), v1::JOB_FAILED);
+  EXPECT_EQ(job.state(), v1::JOB_RECOVERING);
   EXPECT_THAT(job.reason(), HasSubstr("restarted"));
+  sched_->RunOnce();
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().start_step(), 0);
+  EXPECT_THAT(job.recovery().restore_from(), IsEmpty());
+  EXPECT_EQ(Node(ids_[1])->worker()->assigned().back().attempt(), 1u);
+  EXPECT_EQ(Node(ids_[0])->server()->updates().back().restore_step(), 0);
+}
+
+TEST_F(SchedulerTest, RecoveriesAreLimitedThenTheJobFails) {
+  options_.max_recoveries = 1;
+  StartScheduler();
+  AddCluster(1, 2);
+  auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 1"},
+                                              {"num_servers: 2", "num_servers: 1"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::DeregisterRequest dr;
+  dr.set_node_id(Get(*id).workers(0));
+  ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  dr.set_node_id(job.workers(0));
+  ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  job = Get(*id);
+  EXPECT_EQ(job.state(), v1::JOB_FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr("already recovered 1 time, the --max_recoveries limit"));
+  EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat(dr.node_id(), " at ")));
+}
+
+TEST_F(SchedulerTest, ACancelledRecoveryStaysCancelled) {
+  AddCluster(1, 1);
+  auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 1"},
+                                              {"num_servers: 2", "num_servers: 1"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::DeregisterRequest dr;
+  dr.set_node_id(ids_[1]);
+  ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  ASSERT_EQ(Get(*id).state(), v1::JOB_RECOVERING);
+  v1::CancelJobRequest creq;
+  creq.set_job_id(*id);
+  v1::CancelJobResponse cresp;
+  ASSERT_THAT(sched_->CancelJob(creq, &cresp), IsOk());
+  EXPECT_EQ(cresp.state(), v1::JOB_CANCELLED);
+  sched_->RunOnce();
+  EXPECT_EQ(Get(*id).state(), v1::JOB_CANCELLED);
+  EXPECT_EQ(Get(*id).recovery().recoveries(), 0u);
 }
 
 TEST_F(SchedulerTest, RefusedPlacementsAreRetriedThenFail) {

@@ -145,6 +145,9 @@ class Job {
   // that are held here, and the clocks. Returns (step, tables restored).
   absl::StatusOr<std::pair<int64_t, uint32_t>> Restore(const std::string& file,
                                                        absl::string_view path);
+  // After a recovery's restore: every worker's clock becomes `step` (the step the job resumes
+  // from), with no pushes remembered or buffered. Call before any worker reads.
+  void RewindClocks(int64_t step);
   // Safetensors bytes of the named tables (all dense ones when empty). Returns tensor count.
   absl::StatusOr<std::pair<std::string, uint32_t>> Export(const std::vector<std::string>& tables);
 

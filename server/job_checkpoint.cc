@@ -5,18 +5,12 @@
 #include "common/crc32c.h"
 #include "common/safetensors.h"
 #include "server/checkpoint.pb.h"
+#include "server/checkpoint_file.h"
 #include "server/job.h"
 
 namespace pscluster {
 namespace {
 
-constexpr char kHeadMagic[] = "PSCKPT01";
-constexpr char kTailMagic[] = "PSCKEND1";
-constexpr size_t kTrailerBytes = 4 + 8 + 8;
-
-void PutLe64(std::string* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
 uint64_t GetLe64(const char* p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
@@ -89,12 +83,9 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpoint(const std::string& node_id,
     }
   }
   h.set_data_bytes(off);
-  std::string header = h.SerializeAsString();
   std::string& f = snap.bytes;
-  f.reserve(16 + header.size() + off + kTrailerBytes);
-  f.append(kHeadMagic, 8);
-  PutLe64(&f, header.size());
-  f.append(header);
+  f.reserve(16 + h.ByteSizeLong() + off + 20);
+  AppendCheckpointHead(h, &f);
   const size_t data_start = f.size();
   // Pass 2: data.
   for (size_t ti = 0; ti < tables_.size(); ++ti) {
@@ -127,11 +118,7 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpoint(const std::string& node_id,
   if (f.size() - data_start != off) {
     return absl::InternalError("checkpoint layout changed while writing");  // Own invariant.
   }
-  uint64_t body = f.size();
-  snap.crc = Crc32c(f);
-  for (int i = 0; i < 4; ++i) f.push_back(static_cast<char>((snap.crc >> (8 * i)) & 0xff));
-  PutLe64(&f, body);
-  f.append(kTailMagic, 8);
+  snap.crc = AppendCheckpointTrailer(&f);
   return snap;
 }
 
@@ -141,32 +128,9 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::Restore(const std::string& f,
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " refused: ", what,
                                             "; nothing was loaded"));
   };
-  if (f.size() < 16 + kTrailerBytes || f.compare(0, 8, kHeadMagic) != 0) {
-    return corrupt(absl::StrCat("not a pscluster checkpoint (", f.size(), " bytes, bad magic)"));
-  }
-  if (f.compare(f.size() - 8, 8, kTailMagic) != 0) {
-    return corrupt("truncated: the end marker is missing");
-  }
-  const uint64_t body = GetLe64(f.data() + f.size() - 16);
-  if (body != f.size() - kTrailerBytes) {
-    return corrupt(absl::StrCat("truncated or padded: trailer says ", body, " bytes, file has ",
-                                f.size() - kTrailerBytes));
-  }
-  uint32_t stored = 0;
-  for (int i = 0; i < 4; ++i) {
-    stored |= static_cast<uint32_t>(static_cast<uint8_t>(f[body + i])) << (8 * i);
-  }
-  const uint32_t computed = Crc32c(absl::string_view(f.data(), body));
-  if (stored != computed) {
-    return corrupt(absl::StrCat("checksum mismatch (stored crc32c ", stored, ", computed ",
-                                computed, ")"));
-  }
-  const uint64_t hlen = GetLe64(f.data() + 8);
-  if (hlen > body - 16) return corrupt("header length exceeds the file");
-  v1::CheckpointHeader h;
-  if (!h.ParseFromArray(f.data() + 16, static_cast<int>(hlen))) return corrupt("header unreadable");
-  const uint64_t data_start = 16 + hlen;
-  if (h.data_bytes() != body - data_start) return corrupt("data section length mismatch");
+  auto parsed = ParseCheckpoint(f, path);
+  if (!parsed.ok()) return parsed.status();
+  const v1::CheckpointHeader& h = parsed->header;
   if (h.job_id() != id()) {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " belongs to job '",
                                                       h.job_id(), "', not '", id(), "'"));
@@ -176,8 +140,8 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::Restore(const std::string& f,
         "checkpoint ", path, " has ", h.num_virtual_shards(), " virtual shards, job '", id(),
         "' has ", config_.num_shards));
   }
-  const char* data = f.data() + data_start;
-  const uint64_t data_bytes = h.data_bytes();
+  const char* data = parsed->data.data();
+  const uint64_t data_bytes = parsed->data.size();
   auto in_range = [&](uint64_t off, uint64_t len) { return off <= data_bytes && len <= data_bytes - off; };
 
   absl::MutexLock l(&state_mu_);
@@ -281,6 +245,15 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::Restore(const std::string& f,
     checkpointed_step_ = released_min_;
   }
   return std::make_pair(h.step(), static_cast<uint32_t>(h.tables_size()));
+}
+
+void Job::RewindClocks(int64_t step) {
+  absl::MutexLock c(&clock_mu_);
+  for (int64_t& clock : clocks_) clock = step;
+  for (auto& a : applied_) a.clear();
+  agg_.clear();
+  released_min_ = step;
+  checkpointed_step_ = step;
 }
 
 absl::StatusOr<std::pair<std::string, uint32_t>> Job::Export(

@@ -102,7 +102,7 @@ absl::Status PsHandler::CreateTables(const v1::CreateTablesRequest& req,
     return absl::OkStatus();
   };
   std::shared_ptr<Job> job;
-  std::optional<std::pair<v1::ShardMap, std::string>> pending;
+  std::optional<v1::UpdateShardMapRequest> pending;
   {
     absl::MutexLock l(&mu_);
     auto it = jobs_.find(req.job_id());
@@ -122,7 +122,7 @@ absl::Status PsHandler::CreateTables(const v1::CreateTablesRequest& req,
     c.num_workers = req.num_workers();
     c.checkpoint_every_steps = req.checkpoint_every_steps();
     c.checkpoint_dir = req.checkpoint_dir();
-    const uint32_t map_shards = pending ? pending->first.num_virtual_shards() : 0;
+    const uint32_t map_shards = pending ? pending->map().num_virtual_shards() : 0;
     c.num_shards = req.num_virtual_shards() ? req.num_virtual_shards()
                                             : (map_shards ? map_shards : kDefaultVirtualShards);
     if (map_shards != 0 && map_shards != c.num_shards) {
@@ -132,21 +132,26 @@ absl::Status PsHandler::CreateTables(const v1::CreateTablesRequest& req,
     }
     auto fresh = std::make_shared<Job>(std::move(c), &budget_, clock_, options_.limits);
     if (pending) {
-      const v1::ShardMap& map = pending->first;
+      const v1::ShardMap& map = pending->map();
       std::vector<bool> held(map.num_virtual_shards());
-      for (const auto& a : map.assignments()) held[a.shard()] = a.primary() == pending->second;
+      for (const auto& a : map.assignments()) held[a.shard()] = a.primary() == pending->self();
       s = fresh->SetShards(map.epoch(), std::move(held));
       if (!s.ok()) return s;
     }
     auto created = fresh->AddTables(specs, optimizers);
     if (!created.ok()) return created.status();
+    if (pending && (!pending->restore_from().empty() || pending->restore_step() > 0)) {
+      // A recovering job: its shards come from the checkpoints before any worker can read.
+      s = RestoreForRecovery(*fresh, *pending);
+      if (!s.ok()) return s;
+    }
     {
       absl::MutexLock l(&mu_);
       auto it = jobs_.find(req.job_id());
       if (it == jobs_.end()) {
         jobs_[req.job_id()] = fresh;
         auto pm = pending_maps_.find(req.job_id());
-        if (pm != pending_maps_.end() && pm->second.first.epoch() <= fresh->epoch()) {
+        if (pm != pending_maps_.end() && pm->second.map().epoch() <= fresh->epoch()) {
           pending_maps_.erase(pm);
         }
         resp->set_created(*created);
@@ -173,6 +178,15 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
   if (req.self().empty()) {
     return absl::InvalidArgumentError("self: the receiving server's node_id is required");
   }
+  if (req.restore_step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("restore_step: ", req.restore_step(),
+                                                   " is negative"));
+  }
+  for (int i = 0; i < req.restore_from_size(); ++i) {
+    if (req.restore_from(i).empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("restore_from[", i, "]: empty path"));
+    }
+  }
   const v1::ShardMap& map = req.map();
   std::shared_ptr<Job> job;
   {
@@ -184,10 +198,8 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
     auto it = jobs_.find(map.job_id());
     if (it == jobs_.end()) {
       auto& pending = pending_maps_[map.job_id()];
-      if (pending.first.epoch() <= map.epoch() || pending.first.job_id().empty()) {
-        pending = {map, req.self()};
-      }
-      resp->set_epoch(pending.first.epoch());
+      if (pending.map().epoch() <= map.epoch() || pending.map().job_id().empty()) pending = req;
+      resp->set_epoch(pending.map().epoch());
       return absl::OkStatus();
     }
     job = it->second;
@@ -197,11 +209,40 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
         "map.num_virtual_shards: ", map.num_virtual_shards(), " differs from job '",
         map.job_id(), "' (", job->config().num_shards, ")"));
   }
+  if ((!req.restore_from().empty() || req.restore_step() > 0) && map.epoch() > job->epoch()) {
+    // Restoring under tables that workers may be using would mix two runs of the job.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "restore_from: job '", map.job_id(), "' already has tables on this server (epoch ",
+        job->epoch(), "); a recovery restores only into tables created after its map (DropJob "
+        "first)"));
+  }
   std::vector<bool> held(map.num_virtual_shards());
   for (const auto& a : map.assignments()) held[a.shard()] = a.primary() == req.self();
   s = job->SetShards(map.epoch(), std::move(held));
   if (!s.ok()) return s;
   resp->set_epoch(job->epoch());
+  return absl::OkStatus();
+}
+
+absl::Status PsHandler::RestoreForRecovery(Job& job, const v1::UpdateShardMapRequest& req) {
+  for (int i = 0; i < req.restore_from_size(); ++i) {
+    const std::string& path = req.restore_from(i);
+    auto file = ReadFile(path);
+    if (!file.ok()) {
+      return absl::Status(file.status().code(), absl::StrCat("restore_from[", i, "]: ",
+                                                             file.status().message()));
+    }
+    auto r = job.Restore(*file, path);
+    if (!r.ok()) return r.status();
+    if (r->first != req.restore_step()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "restore_from[", i, "]: checkpoint ", path, " is at step ", r->first,
+          ", the recovery resumes from step ", req.restore_step()));
+    }
+  }
+  job.RewindClocks(req.restore_step());
+  Logger("server")->info("job '{}': recovered at step {} from {} checkpoint file(s)", job.id(),
+                         req.restore_step(), req.restore_from_size());
   return absl::OkStatus();
 }
 
@@ -212,9 +253,9 @@ std::string PsHandler::CheckpointPrefix() const {
   return absl::StrReplaceAll(who, {{":", "_"}, {"/", "_"}, {"[", ""}, {"]", ""}});
 }
 
-absl::StatusOr<v1::CheckpointResponse> PsHandler::WriteCheckpoint(const std::shared_ptr<Job>& job,
-                                                                  const std::string& dir_override,
-                                                                  bool periodic) {
+absl::StatusOr<v1::CheckpointResponse> PsHandler::WriteCheckpoint(
+    const std::shared_ptr<Job>& job, const std::string& dir_override, bool periodic,
+    std::shared_ptr<const Job::Snapshot> snapshot) {
   std::string base = !dir_override.empty()            ? dir_override
                      : !job->config().checkpoint_dir.empty() ? job->config().checkpoint_dir
                                                               : options_.checkpoint_dir;
@@ -228,8 +269,12 @@ absl::StatusOr<v1::CheckpointResponse> PsHandler::WriteCheckpoint(const std::sha
   absl::Status s = MakeDirs(dir);
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("dir: ", s.message()));
   const std::string prefix = CheckpointPrefix();
-  auto snap = job->MakeCheckpoint(node_id(), absl::ToUnixMillis(clock_->Now()));
-  if (!snap.ok()) return snap.status();
+  if (snapshot == nullptr) {
+    auto taken = job->MakeCheckpoint(node_id(), absl::ToUnixMillis(clock_->Now()));
+    if (!taken.ok()) return taken.status();
+    snapshot = std::make_shared<const Job::Snapshot>(std::move(*taken));
+  }
+  const Job::Snapshot* snap = snapshot.get();
   const std::string path = JoinPath(dir, absl::StrCat(prefix, "-step", snap->step, ".ckpt"));
   s = WriteFileAtomically(path, snap->bytes);
   if (!s.ok()) return s;
@@ -339,8 +384,14 @@ absl::StatusOr<PushResult> PsHandler::Push(const v1::PushChunk& chunk, const Pay
   if (r->duplicate) duplicates_total_.fetch_add(1, std::memory_order_relaxed);
   if (chunk.end_of_step() && (*job)->TakeCheckpointDue()) {
     std::shared_ptr<Job> j = *job;
-    background_([this, j] {
-      auto w = WriteCheckpoint(j, "", true);
+    // The snapshot is taken here, as the step completes, so that under BSP every server's
+    // checkpoint holds exactly the same steps (a recovery restores them together); the file is
+    // written in the background.
+    auto taken = j->MakeCheckpoint(node_id(), absl::ToUnixMillis(clock_->Now()));
+    if (!taken.ok()) return r;  // Dropped meanwhile.
+    auto snap = std::make_shared<const Job::Snapshot>(std::move(*taken));
+    background_([this, j, snap] {
+      auto w = WriteCheckpoint(j, "", true, snap);
       if (!w.ok() && w.status().code() != absl::StatusCode::kNotFound) {
         Logger("server")->error("job '{}': periodic checkpoint failed: {}", j->id(), w.status());
       }

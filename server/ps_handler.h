@@ -108,11 +108,15 @@ class PsHandler {
     uint64_t pushes = 0, pulls = 0, bytes_in = 0, bytes_out = 0;
   };
   absl::StatusOr<std::shared_ptr<Job>> FindJob(absl::string_view job_id, absl::string_view field) const;
-  absl::StatusOr<v1::CheckpointResponse> WriteCheckpoint(const std::shared_ptr<Job>& job,
-                                                         const std::string& dir_override,
-                                                         bool periodic);
+  // Writes `snapshot` (taken now when null) under `dir_override` or the job's directory.
+  absl::StatusOr<v1::CheckpointResponse> WriteCheckpoint(
+      const std::shared_ptr<Job>& job, const std::string& dir_override, bool periodic,
+      std::shared_ptr<const Job::Snapshot> snapshot = nullptr);
   void PruneCheckpoints(const std::string& dir, const std::string& prefix);
   std::string CheckpointPrefix() const;
+  // Loads a recovering job's shards from `req.restore_from` into `job` (not yet published) and
+  // sets every clock to `req.restore_step`.
+  absl::Status RestoreForRecovery(Job& job, const v1::UpdateShardMapRequest& req);
   Totals CurrentTotals() const;
   void SampleRates(double* push, double* pull, double* in, double* out);
 
@@ -124,9 +128,8 @@ class PsHandler {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
-  // Shard maps that arrived before their job's tables: job -> (map, self).
-  absl::flat_hash_map<std::string, std::pair<v1::ShardMap, std::string>> pending_maps_
-      ABSL_GUARDED_BY(mu_);
+  // Shard maps (with a recovery's restore files) that arrived before their job's tables.
+  absl::flat_hash_map<std::string, v1::UpdateShardMapRequest> pending_maps_ ABSL_GUARDED_BY(mu_);
   std::string node_id_ ABSL_GUARDED_BY(mu_);
   std::string address_ ABSL_GUARDED_BY(mu_);
   uint32_t data_port_ ABSL_GUARDED_BY(mu_) = 0;

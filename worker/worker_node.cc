@@ -152,9 +152,13 @@ absl::Status WorkerNode::AssignTask(const v1::AssignTaskRequest& request) {
   if (shutting_down_) return absl::UnavailableError("worker is shutting down");
   JoinFinishedTaskLocked();
   if (busy_) {
-    if (job_id_ == request.job_id() && rank_ == request.rank()) return absl::OkStatus();
+    if (job_id_ == request.job_id() && rank_ == request.rank() &&
+        attempt_ == request.attempt()) {
+      return absl::OkStatus();
+    }
     return absl::FailedPreconditionError(absl::StrCat("worker is busy with job ", job_id_,
-                                                      " (rank ", rank_, ")"));
+                                                      " (rank ", rank_, ", attempt ", attempt_,
+                                                      ")"));
   }
   auto runner = factory_(request, this);
   if (!runner.ok()) return runner.status();
@@ -162,11 +166,13 @@ absl::Status WorkerNode::AssignTask(const v1::AssignTaskRequest& request) {
   busy_ = true;
   job_id_ = request.job_id();
   rank_ = request.rank();
+  attempt_ = request.attempt();
   last_error_.clear();
   pending_progress_.Clear();
   last_report_ = absl::InfinitePast();
   Logger("worker")->info("task: job {} rank {}/{}", job_id_, rank_, request.num_workers());
-  task_thread_ = std::thread(&WorkerNode::RunTask, this, runner_.get(), job_id_, rank_);
+  task_thread_ =
+      std::thread(&WorkerNode::RunTask, this, runner_.get(), job_id_, rank_, attempt_);
   return absl::OkStatus();
 }
 
@@ -178,7 +184,8 @@ void WorkerNode::JoinFinishedTaskLocked() {
   }
 }
 
-void WorkerNode::RunTask(TaskRunner* runner, std::string job_id, uint32_t rank) {
+void WorkerNode::RunTask(TaskRunner* runner, std::string job_id, uint32_t rank,
+                         uint32_t attempt) {
   absl::Status s = runner->Run();
   auto log = Logger("worker");
   v1::WorkerProgress final;
@@ -187,6 +194,7 @@ void WorkerNode::RunTask(TaskRunner* runner, std::string job_id, uint32_t rank) 
     final = pending_progress_;
   }
   final.set_rank(rank);
+  final.set_attempt(attempt);
   final.set_node_id(node_id());
   if (s.ok()) {
     final.set_done(true);
@@ -205,7 +213,7 @@ void WorkerNode::RunTask(TaskRunner* runner, std::string job_id, uint32_t rank) 
   if (s.code() != absl::StatusCode::kCancelled && scheduler_ != nullptr) {
     // The final report decides the job's fate: retry it for two minutes (the scheduler may be
     // restarting).
-    for (int attempt = 0; attempt < 240; ++attempt) {
+    for (int tries = 0; tries < 240; ++tries) {
       {
         absl::MutexLock l(&mu_);
         if (shutting_down_) break;
@@ -253,6 +261,7 @@ v1::WorkerStatus WorkerNode::Status() const {
   st.set_busy(busy_);
   st.set_job_id(job_id_);
   st.set_rank(rank_);
+  st.set_attempt(attempt_);
   st.set_last_error(last_error_);
   if (runner_ != nullptr) {
     TaskSnapshot snap = runner_->Snapshot();
@@ -275,6 +284,7 @@ bool WorkerNode::WaitIdle(absl::Duration timeout) {
 
 bool WorkerNode::Report(const v1::WorkerProgress& progress) {
   std::string job;
+  uint32_t attempt = 0;
   {
     absl::MutexLock l(&mu_);
     pending_progress_ = progress;
@@ -283,9 +293,11 @@ bool WorkerNode::Report(const v1::WorkerProgress& progress) {
     if (!final && now - last_report_ < options_.report_interval) return true;
     last_report_ = now;
     job = job_id_;
+    attempt = attempt_;
   }
   v1::WorkerProgress p = progress;
   p.set_node_id(node_id());
+  p.set_attempt(attempt);
   if (scheduler_ == nullptr) {
     Logger("worker")->info("job {} rank {}: step {}/{} epoch {} loss {:.4f} acc {:.4f} test {:.4f}",
                            job, p.rank(), p.step(), p.total_steps(), p.epoch(), p.loss(),

@@ -71,7 +71,7 @@ class WorkerNode : public ProgressSink {
  private:
   void HeartbeatLoop(std::function<void(absl::Status)> on_fatal);
   absl::Status RegisterOnce();
-  void RunTask(TaskRunner* runner, std::string job_id, uint32_t rank);
+  void RunTask(TaskRunner* runner, std::string job_id, uint32_t rank, uint32_t attempt);
   void JoinFinishedTaskLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const WorkerNodeOptions options_;
@@ -86,6 +86,7 @@ class WorkerNode : public ProgressSink {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::string job_id_ ABSL_GUARDED_BY(mu_);
   uint32_t rank_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t attempt_ ABSL_GUARDED_BY(mu_) = 0;  // AssignTaskRequest.attempt of the task.
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<TaskRunner> runner_ ABSL_GUARDED_BY(mu_);
   std::thread task_thread_ ABSL_GUARDED_BY(mu_);

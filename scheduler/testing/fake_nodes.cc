@@ -98,7 +98,8 @@ grpc::ServerUnaryReactor* FakeWorker::AssignTask(grpc::CallbackServerContext* ct
     stop_ = false;
     job_id_ = req->job_id();
     rank_ = req->rank();
-    step_ = 0;
+    attempt_ = req->attempt();
+    step_ = req->start_step();
     assigned_.push_back(*req);
   }
   if (task_.joinable()) task_.join();  // The previous task has ended (busy_ was false).
@@ -136,6 +137,7 @@ grpc::ServerUnaryReactor* FakeWorker::Status(grpc::CallbackServerContext* ctx,
   resp->set_busy(busy_);
   resp->set_job_id(job_id_);
   resp->set_rank(rank_);
+  resp->set_attempt(attempt_);
   resp->set_step(step_);
   return Done(ctx, grpc::Status::OK);
 }
@@ -183,7 +185,7 @@ void FakeWorker::Train(v1::AssignTaskRequest task) {
     absl::MutexLock l(&mu_);
     return stop_;
   };
-  for (int64_t step = 1; step <= t.total_steps && !stopped(); ++step) {
+  for (int64_t step = task.start_step() + 1; step <= t.total_steps && !stopped(); ++step) {
     absl::SleepFor(t.step_time);
     {
       absl::MutexLock l(&mu_);
@@ -196,6 +198,7 @@ void FakeWorker::Train(v1::AssignTaskRequest task) {
     req.set_job_id(task.job_id());
     v1::WorkerProgress* p = req.mutable_progress();
     p->set_rank(task.rank());
+    p->set_attempt(task.attempt());
     {
       absl::MutexLock l(&mu_);
       p->set_node_id(node_id_);

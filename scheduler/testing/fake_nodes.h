@@ -105,6 +105,7 @@ class FakeWorker final : public v1::WorkerControl::CallbackService {
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   std::string job_id_ ABSL_GUARDED_BY(mu_);
   uint32_t rank_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t attempt_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool hold_on_stop_ ABSL_GUARDED_BY(mu_) = false;

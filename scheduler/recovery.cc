@@ -1,0 +1,138 @@
+#include "scheduler/recovery.h"
+
+#include <dirent.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
+#include "server/checkpoint_file.h"
+
+namespace pscluster::scheduler {
+namespace {
+
+struct Candidate {
+  std::string path;
+  v1::CheckpointHeader header;
+};
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty() || dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+// Written before `rb` by the run that `rb` abandoned.
+bool Abandoned(const v1::CheckpointHeader& h,
+               const google::protobuf::RepeatedPtrField<v1::Rollback>& rollbacks) {
+  for (const v1::Rollback& rb : rollbacks) {
+    if (h.epoch() < rb.epoch() && h.step() > rb.step()) return true;
+  }
+  return false;
+}
+
+bool Covers(const std::vector<const Candidate*>& files, uint32_t num_shards) {
+  std::vector<bool> covered(num_shards, false);
+  uint32_t n = 0;
+  for (const Candidate* c : files) {
+    for (uint32_t s : c->header.shards()) {
+      if (s < num_shards && !covered[s]) {
+        covered[s] = true;
+        ++n;
+      }
+    }
+  }
+  return n == num_shards;
+}
+
+}  // namespace
+
+absl::StatusOr<RecoveryPoint> FindRecoveryPoint(
+    const std::string& checkpoint_dir, const std::string& job_id, uint32_t num_virtual_shards,
+    const google::protobuf::RepeatedPtrField<v1::Rollback>& rollbacks) {
+  RecoveryPoint point;
+  if (checkpoint_dir.empty()) return point;
+  point.dir = JoinPath(checkpoint_dir, job_id);
+  DIR* d = opendir(point.dir.c_str());
+  if (d == nullptr) {
+    if (errno == ENOENT) return point;
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint_dir: cannot list ", point.dir, ": ", std::strerror(errno)));
+  }
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (absl::EndsWith(name, ".ckpt")) names.push_back(std::move(name));
+  }
+  closedir(d);
+
+  std::vector<Candidate> candidates;
+  for (const std::string& name : names) {
+    std::string path = JoinPath(point.dir, name);
+    auto h = ReadCheckpointHeader(path);
+    if (!h.ok()) {
+      point.skipped.push_back(absl::StrCat(path, ": ", h.status().message()));
+    } else if (h->job_id() != job_id) {
+      point.skipped.push_back(absl::StrCat(path, ": belongs to job '", h->job_id(), "'"));
+    } else if (h->num_virtual_shards() != num_virtual_shards) {
+      point.skipped.push_back(absl::StrCat(path, ": has ", h->num_virtual_shards(),
+                                           " virtual shards, the job ", num_virtual_shards));
+    } else if (Abandoned(*h, rollbacks)) {
+      point.skipped.push_back(absl::StrCat(path, ": step ", h->step(),
+                                           " of a run that a rollback abandoned"));
+    } else {
+      candidates.push_back(Candidate{std::move(path), std::move(*h)});
+    }
+  }
+  std::map<int64_t, std::vector<const Candidate*>, std::greater<>> by_step;
+  for (const Candidate& c : candidates) by_step[c.header.step()].push_back(&c);
+  for (auto& [step, files] : by_step) {
+    if (!Covers(files, num_virtual_shards)) continue;
+    // Read the step's files whole: a damaged one is dropped, and the step may still be covered.
+    std::vector<const Candidate*> good;
+    for (const Candidate* c : files) {
+      auto bytes = ReadFile(c->path);
+      absl::Status s = bytes.status();
+      if (s.ok()) s = ParseCheckpoint(*bytes, c->path).status();
+      if (s.ok()) {
+        good.push_back(c);
+      } else {
+        point.skipped.push_back(absl::StrCat(c->path, ": ", s.message()));
+      }
+    }
+    if (!Covers(good, num_virtual_shards)) continue;
+    point.step = step;
+    for (const Candidate* c : good) {
+      v1::RestoreFile f;
+      f.set_path(c->path);
+      f.mutable_shards()->CopyFrom(c->header.shards());
+      point.files.push_back(std::move(f));
+    }
+    return point;
+  }
+  return point;
+}
+
+std::vector<std::string> RestoreFilesFor(
+    const google::protobuf::RepeatedPtrField<v1::RestoreFile>& files, const v1::ShardMap& map,
+    const std::string& server) {
+  absl::flat_hash_set<uint32_t> held;
+  for (const v1::ShardAssignment& a : map.assignments()) {
+    if (a.primary() == server) held.insert(a.shard());
+  }
+  std::vector<std::string> out;
+  for (const v1::RestoreFile& f : files) {
+    for (uint32_t s : f.shards()) {
+      if (held.contains(s)) {
+        out.push_back(f.path());
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace pscluster::scheduler

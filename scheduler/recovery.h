@@ -1,0 +1,43 @@
+// What a recovering job restores: the newest step at which the job's checkpoint files, as the
+// servers wrote them under `checkpoint_dir/<job id>/`, cover every virtual shard.
+//
+// Files are read by this process, so the scheduler must see the directory at the same path as
+// the servers (one host, or a shared file system). Headers are read first; only the files of
+// the chosen step are read whole and checked (CRC-32C). Files that fail a check, belong to
+// another job or layout, or were written by a run that a rollback abandoned (an older shard-map
+// epoch at a later step than the rollback's) are skipped and listed. Thread-compatible; does
+// blocking file I/O.
+#ifndef PSCLUSTER_SCHEDULER_RECOVERY_H_
+#define PSCLUSTER_SCHEDULER_RECOVERY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "google/protobuf/repeated_field.h"
+#include "proto/scheduler.pb.h"
+
+namespace pscluster::scheduler {
+
+struct RecoveryPoint {
+  int64_t step = 0;                    // 0 with no files: the job starts again from scratch.
+  std::vector<v1::RestoreFile> files;  // All at `step`; together they cover every shard.
+  std::vector<std::string> skipped;    // "PATH: why" for each file not usable.
+  std::string dir;                     // Where it looked.
+};
+
+// A missing directory means no checkpoints (step 0); one that cannot be listed is an error
+// naming it.
+absl::StatusOr<RecoveryPoint> FindRecoveryPoint(
+    const std::string& checkpoint_dir, const std::string& job_id, uint32_t num_virtual_shards,
+    const google::protobuf::RepeatedPtrField<v1::Rollback>& rollbacks);
+
+// The paths of `files` holding a shard that `server` is primary for in `map`.
+std::vector<std::string> RestoreFilesFor(
+    const google::protobuf::RepeatedPtrField<v1::RestoreFile>& files, const v1::ShardMap& map,
+    const std::string& server);
+
+}  // namespace pscluster::scheduler
+
+#endif  // PSCLUSTER_SCHEDULER_RECOVERY_H_

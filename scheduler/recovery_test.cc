@@ -1,0 +1,180 @@
+// FindRecoveryPoint over real checkpoint files in the test's directory.
+#include "scheduler/recovery.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/testing/status_matchers.h"
+#include "server/checkpoint_file.h"
+
+namespace pscluster::scheduler {
+namespace {
+
+using ::pscluster::scheduler::testing::IsOk;
+using ::pscluster::scheduler::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+
+constexpr uint32_t kShards = 8;
+
+class RecoveryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = root_ + "/job-1";
+    ASSERT_THAT(MakeDirs(dir_), IsOk());
+  }
+
+  // Writes a checkpoint of `job` at `step` holding shards [first, last] as a server would.
+  std::string Write(const std::string& server, int64_t step, uint32_t first, uint32_t last,
+                    uint64_t epoch = 1, const std::string& job = "job-1",
+                    uint32_t shards = kShards) {
+    v1::CheckpointHeader h;
+    h.set_job_id(job);
+    h.set_step(step);
+    h.set_epoch(epoch);
+    h.set_num_virtual_shards(shards);
+    for (uint32_t s = first; s <= last; ++s) h.add_shards(s);
+    std::string data(64, static_cast<char>(step));
+    h.set_data_bytes(data.size());
+    std::string f;
+    AppendCheckpointHead(h, &f);
+    f += data;
+    AppendCheckpointTrailer(&f);
+    std::string path = absl::StrCat(dir_, "/", server, "-step", step, ".ckpt");
+    EXPECT_THAT(WriteFileAtomically(path, f), IsOk());
+    return path;
+  }
+  absl::StatusOr<RecoveryPoint> Find() { return FindRecoveryPoint(root_, "job-1", kShards, rollbacks_); }
+  static std::vector<std::string> Paths(const RecoveryPoint& p) {
+    std::vector<std::string> out;
+    for (const auto& f : p.files) out.push_back(f.path());
+    return out;
+  }
+
+  std::string root_, dir_;
+  google::protobuf::RepeatedPtrField<v1::Rollback> rollbacks_;
+};
+
+TEST_F(RecoveryTest, NoCheckpointsMeansStartingAgainFromScratch) {
+  auto p = FindRecoveryPoint(root_ + "/none", "job-1", kShards, rollbacks_);
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ(p->step, 0);
+  EXPECT_THAT(p->files, IsEmpty());
+  p = FindRecoveryPoint("", "job-1", kShards, rollbacks_);
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ(p->step, 0);
+  p = Find();  // The job's directory exists but is empty.
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ(p->step, 0);
+}
+
+TEST_F(RecoveryTest, TheNewestStepThatCoversEveryShardWins) {
+  std::string a10 = Write("server-1", 10, 0, 3);
+  std::string b10 = Write("server-2", 10, 4, 7);
+  Write("server-1", 20, 0, 3);  // server-2 died before writing step 20.
+  auto p = Find();
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ(p->step, 10);
+  EXPECT_THAT(Paths(*p), UnorderedElementsAre(a10, b10));
+  EXPECT_THAT(p->skipped, IsEmpty());
+  std::string b20 = Write("server-2", 20, 4, 7);
+  p = Find();
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ(p->step, 20);
+  EXPECT_THAT(Paths(*p), UnorderedElementsAre(dir_ + "/server-1-step20.ckpt", b20));
+}
+
+TEST_F(RecoveryTest, ADamagedFileIsSkippedAndAnOlderCompleteStepUsed) {
+  std::string a10 = Write("server-1", 10, 0, 3);
+  std::string b10 = Write("server-2", 10, 4, 7);
+  Write("server-1", 20, 0, 3);
+  std::string b20 = Write("server-2", 20, 4, 7);
+  auto bytes = ReadFile(b20);
+  ASSERT_THAT(bytes, IsOk());
+  (*bytes)[bytes->size() / 2] ^= 0x40;  // A torn or rotten write the header does not show.
+  ASSERT_THAT(WriteFileAtomically(b20, *bytes), IsOk());
+  ASSERT_THAT(WriteFileAtomically(dir_ + "/server-3-step30.ckpt", "not a checkpoint"), IsOk());
+  ASSERT_THAT(WriteFileAtomically(dir_ + "/notes.txt", "ignored"), IsOk());
+  auto p = Find();
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ(p->step, 10);
+  EXPECT_THAT(Paths(*p), UnorderedElementsAre(a10, b10));
+  ASSERT_EQ(p->skipped.size(), 2u);
+  EXPECT_THAT(p->skipped, UnorderedElementsAre(
+                              AllOf(HasSubstr(b20), HasSubstr("checksum mismatch")),
+                              AllOf(HasSubstr("server-3-step30.ckpt"),
+                                    HasSubstr("not a pscluster checkpoint"))));
+}
+
+TEST_F(RecoveryTest, FilesOfAnotherJobOrLayoutAreSkipped) {
+  Write("server-1", 10, 0, 3);
+  Write("server-2", 10, 4, 7, 1, "job-2");           // Copied in from another job.
+  Write("server-3", 10, 4, 7, 1, "job-1", kShards * 2);  // Another shard count.
+  auto p = Find();
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ(p->step, 0);  // Shards 4-7 are covered by no usable file.
+  EXPECT_THAT(p->skipped, UnorderedElementsAre(HasSubstr("belongs to job 'job-2'"),
+                                               HasSubstr("has 16 virtual shards")));
+}
+
+TEST_F(RecoveryTest, CheckpointsOfAnAbandonedRunAreNeverRestored) {
+  // Epoch 1 ran to step 30; a recovery rolled back to step 10 and placed the job at epoch 2.
+  std::string a10 = Write("server-1", 10, 0, 3, 1);
+  std::string b10 = Write("server-2", 10, 4, 7, 1);
+  Write("server-1", 30, 0, 3, 1);
+  Write("server-2", 30, 4, 7, 1);
+  v1::Rollback* rb = rollbacks_.Add();
+  rb->set_epoch(2);
+  rb->set_step(10);
+  auto p = Find();
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ(p->step, 10);
+  EXPECT_THAT(Paths(*p), UnorderedElementsAre(a10, b10));
+  EXPECT_THAT(p->skipped, UnorderedElementsAre(HasSubstr("abandoned"), HasSubstr("abandoned")));
+  // The new run (epoch 2, on other servers) reaches step 20: that is newer and valid.
+  std::string c20 = Write("server-3", 20, 0, 7, 2);
+  p = Find();
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ(p->step, 20);
+  EXPECT_THAT(Paths(*p), ElementsAre(c20));
+}
+
+TEST_F(RecoveryTest, ADirectoryThatCannotBeListedIsAnErrorNamingIt) {
+  ASSERT_THAT(WriteFileAtomically(root_ + "/file", "x"), IsOk());
+  EXPECT_THAT(FindRecoveryPoint(root_ + "/file", "job-1", kShards, rollbacks_),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(root_ + "/file/job-1")));
+}
+
+TEST_F(RecoveryTest, EachServerGetsTheFilesOfTheShardsItHolds) {
+  google::protobuf::RepeatedPtrField<v1::RestoreFile> files;
+  auto add = [&](const std::string& path, std::vector<uint32_t> shards) {
+    v1::RestoreFile* f = files.Add();
+    f->set_path(path);
+    for (uint32_t s : shards) f->add_shards(s);
+  };
+  add("a", {0, 1});
+  add("b", {2, 3});
+  v1::ShardMap map;
+  map.set_num_virtual_shards(4);
+  for (uint32_t s = 0; s < 4; ++s) {
+    auto* a = map.add_assignments();
+    a->set_shard(s);
+    a->set_primary(s == 1 || s == 2 ? "server-9" : "server-8");
+  }
+  EXPECT_THAT(RestoreFilesFor(files, map, "server-9"), ElementsAre("a", "b"));
+  EXPECT_THAT(RestoreFilesFor(files, map, "server-8"), ElementsAre("a", "b"));
+  map.mutable_assignments(2)->set_primary("server-8");
+  EXPECT_THAT(RestoreFilesFor(files, map, "server-9"), ElementsAre("a"));
+  EXPECT_THAT(RestoreFilesFor(files, map, "server-7"), IsEmpty());
+}
+
+}  // namespace
+}  // namespace pscluster::scheduler
