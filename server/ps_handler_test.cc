@@ -486,12 +486,25 @@ class CheckpointTest : public HandlerTest {
  protected:
   void SetUp() override {
     HandlerTest::SetUp();
+    Create(JobRequest());
+  }
+  static v1::CreateTablesRequest JobRequest() {
     auto momentum = Optimizer(v1::OptimizerSpec::MOMENTUM, 0.1f);
     momentum.set_momentum(0.9f);
-    Create(CreateRequest("j",
+    return CreateRequest("j",
                          {DenseSpec("adam", {200, 700}, kAdam), DenseSpec("mom", {33}, momentum),
                           SparseSpec("emb", 16, 0, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.1f))},
-                         v1::ConsistencySpec::SSP, 2, 1));
+                         v1::ConsistencySpec::SSP, 2, 1);
+  }
+  // A recovery's map for this server ("s0", every shard), restoring `files` at `step`.
+  static v1::UpdateShardMapRequest RecoveryMap(uint64_t epoch, std::vector<std::string> files,
+                                               int64_t step) {
+    v1::UpdateShardMapRequest req;
+    *req.mutable_map() = RoundRobinMap("j", epoch, {"a:1"});
+    req.set_self("s0");
+    for (auto& f : files) req.add_restore_from(std::move(f));
+    req.set_restore_step(step);
+    return req;
   }
 
   void Train(int from, int to) {
@@ -550,6 +563,81 @@ TEST_F(CheckpointTest, RestoreReproducesTablesAndOptimizerStateBitForBit) {
   Train(3, 6);
   const auto retrained = All();
   EXPECT_EQ(std::memcmp(retrained.data(), trained.data(), trained.size() * 4), 0);
+}
+
+TEST_F(CheckpointTest, ARecoveryRestoresIntoTheTablesItsMapPrecedes) {
+  Train(0, 3);
+  const std::string path = Ckpt();
+  const auto at_ckpt = All();
+  Train(3, 6);
+  const auto trained = All();
+  ASSERT_NE(trained, at_ckpt);
+
+  // A replacement server: the scheduler's map (with the files) arrives before the workers'
+  // CreateTables, which then finds the checkpoint's state and every clock at its step.
+  Make(PsHandlerOptions{});
+  v1::UpdateShardMapResponse mresp;
+  ASSERT_TRUE(h_->UpdateShardMap(RecoveryMap(2, {path}, 3), &mresp).ok());
+  Create(JobRequest());
+  epoch_ = 2;
+  const auto restored = All();
+  ASSERT_EQ(std::memcmp(restored.data(), at_ckpt.data(), restored.size() * 4), 0);
+  auto st = Status("j").jobs(0);
+  EXPECT_EQ(st.min_clock(), 3);
+  EXPECT_EQ(st.epoch(), 2u);
+  for (const auto& c : st.clocks()) EXPECT_EQ(c.clock(), 3) << "worker " << c.worker();
+  // Workers resuming at step 3 get exactly what the original run got.
+  Train(3, 6);
+  const auto retrained = All();
+  EXPECT_EQ(std::memcmp(retrained.data(), trained.data(), trained.size() * 4), 0);
+
+  // The same map again (a scheduler retrying its placement) is a no-op; a newer one that
+  // restores into these live tables is refused and changes nothing.
+  ASSERT_TRUE(h_->UpdateShardMap(RecoveryMap(2, {path}, 3), &mresp).ok());
+  absl::Status s = h_->UpdateShardMap(RecoveryMap(3, {path}, 3), &mresp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("DropJob first"), std::string::npos) << s;
+  EXPECT_EQ(Status("j").jobs(0).epoch(), 2u);
+  EXPECT_EQ(All(), retrained);
+}
+
+TEST_F(CheckpointTest, ARecoveryFromABadFileCreatesNothingAndNamesTheFile) {
+  Train(0, 3);
+  const std::string path = Ckpt();
+  std::string bytes = *ReadFile(path);
+  bytes[bytes.size() / 2] ^= 1;
+  const std::string damaged = path + ".damaged.ckpt";
+  ASSERT_TRUE(WriteFileAtomically(damaged, bytes).ok());
+
+  Make(PsHandlerOptions{});
+  v1::UpdateShardMapResponse mresp;
+  v1::CreateTablesResponse cresp;
+  struct Case {
+    v1::UpdateShardMapRequest map;
+    absl::StatusCode code;
+    std::string says;
+  };
+  const Case cases[] = {
+      {RecoveryMap(2, {damaged}, 3), absl::StatusCode::kDataLoss, damaged},
+      {RecoveryMap(3, {path + ".missing"}, 3), absl::StatusCode::kNotFound, path + ".missing"},
+      {RecoveryMap(4, {path}, 5), absl::StatusCode::kFailedPrecondition, "is at step 3"},
+  };
+  for (const Case& c : cases) {
+    ASSERT_TRUE(h_->UpdateShardMap(c.map, &mresp).ok());
+    absl::Status s = h_->CreateTables(JobRequest(), &cresp);
+    EXPECT_EQ(s.code(), c.code) << s;
+    EXPECT_NE(s.message().find(c.says), std::string::npos) << s;
+    EXPECT_EQ(Status().jobs_size(), 0) << "a job with half-restored tables was published";
+  }
+  // Bad requests are refused outright.
+  EXPECT_EQ(h_->UpdateShardMap(RecoveryMap(5, {""}, 3), &mresp).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(h_->UpdateShardMap(RecoveryMap(5, {path}, -1), &mresp).code(),
+            absl::StatusCode::kInvalidArgument);
+  // The scheduler's next placement names a good file: the job comes up restored.
+  ASSERT_TRUE(h_->UpdateShardMap(RecoveryMap(6, {path}, 3), &mresp).ok());
+  Create(JobRequest());
+  EXPECT_EQ(Status("j").jobs(0).min_clock(), 3);
 }
 
 TEST_F(CheckpointTest, CorruptOrTruncatedCheckpointsAreRefusedAndChangeNothing) {
