@@ -222,6 +222,45 @@ TEST_F(WorkerNodeTest, OneTaskAtATime) {
   EXPECT_TRUE(st.busy());
   EXPECT_EQ(st.job_id(), "job-1");
   EXPECT_EQ(st.device(), "cpu (test)");
+  EXPECT_EQ(st.attempt(), 0u);
+}
+
+TEST_F(WorkerNodeTest, ATaskOfAnotherAttemptOfTheSameJobIsNotTheSameTask) {
+  StartNode(100000);
+  v1::AssignTaskRequest first = Task("job-1");
+  ASSERT_TRUE(Assign(first).ok());
+  // After a recovery the scheduler assigns the job again (attempt 1): while the old task still
+  // runs, that is a different task, not a repeat of the running one.
+  v1::AssignTaskRequest again = Task("job-1");
+  again.set_attempt(1);
+  again.set_start_step(300);
+  grpc::Status busy = Assign(again);
+  EXPECT_EQ(busy.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(busy.error_message().find("attempt 0"), std::string::npos) << busy.error_message();
+  // The running task's reports carry its attempt, so the scheduler can tell them apart.
+  ASSERT_TRUE(WaitFor([&] {
+    absl::MutexLock l(&scheduler_.mu);
+    return !scheduler_.reports.empty();
+  }));
+  {
+    absl::MutexLock l(&scheduler_.mu);
+    EXPECT_EQ(scheduler_.reports.back().progress().attempt(), 0u);
+  }
+  v1::StopTaskRequest stop;
+  stop.set_job_id("job-1");
+  v1::StopTaskResponse sresp;
+  auto ctx = CallContext(absl::Seconds(5));
+  ASSERT_TRUE(stub_->StopTask(ctx.get(), stop, &sresp).ok());
+  ASSERT_TRUE(node_->WaitIdle(absl::Seconds(10)));
+  ASSERT_TRUE(Assign(again).ok());
+  v1::WorkerStatus st;
+  auto ctx2 = CallContext(absl::Seconds(5));
+  ASSERT_TRUE(stub_->Status(ctx2.get(), {}, &st).ok());
+  EXPECT_EQ(st.attempt(), 1u);
+  ASSERT_TRUE(WaitFor([&] {
+    absl::MutexLock l(&scheduler_.mu);
+    return !scheduler_.reports.empty() && scheduler_.reports.back().progress().attempt() == 1u;
+  }));
 }
 
 TEST_F(WorkerNodeTest, StopTaskCancelsWithoutReportingDone) {
