@@ -161,15 +161,27 @@ void Scheduler::FailJobsOnNode(const std::string& node_id, const std::string& wh
     JobRecord& rec = jobs_[id];
     if (!HoldsResources(rec.job.state())) continue;
     std::string role;
+    int lost_rank = -1;
     for (int r = 0; r < rec.job.workers_size(); ++r) {
-      if (rec.job.workers(r) == node_id) role = absl::StrCat("worker of rank ", r);
+      if (rec.job.workers(r) == node_id) {
+        role = absl::StrCat("worker of rank ", r);
+        lost_rank = r;
+      }
     }
+    bool server = false;
     for (const std::string& s : rec.job.servers()) {
-      if (s == node_id) role = "server holding shards";
+      if (s == node_id) server = true;
     }
+    if (server) role = "server holding shards";
     if (role.empty()) continue;
     std::string reason = absl::StrCat(role, " ", Describe(node_id), " ", what);
-    if (rec.job.state() == v1::JOB_RUNNING) {
+    if (rec.job.state() == v1::JOB_RUNNING && !server) {
+      // The control loop hands the rank to another worker (or rolls the job back).
+      if (!MayRecover(rec, reason)) continue;
+      rec.lost_ranks.emplace_back(lost_rank, reason);
+      Log()->warn("job {}: {}; handing its rank over", id, reason);
+      Wake();
+    } else if (rec.job.state() == v1::JOB_RUNNING) {
       StartRecovery(rec, reason);
     } else if (rec.job.state() == v1::JOB_RECOVERING) {
       // Already on its way back; this node is not used again.
@@ -188,17 +200,22 @@ void Scheduler::FailJobsOnNode(const std::string& node_id, const std::string& wh
   }
 }
 
+bool Scheduler::MayRecover(JobRecord& rec, const std::string& reason) {
+  const v1::JobRecovery& r = rec.job.recovery();
+  const uint32_t done = r.recoveries() + r.handovers();
+  if (static_cast<int64_t>(done) < options_.max_recoveries) return true;
+  Finish(rec, v1::JOB_FAILED,
+         options_.max_recoveries <= 0
+             ? reason
+             : absl::StrCat(reason, " (not recovered: it already recovered ", done,
+                            done == 1 ? " time" : " times", ", the --max_recoveries limit)"));
+  return false;
+}
+
 void Scheduler::StartRecovery(JobRecord& rec, const std::string& reason) {
   v1::Job& job = rec.job;
-  const uint32_t done = job.recovery().recoveries();
-  if (static_cast<int64_t>(done) >= options_.max_recoveries) {
-    Finish(rec, v1::JOB_FAILED,
-           options_.max_recoveries <= 0
-               ? reason
-               : absl::StrCat(reason, " (not recovered: it already recovered ", done,
-                              done == 1 ? " time" : " times", ", the --max_recoveries limit)"));
-    return;
-  }
+  if (!MayRecover(rec, reason)) return;
+  rec.lost_ranks.clear();
   job.set_state(v1::JOB_RECOVERING);
   job.set_reason(absl::StrCat("recovering: ", reason));
   job.mutable_recovery()->set_last_cause(reason);

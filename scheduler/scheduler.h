@@ -14,11 +14,16 @@
 // PlacementPolicy are owned by the caller and must outlive it.
 //
 // A node that dies (lease expired), leaves or restarts while it holds a running job's shards or
-// tasks starts a recovery (design section 4): the job goes RECOVERING, the control loop stops its
-// tasks and drops it on its servers, rolls it back to its newest complete checkpoint (every
-// virtual shard covered by files of one step; none: from the start) and queues it; the next
-// placement, on live nodes, has the servers restore those files and the workers resume at that
-// step. After `max_recoveries` recoveries (or with 0) the job fails instead, naming the node.
+// tasks starts a recovery (design section 4). A lost worker's rank is handed over: the control
+// loop asks every server for the rank's clock and assigns the rank to an idle live worker, which
+// resumes at the slowest of those clocks; the servers keep their state and their exactly-once
+// tags drop whatever part of that step the lost worker had pushed. When that cannot be done (no
+// idle worker, a server that does not answer) and for a lost server, the job goes RECOVERING:
+// the loop stops its tasks and drops it on its servers, rolls it back to its newest complete
+// checkpoint (every virtual shard covered by files of one step; none: from the start) and queues
+// it; the next placement, on live nodes, has the servers restore those files and the workers
+// resume at that step. After `max_recoveries` of either (or with 0) the job fails instead,
+// naming the node.
 #ifndef PSCLUSTER_SCHEDULER_SCHEDULER_H_
 #define PSCLUSTER_SCHEDULER_SCHEDULER_H_
 
@@ -114,6 +119,9 @@ class Scheduler {
     absl::Time last_persist;
     absl::Time last_poll;
     std::vector<uint32_t> server_waiting_for;
+    // Ranks whose worker was lost, with why, for the control loop to hand over (not persisted:
+    // after a restart the loop finds dead workers of running jobs again).
+    std::vector<std::pair<uint32_t, std::string>> lost_ranks;
   };
   // A call to make once a job has ended: stop a worker's task or drop a job on a server.
   struct Cleanup {
@@ -149,8 +157,14 @@ class Scheduler {
 
   // Control-loop steps.
   void CheckLeases();
+  // Gives the lost ranks of running jobs to idle workers (or starts a rollback recovery).
+  void HandOverRanks();
   // Stops, drops and rolls back every RECOVERING job, then queues it to be placed again.
   void RecoverJobs();
+  // The task of `rank` in a job placed with `map` (what ExecutePlacement and HandOverRanks send).
+  static v1::AssignTaskRequest TaskFor(const std::string& job_id, const v1::JobSpec& spec,
+                                       const v1::ShardMap& map, uint32_t rank,
+                                       uint32_t num_workers, const v1::JobRecovery& recovery);
   std::vector<PlacementWork> PlaceQueuedJobs();
   void ExecutePlacement(const PlacementWork& work);
   // Before a placement calls anyone: if a chosen worker still runs the task of a job that has
@@ -182,6 +196,8 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RUNNING -> RECOVERING (the control loop does the rest), or FAILED past max_recoveries.
   void StartRecovery(JobRecord& rec, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // False (and the job FAILED with `reason`) once it has recovered max_recoveries times.
+  bool MayRecover(JobRecord& rec, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Describe(const std::string& node_id) const;
   absl::Status CheckClusterSize(const v1::JobSpec& spec, const std::string& source) const;
   absl::Duration StartupGrace() const;
@@ -213,6 +229,7 @@ class Scheduler {
   Counter* submissions_ = nullptr;
   Counter* progress_reports_ = nullptr;
   Counter* recoveries_ = nullptr;
+  Counter* handovers_ = nullptr;
 };
 
 }  // namespace pscluster::scheduler

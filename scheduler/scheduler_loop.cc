@@ -109,6 +109,7 @@ void Scheduler::RunOnce() {
 void Scheduler::ControlPass() {
   absl::MutexLock pass(&loop_mu_);
   CheckLeases();
+  HandOverRanks();
   RecoverJobs();
   for (const PlacementWork& w : PlaceQueuedJobs()) ExecutePlacement(w);
   RunCleanups();
@@ -124,6 +125,185 @@ void Scheduler::CheckLeases() {
                 absl::FormatDuration(options_.lease));
     FailJobsOnNode(id, absl::StrCat("stopped heartbeating (lease of ",
                                     absl::FormatDuration(options_.lease), " expired)"));
+  }
+}
+
+v1::AssignTaskRequest Scheduler::TaskFor(const std::string& job_id, const v1::JobSpec& spec,
+                                         const v1::ShardMap& map, uint32_t rank,
+                                         uint32_t num_workers, const v1::JobRecovery& recovery) {
+  v1::AssignTaskRequest req;
+  req.set_job_id(job_id);
+  *req.mutable_spec() = spec;
+  req.set_rank(rank);
+  req.set_num_workers(num_workers);
+  req.mutable_partition()->set_index(rank);
+  req.mutable_partition()->set_count(num_workers);
+  *req.mutable_shard_map() = map;
+  req.set_start_step(recovery.start_step());
+  req.set_attempt(recovery.recoveries());
+  return req;
+}
+
+void Scheduler::HandOverRanks() {
+  struct Work {
+    std::string job_id;
+    uint32_t rank = 0;
+    std::string cause;
+    std::string lost;  // Node that ran the rank.
+    std::string spare, spare_address;
+    v1::JobSpec spec;
+    v1::ShardMap map;
+    uint32_t num_workers = 0;
+    v1::JobRecovery recovery;
+  };
+  {
+    absl::MutexLock l(&mu_);
+    bool any = false;
+    for (const auto& [id, rec] : jobs_) {
+      any = any || !rec.lost_ranks.empty();
+      // Also workers of running jobs found dead without an event (after a scheduler restart).
+      if (rec.job.state() != v1::JOB_RUNNING) continue;
+      for (const std::string& w : rec.job.workers()) {
+        auto n = registry_.Get(w);
+        any = any || (n.has_value() && !IsLive(*n));
+      }
+    }
+    if (!any) return;
+  }
+  const std::vector<v1::NodeStatus> nodes = registry_.Snapshot();
+  absl::flat_hash_map<std::string, const v1::NodeStatus*> by_id;
+  for (const v1::NodeStatus& n : nodes) by_id[n.info().node_id()] = &n;
+
+  // Under the lock: choose an idle worker per lost rank and assign the rank to it in the job
+  // (so that its first progress report is accepted).
+  std::vector<Work> work;
+  {
+    absl::MutexLock l(&mu_);
+    absl::flat_hash_set<std::string> busy;
+    for (const auto& [id, rec] : jobs_) {
+      if (!HoldsResources(rec.job.state())) continue;
+      for (const std::string& w : rec.job.workers()) busy.insert(w);
+    }
+    for (const std::string& id : order_) {
+      JobRecord& rec = jobs_[id];
+      v1::Job& job = rec.job;
+      if (job.state() != v1::JOB_RUNNING) {
+        rec.lost_ranks.clear();
+        continue;
+      }
+      for (int r = 0; r < job.workers_size(); ++r) {
+        auto it = by_id.find(job.workers(r));
+        bool known = false;
+        for (const auto& lr : rec.lost_ranks) known = known || lr.first == static_cast<uint32_t>(r);
+        if (it == by_id.end() || IsLive(*it->second) || known) continue;
+        std::string reason = absl::StrCat("worker of rank ", r, " ", Describe(job.workers(r)),
+                                          " is no longer alive");
+        if (!MayRecover(rec, reason)) break;
+        rec.lost_ranks.emplace_back(r, reason);
+      }
+      if (job.state() != v1::JOB_RUNNING || rec.lost_ranks.empty()) continue;
+      std::vector<std::pair<uint32_t, std::string>> lost;
+      lost.swap(rec.lost_ranks);
+      for (const auto& [rank, cause] : lost) {
+        // An idle live worker able to run the task; a restarted one may take its rank back.
+        const std::string old = job.workers(rank);
+        std::string spare;
+        for (const v1::NodeStatus& n : nodes) {
+          const std::string& nid = n.info().node_id();
+          if (n.info().role() != v1::ROLE_WORKER || n.state() != v1::NODE_ALIVE) continue;
+          if (busy.contains(nid) && nid != old) continue;
+          if (n.info().capacity().gpus() < job.spec().gpus_per_worker()) continue;
+          spare = nid;
+          if (nid == old) break;  // Prefer the same machine.
+        }
+        if (spare.empty()) {
+          StartRecovery(rec, absl::StrCat(cause, "; no idle worker to take its rank"));
+          break;
+        }
+        busy.insert(spare);
+        job.set_workers(rank, spare);
+        if (static_cast<int>(rank) < job.progress().workers_size()) {
+          v1::WorkerProgress* p = job.mutable_progress()->mutable_workers(rank);
+          p->set_node_id(spare);
+          p->set_done(false);
+          p->clear_error();
+        }
+        (void)Persist(rec);
+        Work w;
+        w.job_id = id;
+        w.rank = rank;
+        w.cause = cause;
+        w.lost = old;
+        w.spare = spare;
+        w.spare_address = by_id[spare]->info().address();
+        w.spec = job.spec();
+        w.map = rec.shard_map;
+        w.num_workers = job.workers_size();
+        w.recovery = job.recovery();
+        work.push_back(std::move(w));
+      }
+    }
+  }
+
+  for (Work& w : work) {
+    // The new worker resumes the rank at its slowest clock on the servers: each server's
+    // exactly-once tags drop the part of that step the lost worker had already pushed there.
+    std::vector<int64_t> clocks(w.map.servers_size(), -1);
+    std::vector<std::string> errors(w.map.servers_size());
+    ParallelFor(w.map.servers_size(), [&](size_t i) {
+      const v1::ServerEndpoint& ep = w.map.servers(i);
+      auto st = rpc_->ServerStatus(ep.address(), w.job_id);
+      if (st.ok()) {
+        for (const v1::JobOnServer& j : st->jobs()) {
+          if (j.job_id() != w.job_id) continue;
+          for (const v1::WorkerClock& c : j.clocks()) {
+            if (c.worker() == w.rank) clocks[i] = c.clock();
+          }
+        }
+      }
+      if (clocks[i] < 0) {
+        errors[i] = st.ok() ? absl::StrCat("server ", ep.node_id(), " reports no clock for it")
+                            : absl::StrCat("server ", ep.node_id(), ": ", st.status().message());
+      }
+    });
+    std::string why;
+    for (const std::string& e : errors) {
+      if (why.empty()) why = e;
+    }
+    int64_t start = clocks.empty() ? 0 : *std::min_element(clocks.begin(), clocks.end());
+    if (why.empty()) {
+      v1::JobRecovery at = w.recovery;
+      at.set_start_step(start);
+      absl::Status s = rpc_->AssignTask(
+          w.spare_address, TaskFor(w.job_id, w.spec, w.map, w.rank, w.num_workers, at));
+      if (!s.ok()) why = absl::StrCat("worker ", w.spare, ": ", s.message());
+    }
+    bool undo = false;
+    {
+      absl::MutexLock l(&mu_);
+      JobRecord* rec = FindJob(w.job_id);
+      const bool current = rec != nullptr && rec->job.state() == v1::JOB_RUNNING &&
+                           static_cast<int>(w.rank) < rec->job.workers_size() &&
+                           rec->job.workers(w.rank) == w.spare;
+      if (!current) {
+        // Cancelled or recovering from another loss meanwhile: the new task must not run on.
+        undo = why.empty();
+      } else if (!why.empty()) {
+        StartRecovery(*rec,
+                      absl::StrCat(w.cause, "; its rank could not be handed over (", why, ")"));
+      } else {
+        v1::JobRecovery* r = rec->job.mutable_recovery();
+        r->set_handovers(r->handovers() + 1);
+        r->set_last_cause(w.cause);
+        r->set_recovered_unix_ms(UnixMs(clock_->Now()));
+        (void)Persist(*rec);
+        handovers_->Add();
+        Log()->warn("job {}: rank {} handed over from {} to {}, resuming at step {} with no "
+                    "rollback: {}",
+                    w.job_id, w.rank, w.lost, w.spare, start, w.cause);
+      }
+    }
+    if (undo) (void)rpc_->StopTask(w.spare_address, w.job_id, "the job changed meanwhile");
   }
 }
 
@@ -416,16 +596,7 @@ void Scheduler::ExecutePlacement(const PlacementWork& w) {
         return;
       }
       const std::string& addr = status->info().address();
-      v1::AssignTaskRequest req;
-      req.set_job_id(w.job_id);
-      *req.mutable_spec() = w.spec;
-      req.set_rank(rank);
-      req.set_num_workers(n);
-      req.mutable_partition()->set_index(rank);
-      req.mutable_partition()->set_count(n);
-      *req.mutable_shard_map() = w.map;
-      req.set_start_step(w.recovery.start_step());
-      req.set_attempt(w.recovery.recoveries());
+      v1::AssignTaskRequest req = TaskFor(w.job_id, w.spec, w.map, rank, n, w.recovery);
       absl::Status s = rpc_->AssignTask(addr, req);
       if (s.code() == absl::StatusCode::kFailedPrecondition) {
         // Busy: fine if it already runs this very task (we restarted mid-placement).

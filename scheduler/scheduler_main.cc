@@ -30,8 +30,9 @@ ABSL_FLAG(int64_t, task_stop_grace_ms, 2000,
           "a cancelled or failed job stays on its servers until its workers have stopped their "
           "tasks, or this long");
 ABSL_FLAG(int32_t, max_recoveries, 3,
-          "times a job is rolled back to its newest complete checkpoint and placed again after "
-          "losing a server or worker; one more loss fails it (0 = a lost node fails its job)");
+          "times a job recovers from a lost server or worker (a lost worker's rank handed to "
+          "another worker, or a rollback to its newest complete checkpoint); one more loss "
+          "fails it (0 = a lost node fails its job)");
 ABSL_FLAG(int64_t, rpc_timeout_ms, 5000, "deadline of calls to servers and workers");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain (enables TLS)");

@@ -114,6 +114,9 @@ void Scheduler::RegisterMetrics() {
   recoveries_ = metrics_.AddCounter(
       "pscluster_scheduler_job_recoveries_total",
       "Jobs rolled back to a checkpoint and placed again after losing a node.");
+  handovers_ = metrics_.AddCounter(
+      "pscluster_scheduler_rank_handovers_total",
+      "Ranks of lost workers given to another worker with no rollback.");
   metrics_.AddGaugeCallback("pscluster_scheduler_info", "The scheduler's version.", [this] {
     return std::vector<Sample>{{absl::StrCat("version=\"", Escape(options_.version), "\""), 1}};
   });

@@ -514,7 +514,95 @@ std::string WriteCheckpoint(const std::string& dir, const v1::ShardMap& map,
   return path;
 }
 
-TEST_F(SchedulerTest, ALostWorkersRankGoesToASpareWorkerFromTheNewestCheckpoint) {
+TEST_F(SchedulerTest, ALostWorkersRankIsHandedToAnIdleWorkerWithNoRollback) {
+  AddCluster(2, 3);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const std::string lost = job.workers(1);
+  const std::string kept = job.workers(0);
+  // Rank 1 completed step 40 on one server and was half-way through step 41 on the other.
+  Node(job.servers(0))->server()->SetClocks({42, 41});
+  Node(job.servers(1))->server()->SetClocks({41, 40});
+  v1::DeregisterRequest dr;
+  dr.set_node_id(lost);
+  ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+  sched_->RunOnce();
+
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().handovers(), 1u);
+  EXPECT_EQ(job.recovery().recoveries(), 0u);
+  EXPECT_EQ(job.progress().rolled_back_to_step(), -1);
+  EXPECT_THAT(job.recovery().last_cause(), HasSubstr(absl::StrCat("worker of rank 1 ", lost)));
+  const std::string spare = job.workers(1);
+  EXPECT_NE(spare, lost);
+  EXPECT_NE(spare, kept);
+  EXPECT_EQ(job.workers(0), kept);
+  // The spare resumes rank 1 at its slowest clock, on the same shard map; nothing else moved.
+  auto assigned = Node(spare)->worker()->assigned();
+  ASSERT_THAT(assigned, SizeIs(1));
+  EXPECT_EQ(assigned[0].rank(), 1u);
+  EXPECT_EQ(assigned[0].start_step(), 40);
+  EXPECT_EQ(assigned[0].attempt(), 0u);
+  EXPECT_EQ(assigned[0].partition().index(), 1u);
+  EXPECT_EQ(assigned[0].partition().count(), 2u);
+  EXPECT_EQ(assigned[0].shard_map().epoch(), job.shard_map_epoch());
+  EXPECT_THAT(Node(kept)->worker()->stopped(), IsEmpty());
+  EXPECT_THAT(Node(kept)->worker()->assigned(), SizeIs(1));
+  for (const std::string& s : job.servers()) {
+    EXPECT_THAT(Node(s)->server()->dropped(), IsEmpty());
+    EXPECT_THAT(Node(s)->server()->updates(), SizeIs(1));
+  }
+  // The lost node's reports are refused; the spare's count.
+  v1::ReportProgressRequest req;
+  req.set_job_id(*id);
+  req.mutable_progress()->set_rank(1);
+  req.mutable_progress()->set_node_id(lost);
+  req.mutable_progress()->set_error("stale");
+  v1::ReportProgressResponse resp;
+  ASSERT_THAT(sched_->ReportProgress(req, &resp), IsOk());
+  EXPECT_TRUE(resp.cancel());
+  req.mutable_progress()->set_node_id(spare);
+  req.mutable_progress()->clear_error();
+  req.mutable_progress()->set_step(45);
+  v1::ReportProgressResponse resp2;
+  ASSERT_THAT(sched_->ReportProgress(req, &resp2), IsOk());
+  EXPECT_FALSE(resp2.cancel());
+  EXPECT_EQ(Get(*id).progress().workers(1).step(), 45);
+  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+}
+
+TEST_F(SchedulerTest, ARestartedWorkerTakesItsOwnRankBack) {
+  AddCluster(1, 1);
+  auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 1"},
+                                              {"num_servers: 2", "num_servers: 1"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  ASSERT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+  Node(ids_[0])->server()->SetClocks({17});
+  Node(ids_[1])->worker()->FinishTask();  // The old process is gone, and its task with it.
+  v1::RegisterNodeRequest req;
+  req.mutable_node()->set_role(v1::ROLE_WORKER);
+  req.mutable_node()->set_address(Node(ids_[1])->address());
+  req.mutable_node()->set_pid(4242);  // A new process at the same address.
+  v1::RegisterNodeResponse resp;
+  ASSERT_THAT(sched_->RegisterNode(req, &resp), IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().handovers(), 1u);
+  EXPECT_THAT(job.recovery().last_cause(), HasSubstr("restarted"));
+  EXPECT_EQ(job.workers(0), ids_[1]);
+  auto assigned = Node(ids_[1])->worker()->assigned();
+  ASSERT_THAT(assigned, SizeIs(2));
+  EXPECT_EQ(assigned[1].start_step(), 17);
+}
+
+TEST_F(SchedulerTest, ALostRankThatCannotBeHandedOverRollsTheJobBackOntoASpare) {
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/ckpt-worker";
   AddCluster(2, 3);
   auto id = Submit(CheckpointedJob(dir));
@@ -562,6 +650,10 @@ TEST_F(SchedulerTest, ALostWorkersRankGoesToASpareWorkerFromTheNewestCheckpoint)
   EXPECT_THAT(job.recovery().last_cause(),
               HasSubstr(absl::StrCat("worker of rank 1 ", lost, " at ", Node(lost)->address(),
                                      " stopped heartbeating")));
+  // These stand-in servers report no clocks, so where the rank stood is unknown.
+  EXPECT_THAT(job.recovery().last_cause(),
+              HasSubstr("its rank could not be handed over (server server-"));
+  EXPECT_EQ(job.recovery().handovers(), 0u);
   EXPECT_EQ(job.shard_map_epoch(), map.epoch() + 1);
   ASSERT_THAT(job.workers(), SizeIs(2));
   EXPECT_THAT(job.workers(), ::testing::Not(::testing::Contains(lost)));
@@ -663,11 +755,9 @@ TEST_F(SchedulerTest, WithoutCheckpointsARestartedWorkersJobStartsAgainFromTheSt
   v1::RegisterNodeResponse resp;
   ASSERT_THAT(sched_->RegisterNode(req, &resp), IsOk());
   EXPECT_EQ(resp.node_id(), ids_[1]);
-  v1::Job job = Get(*id);
-  EXPECT_EQ(job.state(), v1::JOB_RECOVERING);
-  EXPECT_THAT(job.reason(), HasSubstr("restarted"));
   sched_->RunOnce();
-  job = Get(*id);
+  v1::Job job = Get(*id);
+  EXPECT_THAT(job.recovery().last_cause(), HasSubstr("restarted"));
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   EXPECT_EQ(job.recovery().start_step(), 0);
   EXPECT_THAT(job.recovery().restore_from(), IsEmpty());
@@ -704,7 +794,7 @@ TEST_F(SchedulerTest, ACancelledRecoveryStaysCancelled) {
   ASSERT_THAT(id, IsOk());
   sched_->RunOnce();
   v1::DeregisterRequest dr;
-  dr.set_node_id(ids_[1]);
+  dr.set_node_id(ids_[0]);  // The server: no hand-over, a rollback.
   ASSERT_THAT(sched_->Deregister(dr), IsOk());
   ASSERT_EQ(Get(*id).state(), v1::JOB_RECOVERING);
   v1::CancelJobRequest creq;

@@ -198,7 +198,7 @@ std::string JobLine(const v1::Job& j) {
     absl::StrAppend(&line, " waiting for rank ", absl::StrJoin(p.waiting_for(), ","));
   }
   if (j.recovery().recoveries() > 0 && j.state() == v1::JOB_RUNNING) {
-    absl::StrAppend(&line, " (recovered ", j.recovery().recoveries(), "x, resumed at step ",
+    absl::StrAppend(&line, " (rolled back ", j.recovery().recoveries(), "x, resumed at step ",
                     j.recovery().start_step(), ")");
   }
   return line;
@@ -236,15 +236,17 @@ std::string JobDetail(const v1::Job& j, const std::vector<v1::NodeStatus>& nodes
   if (p.rolled_back_to_step() >= 0) {
     kv.Add({"Rolled back:", absl::StrCat("to step ", p.rolled_back_to_step())});
   }
-  if (j.recovery().recoveries() > 0) {
+  if (j.recovery().recoveries() + j.recovery().handovers() > 0) {
     const v1::JobRecovery& r = j.recovery();
     kv.Add({"Recoveries:",
-            absl::StrCat(r.recoveries(), ", the last ", Ago(r.recovered_unix_ms(), now_ms),
-                         " from: ", r.last_cause())});
-    kv.Add({"Restored:", r.restore_from_size() == 0
-                             ? absl::StrCat("nothing (restarted from step ", r.start_step(), ")")
-                             : absl::StrCat(r.restore_from_size(), " checkpoint file(s) of step ",
-                                            r.start_step())});
+            absl::StrCat(r.recoveries(), " rollback(s), ", r.handovers(), " hand-over(s), the last ",
+                         Ago(r.recovered_unix_ms(), now_ms), " from: ", r.last_cause())});
+    if (r.recoveries() > 0) {
+      kv.Add({"Restored:", r.restore_from_size() == 0
+                               ? absl::StrCat("nothing (restarted from step ", r.start_step(), ")")
+                               : absl::StrCat(r.restore_from_size(),
+                                              " checkpoint file(s) of step ", r.start_step())});
+    }
   }
   std::vector<std::string> servers;
   for (const std::string& s : j.servers()) servers.push_back(named(s));

@@ -47,6 +47,11 @@ grpc::ServerUnaryReactor* FakeParameterServer::Status(grpc::CallbackServerContex
     j->set_epoch(u.map().epoch());
     for (uint32_t r : waiting_for_) j->add_waiting_for(r);
     j->set_waiting_pulls(waiting_for_.empty() ? 0 : 1);
+    for (size_t w = 0; w < clocks_.size(); ++w) {
+      v1::WorkerClock* c = j->add_clocks();
+      c->set_worker(w);
+      c->set_clock(clocks_[w]);
+    }
     break;
   }
   return Done(ctx, grpc::Status::OK);
@@ -60,6 +65,11 @@ void FakeParameterServer::FailUpdates(grpc::Status status) {
 void FakeParameterServer::SetWaitingFor(std::vector<uint32_t> ranks) {
   absl::MutexLock l(&mu_);
   waiting_for_ = std::move(ranks);
+}
+
+void FakeParameterServer::SetClocks(std::vector<int64_t> clocks) {
+  absl::MutexLock l(&mu_);
+  clocks_ = std::move(clocks);
 }
 
 std::vector<v1::UpdateShardMapRequest> FakeParameterServer::updates() const {

@@ -52,6 +52,8 @@ class FakeParameterServer final : public v1::ParameterServer::CallbackService {
   void FailUpdates(grpc::Status status);
   // Ranks reported in Status as holding parked pulls back.
   void SetWaitingFor(std::vector<uint32_t> ranks);
+  // Clocks reported in Status, by worker (none by default).
+  void SetClocks(std::vector<int64_t> clocks);
 
   std::vector<v1::UpdateShardMapRequest> updates() const;
   std::vector<std::string> dropped() const;
@@ -60,6 +62,7 @@ class FakeParameterServer final : public v1::ParameterServer::CallbackService {
   mutable absl::Mutex mu_;
   grpc::Status fail_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> waiting_for_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> clocks_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::UpdateShardMapRequest> updates_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> dropped_ ABSL_GUARDED_BY(mu_);
 };
