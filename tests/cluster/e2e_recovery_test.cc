@@ -48,6 +48,26 @@ std::string NewestCheckpoint(const std::string& dir, const std::string& server) 
   return best;
 }
 
+// Every dense block in the newest checkpoint of each of the job's servers was updated once per
+// worker and step (two workers), as in a run that never stopped.
+void ExpectEveryUpdateAppliedOnce(const std::string& dir, const v1::Job& job) {
+  int blocks = 0;
+  for (const std::string& s : job.servers()) {
+    const std::string path = NewestCheckpoint(dir, s);
+    ASSERT_FALSE(path.empty()) << s;
+    auto h = ReadCheckpointHeader(path);
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(h->step(), job.progress().total_steps()) << path;
+    for (const auto& t : h->tables()) {
+      for (const auto& b : t.blocks()) {
+        EXPECT_EQ(b.updates(), 2 * h->step()) << path << " " << t.spec().name() << " " << b.block();
+        ++blocks;
+      }
+    }
+  }
+  EXPECT_GE(blocks, 4);  // fc1 and out, weights and biases.
+}
+
 // The server of `servers` whose checkpoints in `dir` are largest: the one holding most of the
 // model (a small model's few blocks may all hash to one server).
 std::string BusiestServer(const std::string& dir, const google::protobuf::RepeatedPtrField<std::string>& servers) {
@@ -167,25 +187,63 @@ TEST(E2eRecoveryTest, KilledServerThenKilledWorkerTheJobRollsBackAndSucceeds) {
   // count of applied updates at the end is that of a run that never stopped (one per worker and
   // step): not that of one restarted from fresh tables, and no step of the lost worker's
   // applied twice or skipped when its rank moved.
-  int blocks = 0;
-  for (const std::string& s : done->servers()) {
-    const std::string path = NewestCheckpoint(ckpt + "/" + id, s);
-    ASSERT_FALSE(path.empty()) << s;
-    auto h = ReadCheckpointHeader(path);
-    ASSERT_TRUE(h.ok()) << h.status();
-    EXPECT_EQ(h->step(), kEpochs * 300) << path;
-    for (const auto& t : h->tables()) {
-      for (const auto& b : t.blocks()) {
-        EXPECT_EQ(b.updates(), 2 * h->step()) << path << " " << t.spec().name() << " " << b.block();
-        ++blocks;
-      }
-    }
-  }
-  EXPECT_GE(blocks, 4);  // fc1 and out, weights and biases.
+  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
   auto metrics = c.SchedulerMetrics();
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_THAT(*metrics, HasSubstr("pscluster_scheduler_job_recoveries_total 1"));
   EXPECT_THAT(*metrics, HasSubstr("pscluster_scheduler_rank_handovers_total 1"));
+}
+
+TEST(E2eRecoveryTest, APausedWorkersRankIsHandedOverAndItsTaskStopsWhenItWakes) {
+  E2eClusterOptions o;
+  o.workers = 3;
+  auto cluster = E2eCluster::Start("paused", o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  E2eCluster& c = **cluster;
+  const std::string ckpt = c.dir() + "/ckpt";
+  std::string yaml = absl::StrCat(FashionJobYaml("sleeper", 6, ""), "checkpoint_every_steps: ",
+                                  kCheckpointEvery, "\n", "checkpoint_dir: ", ckpt, "\n");
+  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  const std::string id = "job-1";
+  v1::Job seen;
+  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
+    auto j = c.GetJob(id);
+    if (j.ok()) seen = *j;
+    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= 300;
+  })) << seen.DebugString() << c.LogTails();
+  const std::string sleeper = seen.workers(1);
+  // SIGSTOP: the process holds its connections and its task, but says nothing.
+  ASSERT_TRUE(c.processes().Signal(sleeper, SIGSTOP).ok()) << sleeper;
+  ASSERT_TRUE(WaitFor(absl::Seconds(60), [&] {
+    auto j = c.GetJob(id);
+    if (j.ok()) seen = *j;
+    return j.ok() && j->recovery().handovers() == 1;
+  })) << seen.DebugString() << c.LogTails();
+  EXPECT_NE(seen.workers(1), sleeper);
+  EXPECT_THAT(seen.recovery().last_cause(),
+              HasSubstr(absl::StrCat("worker of rank 1 ", sleeper)));
+  // It wakes up with its old task half-way through a step, while another worker runs its rank:
+  // its pushes are duplicates of the new worker's, and its next progress report stops it.
+  ASSERT_TRUE(c.processes().Signal(sleeper, SIGCONT).ok()) << sleeper;
+  ASSERT_TRUE(WaitFor(absl::Seconds(30), [&] {
+    auto w = c.WorkerStatus(sleeper);
+    return w.ok() && !w->busy();
+  })) << c.LogTails();
+  auto done = c.WaitForEnd(id, absl::Seconds(240));
+  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+  EXPECT_EQ(done->recovery().handovers(), 1u);
+  EXPECT_EQ(done->recovery().recoveries(), 0u);
+  EXPECT_EQ(done->progress().rolled_back_to_step(), -1);
+  EXPECT_GE(done->progress().test_accuracy(), 0.83);
+  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
+  // The woken worker is a member of the cluster again, free for the next job.
+  auto nodes = c.ClusterStatus();
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  for (const v1::NodeStatus& n : nodes->nodes()) {
+    if (n.info().node_id() == sleeper) EXPECT_EQ(n.state(), v1::NODE_ALIVE);
+  }
 }
 
 }  // namespace
