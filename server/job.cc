@@ -257,22 +257,32 @@ uint32_t Job::table_width(uint32_t table) const {
 
 // ------------------------------------------------------------------ push
 
-absl::StatusOr<PushResult> Job::Push(const v1::PushChunk& chunk, const Payload& values) {
+absl::StatusOr<PushResult> Job::Push(const v1::PushChunk& chunk, const Payload& values,
+                                     absl::FunctionRef<std::string()> node_id) {
   if (dropped_) {
     return absl::NotFoundError(absl::StrCat("tag.job_id: job '", id(), "' was dropped"));
   }
   std::vector<std::function<void(absl::Status)>> ready;
   absl::StatusOr<PushResult> r;
+  int64_t hold = -1;
   {
     absl::ReaderMutexLock l(&state_mu_);
-    r = PushLocked(chunk, values, &ready);
+    r = PushLocked(chunk, values, &ready, &hold);
+  }
+  if (hold >= 0) {
+    // No read at the new clock has been served yet, so no worker can have pushed a later step:
+    // the snapshot holds exactly the steps up to `hold` (under BSP).
+    auto snap = MakeCheckpoint(node_id(), absl::ToUnixMillis(clock_->Now()), hold);
+    if (snap.ok() && r.ok()) r->checkpoint = std::make_shared<const Snapshot>(std::move(*snap));
+    ReleaseHeld(hold, &ready);
   }
   for (auto& f : ready) f(absl::OkStatus());
   return r;
 }
 
 absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Payload& values,
-                                           std::vector<std::function<void(absl::Status)>>* ready) {
+                                           std::vector<std::function<void(absl::Status)>>* ready,
+                                           int64_t* hold) {
   absl::Status st = CheckEpoch(chunk.epoch(), "epoch");
   if (!st.ok()) return st;
   const v1::Tag& tag = chunk.tag();
@@ -386,7 +396,7 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
     }
     result.clock = clocks_[w];
   }
-  if (advanced) AfterAdvance(ready);
+  if (advanced) AfterAdvance(ready, hold);
   return result;
 }
 
@@ -501,7 +511,7 @@ int64_t Job::min_clock() const {
   return MinClockLocked();
 }
 
-void Job::AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready) {
+void Job::AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready, int64_t* hold) {
   {
     absl::MutexLock a(&advance_mu_);
     int64_t min;
@@ -545,20 +555,33 @@ void Job::AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready) {
       }
     }
     absl::MutexLock c(&clock_mu_);
-    released_min_ = min;
-    while (!waits_by_need_.empty() && waits_by_need_.begin()->first <= min) {
-      auto it = waiters_.find(waits_by_need_.begin()->second);
-      if (it != waiters_.end()) {
-        ready->push_back(std::move(it->second.ready));
-        waiters_.erase(it);
-      }
-      waits_by_need_.erase(waits_by_need_.begin());
-    }
     const int64_t every = config_.checkpoint_every_steps;
     if (every > 0 && min / every > checkpointed_step_ / every) {
       checkpointed_step_ = min;
-      checkpoint_due_ = true;
+      if (hold != nullptr) {
+        *hold = min;  // Reads at `min` wait for the snapshot.
+        return;
+      }
     }
+    released_min_ = std::max(released_min_, min);
+    ReleaseReadersLocked(ready);
+  }
+}
+
+void Job::ReleaseHeld(int64_t min, std::vector<std::function<void(absl::Status)>>* ready) {
+  absl::MutexLock c(&clock_mu_);
+  released_min_ = std::max(released_min_, min);
+  ReleaseReadersLocked(ready);
+}
+
+void Job::ReleaseReadersLocked(std::vector<std::function<void(absl::Status)>>* ready) {
+  while (!waits_by_need_.empty() && waits_by_need_.begin()->first <= released_min_) {
+    auto it = waiters_.find(waits_by_need_.begin()->second);
+    if (it != waiters_.end()) {
+      ready->push_back(std::move(it->second.ready));
+      waiters_.erase(it);
+    }
+    waits_by_need_.erase(waits_by_need_.begin());
   }
 }
 

@@ -16,12 +16,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -53,10 +55,20 @@ struct SliceRef {
   uint64_t keys_hash = 0;       // SPARSE: identity of the key list (for the dedup record).
 };
 
+// A checkpoint file as taken in memory.
+struct CheckpointSnapshot {
+  std::string bytes;   // The whole checkpoint file.
+  int64_t step = 0;
+  uint32_t crc = 0;
+};
+
 struct PushResult {
   bool duplicate = false;  // Acknowledged, not applied (tag seen before).
   bool applied = false;    // Values applied (or added to the step's aggregate).
   int64_t clock = 0;       // The worker's clock after the chunk.
+  // A periodic checkpoint this push made due (the slowest clock crossed a multiple of N), taken
+  // before any read at the new clock was served; to be written by the caller.
+  std::shared_ptr<const CheckpointSnapshot> checkpoint;
 };
 
 // Limits that protect the server from oversized requests.
@@ -95,8 +107,14 @@ class Job {
   // ---- Data plane.
 
   // Validates one push chunk and applies it exactly once (see the class comment). Every error
-  // names the field at fault and leaves the job unchanged.
-  absl::StatusOr<PushResult> Push(const v1::PushChunk& chunk, const Payload& values);
+  // names the field at fault and leaves the job unchanged. A periodic checkpoint that the push
+  // makes due comes back in the result (its header naming `node_id`): reads at the new clock
+  // wait until it is taken, so that under BSP it holds exactly the steps up to that clock.
+  absl::StatusOr<PushResult> Push(const v1::PushChunk& chunk, const Payload& values,
+                                  absl::FunctionRef<std::string()> node_id);
+  absl::StatusOr<PushResult> Push(const v1::PushChunk& chunk, const Payload& values) {
+    return Push(chunk, values, [] { return std::string(); });
+  }
 
   // Validates a slice for reading at `epoch`. `field` prefixes error messages ("slices[2]").
   absl::StatusOr<SliceRef> ResolveForRead(const v1::Slice& slice, uint64_t epoch,
@@ -135,12 +153,10 @@ class Job {
 
   // ---- Checkpoints and export.
 
-  struct Snapshot {
-    std::string bytes;   // The whole checkpoint file.
-    int64_t step = 0;
-    uint32_t crc = 0;
-  };
-  absl::StatusOr<Snapshot> MakeCheckpoint(const std::string& node_id, int64_t now_unix_ms);
+  using Snapshot = CheckpointSnapshot;
+  // `at`: the step to record (default: the slowest clock, or the last applied aggregate step).
+  absl::StatusOr<Snapshot> MakeCheckpoint(const std::string& node_id, int64_t now_unix_ms,
+                                          std::optional<int64_t> at = std::nullopt);
   // Verifies `file` (checksum, layout, table specs) and only then replaces the shards it covers
   // that are held here, and the clocks. Returns (step, tables restored).
   absl::StatusOr<std::pair<int64_t, uint32_t>> Restore(const std::string& file,
@@ -159,9 +175,6 @@ class Job {
   // Adds (job, shard, bytes, requests) for every shard with traffic since the last call.
   void TakeShardLoads(double window_sec, std::vector<v1::ShardLoad>* out);
   int64_t min_clock() const;
-  // Set when a periodic checkpoint is due (min clock crossed a multiple of N); cleared by the
-  // caller that writes it.
-  bool TakeCheckpointDue();
 
  private:
   struct TableState {
@@ -191,13 +204,20 @@ class Job {
                            v1::DataType dtype, uint64_t n) ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
   absl::Status Aggregate(const SliceRef& s, const v1::PushChunk& chunk, const Payload& values,
                          v1::DataType dtype, uint64_t n) ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
-  // After clocks moved: applies finished aggregate steps, releases parked reads, marks
-  // periodic checkpoints due.
+  // After clocks moved: applies finished aggregate steps and releases parked reads. When a
+  // periodic checkpoint falls due, reads stay held and *hold gets the new clock instead: the
+  // caller takes the snapshot, then calls ReleaseHeld().
   // The callbacks of released reads go to *ready, to be run once no lock is held.
-  void AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready)
+  void AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready, int64_t* hold)
       ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+  // Lets reads up to clock `min` through (after a held checkpoint's snapshot).
+  void ReleaseHeld(int64_t min, std::vector<std::function<void(absl::Status)>>* ready);
+  // Releases parked reads up to released_min_.
+  void ReleaseReadersLocked(std::vector<std::function<void(absl::Status)>>* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(clock_mu_);
   absl::StatusOr<PushResult> PushLocked(const v1::PushChunk& chunk, const Payload& values,
-                                        std::vector<std::function<void(absl::Status)>>* ready)
+                                        std::vector<std::function<void(absl::Status)>>* ready,
+                                        int64_t* hold)
       ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
   int64_t MinClockLocked() const ABSL_SHARED_LOCKS_REQUIRED(clock_mu_);
   int64_t NeedFor(int64_t clock) const;
@@ -233,7 +253,6 @@ class Job {
   uint64_t staleness_count_ ABSL_GUARDED_BY(clock_mu_) = 0;
   int64_t staleness_max_ ABSL_GUARDED_BY(clock_mu_) = 0;
   int64_t checkpointed_step_ ABSL_GUARDED_BY(clock_mu_) = 0;
-  bool checkpoint_due_ ABSL_GUARDED_BY(clock_mu_) = false;
   std::string last_checkpoint_ ABSL_GUARDED_BY(clock_mu_);
   absl::Time last_checkpoint_time_ ABSL_GUARDED_BY(clock_mu_) = absl::InfinitePast();
 

@@ -22,7 +22,7 @@ uint64_t GetLe64(const char* p) {
 // ------------------------------------------------------------------ checkpoints
 
 absl::StatusOr<Job::Snapshot> Job::MakeCheckpoint(const std::string& node_id,
-                                                  int64_t now_unix_ms) {
+                                                  int64_t now_unix_ms, std::optional<int64_t> at) {
   if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
   Snapshot snap;
   absl::MutexLock l(&state_mu_);  // Exclusive: no push changes the tables meanwhile.
@@ -39,11 +39,12 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpoint(const std::string& node_id,
     absl::MutexLock c(&clock_mu_);
     // With aggregation the tables reflect exactly the steps applied (released_min_); later
     // pushes wait in buffers that a checkpoint does not keep, so every clock is recorded there.
-    int64_t step = config_.consistency.aggregate() ? released_min_ : MinClockLocked();
+    const int64_t applied = at.has_value() ? *at : released_min_;
+    int64_t step = config_.consistency.aggregate() ? applied : MinClockLocked();
     for (uint32_t w = 0; w < clocks_.size(); ++w) {
       auto* wc = h.add_clocks();
       wc->set_worker(w);
-      wc->set_clock(config_.consistency.aggregate() ? released_min_ : clocks_[w]);
+      wc->set_clock(config_.consistency.aggregate() ? applied : clocks_[w]);
     }
     h.set_step(step);
     snap.step = step;
@@ -335,13 +336,6 @@ void Job::NoteCheckpoint(const std::string& path, absl::Time when) {
   absl::MutexLock c(&clock_mu_);
   last_checkpoint_ = path;
   last_checkpoint_time_ = when;
-}
-
-bool Job::TakeCheckpointDue() {
-  absl::MutexLock c(&clock_mu_);
-  bool due = checkpoint_due_;
-  checkpoint_due_ = false;
-  return due;
 }
 
 }  // namespace pscluster

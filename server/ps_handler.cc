@@ -375,21 +375,17 @@ absl::Status PsHandler::DropJob(const v1::DropJobRequest& req, v1::DropJobRespon
 absl::StatusOr<PushResult> PsHandler::Push(const v1::PushChunk& chunk, const Payload& values) {
   auto job = FindJob(chunk.tag().job_id(), "tag.job_id");
   if (!job.ok()) return job.status();
-  auto r = (*job)->Push(chunk, values);
+  auto r = (*job)->Push(chunk, values, [this] { return node_id(); });
   if (!r.ok()) return r;
   if (r->applied) {
     pushes_total_.fetch_add(1, std::memory_order_relaxed);
     bytes_in_total_.fetch_add(values.size(), std::memory_order_relaxed);
   }
   if (r->duplicate) duplicates_total_.fetch_add(1, std::memory_order_relaxed);
-  if (chunk.end_of_step() && (*job)->TakeCheckpointDue()) {
+  if (r->checkpoint != nullptr) {
+    // Taken by the push that completed the step (see Job::Push); written in the background.
+    std::shared_ptr<const Job::Snapshot> snap = std::move(r->checkpoint);
     std::shared_ptr<Job> j = *job;
-    // The snapshot is taken here, as the step completes, so that under BSP every server's
-    // checkpoint holds exactly the same steps (a recovery restores them together); the file is
-    // written in the background.
-    auto taken = j->MakeCheckpoint(node_id(), absl::ToUnixMillis(clock_->Now()));
-    if (!taken.ok()) return r;  // Dropped meanwhile.
-    auto snap = std::make_shared<const Job::Snapshot>(std::move(*taken));
     background_([this, j, snap] {
       auto w = WriteCheckpoint(j, "", true, snap);
       if (!w.ok() && w.status().code() != absl::StatusCode::kNotFound) {

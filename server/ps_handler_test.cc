@@ -15,6 +15,7 @@
 #include "common/dtype.h"
 #include "common/safetensors.h"
 #include "common/sharding.h"
+#include "server/checkpoint_file.h"
 #include "server/optimizer.h"
 #include "server/testing/test_tables.h"
 
@@ -778,6 +779,52 @@ TEST_F(HandlerTest, WritesPeriodicCheckpointsAndKeepsTheNewest) {
   auto st = Status("j").jobs(0);
   EXPECT_NE(st.last_checkpoint().find("server-step8.ckpt"), std::string::npos);
   EXPECT_GE(st.checkpoint_age_sec(), 0.0);
+}
+
+// The snapshot of a periodic checkpoint is taken before the reads that the step released are
+// served: a worker that pushes its next step the moment its read is released (here, from the
+// read's own callback) does not get that step into the checkpoint. A recovery restoring it then
+// replays that step once, not twice.
+TEST_F(HandlerTest, APeriodicCheckpointHoldsExactlyTheStepsUpToItsClock) {
+  PsHandlerOptions o;
+  o.checkpoint_dir = TempDir("exact");
+  Make(o);
+  auto r = CreateRequest("j", {DenseSpec("w", {10}, kSgd)}, v1::ConsistencySpec::BSP, 2);
+  r.set_checkpoint_every_steps(2);
+  Create(r);
+  auto w0 = Pull("j", 0, 0, {Block("w", 0)});
+  ASSERT_TRUE(w0.ok());
+  const std::vector<float> g(10, 1.f);
+  ASSERT_TRUE(PushDense("j", 0, 0, 0, "w", 0, g, true).ok());
+  ASSERT_TRUE(PushDense("j", 1, 0, 0, "w", 0, g, true).ok());
+  ASSERT_TRUE(PushDense("j", 0, 1, 0, "w", 0, g, true).ok());
+  // Worker 0 waits to read at clock 2 and pushes step 2 as soon as it may.
+  v1::PullRequest pull;
+  pull.set_job_id("j");
+  pull.set_worker(0);
+  pull.set_clock(2);
+  *pull.add_slices() = Block("w", 0);
+  auto plan = h_->PlanPull(pull);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::atomic<bool> pushed{false};
+  uint64_t wait = 0;
+  ASSERT_FALSE(plan->job->WhenReadable(2, [&](absl::Status) {
+    pushed = PushDense("j", 0, 2, 0, "w", 0, g, true).ok();
+  }, &wait));
+  // Worker 1's push completes step 1: the checkpoint at step 2 falls due.
+  ASSERT_TRUE(PushDense("j", 1, 1, 0, "w", 0, g, true).ok());
+  ASSERT_TRUE(pushed.load());
+  const std::string path = o.checkpoint_dir + "/j/server-step2.ckpt";
+  auto h = ReadCheckpointHeader(path);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->step(), 2);
+  ASSERT_EQ(h->tables_size(), 1);
+  ASSERT_EQ(h->tables(0).blocks_size(), 1);
+  EXPECT_EQ(h->tables(0).blocks(0).updates(), 4) << "two workers x two steps, nothing of step 2";
+  // The early push of step 2 did land, after the snapshot.
+  auto now = Pull("j", 0, 2, {Block("w", 0)});
+  ASSERT_TRUE(now.ok());
+  EXPECT_FLOAT_EQ((*now)[0], (*w0)[0] - 0.5f * 5);
 }
 
 TEST_F(HandlerTest, MemoryLimitRefusesTablesThatDoNotFit) {

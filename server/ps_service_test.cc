@@ -250,6 +250,52 @@ TEST(ServiceEpochTest, StaleEpochRefreshesTheMapAndRetriesExactlyOnce) {
   EXPECT_EQ((*st)[1].duplicates_total(), 0u);
 }
 
+// A server that restarted has lost the job. Under a scheduler the client waits that out like an
+// unreachable server (the scheduler recovers the job, or stops the task); standalone, the
+// caller gets the server's NOT_FOUND at once.
+TEST(ServiceEpochTest, AServerThatLostTheJobIsWaitedOutUnderAScheduler) {
+  InProcessCluster cluster(1);
+  ASSERT_TRUE(cluster.status().ok());
+  auto w = DenseSpec("w", {1000}, kSgd, 500);
+  PsClientOptions opts;
+  opts.refresh_shard_map = [&]() -> absl::StatusOr<v1::ShardMap> { return cluster.Map("job", 1); };
+  auto managed = cluster.Client("job", {w}, 0, opts);
+  ASSERT_TRUE(managed.ok());
+  auto standalone = cluster.Client("job", {w}, 0);
+  ASSERT_TRUE(standalone.ok());
+  ASSERT_TRUE((*managed)->CreateTables(Mode(v1::ConsistencySpec::ASP), 1).ok());
+  std::vector<float> g(1000, 1.f);
+  ASSERT_TRUE((*managed)->Push(0, {{{"w", g.data()}}, {}}).ok());
+
+  ASSERT_TRUE((*managed)->DropJob().ok());  // As if the server had restarted.
+  absl::Status st = (*standalone)->Push(1, {{{"w", g.data()}}, {}});
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
+  EXPECT_NE(st.message().find("unknown job 'job'"), std::string::npos) << st;
+
+  // The job comes back (here: its tables created again) while the managed client waits.
+  std::thread back([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    auto again = cluster.Client("job", {w}, 0);
+    ASSERT_TRUE(again.ok());
+    ASSERT_TRUE((*again)->CreateTables(Mode(v1::ConsistencySpec::ASP), 1).ok());
+  });
+  const absl::Time t0 = absl::Now();
+  st = (*managed)->Push(1, {{{"w", g.data()}}, {}});
+  back.join();
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(250));
+
+  // Waiting ends when the task is stopped.
+  ASSERT_TRUE((*managed)->DropJob().ok());
+  std::thread stop([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    (*managed)->Cancel();
+  });
+  st = (*managed)->Push(2, {{{"w", g.data()}}, {}});
+  stop.join();
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
+}
+
 // A push that fails after one server applied its part, retried by the caller once the map is
 // current, is applied exactly once everywhere.
 TEST(ServiceEpochTest, CallerRetryOfAFailedPushReusesItsTags) {

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "common/dtype.h"
@@ -767,7 +768,13 @@ absl::Status PsClient::Impl::Run(int64_t step, const PushSources* src, const Pul
     absl::Status st = Attempt(*r, step, seq, src, dst, pull_clock, end_of_step, deadline, min_clock);
     if (st.ok()) calls.fetch_add(1);
     if (!st.ok() && cancelled.load()) return give_back(CancelledStatus());
-    if (st.ok() || !IsRetryable(st)) return give_back(st);
+    // A server that does not know the job restarted and lost it. Under a scheduler (which
+    // notices the restart and recovers the job, stopping this task) that is waited out like an
+    // unreachable server, so that the task does not fail the job first.
+    const bool job_lost = options.refresh_shard_map &&
+                          st.code() == absl::StatusCode::kNotFound &&
+                          absl::StrContains(st.message(), "unknown job");
+    if (st.ok() || !(IsRetryable(st) || job_lost)) return give_back(st);
     retries.fetch_add(1);
     if (absl::Now() + backoff >= deadline) return give_back(st);
     if (st.code() == absl::StatusCode::kFailedPrecondition) {

@@ -188,6 +188,7 @@ TEST(E2eRecoveryTest, KilledServerThenKilledWorkerTheJobRollsBackAndSucceeds) {
   // step): not that of one restarted from fresh tables, and no step of the lost worker's
   // applied twice or skipped when its rank moved.
   ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
+  if (HasFailure()) ADD_FAILURE() << c.LogTails(400);
   auto metrics = c.SchedulerMetrics();
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_THAT(*metrics, HasSubstr("pscluster_scheduler_job_recoveries_total 1"));
