@@ -287,6 +287,29 @@ absl::Status Scheduler::RegisterNode(const v1::RegisterNodeRequest& req,
   absl::MutexLock l(&mu_);
   if (reg->restarted) {
     FailJobsOnNode(reg->node_id, "restarted (a new process registered) and lost its work");
+  } else if (!reg->is_new && req.node().role() == v1::ROLE_SERVER) {
+    // The same process back after its lease lapsed (paused, cut off): its jobs moved away
+    // meanwhile, but it may still hold their tables. Drop the copies it should not have.
+    const absl::Time now = clock_->Now();
+    for (const std::string& id : order_) {
+      const v1::Job& job = jobs_[id].job;
+      if (IsTerminal(job.state()) &&
+          now - absl::FromUnixMillis(job.finished_unix_ms()) >= kRecentlyEnded) {
+        continue;
+      }
+      if (std::find(job.servers().begin(), job.servers().end(), reg->node_id) !=
+          job.servers().end()) {
+        continue;
+      }
+      Cleanup c;
+      c.drop_job = true;
+      c.stale_copy = true;
+      c.node_id = reg->node_id;
+      c.job_id = id;
+      c.reason = "a copy left behind while the server was away";
+      c.not_before = absl::InfinitePast();
+      cleanups_.push_back(std::move(c));
+    }
   }
   Wake();
   return absl::OkStatus();

@@ -135,6 +135,9 @@ class Scheduler {
     // (the servers keep its tables while its workers stop; see task_stop_grace).
     std::vector<std::string> stopping_workers;
     absl::Time stop_deadline;
+    // DropJob of a copy left on a server that came back after its jobs moved away: done unless
+    // the job is placed on that server again (whatever the job's state).
+    bool stale_copy = false;
   };
   // Placement calls prepared under the lock and made outside it.
   struct PlacementWork {

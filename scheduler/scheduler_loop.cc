@@ -730,7 +730,11 @@ void Scheduler::RunCleanups() {
       cleanups_.pop_front();
       const JobRecord* rec = FindJob(c.job_id);
       // A job placed again since holds these nodes anew: leave them alone.
-      if (rec != nullptr && HoldsResources(rec->job.state())) continue;
+      if (rec != nullptr && HoldsResources(rec->job.state()) &&
+          (!c.stale_copy || std::find(rec->job.servers().begin(), rec->job.servers().end(),
+                                      c.node_id) != rec->job.servers().end())) {
+        continue;
+      }
       if (c.not_before > now) {
         later.push_back(std::move(c));
       } else {

@@ -2,6 +2,7 @@
 // stand-ins for servers and workers on loopback.
 #include "scheduler/scheduler.h"
 
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -739,6 +740,52 @@ TEST_F(SchedulerTest, ALostServersShardsAreRestoredOnASpareServer) {
     }
   }
   EXPECT_THAT(needed, SizeIs(2));
+}
+
+TEST_F(SchedulerTest, AServerThatComesBackAfterItsJobMovedAwayDropsItsCopy) {
+  AddCluster(3, 2);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const std::string away = job.servers(0);
+  size_t index = 0;
+  while (ids_[index] != away) ++index;
+  // It stops answering (paused): its lease lapses and the job moves to the spare server.
+  for (int i = 0; i < 2; ++i) {
+    clock_.Advance(absl::Seconds(6));
+    for (const std::string& n : ids_) {
+      if (n == away) continue;
+      v1::HeartbeatRequest hb;
+      hb.set_node_id(n);
+      v1::HeartbeatResponse r;
+      ASSERT_THAT(sched_->Heartbeat(hb, &r), IsOk());
+    }
+    sched_->RunOnce();
+  }
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  ASSERT_THAT(job.servers(), ::testing::Not(::testing::Contains(away)));
+  EXPECT_THAT(Node(away)->server()->dropped(), IsEmpty());  // It was not reachable then.
+  std::map<std::string, size_t> drops;
+  for (const std::string& s : job.servers()) drops[s] = Node(s)->server()->dropped().size();
+
+  // The same process comes back and registers again: the copy it may hold is dropped, and
+  // nothing is dropped where the job runs now.
+  v1::RegisterNodeRequest req;
+  req.mutable_node()->set_role(v1::ROLE_SERVER);
+  req.mutable_node()->set_address(Node(away)->address());
+  req.mutable_node()->set_pid(1000 + index);
+  v1::RegisterNodeResponse resp;
+  ASSERT_THAT(sched_->RegisterNode(req, &resp), IsOk());
+  ASSERT_EQ(resp.node_id(), away);
+  sched_->RunOnce();
+  EXPECT_THAT(Node(away)->server()->dropped(), ElementsAre(*id));
+  for (const std::string& s : job.servers()) {
+    EXPECT_EQ(Node(s)->server()->dropped().size(), drops[s]) << s;
+  }
+  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
 }
 
 TEST_F(SchedulerTest, WithoutCheckpointsARestartedWorkersJobStartsAgainFromTheStart) {
