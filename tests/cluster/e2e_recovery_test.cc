@@ -243,7 +243,9 @@ TEST(E2eRecoveryTest, APausedWorkersRankIsHandedOverAndItsTaskStopsWhenItWakes) 
   auto nodes = c.ClusterStatus();
   ASSERT_TRUE(nodes.ok()) << nodes.status();
   for (const v1::NodeStatus& n : nodes->nodes()) {
-    if (n.info().node_id() == sleeper) EXPECT_EQ(n.state(), v1::NODE_ALIVE);
+    if (n.info().node_id() == sleeper) {
+      EXPECT_EQ(n.state(), v1::NODE_ALIVE);
+    }
   }
 }
 
