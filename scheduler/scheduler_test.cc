@@ -108,6 +108,18 @@ class SchedulerTest : public ::testing::Test {
     v1::Job job = Get(job_id);
     for (const std::string& w : job.workers()) Node(w)->worker()->FinishTask();
   }
+  // Advances the clock by `by` while every node but `silent` heartbeats, then runs the loop.
+  void AdvanceWithout(const std::string& silent, absl::Duration by) {
+    clock_.Advance(by);
+    for (const std::string& n : ids_) {
+      if (n == silent) continue;
+      v1::HeartbeatRequest hb;
+      hb.set_node_id(n);
+      v1::HeartbeatResponse r;
+      ASSERT_THAT(sched_->Heartbeat(hb, &r), IsOk());
+    }
+    sched_->RunOnce();
+  }
   void BeatAll() {
     for (const std::string& id : ids_) {
       v1::HeartbeatRequest hb;
@@ -464,15 +476,7 @@ TEST_F(SchedulerTest, ALapsedLeaseFailsTheRunningJobNamingTheNodeWhenRecoveryIsO
   sched_->RunOnce();
   v1::Job job = Get(*id);
   const std::string lost = job.workers(1);
-  clock_.Advance(absl::Seconds(6));
-  for (const std::string& n : ids_) {
-    if (n == lost) continue;
-    v1::HeartbeatRequest hb;
-    hb.set_node_id(n);
-    v1::HeartbeatResponse r;
-    ASSERT_THAT(sched_->Heartbeat(hb, &r), IsOk());
-  }
-  sched_->RunOnce();
+  AdvanceWithout(lost, absl::Seconds(6));
   EXPECT_EQ(sched_->registry().Get(lost)->state(), v1::NODE_SUSPECT);
   EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
   clock_.Advance(absl::Seconds(5));
@@ -622,24 +626,8 @@ TEST_F(SchedulerTest, ALostRankThatCannotBeHandedOverRollsTheJobBackOntoASpare) 
   const std::string lost = job.workers(1);
   const std::string kept = job.workers(0);
 
-  clock_.Advance(absl::Seconds(6));
-  for (const std::string& n : ids_) {
-    if (n == lost) continue;
-    v1::HeartbeatRequest hb;
-    hb.set_node_id(n);
-    v1::HeartbeatResponse r;
-    ASSERT_THAT(sched_->Heartbeat(hb, &r), IsOk());
-  }
-  sched_->RunOnce();
-  clock_.Advance(absl::Seconds(5));
-  for (const std::string& n : ids_) {
-    if (n == lost) continue;
-    v1::HeartbeatRequest hb;
-    hb.set_node_id(n);
-    v1::HeartbeatResponse r;
-    ASSERT_THAT(sched_->Heartbeat(hb, &r), IsOk());
-  }
-  sched_->RunOnce();
+  AdvanceWithout(lost, absl::Seconds(6));
+  AdvanceWithout(lost, absl::Seconds(5));
   ASSERT_EQ(sched_->registry().Get(lost)->state(), v1::NODE_DEAD);
 
   // One control pass stopped the job, rolled it back and placed it again.
@@ -753,17 +741,8 @@ TEST_F(SchedulerTest, AServerThatComesBackAfterItsJobMovedAwayDropsItsCopy) {
   size_t index = 0;
   while (ids_[index] != away) ++index;
   // It stops answering (paused): its lease lapses and the job moves to the spare server.
-  for (int i = 0; i < 2; ++i) {
-    clock_.Advance(absl::Seconds(6));
-    for (const std::string& n : ids_) {
-      if (n == away) continue;
-      v1::HeartbeatRequest hb;
-      hb.set_node_id(n);
-      v1::HeartbeatResponse r;
-      ASSERT_THAT(sched_->Heartbeat(hb, &r), IsOk());
-    }
-    sched_->RunOnce();
-  }
+  AdvanceWithout(away, absl::Seconds(6));
+  AdvanceWithout(away, absl::Seconds(6));
   job = Get(*id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   ASSERT_THAT(job.servers(), ::testing::Not(::testing::Contains(away)));
