@@ -224,6 +224,14 @@ struct PsClient::Impl {
   absl::Status CancelledStatus() const {
     return absl::CancelledError("the data-plane client was cancelled (task stopping)");
   }
+  // Sleeps `d` before a retry, or less once the client is cancelled (a stopping task should not
+  // sit out a one-second backoff).
+  void Backoff(absl::Duration d) const {
+    const absl::Time end = absl::Now() + d;
+    for (absl::Time now = absl::Now(); now < end && !cancelled.load(); now = absl::Now()) {
+      absl::SleepFor(std::min(end - now, absl::Milliseconds(10)));
+    }
+  }
 
   // Push sequence numbers of the current step: a push takes the lowest seq that failed before
   // (so retrying a failed push reuses its tags), else a new one.
@@ -783,7 +791,8 @@ absl::Status PsClient::Impl::Run(int64_t step, const PushSources* src, const Pul
       if (!rs.ok()) return give_back(rs);
       if (current()->map.epoch() > r->map.epoch()) continue;  // Retry at once with the new map.
     }
-    absl::SleepFor(backoff);
+    Backoff(backoff);
+    if (cancelled.load()) return give_back(CancelledStatus());
     backoff = std::min(backoff * 2, absl::Seconds(1));
   }
 }
@@ -868,8 +877,8 @@ std::vector<absl::Status> PsClient::Impl::ForAll(
       pending[i] = statuses[i].code() == absl::StatusCode::kUnavailable;
       again |= pending[i];
     }
-    if (!again || absl::Now() + backoff >= deadline) return statuses;
-    absl::SleepFor(backoff);
+    if (!again || absl::Now() + backoff >= deadline || cancelled.load()) return statuses;
+    Backoff(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(1));
   }
 }
