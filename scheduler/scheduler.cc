@@ -65,6 +65,7 @@ absl::Status Scheduler::Restore() {
     rec.last_persist = now;
     const std::string id = rec.job.job_id();
     if (rec.job.state() == v1::JOB_PLACING) rec.placement_pending = true;
+    if (rec.job.state() == v1::JOB_RUNNING) verify_tasks_ = true;
     if (IsTerminal(rec.job.state())) rec.job.mutable_progress()->clear_waiting_for();
     if (IsActive(rec.job.state())) ++active;
     if (!rec.client_token.empty()) by_token_[rec.client_token] = id;

@@ -23,7 +23,8 @@
 // checkpoint (every virtual shard covered by files of one step; none: from the start) and queues
 // it; the next placement, on live nodes, has the servers restore those files and the workers
 // resume at that step. After `max_recoveries` of either (or with 0) the job fails instead,
-// naming the node.
+// naming the node. After a restart the loop also asks the workers of running jobs, once, whether
+// they still run their tasks, and hands over the ranks of those that do not.
 #ifndef PSCLUSTER_SCHEDULER_SCHEDULER_H_
 #define PSCLUSTER_SCHEDULER_SCHEDULER_H_
 
@@ -160,6 +161,10 @@ class Scheduler {
 
   // Control-loop steps.
   void CheckLeases();
+  // Once after a restart (past the start-up grace): asks the workers of running jobs whether
+  // they still run their tasks; a rank whose worker does not is lost (a task handed out just
+  // before the scheduler died, or one that ended unseen).
+  void VerifyTasksAfterRestart();
   // Gives the lost ranks of running jobs to idle workers (or starts a rollback recovery).
   void HandOverRanks();
   // Stops, drops and rolls back every RECOVERING job, then queues it to be placed again.
@@ -221,6 +226,7 @@ class Scheduler {
   absl::flat_hash_map<std::string, std::string> by_token_ ABSL_GUARDED_BY(mu_);
   std::deque<Cleanup> cleanups_ ABSL_GUARDED_BY(mu_);
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  bool verify_tasks_ ABSL_GUARDED_BY(mu_) = false;  // Restored running jobs: VerifyTasks...().
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loop_;
   std::thread poll_loop_;

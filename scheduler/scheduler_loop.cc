@@ -109,6 +109,7 @@ void Scheduler::RunOnce() {
 void Scheduler::ControlPass() {
   absl::MutexLock pass(&loop_mu_);
   CheckLeases();
+  VerifyTasksAfterRestart();
   HandOverRanks();
   RecoverJobs();
   for (const PlacementWork& w : PlaceQueuedJobs()) ExecutePlacement(w);
@@ -142,6 +143,65 @@ v1::AssignTaskRequest Scheduler::TaskFor(const std::string& job_id, const v1::Jo
   req.set_start_step(recovery.start_step());
   req.set_attempt(recovery.recoveries());
   return req;
+}
+
+void Scheduler::VerifyTasksAfterRestart() {
+  struct Check {
+    std::string job_id;
+    uint32_t rank = 0;
+    uint32_t attempt = 0;
+    std::string node, address;
+  };
+  std::vector<Check> checks;
+  {
+    absl::MutexLock l(&mu_);
+    // Nodes re-register and heartbeat first.
+    if (!verify_tasks_ || clock_->Now() - started_ < StartupGrace()) return;
+    verify_tasks_ = false;
+    for (const std::string& id : order_) {
+      const v1::Job& job = jobs_[id].job;
+      if (job.state() != v1::JOB_RUNNING) continue;
+      for (int r = 0; r < job.workers_size(); ++r) {
+        if (r < job.progress().workers_size() && job.progress().workers(r).done()) continue;
+        auto node = registry_.Get(job.workers(r));
+        if (!node.has_value() || !IsLive(*node)) continue;  // The lease deals with those.
+        checks.push_back(Check{id, static_cast<uint32_t>(r), job.recovery().recoveries(),
+                               job.workers(r), node->info().address()});
+      }
+    }
+  }
+  std::vector<std::string> gone(checks.size());
+  ParallelFor(checks.size(), [&](size_t i) {
+    const Check& c = checks[i];
+    auto ws = rpc_->WorkerStatus(c.address);
+    if (!ws.ok()) return;  // Unreachable: its lease decides.
+    if (ws->busy() && ws->job_id() == c.job_id && ws->rank() == c.rank &&
+        ws->attempt() == c.attempt) {
+      return;
+    }
+    gone[i] = ws->busy() ? absl::StrCat("runs job ", ws->job_id(), " rank ", ws->rank(),
+                                        " attempt ", ws->attempt(), " instead of its task")
+                         : std::string("runs no task");
+  });
+  absl::MutexLock l(&mu_);
+  for (size_t i = 0; i < checks.size(); ++i) {
+    if (gone[i].empty()) continue;
+    const Check& c = checks[i];
+    JobRecord* rec = FindJob(c.job_id);
+    if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING ||
+        static_cast<int>(c.rank) >= rec->job.workers_size() ||
+        rec->job.workers(c.rank) != c.node ||
+        (static_cast<int>(c.rank) < rec->job.progress().workers_size() &&
+         rec->job.progress().workers(c.rank).done())) {
+      continue;  // Finished or changed meanwhile.
+    }
+    std::string reason = absl::StrCat("worker of rank ", c.rank, " ", Describe(c.node), " ",
+                                      gone[i], " (found after a scheduler restart)");
+    if (!MayRecover(*rec, reason)) continue;
+    rec->lost_ranks.emplace_back(c.rank, reason);
+    Log()->warn("job {}: {}; handing its rank over", c.job_id, reason);
+    Wake();
+  }
 }
 
 void Scheduler::HandOverRanks() {

@@ -767,6 +767,40 @@ TEST_F(SchedulerTest, AServerThatComesBackAfterItsJobMovedAwayDropsItsCopy) {
   EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
 }
 
+// A rank whose task is gone without a word (here: the scheduler died between recording a
+// hand-over and sending the task) is found after the scheduler's restart and handed over.
+TEST_F(SchedulerTest, AfterARestartARankWhoseWorkerRunsNoTaskIsHandedOver) {
+  options_.startup_grace = absl::Seconds(1);
+  AddCluster(1, 2);
+  auto id = Submit(absl::StrReplaceAll(kJob, {{"num_servers: 2", "num_servers: 1"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  Node(job.workers(1))->worker()->FinishTask();  // Its task ended, and nobody heard.
+  Node(job.servers(0))->server()->SetClocks({12, 11});
+  StartScheduler();
+  BeatAll();
+  sched_->RunOnce();  // Within the start-up grace: nodes may still be coming back.
+  EXPECT_EQ(Get(*id).recovery().handovers(), 0u);
+  clock_.Advance(absl::Seconds(2));
+  BeatAll();
+  sched_->RunOnce();
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().handovers(), 1u);
+  EXPECT_THAT(job.recovery().last_cause(),
+              HasSubstr("runs no task (found after a scheduler restart)"));
+  // The same worker (idle, alive) takes its rank back where the server has it; rank 0, still
+  // running, is left alone.
+  auto assigned = Node(job.workers(1))->worker()->assigned();
+  ASSERT_THAT(assigned, SizeIs(2));
+  EXPECT_EQ(assigned[1].rank(), 1u);
+  EXPECT_EQ(assigned[1].start_step(), 11);
+  EXPECT_THAT(Node(job.workers(0))->worker()->assigned(), SizeIs(1));
+  EXPECT_THAT(Node(job.workers(0))->worker()->stopped(), IsEmpty());
+}
+
 TEST_F(SchedulerTest, WithoutCheckpointsARestartedWorkersJobStartsAgainFromTheStart) {
   AddCluster(1, 1);
   auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 1"},
