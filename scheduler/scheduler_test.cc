@@ -139,6 +139,14 @@ class SchedulerTest : public ::testing::Test {
     if (!s.ok()) return s;
     return resp.job_id();
   }
+  // The job's current shard map, as GetShardMap returns it.
+  v1::ShardMap MapOf(const std::string& id) {
+    v1::GetShardMapRequest req;
+    req.set_job_id(id);
+    v1::ShardMap map;
+    EXPECT_THAT(sched_->GetShardMap(req, &map), IsOk());
+    return map;
+  }
   v1::Job Get(const std::string& id) {
     v1::GetJobRequest req;
     req.set_job_id(id);
@@ -212,10 +220,7 @@ TEST_F(SchedulerTest, PlacesAJobOnServersAndWorkers) {
     EXPECT_EQ(tasks[0].spec().name(), "test-job");
     EXPECT_EQ(tasks[0].shard_map().epoch(), 1u);
   }
-  v1::GetShardMapRequest mreq;
-  mreq.set_job_id(*id);
-  v1::ShardMap map;
-  ASSERT_THAT(sched_->GetShardMap(mreq, &map), IsOk());
+  v1::ShardMap map = MapOf(*id);
   EXPECT_EQ(map.epoch(), 1u);
   EXPECT_THAT(map.servers(), SizeIs(2));
 
@@ -615,10 +620,7 @@ TEST_F(SchedulerTest, ALostRankThatCannotBeHandedOverRollsTheJobBackOntoASpare) 
   sched_->RunOnce();
   v1::Job job = Get(*id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
-  v1::GetShardMapRequest mreq;
-  mreq.set_job_id(*id);
-  v1::ShardMap map;
-  ASSERT_THAT(sched_->GetShardMap(mreq, &map), IsOk());
+  v1::ShardMap map = MapOf(*id);
   std::vector<std::string> files;
   for (int64_t step : {10, 20}) {
     for (const std::string& s : job.servers()) files.push_back(WriteCheckpoint(dir, map, s, step));
@@ -690,10 +692,7 @@ TEST_F(SchedulerTest, ALostServersShardsAreRestoredOnASpareServer) {
   sched_->RunOnce();
   v1::Job job = Get(*id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
-  v1::GetShardMapRequest mreq;
-  mreq.set_job_id(*id);
-  v1::ShardMap map;
-  ASSERT_THAT(sched_->GetShardMap(mreq, &map), IsOk());
+  v1::ShardMap map = MapOf(*id);
   for (const std::string& s : job.servers()) WriteCheckpoint(dir, map, s, 30);
   // The first server dies; the second one got as far as step 40 (its file is not enough).
   WriteCheckpoint(dir, map, job.servers(1), 40);
@@ -713,7 +712,7 @@ TEST_F(SchedulerTest, ALostServersShardsAreRestoredOnASpareServer) {
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   EXPECT_EQ(job.recovery().start_step(), 30);
   EXPECT_THAT(job.servers(), ::testing::Not(::testing::Contains(lost)));
-  ASSERT_THAT(sched_->GetShardMap(mreq, &map), IsOk());
+  map = MapOf(*id);
   EXPECT_GT(map.epoch(), 1u);
   for (const auto& a : map.assignments()) EXPECT_NE(a.primary(), lost);
   // Each server restores exactly the files holding a shard it holds now, all of step 30.
