@@ -22,6 +22,10 @@ class ClusterRpc {
   virtual absl::Status DropJob(const std::string& address, const std::string& job_id) = 0;
   virtual absl::StatusOr<v1::ServerStatus> ServerStatus(const std::string& address,
                                                         const std::string& job_id) = 0;
+  // Fences `worker` of the job at `attempt` on the server; returns the rank's clock there.
+  virtual absl::StatusOr<int64_t> FenceWorker(const std::string& address,
+                                              const std::string& job_id, uint32_t worker,
+                                              uint32_t attempt) = 0;
 
   // WorkerControl on a worker.
   virtual absl::Status AssignTask(const std::string& address,

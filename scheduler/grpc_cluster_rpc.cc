@@ -54,6 +54,23 @@ absl::StatusOr<v1::ServerStatus> GrpcClusterRpc::ServerStatus(const std::string&
   return resp;
 }
 
+absl::StatusOr<int64_t> GrpcClusterRpc::FenceWorker(const std::string& address,
+                                                    const std::string& job_id, uint32_t worker,
+                                                    uint32_t attempt) {
+  auto s = Get(address);
+  if (!s.ok()) return s.status();
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::FenceWorkerRequest req;
+  req.set_job_id(job_id);
+  req.set_worker(worker);
+  req.set_attempt(attempt);
+  v1::FenceWorkerResponse resp;
+  absl::Status st = FromGrpcStatus((*s)->server->FenceWorker(ctx.get(), req, &resp),
+                                   absl::StrCat("FenceWorker to ", address));
+  if (!st.ok()) return st;
+  return resp.clock();
+}
+
 absl::Status GrpcClusterRpc::AssignTask(const std::string& address,
                                         const v1::AssignTaskRequest& request) {
   auto s = Get(address);

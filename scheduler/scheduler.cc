@@ -467,13 +467,18 @@ absl::Status Scheduler::ReportProgress(const v1::ReportProgressRequest& req,
     return absl::OkStatus();
   }
   const v1::WorkerProgress& p = req.progress();
-  if (job.state() == v1::JOB_RECOVERING || p.attempt() != job.recovery().recoveries()) {
+  if (job.state() == v1::JOB_RECOVERING) {
     // A task of a placement that a recovery replaces: it stops, and what it says is moot.
     resp->set_cancel(true);
     return absl::OkStatus();
   }
   absl::Status s = CheckWorkerProgress(p, job.progress().workers_size());
   if (!s.ok()) return s;
+  if (p.attempt() != RankAttempt(job.recovery(), p.rank())) {
+    // A task that a rollback or a hand-over replaced: it stops, and what it says is moot.
+    resp->set_cancel(true);
+    return absl::OkStatus();
+  }
   const std::string& assigned = job.workers(p.rank());
   if (!p.node_id().empty() && p.node_id() != assigned) {
     Log()->warn("job {}: rank {} reported by {}, but it runs on {}: told to stop", job.job_id(),

@@ -170,6 +170,10 @@ class Scheduler {
   // Stops, drops and rolls back every RECOVERING job, then queues it to be placed again.
   void RecoverJobs();
   // The task of `rank` in a job placed with `map` (what ExecutePlacement and HandOverRanks send).
+  // The attempt of `rank`'s current task (JobRecovery.rank_attempts).
+  static uint32_t RankAttempt(const v1::JobRecovery& recovery, uint32_t rank);
+  // An attempt above every rank's so far (of `num_workers` ranks).
+  static uint32_t NextAttempt(const v1::JobRecovery& recovery, uint32_t num_workers);
   static v1::AssignTaskRequest TaskFor(const std::string& job_id, const v1::JobSpec& spec,
                                        const v1::ShardMap& map, uint32_t rank,
                                        uint32_t num_workers, const v1::JobRecovery& recovery);

@@ -129,6 +129,18 @@ void Scheduler::CheckLeases() {
   }
 }
 
+uint32_t Scheduler::RankAttempt(const v1::JobRecovery& recovery, uint32_t rank) {
+  return static_cast<int>(rank) < recovery.rank_attempts_size() ? recovery.rank_attempts(rank)
+                                                                 : recovery.recoveries();
+}
+
+uint32_t Scheduler::NextAttempt(const v1::JobRecovery& recovery, uint32_t num_workers) {
+  uint32_t top = recovery.recoveries();
+  for (uint32_t r = 0; r < num_workers; ++r) top = std::max(top, RankAttempt(recovery, r));
+  for (uint32_t a : recovery.rank_attempts()) top = std::max(top, a);
+  return top + 1;
+}
+
 v1::AssignTaskRequest Scheduler::TaskFor(const std::string& job_id, const v1::JobSpec& spec,
                                          const v1::ShardMap& map, uint32_t rank,
                                          uint32_t num_workers, const v1::JobRecovery& recovery) {
@@ -141,7 +153,7 @@ v1::AssignTaskRequest Scheduler::TaskFor(const std::string& job_id, const v1::Jo
   req.mutable_partition()->set_count(num_workers);
   *req.mutable_shard_map() = map;
   req.set_start_step(recovery.start_step());
-  req.set_attempt(recovery.recoveries());
+  req.set_attempt(RankAttempt(recovery, rank));
   return req;
 }
 
@@ -165,7 +177,8 @@ void Scheduler::VerifyTasksAfterRestart() {
         if (r < job.progress().workers_size() && job.progress().workers(r).done()) continue;
         auto node = registry_.Get(job.workers(r));
         if (!node.has_value() || !IsLive(*node)) continue;  // The lease deals with those.
-        checks.push_back(Check{id, static_cast<uint32_t>(r), job.recovery().recoveries(),
+        checks.push_back(Check{id, static_cast<uint32_t>(r),
+                               RankAttempt(job.recovery(), static_cast<uint32_t>(r)),
                                job.workers(r), node->info().address()});
       }
     }
@@ -282,6 +295,17 @@ void Scheduler::HandOverRanks() {
         }
         busy.insert(spare);
         job.set_workers(rank, spare);
+        {
+          // The new task's attempt: above every earlier one, so that the servers can fence
+          // the old task off.
+          v1::JobRecovery* rr = job.mutable_recovery();
+          const uint32_t n = job.workers_size();
+          const uint32_t next = NextAttempt(*rr, n);
+          while (static_cast<uint32_t>(rr->rank_attempts_size()) < n) {
+            rr->add_rank_attempts(RankAttempt(*rr, rr->rank_attempts_size()));
+          }
+          rr->set_rank_attempts(rank, next);
+        }
         if (static_cast<int>(rank) < job.progress().workers_size()) {
           v1::WorkerProgress* p = job.mutable_progress()->mutable_workers(rank);
           p->set_node_id(spare);
@@ -306,24 +330,23 @@ void Scheduler::HandOverRanks() {
   }
 
   for (Work& w : work) {
-    // The new worker resumes the rank at its slowest clock on the servers: each server's
-    // exactly-once tags drop the part of that step the lost worker had already pushed there.
+    // Every server fences the rank at the new task's attempt first: the old task, should it
+    // still run (paused, or cut off from the scheduler only), is refused from then on and
+    // cannot advance the rank's clock. The new worker resumes the rank at its slowest clock on
+    // the servers: each server's exactly-once tags drop the part of that step the old task had
+    // already pushed there.
     std::vector<int64_t> clocks(w.map.servers_size(), -1);
     std::vector<std::string> errors(w.map.servers_size());
     ParallelFor(w.map.servers_size(), [&](size_t i) {
       const v1::ServerEndpoint& ep = w.map.servers(i);
-      auto st = rpc_->ServerStatus(ep.address(), w.job_id);
-      if (st.ok()) {
-        for (const v1::JobOnServer& j : st->jobs()) {
-          if (j.job_id() != w.job_id) continue;
-          for (const v1::WorkerClock& c : j.clocks()) {
-            if (c.worker() == w.rank) clocks[i] = c.clock();
-          }
-        }
-      }
-      if (clocks[i] < 0) {
-        errors[i] = st.ok() ? absl::StrCat("server ", ep.node_id(), " reports no clock for it")
-                            : absl::StrCat("server ", ep.node_id(), ": ", st.status().message());
+      auto clock =
+          rpc_->FenceWorker(ep.address(), w.job_id, w.rank, RankAttempt(w.recovery, w.rank));
+      if (clock.ok() && *clock >= 0) {
+        clocks[i] = *clock;
+      } else {
+        errors[i] = clock.ok() ? absl::StrCat("server ", ep.node_id(), " reports no clock for it")
+                               : absl::StrCat("server ", ep.node_id(), ": ",
+                                              clock.status().message());
       }
     });
     std::string why;
@@ -433,7 +456,13 @@ void Scheduler::RecoverJobs() {
       continue;
     }
     v1::JobRecovery* r = job.mutable_recovery();
+    // Every task of the new placement runs one new attempt, above all earlier ones.
+    const uint32_t attempt = NextAttempt(*r, job.spec().num_workers());
     r->set_recoveries(r->recoveries() + 1);
+    r->clear_rank_attempts();
+    for (uint32_t i = 0; i < std::max<uint32_t>(1, job.spec().num_workers()); ++i) {
+      r->add_rank_attempts(attempt);
+    }
     r->set_start_step(point->step);
     r->clear_restore_from();
     for (v1::RestoreFile& f : point->files) *r->add_restore_from() = std::move(f);
@@ -626,6 +655,8 @@ void Scheduler::ExecutePlacement(const PlacementWork& w) {
     v1::UpdateShardMapRequest req;
     *req.mutable_map() = w.map;
     req.set_self(ep.node_id());
+    // Tasks of an earlier placement (paused, or cut off from the scheduler) are refused.
+    req.set_min_attempt(RankAttempt(w.recovery, 0));
     if (w.recovery.recoveries() > 0) {
       // After a rollback: this server's shards come from the checkpoint files, its clocks from
       // the step the workers resume at.
@@ -662,7 +693,7 @@ void Scheduler::ExecutePlacement(const PlacementWork& w) {
         // Busy: fine if it already runs this very task (we restarted mid-placement).
         auto ws = rpc_->WorkerStatus(addr);
         if (ws.ok() && ws->busy() && ws->job_id() == w.job_id && ws->rank() == rank &&
-            ws->attempt() == w.recovery.recoveries()) {
+            ws->attempt() == RankAttempt(w.recovery, rank)) {
           s = absl::OkStatus();
         }
       }

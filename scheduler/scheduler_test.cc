@@ -557,7 +557,8 @@ TEST_F(SchedulerTest, ALostWorkersRankIsHandedToAnIdleWorkerWithNoRollback) {
   ASSERT_THAT(assigned, SizeIs(1));
   EXPECT_EQ(assigned[0].rank(), 1u);
   EXPECT_EQ(assigned[0].start_step(), 40);
-  EXPECT_EQ(assigned[0].attempt(), 0u);
+  EXPECT_EQ(assigned[0].attempt(), 1u);  // Above the lost task's: the servers fence that off.
+  EXPECT_THAT(job.recovery().rank_attempts(), ElementsAre(0u, 1u));
   EXPECT_EQ(assigned[0].partition().index(), 1u);
   EXPECT_EQ(assigned[0].partition().count(), 2u);
   EXPECT_EQ(assigned[0].shard_map().epoch(), job.shard_map_epoch());
@@ -566,6 +567,13 @@ TEST_F(SchedulerTest, ALostWorkersRankIsHandedToAnIdleWorkerWithNoRollback) {
   for (const std::string& s : job.servers()) {
     EXPECT_THAT(Node(s)->server()->dropped(), IsEmpty());
     EXPECT_THAT(Node(s)->server()->updates(), SizeIs(1));
+    // Every server fenced rank 1 at the new attempt before the spare got the task: the lost
+    // task, should it still run, cannot push any more.
+    auto fences = Node(s)->server()->fences();
+    ASSERT_THAT(fences, SizeIs(1)) << s;
+    EXPECT_EQ(fences[0].job_id(), *id);
+    EXPECT_EQ(fences[0].worker(), 1u);
+    EXPECT_EQ(fences[0].attempt(), 1u);
   }
   // The lost node's reports are refused; the spare's count.
   v1::ReportProgressRequest req;
@@ -579,6 +587,11 @@ TEST_F(SchedulerTest, ALostWorkersRankIsHandedToAnIdleWorkerWithNoRollback) {
   req.mutable_progress()->set_node_id(spare);
   req.mutable_progress()->clear_error();
   req.mutable_progress()->set_step(45);
+  req.mutable_progress()->set_attempt(0);  // The lost task's attempt, even from the spare.
+  v1::ReportProgressResponse stale;
+  ASSERT_THAT(sched_->ReportProgress(req, &stale), IsOk());
+  EXPECT_TRUE(stale.cancel());
+  req.mutable_progress()->set_attempt(1);
   v1::ReportProgressResponse resp2;
   ASSERT_THAT(sched_->ReportProgress(req, &resp2), IsOk());
   EXPECT_FALSE(resp2.cancel());
@@ -654,7 +667,8 @@ TEST_F(SchedulerTest, ALostRankThatCannotBeHandedOverRollsTheJobBackOntoASpare) 
     auto assigned = Node(job.workers(rank))->worker()->assigned();
     ASSERT_FALSE(assigned.empty());
     EXPECT_EQ(assigned.back().start_step(), 20);
-    EXPECT_EQ(assigned.back().attempt(), 1u);
+    // Above every earlier task's, the failed hand-over's (1) included.
+    EXPECT_EQ(assigned.back().attempt(), 2u);
     EXPECT_EQ(assigned.back().rank(), static_cast<uint32_t>(rank));
     EXPECT_EQ(assigned.back().shard_map().epoch(), job.shard_map_epoch());
   }
@@ -666,6 +680,7 @@ TEST_F(SchedulerTest, ALostRankThatCannotBeHandedOverRollsTheJobBackOntoASpare) 
     const v1::UpdateShardMapRequest u = ps->updates().back();
     EXPECT_EQ(u.map().epoch(), job.shard_map_epoch());
     EXPECT_EQ(u.restore_step(), 20);
+    EXPECT_EQ(u.min_attempt(), 2u);  // The old run's tasks are fenced off.
     for (const std::string& f : u.restore_from()) {
       EXPECT_THAT(f, HasSubstr("-step20.ckpt"));
       restored.push_back(f);
@@ -678,7 +693,7 @@ TEST_F(SchedulerTest, ALostRankThatCannotBeHandedOverRollsTheJobBackOntoASpare) 
   ASSERT_THAT(cancel, IsOk());
   EXPECT_TRUE(*cancel);
   EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
-  cancel = Report(*id, 0, 25, false, "", "", 1);
+  cancel = Report(*id, 0, 25, false, "", "", 2);
   ASSERT_THAT(cancel, IsOk());
   EXPECT_FALSE(*cancel);
   EXPECT_EQ(Get(*id).progress().workers(0).step(), 25);
@@ -820,8 +835,10 @@ TEST_F(SchedulerTest, WithoutCheckpointsARestartedWorkersJobStartsAgainFromTheSt
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   EXPECT_EQ(job.recovery().start_step(), 0);
   EXPECT_THAT(job.recovery().restore_from(), IsEmpty());
-  EXPECT_EQ(Node(ids_[1])->worker()->assigned().back().attempt(), 1u);
+  // The failed hand-over's task had attempt 1; the rollback's tasks run 2.
+  EXPECT_EQ(Node(ids_[1])->worker()->assigned().back().attempt(), 2u);
   EXPECT_EQ(Node(ids_[0])->server()->updates().back().restore_step(), 0);
+  EXPECT_EQ(Node(ids_[0])->server()->updates().back().min_attempt(), 2u);
 }
 
 TEST_F(SchedulerTest, RecoveriesAreLimitedThenTheJobFails) {

@@ -41,6 +41,7 @@ Job::Job(JobConfig config, MemoryBudget* budget, const Clock* clock, DataPlaneLi
       limits_(limits),
       held_(config_.num_shards, true),
       clocks_(config_.num_workers, 0),
+      fences_(config_.num_workers, 0),
       applied_(config_.num_workers),
       shard_bytes_(new std::atomic<uint64_t>[config_.num_shards]),
       shard_requests_(new std::atomic<uint64_t>[config_.num_shards]) {
@@ -294,6 +295,8 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
   if (tag.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("tag.step: ", tag.step(), " is negative"));
   }
+  st = CheckAttempt(tag.worker(), tag.attempt(), "tag.attempt");
+  if (!st.ok()) return st;
   const v1::DataType dtype = TransportType(chunk.dtype());
   if (!IsFloatTransport(dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -387,6 +390,10 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
   bool advanced = false;
   {
     absl::MutexLock c(&clock_mu_);
+    // Fenced while its values were applied (they stay, recorded under their tag, so that the
+    // newer task's copy of this chunk is a duplicate): the step does not complete for it.
+    absl::Status fenced = CheckAttemptLocked(w, tag.attempt(), "tag.attempt");
+    if (!fenced.ok()) return fenced;
     if (chunk.end_of_step() && clocks_[w] < tag.step() + 1) {
       int64_t before = MinClockLocked();
       clocks_[w] = tag.step() + 1;
@@ -596,14 +603,16 @@ absl::StatusOr<SliceRef> Job::ResolveForRead(const v1::Slice& slice, uint64_t ep
   return Resolve(slice, field);
 }
 
-absl::Status Job::CheckReader(uint32_t worker, int64_t clock, v1::DataType dtype,
-                              absl::string_view worker_field,
+absl::Status Job::CheckReader(uint32_t worker, uint32_t attempt, int64_t clock,
+                              v1::DataType dtype, absl::string_view worker_field,
                               absl::string_view dtype_field) const {
   if (worker >= config_.num_workers) {
     return absl::InvalidArgumentError(absl::StrCat(worker_field, ": rank ", worker,
                                                    " is outside job '", id(), "' (",
                                                    config_.num_workers, " workers)"));
   }
+  absl::Status st = CheckAttempt(worker, attempt, "attempt");
+  if (!st.ok()) return st;
   if (clock < 0) return absl::InvalidArgumentError(absl::StrCat("clock: ", clock, " is negative"));
   if (!IsFloatTransport(TransportType(dtype))) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -611,6 +620,32 @@ absl::Status Job::CheckReader(uint32_t worker, int64_t clock, v1::DataType dtype
         static_cast<int>(dtype), ")"));
   }
   return absl::OkStatus();
+}
+
+std::pair<int64_t, uint32_t> Job::Fence(uint32_t worker, uint32_t attempt) {
+  absl::MutexLock c(&clock_mu_);
+  if (worker >= fences_.size()) return {-1, 0};
+  fences_[worker] = std::max(fences_[worker], attempt);
+  return {clocks_[worker], fences_[worker]};
+}
+
+void Job::FenceAll(uint32_t attempt) {
+  absl::MutexLock c(&clock_mu_);
+  for (uint32_t& f : fences_) f = std::max(f, attempt);
+}
+
+absl::Status Job::CheckAttempt(uint32_t worker, uint32_t attempt,
+                               absl::string_view field) const {
+  absl::MutexLock c(&clock_mu_);
+  return CheckAttemptLocked(worker, attempt, field);
+}
+
+absl::Status Job::CheckAttemptLocked(uint32_t worker, uint32_t attempt,
+                                     absl::string_view field) const {
+  if (worker >= fences_.size() || attempt >= fences_[worker]) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat(
+      field, ": rank ", worker, " of job '", id(), "' was handed to a newer task (attempt ",
+      fences_[worker], "); this task (attempt ", attempt, ") was replaced and must stop"));
 }
 
 int64_t Job::NeedFor(int64_t clock) const {

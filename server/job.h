@@ -102,6 +102,17 @@ class Job {
   absl::Status CheckRequestEpoch(uint64_t epoch) const;
   // Forgets everything; parked pulls finish with NOT_FOUND.
   void Drop();
+
+  // ---- Fencing (Tag.attempt): a rank handed to a newer task refuses the older one's calls.
+
+  // Refuses pushes and reads of `worker` with an attempt below `attempt` from now on (ABORTED;
+  // never lowered). Returns (the worker's clock, the fence in force): no older attempt can
+  // advance that clock any more, so a new task may resume the rank there.
+  std::pair<int64_t, uint32_t> Fence(uint32_t worker, uint32_t attempt);
+  // Fences every worker at `attempt` (a placement whose tasks all run that attempt).
+  void FenceAll(uint32_t attempt);
+  // ABORTED when `attempt` of `worker` is fenced off. `field` names the attempt's field.
+  absl::Status CheckAttempt(uint32_t worker, uint32_t attempt, absl::string_view field) const;
   bool dropped() const { return dropped_.load(); }
 
   // ---- Data plane.
@@ -119,8 +130,8 @@ class Job {
   // Validates a slice for reading at `epoch`. `field` prefixes error messages ("slices[2]").
   absl::StatusOr<SliceRef> ResolveForRead(const v1::Slice& slice, uint64_t epoch,
                                           absl::string_view field) const;
-  // Validates the rest of a read request: worker rank, clock and dtype.
-  absl::Status CheckReader(uint32_t worker, int64_t clock, v1::DataType dtype,
+  // Validates the rest of a read request: worker rank, its attempt (fencing), clock and dtype.
+  absl::Status CheckReader(uint32_t worker, uint32_t attempt, int64_t clock, v1::DataType dtype,
                            absl::string_view worker_field, absl::string_view dtype_field) const;
   // Whether a read at `clock` may be served now; if not, parks `ready` (called once, later,
   // with OK when it may, or an error when the job is dropped) and returns its id in *wait_id.
@@ -220,6 +231,8 @@ class Job {
                                         int64_t* hold)
       ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
   int64_t MinClockLocked() const ABSL_SHARED_LOCKS_REQUIRED(clock_mu_);
+  absl::Status CheckAttemptLocked(uint32_t worker, uint32_t attempt, absl::string_view field) const
+      ABSL_SHARED_LOCKS_REQUIRED(clock_mu_);
   int64_t NeedFor(int64_t clock) const;
   void CountShard(uint32_t shard, uint64_t bytes);
   uint32_t ShardOfSlice(const SliceRef& s) const ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
@@ -240,6 +253,8 @@ class Job {
   absl::Mutex advance_mu_ ABSL_ACQUIRED_BEFORE(clock_mu_);
   mutable absl::Mutex clock_mu_;
   std::vector<int64_t> clocks_ ABSL_GUARDED_BY(clock_mu_);
+  // Per worker: the lowest attempt whose calls are accepted (Fence).
+  std::vector<uint32_t> fences_ ABSL_GUARDED_BY(clock_mu_);
   // Min clock up to which aggregated steps are applied and parked reads released; reads with
   // need <= released_min_ are served at once.
   int64_t released_min_ ABSL_GUARDED_BY(clock_mu_) = 0;

@@ -137,6 +137,7 @@ absl::Status PsHandler::CreateTables(const v1::CreateTablesRequest& req,
       for (const auto& a : map.assignments()) held[a.shard()] = a.primary() == pending->self();
       s = fresh->SetShards(map.epoch(), std::move(held));
       if (!s.ok()) return s;
+      fresh->FenceAll(pending->min_attempt());
     }
     auto created = fresh->AddTables(specs, optimizers);
     if (!created.ok()) return created.status();
@@ -220,7 +221,25 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
   for (const auto& a : map.assignments()) held[a.shard()] = a.primary() == req.self();
   s = job->SetShards(map.epoch(), std::move(held));
   if (!s.ok()) return s;
+  job->FenceAll(req.min_attempt());
   resp->set_epoch(job->epoch());
+  return absl::OkStatus();
+}
+
+absl::Status PsHandler::FenceWorker(const v1::FenceWorkerRequest& req,
+                                    v1::FenceWorkerResponse* resp) {
+  auto job = FindJob(req.job_id(), "job_id");
+  if (!job.ok()) return job.status();
+  if (req.worker() >= (*job)->config().num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat("worker: rank ", req.worker(),
+                                                   " is outside job '", req.job_id(), "' (",
+                                                   (*job)->config().num_workers, " workers)"));
+  }
+  auto [clock, fence] = (*job)->Fence(req.worker(), req.attempt());
+  resp->set_clock(clock);
+  resp->set_attempt(fence);
+  Logger("server")->info("job '{}': rank {} fenced at attempt {} (clock {})", req.job_id(),
+                         req.worker(), fence, clock);
   return absl::OkStatus();
 }
 
@@ -401,7 +420,8 @@ absl::StatusOr<PsHandler::PullPlan> PsHandler::PlanPull(const v1::PullRequest& r
   if (!job.ok()) return job.status();
   PullPlan plan;
   plan.job = *job;
-  absl::Status s = plan.job->CheckReader(req.worker(), req.clock(), req.dtype(), "worker", "dtype");
+  absl::Status s = plan.job->CheckReader(req.worker(), req.attempt(), req.clock(), req.dtype(),
+                                         "worker", "dtype");
   if (!s.ok()) return s;
   plan.dtype = Job::TransportType(req.dtype());
   plan.slices.reserve(req.slices_size());
@@ -423,7 +443,8 @@ absl::StatusOr<PsHandler::PullPlan> PsHandler::PlanPullAfter(const v1::PushChunk
   if (!job.ok()) return job.status();
   PullPlan plan;
   plan.job = *job;
-  absl::Status s = plan.job->CheckReader(chunk.tag().worker(), chunk.pull_clock(), chunk.dtype(),
+  absl::Status s = plan.job->CheckReader(chunk.tag().worker(), chunk.tag().attempt(),
+                                         chunk.pull_clock(), chunk.dtype(),
                                          "tag.worker", "dtype");
   if (!s.ok()) return s;
   plan.dtype = Job::TransportType(chunk.dtype());

@@ -65,6 +65,7 @@ class PsHandler {
   absl::Status Export(const v1::ExportRequest& req, v1::ExportResponse* resp);
   absl::Status DropJob(const v1::DropJobRequest& req, v1::DropJobResponse* resp);
   absl::Status Status(const v1::ServerStatusRequest& req, v1::ServerStatus* resp);
+  absl::Status FenceWorker(const v1::FenceWorkerRequest& req, v1::FenceWorkerResponse* resp);
 
   // ---- Data plane.
 

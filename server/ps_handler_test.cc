@@ -438,6 +438,117 @@ TEST_F(HandlerTest, MapsThatArriveBeforeTheTablesAreKept) {
   EXPECT_EQ(st.shards_size(), 8);
 }
 
+// Fencing (Tag.attempt): a rank handed to a newer task refuses the older task's pushes and
+// reads, and the new task resumes at the clock the fence returned, each chunk applied once.
+TEST_F(HandlerTest, AFencedTaskIsRefusedAndItsReplacementResumesWhereTheFenceLeftIt) {
+  Create(CreateRequest("j", {DenseSpec("w", {1000}, kSgd)}, v1::ConsistencySpec::BSP, 2));
+  const std::vector<float> w0 = *Pull("j", 0, 0, {Block("w", 0)});
+  std::vector<float> g(1000, 1.f);
+  auto chunk = [&](uint32_t attempt, bool eos) {
+    v1::PushChunk c = Chunk("j", 1, 0, 0);
+    c.mutable_tag()->set_attempt(attempt);
+    c.mutable_slice()->set_table("w");
+    c.mutable_slice()->set_block(0);
+    c.set_end_of_step(eos);
+    c.set_last(true);
+    return c;
+  };
+  auto fence = [&](const std::string& job, uint32_t worker, uint32_t attempt,
+                   v1::FenceWorkerResponse* resp) {
+    v1::FenceWorkerRequest req;
+    req.set_job_id(job);
+    req.set_worker(worker);
+    req.set_attempt(attempt);
+    return h_->FenceWorker(req, resp);
+  };
+  // Rank 1's first task (attempt 0) applies its gradient; the step is not complete yet.
+  ASSERT_TRUE(h_->Push(chunk(0, false), Payload::FromString(Bytes(g))).ok());
+  // The rank goes to attempt 1: its clock (0) is final for attempt 0.
+  v1::FenceWorkerResponse fr;
+  ASSERT_TRUE(fence("j", 1, 1, &fr).ok());
+  EXPECT_EQ(fr.clock(), 0);
+  EXPECT_EQ(fr.attempt(), 1u);
+  // The old task is refused: its push (the step's end), its reads and its pulled-after reads.
+  auto late = h_->Push(chunk(0, true), Payload::FromString(Bytes(g)));
+  ASSERT_EQ(late.status().code(), absl::StatusCode::kAborted) << late.status();
+  EXPECT_NE(late.status().message().find("tag.attempt: rank 1 of job 'j' was handed to a newer "
+                                         "task (attempt 1); this task (attempt 0) was replaced"),
+            std::string::npos)
+      << late.status();
+  v1::PullRequest pr;
+  pr.set_job_id("j");
+  pr.set_worker(1);
+  pr.set_attempt(0);
+  *pr.add_slices() = Block("w", 0);
+  EXPECT_EQ(h_->PlanPull(pr).status().code(), absl::StatusCode::kAborted);
+  v1::PushChunk after = chunk(0, false);
+  after.set_pull_after(true);
+  after.set_pull_clock(1);
+  EXPECT_EQ(h_->PlanPullAfter(after).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(Status("j").jobs(0).clocks(1).clock(), 0);
+  // The new task pushes the same step: the chunk the old one applied is a duplicate, the step
+  // completes, and the gradient was applied exactly once.
+  auto dup = h_->Push(chunk(1, true), Payload::FromString(Bytes(g)));
+  ASSERT_TRUE(dup.ok()) << dup.status();
+  EXPECT_TRUE(dup->duplicate);
+  EXPECT_EQ(dup->clock, 1);
+  pr.set_attempt(1);
+  EXPECT_TRUE(h_->PlanPull(pr).ok());
+  const std::vector<float> w1 = *Pull("j", 0, 0, {Block("w", 0)});
+  for (int i = 0; i < 1000; ++i) ASSERT_FLOAT_EQ(w1[i], w0[i] - 0.5f);
+  // A fence is never lowered; rank 0 is not affected by rank 1's.
+  ASSERT_TRUE(fence("j", 1, 0, &fr).ok());
+  EXPECT_EQ(fr.attempt(), 1u);
+  EXPECT_EQ(fr.clock(), 1);
+  EXPECT_TRUE(EndStep("j", 0, 0).ok());
+  // Bad requests name the field and change nothing.
+  absl::Status bad = fence("j", 2, 5, &fr);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("worker: rank 2 is outside job 'j' (2 workers)"), std::string::npos)
+      << bad;
+  EXPECT_EQ(fence("nope", 0, 5, &fr).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(fence("", 0, 5, &fr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// UpdateShardMapRequest.min_attempt: a placement's map fences every rank of the job, also when
+// the map arrives before the tables.
+TEST_F(HandlerTest, AShardMapFencesTheTasksOfEarlierPlacements) {
+  for (bool map_first : {true, false}) {
+    const std::string job = map_first ? "early" : "late";
+    v1::UpdateShardMapRequest req;
+    *req.mutable_map() = RoundRobinMap(job, 3, {"a:1"});
+    req.set_self("s0");
+    req.set_min_attempt(2);
+    v1::UpdateShardMapResponse resp;
+    if (map_first) ASSERT_TRUE(h_->UpdateShardMap(req, &resp).ok());
+    Create(CreateRequest(job, {DenseSpec("w", {10}, kSgd)}, v1::ConsistencySpec::ASP, 2));
+    if (!map_first) ASSERT_TRUE(h_->UpdateShardMap(req, &resp).ok());
+    epoch_ = 3;
+    std::vector<float> g(10, 1.f);
+    for (uint32_t worker : {0u, 1u}) {
+      for (uint32_t attempt : {0u, 1u, 2u, 3u}) {
+        v1::PushChunk c = Chunk(job, worker, 0, attempt);
+        c.mutable_tag()->set_attempt(attempt);
+        c.mutable_slice()->set_table("w");
+        c.mutable_slice()->set_block(0);
+        auto r = h_->Push(c, Payload::FromString(Bytes(g)));
+        EXPECT_EQ(r.status().code(),
+                  attempt < 2 ? absl::StatusCode::kAborted : absl::StatusCode::kOk)
+            << job << " worker " << worker << " attempt " << attempt << ": " << r.status();
+      }
+    }
+    // A later map with a lower min_attempt does not lower the fence.
+    *req.mutable_map() = RoundRobinMap(job, 4, {"a:1"});
+    req.set_min_attempt(0);
+    ASSERT_TRUE(h_->UpdateShardMap(req, &resp).ok());
+    epoch_ = 4;
+    v1::PushChunk c = Chunk(job, 0, 1, 0);
+    c.mutable_tag()->set_attempt(1);
+    EXPECT_EQ(h_->Push(c, Payload()).status().code(), absl::StatusCode::kAborted) << job;
+    epoch_ = 0;
+  }
+}
+
 TEST_F(HandlerTest, TransportsFloat16AndBFloat16) {
   Create(CreateRequest("j", {DenseSpec("w", {64}, kSgd)}, v1::ConsistencySpec::ASP, 1));
   auto exact = *Pull("j", 0, 0, {Block("w", 0)});

@@ -118,6 +118,12 @@ grpc::ServerUnaryReactor* PsService::Status(grpc::CallbackServerContext* ctx,
   return Unary(ctx, req, resp, &PsHandler::Status);
 }
 
+grpc::ServerUnaryReactor* PsService::FenceWorker(grpc::CallbackServerContext* ctx,
+                                                 const v1::FenceWorkerRequest* req,
+                                                 v1::FenceWorkerResponse* resp) {
+  return Unary(ctx, req, resp, &PsHandler::FenceWorker);
+}
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* PsService::Pull(grpc::CallbackServerContext*,
                                                             const grpc::ByteBuffer* request) {
   return new PullReactor(handler_, data_, pool_, options_, *request);

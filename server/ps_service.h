@@ -26,7 +26,8 @@ using PsServiceBase = v1::ParameterServer::WithCallbackMethod_CreateTables<
                             v1::ParameterServer::WithCallbackMethod_Export<
                                 v1::ParameterServer::WithCallbackMethod_DropJob<
                                     v1::ParameterServer::WithCallbackMethod_Status<
-                                        v1::ParameterServer::Service>>>>>>>>>>;
+                                        v1::ParameterServer::WithCallbackMethod_FenceWorker<
+                                            v1::ParameterServer::Service>>>>>>>>>>>;
 }  // namespace internal
 
 class PsService final : public internal::PsServiceBase {
@@ -55,6 +56,9 @@ class PsService final : public internal::PsServiceBase {
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
                                    const v1::ServerStatusRequest* req,
                                    v1::ServerStatus* resp) override;
+  grpc::ServerUnaryReactor* FenceWorker(grpc::CallbackServerContext* ctx,
+                                        const v1::FenceWorkerRequest* req,
+                                        v1::FenceWorkerResponse* resp) override;
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Pull(grpc::CallbackServerContext* ctx,
                                                    const grpc::ByteBuffer* request) override;

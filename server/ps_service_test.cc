@@ -296,6 +296,64 @@ TEST(ServiceEpochTest, AServerThatLostTheJobIsWaitedOutUnderAScheduler) {
   EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
 }
 
+// A task whose rank the scheduler handed to a newer task (FenceWorker on the servers) gets
+// ABORTED at once on every transport, with no retry and no wait, even with a map-refresh
+// callback (under a scheduler); the newer task carries on from where the fence left the rank.
+class FencingTest : public ::testing::TestWithParam<DataTransport> {};
+
+TEST_P(FencingTest, AFencedTaskIsRefusedAtOnceAndItsReplacementCarriesOn) {
+  InProcessCluster cluster(2);
+  ASSERT_TRUE(cluster.status().ok());
+  auto w = DenseSpec("w", {8, 500}, kSgd, 500);
+  PsClientOptions opts;
+  opts.data_transport = GetParam();
+  opts.refresh_shard_map = [&]() -> absl::StatusOr<v1::ShardMap> { return cluster.Map("job", 1); };
+  opts.attempt = 3;
+  auto old_task = cluster.Client("job", {w}, 0, opts);
+  ASSERT_TRUE(old_task.ok());
+  ASSERT_TRUE((*old_task)->CreateTables(Mode(v1::ConsistencySpec::BSP), 1).ok());
+  std::vector<float> w0(4000), g(4000, 1.f), got(4000);
+  PullTargets targets{{{"w", w0.data()}}, {}};
+  ASSERT_TRUE((*old_task)->Pull(0, targets).ok());
+  PushSources src{{{"w", g.data()}}, {}};
+  ASSERT_TRUE((*old_task)->Push(0, src).ok());
+
+  for (int i = 0; i < 2; ++i) {
+    v1::FenceWorkerRequest req;
+    req.set_job_id("job");
+    req.set_worker(0);
+    req.set_attempt(4);
+    v1::FenceWorkerResponse resp;
+    ASSERT_TRUE(cluster.server(i)->handler()->FenceWorker(req, &resp).ok());
+    EXPECT_EQ(resp.clock(), 1);
+  }
+  const absl::Time t0 = absl::Now();
+  absl::Status st = (*old_task)->Push(1, src);
+  EXPECT_EQ(st.code(), absl::StatusCode::kAborted) << st;
+  EXPECT_NE(st.message().find("rank 0 of job 'job' was handed to a newer task (attempt 4); this "
+                              "task (attempt 3) was replaced"),
+            std::string::npos)
+      << st;
+  PullTargets old_targets{{{"w", got.data()}}, {}};
+  EXPECT_EQ((*old_task)->PushPull(1, src, old_targets).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ((*old_task)->Pull(1, old_targets).code(), absl::StatusCode::kAborted);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5)) << "refused calls are not retried";
+  EXPECT_EQ((*old_task)->stats().retries, 0u);
+
+  opts.attempt = 4;
+  auto new_task = cluster.Client("job", {w}, 0, opts);
+  ASSERT_TRUE(new_task.ok());
+  PullTargets new_targets{{{"w", got.data()}}, {}};
+  ASSERT_TRUE((*new_task)->Pull(1, new_targets).ok());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_FLOAT_EQ(got[i], w0[i] - 0.5f) << i;
+  ASSERT_TRUE((*new_task)->PushPull(1, src, new_targets).ok());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_FLOAT_EQ(got[i], w0[i] - 1.0f) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, FencingTest,
+                         ::testing::Values(DataTransport::kTcp, DataTransport::kGrpc,
+                                           DataTransport::kUnix));
+
 // A push that fails after one server applied its part, retried by the caller once the map is
 // current, is applied exactly once everywhere.
 TEST(ServiceEpochTest, CallerRetryOfAFailedPushReusesItsTags) {

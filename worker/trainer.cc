@@ -159,6 +159,13 @@ TrainerResult Trainer::result() const {
 absl::Status Trainer::Run() {
   State st;
   absl::Status s = RunImpl(&st);
+  if (s.code() == absl::StatusCode::kAborted) {
+    // A server fenced this task off: the scheduler gave its rank to a newer task (this worker
+    // was paused or cut off meanwhile). It stops like a task told to stop, without reporting.
+    Logger("worker")->warn("job {} rank {}: {}", task_.job_id(), task_.rank(), s.message());
+    Cancel(s.message());
+    s = absl::CancelledError(s.message());
+  }
   absl::MutexLock l(&mu_);
   client_ = nullptr;
   if (!s.ok() && cancelled_.load()) {
@@ -235,6 +242,7 @@ absl::Status Trainer::RunImpl(State* st) {
   PsClientOptions copts;
   copts.job_id = task_.job_id();
   copts.worker = rank;
+  copts.attempt = task_.attempt();
   copts.channel = options_.channel;
   copts.call_timeout = options_.call_timeout;
   copts.data_transport = options_.data_transport;

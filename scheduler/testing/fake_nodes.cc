@@ -57,6 +57,19 @@ grpc::ServerUnaryReactor* FakeParameterServer::Status(grpc::CallbackServerContex
   return Done(ctx, grpc::Status::OK);
 }
 
+grpc::ServerUnaryReactor* FakeParameterServer::FenceWorker(grpc::CallbackServerContext* ctx,
+                                                           const v1::FenceWorkerRequest* req,
+                                                           v1::FenceWorkerResponse* resp) {
+  absl::MutexLock l(&mu_);
+  fences_.push_back(*req);
+  if (req->worker() >= clocks_.size()) {
+    return Done(ctx, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "no clock for the rank"));
+  }
+  resp->set_clock(clocks_[req->worker()]);
+  resp->set_attempt(req->attempt());
+  return Done(ctx, grpc::Status::OK);
+}
+
 void FakeParameterServer::FailUpdates(grpc::Status status) {
   absl::MutexLock l(&mu_);
   fail_ = status;
@@ -75,6 +88,11 @@ void FakeParameterServer::SetClocks(std::vector<int64_t> clocks) {
 std::vector<v1::UpdateShardMapRequest> FakeParameterServer::updates() const {
   absl::MutexLock l(&mu_);
   return updates_;
+}
+
+std::vector<v1::FenceWorkerRequest> FakeParameterServer::fences() const {
+  absl::MutexLock l(&mu_);
+  return fences_;
 }
 
 std::vector<std::string> FakeParameterServer::dropped() const {

@@ -47,6 +47,11 @@ class FakeParameterServer final : public v1::ParameterServer::CallbackService {
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
                                    const v1::ServerStatusRequest* req,
                                    v1::ServerStatus* resp) override;
+  // Records the fence; answers the worker's clock of SetClocks (FAILED_PRECONDITION when none
+  // was set, as a server that cannot say where the rank stands).
+  grpc::ServerUnaryReactor* FenceWorker(grpc::CallbackServerContext* ctx,
+                                        const v1::FenceWorkerRequest* req,
+                                        v1::FenceWorkerResponse* resp) override;
 
   // Makes UpdateShardMap fail with `status` (OK = succeed again).
   void FailUpdates(grpc::Status status);
@@ -57,6 +62,7 @@ class FakeParameterServer final : public v1::ParameterServer::CallbackService {
 
   std::vector<v1::UpdateShardMapRequest> updates() const;
   std::vector<std::string> dropped() const;
+  std::vector<v1::FenceWorkerRequest> fences() const;
 
  private:
   mutable absl::Mutex mu_;
@@ -65,6 +71,7 @@ class FakeParameterServer final : public v1::ParameterServer::CallbackService {
   std::vector<int64_t> clocks_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::UpdateShardMapRequest> updates_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> dropped_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::FenceWorkerRequest> fences_ ABSL_GUARDED_BY(mu_);
 };
 
 class FakeWorker final : public v1::WorkerControl::CallbackService {

@@ -433,6 +433,7 @@ absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
     tag->set_worker(options.worker);
     tag->set_step(step);
     tag->set_seq(seq);
+    tag->set_attempt(options.attempt);
     h.set_epoch(r.map.epoch());
     h.mutable_slice()->set_table(t.spec.name());
     h.set_dtype(t.transport);
@@ -599,6 +600,7 @@ absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
       p.header.mutable_tag()->set_worker(options.worker);
       p.header.mutable_tag()->set_step(step);
       p.header.mutable_tag()->set_seq(seq);
+      p.header.mutable_tag()->set_attempt(options.attempt);
       p.header.set_epoch(r.map.epoch());
       list.push_back(std::move(p));
     }

@@ -51,6 +51,9 @@ absl::StatusOr<DataTransport> ParseDataTransport(absl::string_view name);
 struct PsClientOptions {
   std::string job_id;       // Job whose tables are read and written.
   uint32_t worker = 0;      // This worker's rank (tags pushes, gates BSP/SSP pulls).
+  // The task's attempt (Tag.attempt): once the scheduler handed the rank to a newer task, the
+  // servers refuse this client's calls with ABORTED, which is returned at once (no retry).
+  uint32_t attempt = 0;
   // TLS / bearer token for the server channels. Empty int_args get the data-plane defaults
   // (server/wire.h DataPlaneChannelArgs()).
   ChannelOptions channel;
