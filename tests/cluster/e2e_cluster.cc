@@ -11,6 +11,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 #include "common/atomic_file.h"
 #include "common/channel.h"
 #include "common/status_convert.h"
@@ -182,6 +184,36 @@ absl::StatusOr<v1::ClusterStatusResponse> E2eCluster::ClusterStatus() const {
 absl::StatusOr<v1::WorkerStatus> E2eCluster::WorkerStatus(const std::string& name) const {
   std::string address = cluster_->Address(name);
   if (address.empty()) return absl::NotFoundError(absl::StrCat("no process named ", name));
+  return WorkerStatusAt(address);
+}
+
+absl::StatusOr<E2eCluster::ExtraWorker> E2eCluster::StartWorker(
+    const std::string& name, const std::string& scheduler) const {
+  ExtraWorker w;
+  w.log = absl::StrCat(dir_, "/", name, ".log");
+  const std::string port_file = absl::StrCat(dir_, "/", name, ".port");
+  std::remove(port_file.c_str());
+  auto proc = BackgroundCommand::Start(
+      WorkerBinary(),
+      {"--listen=127.0.0.1:0", absl::StrCat("--scheduler=", scheduler), "--log_level=info",
+       "--device=cpu", "--cpu_threads=1", absl::StrCat("--port_file=", port_file)},
+      w.log);
+  if (!proc.ok()) return proc.status();
+  w.process = std::move(*proc);
+  const bool up = WaitFor(absl::Seconds(30), [&] {
+    auto text = ReadFile(port_file);
+    if (!text.ok()) return false;
+    w.address = std::string(absl::StripAsciiWhitespace(*text));
+    return !w.address.empty();
+  });
+  if (!up) {
+    return absl::DeadlineExceededError(absl::StrCat("worker ", name, " did not report its port:\n",
+                                                    w.process->Output()));
+  }
+  return w;
+}
+
+absl::StatusOr<v1::WorkerStatus> E2eCluster::WorkerStatusAt(const std::string& address) {
   auto channel = MakeChannel(address);
   if (!channel.ok()) return channel.status();
   auto stub = v1::WorkerControl::NewStub(*channel);

@@ -109,6 +109,19 @@ class E2eCluster {
   absl::StatusOr<v1::ClusterStatusResponse> ClusterStatus() const;
   // WorkerControl.Status of a worker process ("worker-1").
   absl::StatusOr<v1::WorkerStatus> WorkerStatus(const std::string& name) const;
+  // WorkerControl.Status of the worker at `address`.
+  static absl::StatusOr<v1::WorkerStatus> WorkerStatusAt(const std::string& address);
+
+  // One more worker, started like the cluster's own but registering with `scheduler` (a proxy
+  // in front of this cluster's scheduler, say); its log is dir()/<name>.log. Returned once it
+  // listens (not yet registered); it is killed when the returned process goes away.
+  struct ExtraWorker {
+    std::unique_ptr<BackgroundCommand> process;
+    std::string address;
+    std::string log;
+  };
+  absl::StatusOr<ExtraWorker> StartWorker(const std::string& name,
+                                          const std::string& scheduler) const;
   // ParameterServer.Status of a server process ("server-1").
   absl::StatusOr<v1::ServerStatus> ServerStatus(const std::string& name) const;
 
