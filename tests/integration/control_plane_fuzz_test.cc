@@ -1,5 +1,5 @@
 // Hostile control calls to a parameter server: CreateTables, UpdateShardMap, Checkpoint,
-// Restore, Export, DropJob and Status with every field filled at random (edge integers, NaN,
+// Restore, Export, DropJob, FenceWorker and Status with every field filled at random (edge integers, NaN,
 // unknown enum values, odd and oversized strings, deep nesting; paths only inside the test's
 // directory). Each call must end with a status within its deadline; a job the calls never name
 // keeps its values; the server serves and trains it afterwards.
@@ -53,7 +53,7 @@ TEST(ControlPlaneFuzzTest, RandomControlCallsGetAStatusAndLeaveOtherJobsAlone) {
       [&](int i, grpc::ClientContext* ctx, std::string* rpc) {
     grpc::Status st;
     if (i % 20 == 0) (void)(*fz)->CreateTables(asp, 2);  // Back after a DropJob, with state.
-    switch (fuzz.Pick(7)) {
+    switch (fuzz.Pick(8)) {
       case 0: {
         *rpc = "CreateTables";
         v1::CreateTablesRequest req;
@@ -101,6 +101,14 @@ TEST(ControlPlaneFuzzTest, RandomControlCallsGetAStatusAndLeaveOtherJobsAlone) {
         fuzz.Fill(&req);
         v1::DropJobResponse resp;
         st = stub->DropJob(ctx, req, &resp);
+        break;
+      }
+      case 6: {
+        *rpc = "FenceWorker";
+        v1::FenceWorkerRequest req;
+        fuzz.Fill(&req);
+        v1::FenceWorkerResponse resp;
+        st = stub->FenceWorker(ctx, req, &resp);
         break;
       }
       default: {
