@@ -179,7 +179,7 @@ void Scheduler::FailJobsOnNode(const std::string& node_id, const std::string& wh
     if (rec.job.state() == v1::JOB_RUNNING && !server) {
       // The control loop hands the rank to another worker (or rolls the job back).
       if (!MayRecover(rec, reason)) continue;
-      rec.lost_ranks.emplace_back(lost_rank, reason);
+      rec.lost_ranks.push_back({lost_rank, reason});
       Log()->warn("job {}: {}; handing its rank over", id, reason);
       Wake();
     } else if (rec.job.state() == v1::JOB_RUNNING) {
@@ -494,9 +494,20 @@ absl::Status Scheduler::ReportProgress(const v1::ReportProgressRequest& req,
   Summarize(job.spec(), rec->server_waiting_for, job.mutable_progress());
   rec->progress_dirty = true;
   if (!p.error().empty()) {
-    Finish(*rec, v1::JOB_FAILED,
-           absl::StrCat("worker of rank ", p.rank(), " (", Describe(assigned), "): ", p.error()));
+    const std::string reason =
+        absl::StrCat("worker of rank ", p.rank(), " (", Describe(assigned), "): ", p.error());
     resp->set_cancel(true);
+    if (p.retryable() && job.state() == v1::JOB_RUNNING) {
+      // Say, a server this worker cannot reach: the rank goes to another worker, as if this
+      // one were lost (MayRecover fails the job past the limit).
+      if (MayRecover(*rec, reason)) {
+        rec->lost_ranks.push_back({p.rank(), reason, /*avoid_node=*/true});
+        Log()->warn("job {}: {}; handing its rank over", job.job_id(), reason);
+        Wake();
+      }
+      return absl::OkStatus();
+    }
+    Finish(*rec, v1::JOB_FAILED, reason);
     return absl::OkStatus();
   }
   if (job.state() == v1::JOB_RUNNING) MaybeSucceed(*rec);

@@ -122,7 +122,12 @@ class Scheduler {
     std::vector<uint32_t> server_waiting_for;
     // Ranks whose worker was lost, with why, for the control loop to hand over (not persisted:
     // after a restart the loop finds dead workers of running jobs again).
-    std::vector<std::pair<uint32_t, std::string>> lost_ranks;
+    struct LostRank {
+      uint32_t rank = 0;
+      std::string cause;
+      bool avoid_node = false;  // Hand it to another worker than the one that ran it, if any.
+    };
+    std::vector<LostRank> lost_ranks;
   };
   // A call to make once a job has ended: stop a worker's task or drop a job on a server.
   struct Cleanup {

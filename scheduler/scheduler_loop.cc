@@ -211,7 +211,7 @@ void Scheduler::VerifyTasksAfterRestart() {
     std::string reason = absl::StrCat("worker of rank ", c.rank, " ", Describe(c.node), " ",
                                       gone[i], " (found after a scheduler restart)");
     if (!MayRecover(*rec, reason)) continue;
-    rec->lost_ranks.emplace_back(c.rank, reason);
+    rec->lost_ranks.push_back({c.rank, reason});
     Log()->warn("job {}: {}; handing its rank over", c.job_id, reason);
     Wake();
   }
@@ -267,28 +267,37 @@ void Scheduler::HandOverRanks() {
       for (int r = 0; r < job.workers_size(); ++r) {
         auto it = by_id.find(job.workers(r));
         bool known = false;
-        for (const auto& lr : rec.lost_ranks) known = known || lr.first == static_cast<uint32_t>(r);
+        for (const auto& lr : rec.lost_ranks) known = known || lr.rank == static_cast<uint32_t>(r);
         if (it == by_id.end() || IsLive(*it->second) || known) continue;
         std::string reason = absl::StrCat("worker of rank ", r, " ", Describe(job.workers(r)),
                                           " is no longer alive");
         if (!MayRecover(rec, reason)) break;
-        rec.lost_ranks.emplace_back(r, reason);
+        rec.lost_ranks.push_back({static_cast<uint32_t>(r), reason});
       }
       if (job.state() != v1::JOB_RUNNING || rec.lost_ranks.empty()) continue;
-      std::vector<std::pair<uint32_t, std::string>> lost;
+      std::vector<JobRecord::LostRank> lost;
       lost.swap(rec.lost_ranks);
-      for (const auto& [rank, cause] : lost) {
-        // An idle live worker able to run the task; a restarted one may take its rank back.
+      for (const JobRecord::LostRank& lr : lost) {
+        const uint32_t rank = lr.rank;
+        const std::string& cause = lr.cause;
+        // An idle live worker able to run the task; a restarted one may take its rank back. A
+        // worker whose task failed for a reason another may not meet gets it back only when no
+        // other worker is idle.
         const std::string old = job.workers(rank);
-        std::string spare;
+        std::string same, other;
         for (const v1::NodeStatus& n : nodes) {
           const std::string& nid = n.info().node_id();
           if (n.info().role() != v1::ROLE_WORKER || n.state() != v1::NODE_ALIVE) continue;
           if (busy.contains(nid) && nid != old) continue;
           if (n.info().capacity().gpus() < job.spec().gpus_per_worker()) continue;
-          spare = nid;
-          if (nid == old) break;  // Prefer the same machine.
+          if (nid == old) {
+            same = nid;
+          } else if (other.empty()) {
+            other = nid;
+          }
         }
+        const std::string spare = lr.avoid_node ? (other.empty() ? same : other)
+                                                : (same.empty() ? other : same);
         if (spare.empty()) {
           StartRecovery(rec, absl::StrCat(cause, "; no idle worker to take its rank"));
           break;

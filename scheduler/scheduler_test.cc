@@ -290,6 +290,80 @@ TEST_F(SchedulerTest, AWorkerErrorFailsTheJobNamingTheWorker) {
   }
 }
 
+// A task that failed because it could not reach a server (WorkerProgress.retryable: a partition
+// between that worker and the server) hands its rank to another idle worker, fenced, with no
+// rollback; past the recovery limit such a failure fails the job like any other.
+TEST_F(SchedulerTest, ARankWhoseWorkerCouldNotReachAServerGoesToAnotherWorker) {
+  AddCluster(2, 3);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const std::string cut_off = job.workers(1);
+  for (const std::string& s : job.servers()) Node(s)->server()->SetClocks({12, 11});
+  auto report = [&](uint32_t rank, uint32_t attempt, bool retryable) {
+    v1::ReportProgressRequest req;
+    req.set_job_id(*id);
+    req.mutable_progress()->set_rank(rank);
+    req.mutable_progress()->set_attempt(attempt);
+    req.mutable_progress()->set_step(11);
+    req.mutable_progress()->set_error("UNAVAILABLE: PushPull to 10.0.0.7:7101: deadline exceeded");
+    req.mutable_progress()->set_retryable(retryable);
+    v1::ReportProgressResponse resp;
+    EXPECT_THAT(sched_->ReportProgress(req, &resp), IsOk());
+    return resp.cancel();
+  };
+  EXPECT_TRUE(report(1, 0, true));
+  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+  sched_->RunOnce();
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().handovers(), 1u);
+  EXPECT_EQ(job.recovery().recoveries(), 0u);
+  EXPECT_THAT(job.recovery().last_cause(), HasSubstr(absl::StrCat("worker of rank 1 (", cut_off)));
+  EXPECT_THAT(job.recovery().last_cause(), HasSubstr("PushPull to 10.0.0.7:7101"));
+  // Not back to the worker that could not reach the server, although it is idle and alive.
+  const std::string spare = job.workers(1);
+  EXPECT_NE(spare, cut_off);
+  auto assigned = Node(spare)->worker()->assigned();
+  ASSERT_THAT(assigned, SizeIs(1));
+  EXPECT_EQ(assigned[0].rank(), 1u);
+  EXPECT_EQ(assigned[0].start_step(), 11);
+  EXPECT_EQ(assigned[0].attempt(), 1u);
+  for (const std::string& s : job.servers()) {
+    EXPECT_THAT(Node(s)->server()->fences(), SizeIs(1));
+    EXPECT_THAT(Node(s)->server()->dropped(), IsEmpty());
+  }
+  // A report of the old attempt changes nothing any more.
+  EXPECT_TRUE(report(1, 0, true));
+  sched_->RunOnce();
+  EXPECT_EQ(Get(*id).recovery().handovers(), 1u);
+
+}
+
+TEST_F(SchedulerTest, WithRecoveryOffAWorkerThatCouldNotReachAServerFailsTheJob) {
+  options_.max_recoveries = 0;
+  StartScheduler();
+  AddCluster(2, 3);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  v1::ReportProgressRequest req;
+  req.set_job_id(*id);
+  req.mutable_progress()->set_error("UNAVAILABLE: PushPull to 10.0.0.7:7101: deadline exceeded");
+  req.mutable_progress()->set_retryable(true);
+  v1::ReportProgressResponse resp;
+  ASSERT_THAT(sched_->ReportProgress(req, &resp), IsOk());
+  EXPECT_TRUE(resp.cancel());
+  job = Get(*id);
+  EXPECT_EQ(job.state(), v1::JOB_FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat("worker of rank 0 (", job.workers(0))));
+  EXPECT_THAT(job.reason(), HasSubstr("PushPull to 10.0.0.7:7101"));
+}
+
 TEST_F(SchedulerTest, CancelStopsTasksAndKeepsFinalStates) {
   AddCluster(2, 2);
   auto id = Submit(kJob);

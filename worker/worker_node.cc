@@ -208,6 +208,10 @@ void WorkerNode::RunTask(TaskRunner* runner, std::string job_id, uint32_t rank,
       address = address_;
     }
     final.set_error(absl::StrCat("worker ", address, " rank ", rank, ": ", s.ToString()));
+    // A server out of reach (the data plane's calls retry until their deadline): another worker
+    // may well reach it.
+    final.set_retryable(s.code() == absl::StatusCode::kUnavailable ||
+                        s.code() == absl::StatusCode::kDeadlineExceeded);
     log->error("task failed: job {} rank {}: {}", job_id, rank, s);
   }
   if (s.code() != absl::StatusCode::kCancelled && scheduler_ != nullptr) {

@@ -69,16 +69,17 @@ class RecordingScheduler final : public v1::Scheduler::Service {
   std::vector<v1::ReportProgressRequest> reports ABSL_GUARDED_BY(mu);
 };
 
-// Runs `steps` steps of 10 ms each, reporting every step; can be told to fail.
+// Runs `steps` steps of 10 ms each, reporting every step; can be told to fail (at step 3).
 class StepRunner final : public TaskRunner {
  public:
-  StepRunner(int steps, ProgressSink* sink, bool fail) : steps_(steps), sink_(sink), fail_(fail) {}
+  StepRunner(int steps, ProgressSink* sink, absl::Status fail)
+      : steps_(steps), sink_(sink), fail_(std::move(fail)) {}
   absl::Status Run() override {
     for (int s = 1; s <= steps_; ++s) {
       if (cancelled_.load()) return absl::CancelledError("cancelled");
       absl::SleepFor(absl::Milliseconds(10));
       step_.store(s);
-      if (fail_ && s == 3) return absl::InternalError("exploded at step 3");
+      if (!fail_.ok() && s == 3) return fail_;
       v1::WorkerProgress p;
       p.set_step(s);
       p.set_total_steps(steps_);
@@ -100,7 +101,7 @@ class StepRunner final : public TaskRunner {
  private:
   const int steps_;
   ProgressSink* const sink_;
-  const bool fail_;
+  const absl::Status fail_;
   std::atomic<bool> cancelled_{false};
   std::atomic<int64_t> step_{0};
   std::atomic<uint64_t> epoch_{1};
@@ -117,7 +118,7 @@ class WorkerNodeTest : public ::testing::Test {
     client_ = std::move(*client);
   }
 
-  void StartNode(int steps, bool fail = false) {
+  void StartNode(int steps, absl::Status fail = absl::OkStatus()) {
     WorkerNodeOptions opts;
     opts.address = "127.0.0.1:1";
     opts.capacity.set_cpu_slots(1);
@@ -294,7 +295,7 @@ TEST_F(WorkerNodeTest, SchedulerCancellationStopsTheTask) {
 }
 
 TEST_F(WorkerNodeTest, FailureIsReportedWithTheWorkerNamed) {
-  StartNode(10, /*fail=*/true);
+  StartNode(10, absl::InternalError("exploded at step 3"));
   ASSERT_TRUE(Assign(Task("job-1", 1)).ok());
   ASSERT_TRUE(node_->WaitIdle(absl::Seconds(10)));
   ASSERT_TRUE(WaitFor([&] {
@@ -306,7 +307,31 @@ TEST_F(WorkerNodeTest, FailureIsReportedWithTheWorkerNamed) {
   EXPECT_NE(err.find("exploded at step 3"), std::string::npos) << err;
   EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
   EXPECT_FALSE(scheduler_.reports.back().progress().done());
+  EXPECT_FALSE(scheduler_.reports.back().progress().retryable());
 }
+
+// A server out of reach within the call deadline is a failure another worker may not meet: the
+// report says so, and the scheduler hands the rank over instead of failing the job.
+class RetryableFailureTest : public WorkerNodeTest,
+                             public ::testing::WithParamInterface<absl::StatusCode> {};
+
+TEST_P(RetryableFailureTest, AnUnreachableServerIsReportedAsRetryable) {
+  StartNode(10, absl::Status(GetParam(), "PushPull to 10.0.0.7:7101: no answer"));
+  ASSERT_TRUE(Assign(Task("job-1", 1)).ok());
+  ASSERT_TRUE(node_->WaitIdle(absl::Seconds(10)));
+  ASSERT_TRUE(WaitFor([&] {
+    absl::MutexLock l(&scheduler_.mu);
+    return !scheduler_.reports.empty() && !scheduler_.reports.back().progress().error().empty();
+  }));
+  absl::MutexLock l(&scheduler_.mu);
+  const v1::WorkerProgress& p = scheduler_.reports.back().progress();
+  EXPECT_NE(p.error().find("10.0.0.7:7101"), std::string::npos) << p.error();
+  EXPECT_TRUE(p.retryable());
+}
+
+INSTANTIATE_TEST_SUITE_P(Codes, RetryableFailureTest,
+                         ::testing::Values(absl::StatusCode::kUnavailable,
+                                           absl::StatusCode::kDeadlineExceeded));
 
 TEST_F(WorkerNodeTest, BadAssignmentsNameTheField) {
   StartNode(5);
