@@ -187,17 +187,29 @@ absl::StatusOr<v1::WorkerStatus> E2eCluster::WorkerStatus(const std::string& nam
   return WorkerStatusAt(address);
 }
 
-absl::StatusOr<E2eCluster::ExtraWorker> E2eCluster::StartWorker(
+absl::StatusOr<E2eCluster::ExtraDaemon> E2eCluster::StartWorker(
     const std::string& name, const std::string& scheduler) const {
-  ExtraWorker w;
+  return StartDaemon(WorkerBinary(), name,
+                     {absl::StrCat("--scheduler=", scheduler), "--device=cpu", "--cpu_threads=1"});
+}
+
+absl::StatusOr<E2eCluster::ExtraDaemon> E2eCluster::StartServer(
+    const std::string& name, const std::string& scheduler) const {
+  return StartDaemon(ServerBinary(), name,
+                     {absl::StrCat("--scheduler=", scheduler),
+                      absl::StrCat("--checkpoint_dir=", dir_, "/", name, "-checkpoints")});
+}
+
+absl::StatusOr<E2eCluster::ExtraDaemon> E2eCluster::StartDaemon(
+    const std::string& binary, const std::string& name, std::vector<std::string> args) const {
+  ExtraDaemon w;
   w.log = absl::StrCat(dir_, "/", name, ".log");
   const std::string port_file = absl::StrCat(dir_, "/", name, ".port");
   std::remove(port_file.c_str());
-  auto proc = BackgroundCommand::Start(
-      WorkerBinary(),
-      {"--listen=127.0.0.1:0", absl::StrCat("--scheduler=", scheduler), "--log_level=info",
-       "--device=cpu", "--cpu_threads=1", absl::StrCat("--port_file=", port_file)},
-      w.log);
+  args.push_back("--listen=127.0.0.1:0");
+  args.push_back("--log_level=info");
+  args.push_back(absl::StrCat("--port_file=", port_file));
+  auto proc = BackgroundCommand::Start(binary, args, w.log);
   if (!proc.ok()) return proc.status();
   w.process = std::move(*proc);
   const bool up = WaitFor(absl::Seconds(30), [&] {
@@ -207,7 +219,7 @@ absl::StatusOr<E2eCluster::ExtraWorker> E2eCluster::StartWorker(
     return !w.address.empty();
   });
   if (!up) {
-    return absl::DeadlineExceededError(absl::StrCat("worker ", name, " did not report its port:\n",
+    return absl::DeadlineExceededError(absl::StrCat(name, " did not report its port:\n",
                                                     w.process->Output()));
   }
   return w;
@@ -228,6 +240,10 @@ absl::StatusOr<v1::WorkerStatus> E2eCluster::WorkerStatusAt(const std::string& a
 absl::StatusOr<v1::ServerStatus> E2eCluster::ServerStatus(const std::string& name) const {
   std::string address = cluster_->Address(name);
   if (address.empty()) return absl::NotFoundError(absl::StrCat("no process named ", name));
+  return ServerStatusAt(address);
+}
+
+absl::StatusOr<v1::ServerStatus> E2eCluster::ServerStatusAt(const std::string& address) {
   auto channel = MakeChannel(address);
   if (!channel.ok()) return channel.status();
   auto stub = v1::ParameterServer::NewStub(*channel);

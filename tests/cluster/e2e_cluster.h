@@ -112,18 +112,22 @@ class E2eCluster {
   // WorkerControl.Status of the worker at `address`.
   static absl::StatusOr<v1::WorkerStatus> WorkerStatusAt(const std::string& address);
 
-  // One more worker, started like the cluster's own but registering with `scheduler` (a proxy
-  // in front of this cluster's scheduler, say); its log is dir()/<name>.log. Returned once it
-  // listens (not yet registered); it is killed when the returned process goes away.
-  struct ExtraWorker {
+  // One more worker or server, started like the cluster's own but registering with `scheduler`
+  // (a proxy in front of this cluster's scheduler, say); its log is dir()/<name>.log. Returned
+  // once it listens (a server: and registered); it is killed when the returned process goes.
+  struct ExtraDaemon {
     std::unique_ptr<BackgroundCommand> process;
     std::string address;
     std::string log;
   };
-  absl::StatusOr<ExtraWorker> StartWorker(const std::string& name,
+  absl::StatusOr<ExtraDaemon> StartWorker(const std::string& name,
+                                          const std::string& scheduler) const;
+  absl::StatusOr<ExtraDaemon> StartServer(const std::string& name,
                                           const std::string& scheduler) const;
   // ParameterServer.Status of a server process ("server-1").
   absl::StatusOr<v1::ServerStatus> ServerStatus(const std::string& name) const;
+  // ParameterServer.Status of the server at `address`.
+  static absl::StatusOr<v1::ServerStatus> ServerStatusAt(const std::string& address);
 
   // The scheduler's Prometheus page (GET /metrics on the port its log names).
   absl::StatusOr<std::string> SchedulerMetrics() const;
@@ -136,6 +140,8 @@ class E2eCluster {
 
  private:
   E2eCluster() = default;
+  absl::StatusOr<ExtraDaemon> StartDaemon(const std::string& binary, const std::string& name,
+                                          std::vector<std::string> args) const;
 
   std::string dir_;
   std::unique_ptr<psctl::LocalCluster> cluster_;

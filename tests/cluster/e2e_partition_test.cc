@@ -1,9 +1,17 @@
-// End to end with the real daemons: a network partition between a worker and the scheduler. The
-// worker still reaches the servers and keeps training, but its heartbeats no longer arrive: once
-// its lease lapses the scheduler hands its rank to a spare worker. The servers fence the rank at
-// the new task's attempt first, so the cut-off worker's next call is refused and its task stops
-// by itself: two tasks never train the same rank. When the partition heals, the worker joins the
-// cluster again. The job succeeds with every update applied exactly once.
+// End to end with the real daemons: network partitions between a daemon and the scheduler, made
+// with a TCP proxy that the test cuts.
+//
+// A worker cut off from the scheduler still reaches the servers and keeps training, but its
+// heartbeats no longer arrive: once its lease lapses the scheduler hands its rank to a spare
+// worker. The servers fence the rank at the new task's attempt first, so the cut-off worker's
+// next call is refused and its task stops by itself: two tasks never train the same rank. When
+// the partition heals, the worker joins the cluster again.
+//
+// A server cut off from the scheduler still serves the workers, but once its lease lapses the
+// job is stopped, rolled back to its newest complete checkpoint and placed again on a spare
+// server. When the partition heals, the server drops its stale copy of the job.
+//
+// Both jobs succeed with every update applied exactly once.
 #include <dirent.h>
 
 #include <fstream>
@@ -19,7 +27,9 @@
 namespace pscluster::testing {
 namespace {
 
+using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 // 300 steps per epoch and worker; a wider hidden layer than the other tests' so that the job
@@ -53,6 +63,39 @@ std::string NewestCheckpoint(const std::string& dir, const std::string& server) 
   return best;
 }
 
+// Every dense block in the newest checkpoint of each of the job's servers was updated once per
+// worker and step (two workers), as in a run that never stopped.
+void ExpectEveryUpdateAppliedOnce(const std::string& dir, const v1::Job& job) {
+  int blocks = 0;
+  for (const std::string& s : job.servers()) {
+    const std::string path = NewestCheckpoint(dir, s);
+    ASSERT_FALSE(path.empty()) << s;
+    auto h = ReadCheckpointHeader(path);
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(h->step(), job.progress().total_steps()) << path;
+    for (const auto& t : h->tables()) {
+      for (const auto& b : t.blocks()) {
+        EXPECT_EQ(b.updates(), 2 * h->step()) << path << " " << t.spec().name() << " " << b.block();
+        ++blocks;
+      }
+    }
+  }
+  EXPECT_GE(blocks, 4);  // fc1 and out, weights and biases.
+}
+
+// Waits until the scheduler lists `n` live nodes of `role`.
+bool WaitForLive(const E2eCluster& c, v1::NodeRole role, int n) {
+  return WaitFor(absl::Seconds(30), [&] {
+    auto nodes = c.ClusterStatus();
+    if (!nodes.ok()) return false;
+    int alive = 0;
+    for (const auto& node : nodes->nodes()) {
+      alive += node.info().role() == role && node.state() == v1::NODE_ALIVE;
+    }
+    return alive == n;
+  });
+}
+
 std::optional<v1::NodeState> StateOf(const E2eCluster& c, const std::string& node) {
   auto nodes = c.ClusterStatus();
   if (!nodes.ok()) return std::nullopt;
@@ -74,15 +117,7 @@ TEST(E2ePartitionTest, AWorkerCutOffFromTheSchedulerIsFencedOffAndItsRankCarries
   ASSERT_TRUE(proxy.ok()) << proxy.status();
   auto cutoff = c.StartWorker("cutoff", (*proxy)->address());
   ASSERT_TRUE(cutoff.ok()) << cutoff.status();
-  ASSERT_TRUE(WaitFor(absl::Seconds(30), [&] {
-    auto nodes = c.ClusterStatus();
-    if (!nodes.ok()) return false;
-    int alive = 0;
-    for (const auto& n : nodes->nodes()) {
-      alive += n.info().role() == v1::ROLE_WORKER && n.state() == v1::NODE_ALIVE;
-    }
-    return alive == 2;
-  })) << cutoff->process->Output() << c.LogTails();
+  ASSERT_TRUE(WaitForLive(c, v1::ROLE_WORKER, 2)) << cutoff->process->Output() << c.LogTails();
   auto cutoff_status = E2eCluster::WorkerStatusAt(cutoff->address);
   ASSERT_TRUE(cutoff_status.ok()) << cutoff_status.status();
   const std::string cutoff_id = cutoff_status->node_id();
@@ -147,25 +182,76 @@ TEST(E2ePartitionTest, AWorkerCutOffFromTheSchedulerIsFencedOffAndItsRankCarries
   EXPECT_GE(done->progress().test_accuracy(), 0.83);
   // Every block was updated once per worker and step: nothing the cut-off task pushed was
   // applied twice, nothing skipped.
-  int blocks = 0;
-  for (const std::string& s : done->servers()) {
-    const std::string path = NewestCheckpoint(ckpt + "/" + id, s);
-    ASSERT_FALSE(path.empty()) << s;
-    auto h = ReadCheckpointHeader(path);
-    ASSERT_TRUE(h.ok()) << h.status();
-    EXPECT_EQ(h->step(), done->progress().total_steps()) << path;
-    for (const auto& t : h->tables()) {
-      for (const auto& b : t.blocks()) {
-        EXPECT_EQ(b.updates(), 2 * h->step()) << path << " " << t.spec().name() << " " << b.block();
-        ++blocks;
-      }
-    }
-  }
-  EXPECT_GE(blocks, 4);
+  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
   EXPECT_TRUE(WaitFor(absl::Seconds(90), [&] {
     return StateOf(c, cutoff_id) == v1::NODE_ALIVE;
   })) << cutoff->process->Output();
   if (HasFailure()) ADD_FAILURE() << c.LogTails(200) << "\ncut-off worker:\n" << log;
+}
+
+TEST(E2ePartitionTest, AServerCutOffFromTheSchedulerIsReplacedAndDropsItsStaleCopy) {
+  E2eClusterOptions o;
+  o.servers = 1;
+  auto cluster = E2eCluster::Start("server_partition", o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  E2eCluster& c = **cluster;
+  auto proxy = TcpProxy::Start(c.scheduler_address());
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  auto cutoff = c.StartServer("cutoff", (*proxy)->address());
+  ASSERT_TRUE(cutoff.ok()) << cutoff.status();
+  ASSERT_TRUE(WaitForLive(c, v1::ROLE_SERVER, 2)) << cutoff->process->Output() << c.LogTails();
+  auto cutoff_status = E2eCluster::ServerStatusAt(cutoff->address);
+  ASSERT_TRUE(cutoff_status.ok()) << cutoff_status.status();
+  const std::string cutoff_id = cutoff_status->node_id();
+
+  const std::string ckpt = c.dir() + "/ckpt";
+  std::string yaml = absl::StrCat(FashionJobYaml("partitioned", kEpochs, "", kHidden),
+                                  "checkpoint_every_steps: ", kCheckpointEvery, "\n",
+                                  "checkpoint_dir: ", ckpt, "\n");
+  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  const std::string id = "job-1";
+  v1::Job seen;
+  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
+    auto j = c.GetJob(id);
+    if (j.ok()) seen = *j;
+    return j.ok() && j->state() == v1::JOB_RUNNING &&
+           j->progress().step() >= 2 * kCheckpointEvery + 50;
+  })) << seen.DebugString() << c.LogTails();
+  ASSERT_THAT(seen.servers(), Contains(cutoff_id));
+
+  auto spare = c.StartServer("spare", c.scheduler_address());
+  ASSERT_TRUE(spare.ok()) << spare.status();
+  ASSERT_TRUE(WaitForLive(c, v1::ROLE_SERVER, 3)) << spare->process->Output();
+  (*proxy)->Cut();
+
+  // Rolled back to a checkpointed step and running again without the cut-off server.
+  ASSERT_TRUE(WaitFor(absl::Seconds(60), [&] {
+    auto j = c.GetJob(id);
+    if (j.ok()) seen = *j;
+    return j.ok() && j->recovery().recoveries() == 1 && j->state() == v1::JOB_RUNNING;
+  })) << seen.DebugString() << c.LogTails();
+  EXPECT_THAT(seen.servers(), Not(Contains(cutoff_id)));
+  EXPECT_THAT(seen.recovery().last_cause(),
+              HasSubstr(absl::StrCat("server holding shards ", cutoff_id)));
+  EXPECT_THAT(seen.recovery().last_cause(), HasSubstr("stopped heartbeating"));
+  EXPECT_GE(seen.recovery().start_step(), kCheckpointEvery);
+  EXPECT_EQ(seen.recovery().start_step() % kCheckpointEvery, 0);
+
+  // The partition heals: the server registers again and forgets the job that moved away.
+  (*proxy)->Heal();
+  EXPECT_TRUE(WaitFor(absl::Seconds(90), [&] {
+    auto st = E2eCluster::ServerStatusAt(cutoff->address);
+    return st.ok() && st->jobs_size() == 0 && StateOf(c, cutoff_id) == v1::NODE_ALIVE;
+  })) << cutoff->process->Output();
+  auto done = c.WaitForEnd(id, absl::Seconds(240));
+  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+  EXPECT_EQ(done->recovery().recoveries(), 1u);
+  EXPECT_EQ(done->progress().step(), kEpochs * 300);
+  EXPECT_GE(done->progress().test_accuracy(), 0.83);
+  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
+  if (HasFailure()) ADD_FAILURE() << c.LogTails(200) << "\ncut-off server:\n" << ReadAll(cutoff->log);
 }
 
 }  // namespace
