@@ -1,5 +1,7 @@
 #include "scheduler/recovery.h"
 
+#include <algorithm>
+
 #include <dirent.h>
 
 #include <cerrno>
@@ -119,9 +121,12 @@ absl::StatusOr<RecoveryPoint> FindRecoveryPoint(
 std::vector<std::string> RestoreFilesFor(
     const google::protobuf::RepeatedPtrField<v1::RestoreFile>& files, const v1::ShardMap& map,
     const std::string& server) {
-  absl::flat_hash_set<uint32_t> held;
+  absl::flat_hash_set<uint32_t> held;  // As primary or backup: a copy restores too.
   for (const v1::ShardAssignment& a : map.assignments()) {
-    if (a.primary() == server) held.insert(a.shard());
+    if (a.primary() == server ||
+        std::find(a.backups().begin(), a.backups().end(), server) != a.backups().end()) {
+      held.insert(a.shard());
+    }
   }
   std::vector<std::string> out;
   for (const v1::RestoreFile& f : files) {
@@ -133,6 +138,39 @@ std::vector<std::string> RestoreFilesFor(
     }
   }
   return out;
+}
+
+absl::StatusOr<v1::ShardMap> PromoteBackups(const v1::ShardMap& map, const std::string& dead,
+                                            const absl::flat_hash_set<std::string>& live) {
+  v1::ShardMap next = map;
+  next.set_epoch(map.epoch() + 1);
+  absl::flat_hash_set<std::string> named;
+  for (v1::ShardAssignment& a : *next.mutable_assignments()) {
+    std::vector<std::string> backups;
+    for (const std::string& b : a.backups()) {
+      if (b != dead && live.contains(b)) backups.push_back(b);
+    }
+    if (a.primary() == dead) {
+      if (backups.empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("shard ", a.shard(), " of the lost server has no live backup"));
+      }
+      a.set_primary(backups.front());
+      backups.erase(backups.begin());
+    } else if (!live.contains(a.primary())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard ", a.shard(), "'s primary ", a.primary(), " is not alive either"));
+    }
+    a.clear_backups();
+    for (std::string& b : backups) a.add_backups(std::move(b));
+    named.insert(a.primary());
+    for (const std::string& b : a.backups()) named.insert(b);
+  }
+  next.clear_servers();
+  for (const v1::ServerEndpoint& ep : map.servers()) {
+    if (named.contains(ep.node_id())) *next.add_servers() = ep;
+  }
+  return next;
 }
 
 }  // namespace pscluster::scheduler

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "google/protobuf/repeated_field.h"
 #include "proto/scheduler.pb.h"
@@ -34,6 +35,13 @@ absl::StatusOr<RecoveryPoint> FindRecoveryPoint(
     const google::protobuf::RepeatedPtrField<v1::Rollback>& rollbacks);
 
 // The paths of `files` holding a shard that `server` is primary for in `map`.
+// The map after server `dead` is lost, with no rollback (replication > 1): each shard it was
+// primary of gets its first live backup as primary; `dead` and servers not in `live` leave
+// every backup list; no backup is added (a copy starts with its job's tables). Epoch + 1.
+// FAILED_PRECONDITION naming the shard when a lost primary has no live backup.
+absl::StatusOr<v1::ShardMap> PromoteBackups(const v1::ShardMap& map, const std::string& dead,
+                                            const absl::flat_hash_set<std::string>& live);
+
 std::vector<std::string> RestoreFilesFor(
     const google::protobuf::RepeatedPtrField<v1::RestoreFile>& files, const v1::ShardMap& map,
     const std::string& server);

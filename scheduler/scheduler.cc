@@ -183,9 +183,13 @@ void Scheduler::FailJobsOnNode(const std::string& node_id, const std::string& wh
       Log()->warn("job {}: {}; handing its rank over", id, reason);
       Wake();
     } else if (rec.job.state() == v1::JOB_RUNNING) {
+      // With replicas of everything it held, its backups take over with no rollback.
+      rec.promote_lost = CanPromote(rec, node_id) ? node_id : "";
       StartRecovery(rec, reason);
     } else if (rec.job.state() == v1::JOB_RECOVERING) {
-      // Already on its way back; this node is not used again.
+      // Already on its way back; this node is not used again (and a second lost server makes
+      // it roll back).
+      if (server) rec.promote_lost.clear();
       Log()->warn("job {} (recovering): {}", id, reason);
     } else {
       // Still placing: place it again, elsewhere.
@@ -201,9 +205,26 @@ void Scheduler::FailJobsOnNode(const std::string& node_id, const std::string& wh
   }
 }
 
+bool Scheduler::CanPromote(const JobRecord& rec, const std::string& node) const {
+  const v1::JobSpec& spec = rec.job.spec();
+  // Aggregated steps buffered on a lost primary are not in its copies.
+  if (spec.replication() <= 1 || spec.consistency().aggregate()) return false;
+  for (const v1::ShardAssignment& a : rec.shard_map.assignments()) {
+    if (a.primary() != node) continue;
+    bool copy = false;
+    for (const std::string& b : a.backups()) {
+      auto n = registry_.Get(b);
+      copy = copy || (b != node && n.has_value() &&
+                      (n->state() == v1::NODE_ALIVE || n->state() == v1::NODE_SUSPECT));
+    }
+    if (!copy) return false;
+  }
+  return rec.shard_map.assignments_size() > 0;
+}
+
 bool Scheduler::MayRecover(JobRecord& rec, const std::string& reason) {
   const v1::JobRecovery& r = rec.job.recovery();
-  const uint32_t done = r.recoveries() + r.handovers();
+  const uint32_t done = r.recoveries() + r.handovers() + r.promotions();
   if (static_cast<int64_t>(done) < options_.max_recoveries) return true;
   Finish(rec, v1::JOB_FAILED,
          options_.max_recoveries <= 0

@@ -128,6 +128,9 @@ class Scheduler {
       bool avoid_node = false;  // Hand it to another worker than the one that ran it, if any.
     };
     std::vector<LostRank> lost_ranks;
+    // A lost server whose shards' backups take over (replication > 1) instead of a rollback;
+    // set with JOB_RECOVERING (not persisted: after a restart the job rolls back).
+    std::string promote_lost;
   };
   // A call to make once a job has ended: stop a worker's task or drop a job on a server.
   struct Cleanup {
@@ -172,13 +175,20 @@ class Scheduler {
   void VerifyTasksAfterRestart();
   // Gives the lost ranks of running jobs to idle workers (or starts a rollback recovery).
   void HandOverRanks();
-  // Stops, drops and rolls back every RECOVERING job, then queues it to be placed again.
+  // Whether losing server `node` leaves a live copy of every shard it was primary of.
+  bool CanPromote(const JobRecord& rec, const std::string& node) const;
+  // Stops every RECOVERING job's tasks; then promotes its lost server's backups (promote_lost)
+  // or drops it and rolls it back, queueing it to be placed again.
   void RecoverJobs();
-  // The task of `rank` in a job placed with `map` (what ExecutePlacement and HandOverRanks send).
+  // After the tasks stopped: the new map to every server (promoted copies take over), and every
+  // rank's task again, on its worker, at its lowest clock on the servers. On success the job
+  // runs again; false (and the reason in *why) when the job must roll back instead.
+  bool PromoteBackupsOf(const std::string& job_id, std::string* why);
   // The attempt of `rank`'s current task (JobRecovery.rank_attempts).
   static uint32_t RankAttempt(const v1::JobRecovery& recovery, uint32_t rank);
   // An attempt above every rank's so far (of `num_workers` ranks).
   static uint32_t NextAttempt(const v1::JobRecovery& recovery, uint32_t num_workers);
+  // The task of `rank` in a job placed with `map` (what ExecutePlacement and HandOverRanks send).
   static v1::AssignTaskRequest TaskFor(const std::string& job_id, const v1::JobSpec& spec,
                                        const v1::ShardMap& map, uint32_t rank,
                                        uint32_t num_workers, const v1::JobRecovery& recovery);
@@ -248,6 +258,7 @@ class Scheduler {
   Counter* progress_reports_ = nullptr;
   Counter* recoveries_ = nullptr;
   Counter* handovers_ = nullptr;
+  Counter* promotions_ = nullptr;
 };
 
 }  // namespace pscluster::scheduler

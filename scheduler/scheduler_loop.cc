@@ -399,6 +399,132 @@ void Scheduler::HandOverRanks() {
   }
 }
 
+bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
+  v1::ShardMap map;
+  v1::JobSpec spec;
+  v1::JobRecovery recovery;
+  std::vector<std::string> workers;
+  std::string lost;
+  {
+    absl::MutexLock l(&mu_);
+    JobRecord* rec = FindJob(job_id);
+    if (rec == nullptr || rec->job.state() != v1::JOB_RECOVERING) {
+      *why = "the job changed meanwhile";
+      return false;
+    }
+    map = rec->shard_map;
+    spec = rec->job.spec();
+    recovery = rec->job.recovery();
+    workers.assign(rec->job.workers().begin(), rec->job.workers().end());
+    lost = rec->promote_lost;
+    rec->promote_lost.clear();  // One try; a failure rolls back.
+  }
+  absl::flat_hash_set<std::string> live;
+  absl::flat_hash_map<std::string, std::string> address;
+  for (const v1::NodeStatus& n : registry_.Snapshot()) {
+    if (IsLive(n)) live.insert(n.info().node_id());
+    address[n.info().node_id()] = n.info().address();
+  }
+  auto next = PromoteBackups(map, lost, live);
+  if (!next.ok()) {
+    *why = std::string(next.status().message());
+    return false;
+  }
+  const uint32_t n = workers.size();
+  for (const std::string& w : workers) {
+    if (!live.contains(w)) {
+      *why = absl::StrCat("its worker ", w, " is not alive either");
+      return false;
+    }
+  }
+  // 1. Every server takes the new map; a backup that becomes primary takes over its copy.
+  //    Tasks of the stopped attempts are fenced off.
+  const uint32_t attempt = NextAttempt(recovery, n);
+  std::vector<absl::Status> status(next->servers_size());
+  ParallelFor(next->servers_size(), [&](size_t i) {
+    v1::UpdateShardMapRequest req;
+    *req.mutable_map() = *next;
+    req.set_self(next->servers(i).node_id());
+    req.set_min_attempt(attempt);
+    status[i] = rpc_->UpdateShardMap(next->servers(i).address(), req);
+  });
+  // 2. Where each rank stands: its lowest clock over the servers (a rank half-way through a
+  //    step pushes that step again; what a server already has of it is a duplicate there).
+  std::vector<int64_t> start(n, -1);
+  for (int i = 0; i < next->servers_size(); ++i) {
+    if (!status[i].ok()) {
+      *why = absl::StrCat("server ", next->servers(i).node_id(), ": ", status[i].message());
+      return false;
+    }
+    auto st = rpc_->ServerStatus(next->servers(i).address(), job_id);
+    if (!st.ok() || st->jobs_size() != 1) {
+      *why = absl::StrCat("server ", next->servers(i).node_id(), " reports no state of the job");
+      return false;
+    }
+    for (const v1::WorkerClock& c : st->jobs(0).clocks()) {
+      if (c.worker() < n && (start[c.worker()] < 0 || c.clock() < start[c.worker()])) {
+        start[c.worker()] = c.clock();
+      }
+    }
+  }
+  v1::JobRecovery at = recovery;
+  at.clear_rank_attempts();
+  for (uint32_t r = 0; r < n; ++r) at.add_rank_attempts(attempt);
+  // 3. Every rank's task again, on its worker, from there.
+  std::vector<absl::Status> assigned(n);
+  ParallelFor(n, [&](size_t r) {
+    if (start[r] < 0) {
+      assigned[r] = absl::NotFoundError(absl::StrCat("no clock of rank ", r));
+      return;
+    }
+    v1::JobRecovery rank_at = at;
+    rank_at.set_start_step(start[r]);
+    assigned[r] = rpc_->AssignTask(address[workers[r]],
+                                   TaskFor(job_id, spec, *next, r, n, rank_at));
+  });
+  for (uint32_t r = 0; r < n; ++r) {
+    if (assigned[r].ok()) continue;
+    *why = absl::StrCat("rank ", r, " on ", workers[r], ": ", assigned[r].message());
+    ParallelFor(n, [&](size_t q) {
+      if (assigned[q].ok()) (void)rpc_->StopTask(address[workers[q]], job_id, *why);
+    });
+    const absl::Time until = absl::Now() + options_.task_stop_grace;
+    while (absl::Now() < until && WorkerStillRuns(workers, job_id)) absl::SleepFor(kStopRecheck);
+    return false;
+  }
+  // 4. Running again.
+  absl::MutexLock l(&mu_);
+  JobRecord* rec = FindJob(job_id);
+  if (rec == nullptr || rec->job.state() != v1::JOB_RECOVERING) {
+    ParallelFor(n, [&](size_t q) {
+      (void)rpc_->StopTask(address[workers[q]], job_id, "the job changed meanwhile");
+    });
+    return true;  // Cancelled meanwhile: nothing to roll back.
+  }
+  v1::Job& job = rec->job;
+  rec->shard_map = *next;
+  job.set_shard_map_epoch(next->epoch());
+  job.clear_servers();
+  for (const v1::ServerEndpoint& ep : next->servers()) job.add_servers(ep.node_id());
+  v1::JobRecovery* r = job.mutable_recovery();
+  *r->mutable_rank_attempts() = at.rank_attempts();
+  r->set_promotions(r->promotions() + 1);
+  r->set_recovered_unix_ms(UnixMs(clock_->Now()));
+  for (uint32_t q = 0; q < n && static_cast<int>(q) < job.progress().workers_size(); ++q) {
+    job.mutable_progress()->mutable_workers(q)->set_step(start[q]);
+  }
+  job.set_state(v1::JOB_RUNNING);
+  job.set_reason(absl::StrCat("recovered with no rollback from: ", r->last_cause(),
+                              "; its shards' backups took over"));
+  (void)Persist(*rec);
+  promotions_->Add();
+  Log()->warn("job {}: backups of {} took over its shards (map epoch {}); every rank resumed "
+              "where the servers had it, no rollback",
+              job_id, lost, next->epoch());
+  Wake();
+  return true;
+}
+
 void Scheduler::RecoverJobs() {
   struct Work {
     std::string job_id;
@@ -441,6 +567,20 @@ void Scheduler::RecoverJobs() {
     const absl::Time until = absl::Now() + options_.task_stop_grace;
     while (absl::Now() < until && WorkerStillRuns(w.workers, w.job_id)) {
       absl::SleepFor(kStopRecheck);
+    }
+    {
+      bool promote = false;
+      {
+        absl::MutexLock l(&mu_);
+        JobRecord* rec = FindJob(w.job_id);
+        promote = rec != nullptr && rec->job.state() == v1::JOB_RECOVERING &&
+                  !rec->promote_lost.empty();
+      }
+      std::string why;
+      if (promote && !WorkerStillRuns(w.workers, w.job_id)) {
+        if (PromoteBackupsOf(w.job_id, &why)) continue;
+        Log()->warn("job {}: its backups cannot take over ({}); rolling back", w.job_id, why);
+      }
     }
     ParallelFor(w.servers.size(), [&](size_t i) {
       auto node = registry_.Get(w.servers[i]);

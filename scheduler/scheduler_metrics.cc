@@ -117,6 +117,9 @@ void Scheduler::RegisterMetrics() {
   handovers_ = metrics_.AddCounter(
       "pscluster_scheduler_rank_handovers_total",
       "Ranks of lost workers given to another worker with no rollback.");
+  promotions_ = metrics_.AddCounter(
+      "pscluster_scheduler_backup_promotions_total",
+      "Lost servers whose shards' backups took over with no rollback (replication > 1).");
   metrics_.AddGaugeCallback("pscluster_scheduler_info", "The scheduler's version.", [this] {
     return std::vector<Sample>{{absl::StrCat("version=\"", Escape(options_.version), "\""), 1}};
   });

@@ -818,6 +818,92 @@ TEST_F(SchedulerTest, ALostServersShardsAreRestoredOnASpareServer) {
   EXPECT_THAT(needed, SizeIs(2));
 }
 
+// replication: 2: every shard has a backup on the other server. When one server is lost, its
+// shards' backups take over: no rollback, no DropJob, no checkpoint files; every rank resumes on
+// its worker at its lowest clock on the servers, fenced at a new attempt.
+TEST_F(SchedulerTest, ALostServersBackupsTakeOverWithNoRollback) {
+  AddCluster(2, 2);
+  auto id = Submit(absl::StrCat(kJob, "replication: 2\n"));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  v1::ShardMap map = MapOf(*id);
+  for (const auto& a : map.assignments()) ASSERT_THAT(a.backups(), SizeIs(1));
+  const std::string lost = job.servers(0), kept = job.servers(1);
+  // The survivor: rank 0 finished step 12, rank 1 is half-way through step 12.
+  Node(kept)->server()->SetClocks({12, 11});
+  const std::vector<std::string> workers(job.workers().begin(), job.workers().end());
+  v1::DeregisterRequest dr;
+  dr.set_node_id(lost);
+  ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  EXPECT_EQ(Get(*id).state(), v1::JOB_RECOVERING);
+  sched_->RunOnce();
+
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().promotions(), 1u);
+  EXPECT_EQ(job.recovery().recoveries(), 0u);
+  EXPECT_EQ(job.recovery().handovers(), 0u);
+  EXPECT_EQ(job.progress().rolled_back_to_step(), -1);
+  EXPECT_THAT(job.reason(), HasSubstr("its shards' backups took over"));
+  EXPECT_THAT(job.recovery().last_cause(), HasSubstr(absl::StrCat("server holding shards ", lost)));
+  EXPECT_THAT(job.servers(), ElementsAre(kept));
+  EXPECT_THAT(std::vector<std::string>(job.workers().begin(), job.workers().end()),
+              ::testing::ElementsAreArray(workers));
+  // The survivor got the map that makes it primary of everything, and kept the job.
+  const v1::ShardMap next = MapOf(*id);
+  EXPECT_EQ(next.epoch(), map.epoch() + 1);
+  for (const auto& a : next.assignments()) {
+    EXPECT_EQ(a.primary(), kept);
+    EXPECT_THAT(a.backups(), IsEmpty());
+  }
+  EXPECT_THAT(Node(kept)->server()->dropped(), IsEmpty());
+  const v1::UpdateShardMapRequest u = Node(kept)->server()->updates().back();
+  EXPECT_EQ(u.map().epoch(), next.epoch());
+  EXPECT_EQ(u.self(), kept);
+  EXPECT_THAT(u.restore_from(), IsEmpty());
+  EXPECT_EQ(u.restore_step(), 0);
+  EXPECT_EQ(u.min_attempt(), 1u);
+  // Each worker's task was stopped, then given again from the rank's lowest clock.
+  for (int rank = 0; rank < 2; ++rank) {
+    FakeWorker* w = Node(workers[rank])->worker();
+    EXPECT_THAT(w->stopped(), SizeIs(1));
+    auto assigned = w->assigned();
+    ASSERT_THAT(assigned, SizeIs(2));
+    EXPECT_EQ(assigned[1].rank(), static_cast<uint32_t>(rank));
+    EXPECT_EQ(assigned[1].start_step(), rank == 0 ? 12 : 11);
+    EXPECT_EQ(assigned[1].attempt(), 1u);
+    EXPECT_EQ(assigned[1].shard_map().epoch(), next.epoch());
+  }
+  auto cancel = Report(*id, 1, 13, false, "", "", 1);
+  ASSERT_THAT(cancel, IsOk());
+  EXPECT_FALSE(*cancel);
+  EXPECT_TRUE(*Report(*id, 1, 13, false, "", "", 0)) << "the old attempt is moot";
+  EXPECT_THAT(sched_->RenderMetrics(), HasSubstr("pscluster_scheduler_backup_promotions_total 1"));
+}
+
+// Without a live copy of every shard the lost server was primary of, the job rolls back.
+TEST_F(SchedulerTest, WithoutALiveBackupALostServersJobRollsBack) {
+  AddCluster(3, 2);
+  auto id = Submit(absl::StrReplaceAll(absl::StrCat(kJob, "replication: 2\n"),
+                                       {{"num_servers: 2", "num_servers: 3"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  // Two of its three servers go at once: some shard had its primary and its backup on them.
+  for (int i = 0; i < 2; ++i) {
+    v1::DeregisterRequest dr;
+    dr.set_node_id(job.servers(i));
+    ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  }
+  sched_->RunOnce();
+  job = Get(*id);
+  EXPECT_EQ(job.recovery().promotions(), 0u);
+  EXPECT_EQ(job.recovery().recoveries(), 1u);
+}
+
 TEST_F(SchedulerTest, AServerThatComesBackAfterItsJobMovedAwayDropsItsCopy) {
   AddCluster(3, 2);
   auto id = Submit(kJob);

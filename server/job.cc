@@ -129,6 +129,11 @@ absl::Status Job::SetShards(uint64_t epoch, std::vector<bool> held) {
   return absl::OkStatus();
 }
 
+bool Job::HoldsShard(uint32_t shard) const {
+  absl::ReaderMutexLock l(&state_mu_);
+  return shard < held_.size() && held_[shard];
+}
+
 uint64_t Job::epoch() const {
   absl::ReaderMutexLock l(&state_mu_);
   return epoch_;
@@ -387,6 +392,7 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
     result.applied = true;
     CountShard(ShardOfSlice(s), values.size());
   }
+  if (has_slice) result.shard = ShardOfSlice(s);
   bool advanced = false;
   {
     absl::MutexLock c(&clock_mu_);
@@ -397,8 +403,11 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
     if (chunk.end_of_step() && clocks_[w] < tag.step() + 1) {
       int64_t before = MinClockLocked();
       clocks_[w] = tag.step() + 1;
+      // The record of the step just completed stays one step longer: should a backup's copy
+      // take over with that step missing there, the worker pushes it again and what was
+      // applied here must be a duplicate (AdoptReplica).
       auto& steps = applied_[w];
-      steps.erase(steps.begin(), steps.lower_bound(clocks_[w]));
+      steps.erase(steps.begin(), steps.lower_bound(clocks_[w] - 1));
       advanced = MinClockLocked() != before;
     }
     result.clock = clocks_[w];

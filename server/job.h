@@ -66,6 +66,9 @@ struct PushResult {
   bool duplicate = false;  // Acknowledged, not applied (tag seen before).
   bool applied = false;    // Values applied (or added to the step's aggregate).
   int64_t clock = 0;       // The worker's clock after the chunk.
+  // Virtual shard of the chunk's slice (kNoShard: a chunk with no slice).
+  static constexpr uint32_t kNoShard = ~0u;
+  uint32_t shard = kNoShard;
   // A periodic checkpoint this push made due (the slowest clock crossed a multiple of N), taken
   // before any read at the new clock was served; to be written by the caller.
   std::shared_ptr<const CheckpointSnapshot> checkpoint;
@@ -98,6 +101,8 @@ class Job {
   // held are freed. RESOURCE_EXHAUSTED (and nothing changes) when new blocks do not fit.
   absl::Status SetShards(uint64_t epoch, std::vector<bool> held);
   uint64_t epoch() const;
+  // Whether the shard map in force gives this server `shard` (as primary).
+  bool HoldsShard(uint32_t shard) const;
   // FAILED_PRECONDITION (older) or UNAVAILABLE (newer) unless `epoch` is the one in force.
   absl::Status CheckRequestEpoch(uint64_t epoch) const;
   // Forgets everything; parked pulls finish with NOT_FOUND.
@@ -169,9 +174,26 @@ class Job {
   absl::StatusOr<Snapshot> MakeCheckpoint(const std::string& node_id, int64_t now_unix_ms,
                                           std::optional<int64_t> at = std::nullopt);
   // Verifies `file` (checksum, layout, table specs) and only then replaces the shards it covers
-  // that are held here, and the clocks. Returns (step, tables restored).
+  // that are held here, and (with `set_clocks`) the clocks. Returns (step, tables restored).
   absl::StatusOr<std::pair<int64_t, uint32_t>> Restore(const std::string& file,
-                                                       absl::string_view path);
+                                                       absl::string_view path,
+                                                       bool set_clocks = true);
+
+  // ---- Replication: a backup's copy of a primary's shards taking over on promotion.
+
+  // Every worker's clock and the record of the chunks applied for its recent steps.
+  struct ClockState {
+    std::vector<int64_t> clocks;
+    std::vector<std::map<int64_t, absl::flat_hash_set<uint64_t>>> applied;
+  };
+  ClockState GetClockState() const;
+  // Takes over the shards of `copy` (a replica's checkpoint) that are held here (SetShards
+  // first) and joins its clocks: each worker's clock becomes the lower of the two and the
+  // records of applied chunks unite, so a worker resuming at its lowest clock re-pushes what
+  // either side lacks and every chunk either side applied is a duplicate. Call only while no
+  // worker pushes (the job's tasks are stopped).
+  absl::Status AdoptReplica(const Snapshot& copy, const ClockState& clocks,
+                            absl::string_view from);
   // After a recovery's restore: every worker's clock becomes `step` (the step the job resumes
   // from), with no pushes remembered or buffered. Call before any worker reads.
   void RewindClocks(int64_t step);

@@ -124,7 +124,8 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpoint(const std::string& node_id,
 }
 
 absl::StatusOr<std::pair<int64_t, uint32_t>> Job::Restore(const std::string& f,
-                                                          absl::string_view path) {
+                                                          absl::string_view path,
+                                                          bool set_clocks) {
   auto corrupt = [&](absl::string_view what) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " refused: ", what,
                                             "; nothing was loaded"));
@@ -235,7 +236,7 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::Restore(const std::string& f,
       }
     }
   }
-  {
+  if (set_clocks) {
     absl::MutexLock c(&clock_mu_);
     for (const auto& wc : h.clocks()) {
       if (wc.worker() < clocks_.size()) clocks_[wc.worker()] = wc.clock();
@@ -246,6 +247,27 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::Restore(const std::string& f,
     checkpointed_step_ = released_min_;
   }
   return std::make_pair(h.step(), static_cast<uint32_t>(h.tables_size()));
+}
+
+Job::ClockState Job::GetClockState() const {
+  absl::MutexLock c(&clock_mu_);
+  return ClockState{clocks_, applied_};
+}
+
+absl::Status Job::AdoptReplica(const Snapshot& copy, const ClockState& other,
+                               absl::string_view from) {
+  auto r = Restore(copy.bytes, from, /*set_clocks=*/false);
+  if (!r.ok()) return r.status();
+  absl::MutexLock c(&clock_mu_);
+  for (size_t w = 0; w < clocks_.size() && w < other.clocks.size(); ++w) {
+    clocks_[w] = std::min(clocks_[w], other.clocks[w]);
+    auto& mine = applied_[w];
+    for (const auto& [step, ids] : other.applied[w]) mine[step].insert(ids.begin(), ids.end());
+    mine.erase(mine.begin(), mine.lower_bound(clocks_[w] - 1));
+  }
+  released_min_ = std::min(released_min_, MinClockLocked());
+  checkpointed_step_ = std::min(checkpointed_step_, released_min_);
+  return absl::OkStatus();
 }
 
 void Job::RewindClocks(int64_t step) {

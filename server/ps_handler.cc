@@ -71,6 +71,169 @@ std::string PsHandler::node_id() const {
   return node_id_;
 }
 
+void PsHandler::set_forwarder(Forwarder forwarder) {
+  absl::MutexLock l(&mu_);
+  forwarder_ = std::move(forwarder);
+}
+
+std::shared_ptr<PsHandler::Replication> PsHandler::FindReplication(
+    const std::string& job_id) const {
+  absl::ReaderMutexLock l(&mu_);
+  auto it = replication_.find(job_id);
+  return it == replication_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<PsHandler::Replication> PsHandler::PlanReplication(const v1::ShardMap& map,
+                                                                   const std::string& self) {
+  auto rep = std::make_shared<Replication>();
+  rep->epoch = map.epoch();
+  absl::flat_hash_map<std::string, std::string> address;
+  for (const auto& ep : map.servers()) address[ep.node_id()] = ep.address();
+  rep->backups.resize(map.num_virtual_shards());
+  for (const auto& a : map.assignments()) {
+    if (a.shard() >= map.num_virtual_shards()) continue;
+    if (a.primary() == self) {
+      for (const std::string& b : a.backups()) {
+        const std::string& addr = address[b];
+        rep->backups[a.shard()].push_back(addr);
+        if (std::find(rep->backup_servers.begin(), rep->backup_servers.end(), addr) ==
+            rep->backup_servers.end()) {
+          rep->backup_servers.push_back(addr);
+        }
+      }
+    } else if (std::find(a.backups().begin(), a.backups().end(), self) != a.backups().end()) {
+      auto& held = rep->replica_shards[a.primary()];
+      held.resize(map.num_virtual_shards());
+      held[a.shard()] = true;
+    }
+  }
+  return rep;
+}
+
+absl::Status PsHandler::CreateReplicas(const Job& job, const std::vector<v1::TableSpec>& specs,
+                                       const std::vector<OptimizerParams>& optimizers,
+                                       const v1::UpdateShardMapRequest& req, Replication* rep) {
+  for (const auto& [primary, held] : rep->replica_shards) {
+    JobConfig c = job.config();
+    c.checkpoint_every_steps = 0;  // The primary checkpoints its shards.
+    auto copy = std::make_shared<Job>(std::move(c), &budget_, clock_, options_.limits);
+    absl::Status s = copy->SetShards(req.map().epoch(), held);
+    if (!s.ok()) return s;
+    auto created = copy->AddTables(specs, optimizers);
+    if (!created.ok()) return created.status();
+    copy->FenceAll(req.min_attempt());
+    if (!req.restore_from().empty() || req.restore_step() > 0) {
+      s = RestoreForRecovery(*copy, req);
+      if (!s.ok()) return s;
+    }
+    rep->replicas[primary] = std::move(copy);
+  }
+  if (!rep->replica_shards.empty()) {
+    Logger("server")->info("job '{}': copies of {} primary server(s)' shards held here",
+                           job.id(), rep->replica_shards.size());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsHandler::PromoteReplicas(Job& job, const Replication& old, Replication* next) {
+  const std::string self = node_id();
+  for (const auto& [primary, copy] : old.replicas) {
+    auto kept = next->replica_shards.find(primary);
+    if (kept != next->replica_shards.end()) {
+      next->replicas[primary] = copy;  // Still backing that primary.
+      continue;
+    }
+    // Shards of the copy that this server now holds as primary: the copy takes over.
+    const std::vector<bool>& shards = old.replica_shards.at(primary);
+    bool promoted = false;
+    for (uint32_t s = 0; s < shards.size() && s < next->backups.size(); ++s) {
+      promoted = promoted || (shards[s] && job.HoldsShard(s));
+    }
+    if (!promoted) continue;  // Dropped with the old replication.
+    auto snap = copy->MakeCheckpoint(self, absl::ToUnixMillis(clock_->Now()));
+    if (!snap.ok()) return snap.status();
+    const std::string from = absl::StrCat("copy of ", primary, "'s shards");
+    absl::Status s = job.AdoptReplica(*snap, copy->GetClockState(), from);
+    if (!s.ok()) return s;
+    Logger("server")->warn("job '{}': took over the shards of {} as their primary (from its copy)",
+                           job.id(), primary);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsHandler::ForwardToBackups(const Replication& rep, const v1::PushChunk& chunk,
+                                         const Payload& values, uint32_t shard) {
+  Forwarder forward;
+  {
+    absl::MutexLock l(&mu_);
+    forward = forwarder_;
+  }
+  if (!forward) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", chunk.tag().job_id(), "': this server cannot reach its shards' backups"));
+  }
+  const std::string self = node_id();
+  auto send = [&](const std::string& address, const v1::ReplicateRequest& req) {
+    absl::Status s = forward(address, req);
+    if (s.ok()) return s;
+    return absl::UnavailableError(absl::StrCat("replicating to the backup at ", address, ": ",
+                                               s.message()));
+  };
+  if (shard < rep.backups.size() && !rep.backups[shard].empty() && values.size() > 0) {
+    v1::ReplicateRequest req;
+    req.set_primary(self);
+    v1::PushChunk* c = req.mutable_chunk();
+    *c = chunk;
+    c->set_values(values.ToString());
+    c->clear_pull_after();
+    c->clear_pull_clock();
+    c->clear_step_final();
+    c->clear_end_of_step();
+    for (const std::string& b : rep.backups[shard]) {
+      absl::Status s = send(b, req);
+      if (!s.ok()) return s;
+    }
+  }
+  if (chunk.end_of_step()) {
+    v1::ReplicateRequest req;
+    req.set_primary(self);
+    v1::PushChunk* c = req.mutable_chunk();
+    *c->mutable_tag() = chunk.tag();
+    c->set_epoch(chunk.epoch());
+    c->set_last(true);
+    c->set_end_of_step(true);
+    for (const std::string& b : rep.backup_servers) {
+      absl::Status s = send(b, req);
+      if (!s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsHandler::Replicate(const v1::ReplicateRequest& req, v1::ReplicateResponse* resp) {
+  const std::string& job_id = req.chunk().tag().job_id();
+  if (job_id.empty()) return absl::InvalidArgumentError("chunk.tag.job_id: empty job id");
+  std::shared_ptr<Replication> rep = FindReplication(job_id);
+  std::shared_ptr<Job> copy;
+  if (rep != nullptr) {
+    auto it = rep->replicas.find(req.primary());
+    if (it != rep->replicas.end()) copy = it->second;
+  }
+  if (copy == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "primary: this server holds no copy of job '", job_id, "' shards of '", req.primary(),
+        "'"));
+  }
+  v1::PushChunk chunk = req.chunk();
+  Payload values = Payload::FromString(std::move(*chunk.mutable_values()));
+  chunk.clear_values();
+  chunk.set_epoch(copy->epoch());  // The primary checked the worker's epoch.
+  auto r = copy->Push(chunk, values);
+  if (!r.ok()) return r.status();
+  resp->set_duplicate(r->duplicate);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<Job>> PsHandler::FindJob(absl::string_view job_id,
                                                         absl::string_view field) const {
   if (job_id.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": empty job id"));
@@ -146,11 +309,18 @@ absl::Status PsHandler::CreateTables(const v1::CreateTablesRequest& req,
       s = RestoreForRecovery(*fresh, *pending);
       if (!s.ok()) return s;
     }
+    std::shared_ptr<Replication> rep;
+    if (pending) {
+      rep = PlanReplication(pending->map(), pending->self());
+      s = CreateReplicas(*fresh, specs, optimizers, *pending, rep.get());
+      if (!s.ok()) return s;
+    }
     {
       absl::MutexLock l(&mu_);
       auto it = jobs_.find(req.job_id());
       if (it == jobs_.end()) {
         jobs_[req.job_id()] = fresh;
+        if (rep != nullptr) replication_[req.job_id()] = rep;
         auto pm = pending_maps_.find(req.job_id());
         if (pm != pending_maps_.end() && pm->second.map().epoch() <= fresh->epoch()) {
           pending_maps_.erase(pm);
@@ -219,8 +389,27 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
   }
   std::vector<bool> held(map.num_virtual_shards());
   for (const auto& a : map.assignments()) held[a.shard()] = a.primary() == req.self();
+  const bool newer = map.epoch() > job->epoch();
   s = job->SetShards(map.epoch(), std::move(held));
   if (!s.ok()) return s;
+  if (newer) {
+    std::shared_ptr<Replication> old = FindReplication(map.job_id());
+    std::shared_ptr<Replication> next = PlanReplication(map, req.self());
+    if (old != nullptr) {
+      s = PromoteReplicas(*job, *old, next.get());
+      if (!s.ok()) return s;
+    }
+    for (const auto& [primary, shards] : next->replica_shards) {
+      if (next->replicas.count(primary) == 0) {
+        // A copy starts with its job's tables, never half-way through a run.
+        Logger("server")->warn("job '{}': map epoch {} makes this server a backup of {} "
+                               "mid-run; no copy is kept (the scheduler never asks that)",
+                               map.job_id(), map.epoch(), primary);
+      }
+    }
+    absl::MutexLock l(&mu_);
+    replication_[map.job_id()] = std::move(next);
+  }
   job->FenceAll(req.min_attempt());
   resp->set_epoch(job->epoch());
   return absl::OkStatus();
@@ -236,6 +425,9 @@ absl::Status PsHandler::FenceWorker(const v1::FenceWorkerRequest& req,
                                                    (*job)->config().num_workers, " workers)"));
   }
   auto [clock, fence] = (*job)->Fence(req.worker(), req.attempt());
+  if (auto rep = FindReplication(req.job_id()); rep != nullptr) {
+    for (auto& [primary, copy] : rep->replicas) copy->Fence(req.worker(), req.attempt());
+  }
   resp->set_clock(clock);
   resp->set_attempt(fence);
   Logger("server")->info("job '{}': rank {} fenced at attempt {} (clock {})", req.job_id(),
@@ -383,6 +575,11 @@ absl::Status PsHandler::DropJob(const v1::DropJobRequest& req, v1::DropJobRespon
     if (it == jobs_.end()) return absl::OkStatus();
     job = std::move(it->second);
     jobs_.erase(it);
+    auto rep = replication_.find(req.job_id());
+    if (rep != replication_.end()) {
+      for (auto& [primary, copy] : rep->second->replicas) copy->Drop();
+      replication_.erase(rep);
+    }
   }
   job->Drop();
   Logger("server")->info("job '{}' dropped", req.job_id());
@@ -396,6 +593,13 @@ absl::StatusOr<PushResult> PsHandler::Push(const v1::PushChunk& chunk, const Pay
   if (!job.ok()) return job.status();
   auto r = (*job)->Push(chunk, values, [this] { return node_id(); });
   if (!r.ok()) return r;
+  std::shared_ptr<Replication> rep = FindReplication(chunk.tag().job_id());
+  if (rep != nullptr && !rep->backup_servers.empty()) {
+    // Replication: the backups have the chunk before the worker hears it was applied. A chunk
+    // applied before (a retry) goes again, in case its first copy did not arrive.
+    absl::Status fs = ForwardToBackups(*rep, chunk, values, r->shard);
+    if (!fs.ok()) return fs;
+  }
   if (r->applied) {
     pushes_total_.fetch_add(1, std::memory_order_relaxed);
     bytes_in_total_.fetch_add(values.size(), std::memory_order_relaxed);
@@ -542,7 +746,26 @@ absl::Status PsHandler::Status(const v1::ServerStatusRequest& req, v1::ServerSta
   std::sort(jobs.begin(), jobs.end(),
             [](const auto& a, const auto& b) { return a->id() < b->id(); });
   resp->set_uptime_sec(absl::ToDoubleSeconds(clock_->Now() - started_));
-  for (auto& j : jobs) j->FillStatus(resp->add_jobs());
+  for (auto& j : jobs) {
+    v1::JobOnServer* js = resp->add_jobs();
+    j->FillStatus(js);
+    std::shared_ptr<Replication> rep = FindReplication(j->id());
+    if (rep == nullptr) continue;
+    for (const auto& [primary, copy] : rep->replicas) {
+      v1::ReplicaOnServer* r = js->add_replicas();
+      r->set_primary(primary);
+      const std::vector<bool>& shards = rep->replica_shards.at(primary);
+      for (uint32_t s = 0; s < shards.size(); ++s) {
+        if (shards[s]) r->add_shards(s);
+      }
+      Job::ClockState cs = copy->GetClockState();
+      for (uint32_t w = 0; w < cs.clocks.size(); ++w) {
+        v1::WorkerClock* wc = r->add_clocks();
+        wc->set_worker(w);
+        wc->set_clock(cs.clocks[w]);
+      }
+    }
+  }
   resp->set_push_per_sec(push);
   resp->set_pull_per_sec(pull);
   resp->set_bytes_in_per_sec(in);

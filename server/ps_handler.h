@@ -11,6 +11,7 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,9 @@ struct PsHandlerOptions {
 class PsHandler {
  public:
   using Runner = std::function<void(std::function<void()>)>;
+  // Sends a Replicate call to the server at `address` (replication; see set_forwarder).
+  using Forwarder =
+      std::function<absl::Status(const std::string& address, const v1::ReplicateRequest&)>;
 
   // `background` runs periodic checkpoints off the data path. REQUIRES: clock outlives this.
   PsHandler(PsHandlerOptions options, const Clock* clock, Runner background);
@@ -55,6 +59,9 @@ class PsHandler {
   // The data plane's abstract Unix socket name (empty: none), reported with this process's id.
   void set_data_unix(std::string name);
   std::string node_id() const;
+  // How this server reaches its shards' backups (PsServer: a gRPC call). Without one, a job
+  // whose map gives this server's shards backups refuses pushes (FAILED_PRECONDITION).
+  void set_forwarder(Forwarder forwarder);
 
   // ---- Control plane (one call each).
   absl::Status CreateTables(const v1::CreateTablesRequest& req, v1::CreateTablesResponse* resp);
@@ -66,6 +73,8 @@ class PsHandler {
   absl::Status DropJob(const v1::DropJobRequest& req, v1::DropJobResponse* resp);
   absl::Status Status(const v1::ServerStatusRequest& req, v1::ServerStatus* resp);
   absl::Status FenceWorker(const v1::FenceWorkerRequest& req, v1::FenceWorkerResponse* resp);
+  // A chunk from the primary of shards this server backs up, applied to its copy.
+  absl::Status Replicate(const v1::ReplicateRequest& req, v1::ReplicateResponse* resp);
 
   // ---- Data plane.
 
@@ -119,6 +128,34 @@ class PsHandler {
   // sets every clock to `req.restore_step`.
   absl::Status RestoreForRecovery(Job& job, const v1::UpdateShardMapRequest& req);
   Totals CurrentTotals() const;
+
+  // A job's replication as this server's part of its shard map says.
+  struct Replication {
+    uint64_t epoch = 0;
+    // As primary: the addresses of each shard's backups (empty: none).
+    std::vector<std::vector<std::string>> backups;
+    // Every server backing a shard held here (each gets the end-of-step markers).
+    std::vector<std::string> backup_servers;
+    // As backup: the copies held here, by primary node_id, and the shards of each.
+    std::map<std::string, std::shared_ptr<Job>> replicas;
+    std::map<std::string, std::vector<bool>> replica_shards;
+  };
+  // What `map` asks of `self` (replicas not created).
+  static std::shared_ptr<Replication> PlanReplication(const v1::ShardMap& map,
+                                                      const std::string& self);
+  // Creates the copies `rep` plans for a job created here with `specs` (from the initializer,
+  // or from the recovery's checkpoint files in `req`).
+  absl::Status CreateReplicas(const Job& job, const std::vector<v1::TableSpec>& specs,
+                              const std::vector<OptimizerParams>& optimizers,
+                              const v1::UpdateShardMapRequest& req, Replication* rep);
+  // After a newer map: copies whose shards this server now holds as primary are taken over by
+  // `job` (promotion); copies still backed up are kept, the rest dropped.
+  absl::Status PromoteReplicas(Job& job, const Replication& old, Replication* next);
+  // Sends the chunk `job` just applied to the backups of its shard (and the step's end to every
+  // backup server). UNAVAILABLE naming the backup when one cannot be reached.
+  absl::Status ForwardToBackups(const Replication& rep, const v1::PushChunk& chunk,
+                                const Payload& values, uint32_t shard);
+  std::shared_ptr<Replication> FindReplication(const std::string& job_id) const;
   void SampleRates(double* push, double* pull, double* in, double* out);
 
   const PsHandlerOptions options_;
@@ -140,6 +177,9 @@ class PsHandler {
   absl::Time last_tick_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex checkpoint_mu_;  // One checkpoint write at a time.
+  // Replication per job (replaced whole when the map changes; absent for jobs without backups).
+  absl::flat_hash_map<std::string, std::shared_ptr<Replication>> replication_ ABSL_GUARDED_BY(mu_);
+  Forwarder forwarder_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<uint64_t> pushes_total_{0};
   std::atomic<uint64_t> pulls_total_{0};

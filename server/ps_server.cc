@@ -5,14 +5,53 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/atomic_file.h"
+#include "common/channel.h"
 #include "common/host_memory.h"
 #include "common/logging.h"
+#include "common/status_convert.h"
+#include "proto/ps.grpc.pb.h"
 #include "server/ps_metrics.h"
 #include "server/tcp_frame.h"
 
 namespace pscluster {
+namespace {
+
+// Replicate calls to the backups of this server's shards: one channel per backup, kept.
+class BackupLinks {
+ public:
+  explicit BackupLinks(TlsFiles tls) { options_.tls = std::move(tls); }
+
+  absl::Status Forward(const std::string& address, const v1::ReplicateRequest& req) {
+    v1::ParameterServer::Stub* stub = nullptr;
+    {
+      absl::MutexLock l(&mu_);
+      auto& slot = stubs_[address];
+      if (slot == nullptr) {
+        auto channel = MakeChannel(address, options_);
+        if (!channel.ok()) return channel.status();
+        slot = v1::ParameterServer::NewStub(*channel);
+      }
+      stub = slot.get();
+    }
+    auto ctx = CallContext(kTimeout, options_);
+    v1::ReplicateResponse resp;
+    return FromGrpcStatus(stub->Replicate(ctx.get(), req, &resp),
+                          absl::StrCat("Replicate to ", address));
+  }
+
+ private:
+  static constexpr absl::Duration kTimeout = absl::Seconds(10);
+  ChannelOptions options_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<v1::ParameterServer::Stub>> stubs_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions& options,
                                                           const Clock* clock) {
@@ -33,6 +72,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   Executor* bg = s->background_.get();
   s->handler_ = std::make_unique<PsHandler>(ho, clock, [bg](std::function<void()> f) {
     bg->Post(std::move(f));
+  });
+  auto links = std::make_shared<BackupLinks>(options.tls);
+  s->handler_->set_forwarder([links](const std::string& address, const v1::ReplicateRequest& r) {
+    return links->Forward(address, r);
   });
   s->service_ = std::make_unique<PsService>(s->handler_.get(), s->data_.get(), s->control_.get(),
                                             options.data_plane);

@@ -124,6 +124,14 @@ grpc::ServerUnaryReactor* PsService::FenceWorker(grpc::CallbackServerContext* ct
   return Unary(ctx, req, resp, &PsHandler::FenceWorker);
 }
 
+grpc::ServerUnaryReactor* PsService::Replicate(grpc::CallbackServerContext* ctx,
+                                               const v1::ReplicateRequest* req,
+                                               v1::ReplicateResponse* resp) {
+  // On the control thread, never a data thread: two servers backing each other up forward from
+  // their data threads, and each one's copies must still get applied.
+  return Unary(ctx, req, resp, &PsHandler::Replicate);
+}
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* PsService::Pull(grpc::CallbackServerContext*,
                                                             const grpc::ByteBuffer* request) {
   return new PullReactor(handler_, data_, pool_, options_, *request);

@@ -27,7 +27,8 @@ using PsServiceBase = v1::ParameterServer::WithCallbackMethod_CreateTables<
                                 v1::ParameterServer::WithCallbackMethod_DropJob<
                                     v1::ParameterServer::WithCallbackMethod_Status<
                                         v1::ParameterServer::WithCallbackMethod_FenceWorker<
-                                            v1::ParameterServer::Service>>>>>>>>>>>;
+                                            v1::ParameterServer::WithCallbackMethod_Replicate<
+                                                v1::ParameterServer::Service>>>>>>>>>>>>;
 }  // namespace internal
 
 class PsService final : public internal::PsServiceBase {
@@ -59,6 +60,9 @@ class PsService final : public internal::PsServiceBase {
   grpc::ServerUnaryReactor* FenceWorker(grpc::CallbackServerContext* ctx,
                                         const v1::FenceWorkerRequest* req,
                                         v1::FenceWorkerResponse* resp) override;
+  grpc::ServerUnaryReactor* Replicate(grpc::CallbackServerContext* ctx,
+                                      const v1::ReplicateRequest* req,
+                                      v1::ReplicateResponse* resp) override;
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Pull(grpc::CallbackServerContext* ctx,
                                                    const grpc::ByteBuffer* request) override;

@@ -354,6 +354,133 @@ INSTANTIATE_TEST_SUITE_P(Transports, FencingTest,
                          ::testing::Values(DataTransport::kTcp, DataTransport::kGrpc,
                                            DataTransport::kUnix));
 
+// Replication: with a backup for every shard on the other server, each primary forwards what it
+// applies before it acknowledges it, so the backup's copy is bit for bit the primary's. When a
+// server is lost, a map that makes the backup the primary (PromoteBackups) hands the copy over:
+// a worker that resumes at its lowest clock re-pushes a half-done step, and every chunk lands
+// exactly once.
+v1::ShardMap ReplicatedMap(const std::string& job, uint64_t epoch,
+                           const std::vector<std::string>& addresses) {
+  v1::ShardMap m = RoundRobinMap(job, epoch, addresses);
+  for (auto& a : *m.mutable_assignments()) {
+    a.add_backups(a.primary() == "s0" ? "s1" : "s0");
+  }
+  return m;
+}
+
+TEST(ReplicationTest, BackupsFollowTheirPrimaryAndTakeOverWhenItIsLost) {
+  InProcessCluster cluster(2);
+  ASSERT_TRUE(cluster.status().ok());
+  for (int i = 0; i < 2; ++i) cluster.server(i)->handler()->set_node_id("s" + std::to_string(i));
+  auto w = DenseSpec("w", {16, 500}, Optimizer(v1::OptimizerSpec::ADAM, 0.01f), 500);
+  PsClientOptions opts;
+  opts.job_id = "job";
+  opts.call_timeout = absl::Seconds(20);
+  auto client = PsClient::Create(opts, ReplicatedMap("job", 1, cluster.addresses()), {w});
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->InstallShardMap().ok());
+  ASSERT_TRUE((*client)->CreateTables(Mode(v1::ConsistencySpec::BSP), 1).ok());
+  std::vector<float> g(8000), got(8000);
+  auto grad = [&](int step) {
+    for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(0.001f * i + step);
+  };
+  PushSources src{{{"w", g.data()}}, {}};
+  PullTargets dst{{{"w", got.data()}}, {}};
+  for (int step = 0; step < 5; ++step) {
+    grad(step);
+    ASSERT_TRUE((*client)->Push(step, src).ok()) << step;
+  }
+  // Step 5 half done: pushed everywhere, but not ended (its end-of-step never came).
+  grad(5);
+  ASSERT_TRUE((*client)->Push(5, src, /*end_of_step=*/false).ok());
+  ASSERT_TRUE((*client)->Pull(5, dst).ok());
+  const std::vector<float> before_loss = got;
+
+  // Each server holds a copy of the other's shards, at the primary's clocks.
+  for (int i = 0; i < 2; ++i) {
+    auto st = *(*client)->ServerStatuses();
+    ASSERT_EQ(st[i].jobs(0).replicas_size(), 1) << i;
+    const v1::ReplicaOnServer& r = st[i].jobs(0).replicas(0);
+    EXPECT_EQ(r.primary(), i == 0 ? "s1" : "s0");
+    EXPECT_EQ(r.shards_size(), 8);
+    EXPECT_EQ(r.clocks(0).clock(), 5);
+  }
+
+  // s0 is lost: s1 becomes the primary of everything and adopts its copy of s0's shards.
+  v1::ShardMap promoted = RoundRobinMap("job", 2, {cluster.addresses()[1]});
+  for (auto& a : *promoted.mutable_assignments()) a.set_primary("s1");
+  promoted.mutable_servers(0)->set_node_id("s1");
+  v1::UpdateShardMapRequest req;
+  *req.mutable_map() = promoted;
+  req.set_self("s1");
+  v1::UpdateShardMapResponse resp;
+  ASSERT_TRUE(cluster.server(1)->handler()->UpdateShardMap(req, &resp).ok());
+  opts.attempt = 1;
+  auto resumed = PsClient::Create(opts, promoted, {w});
+  ASSERT_TRUE(resumed.ok());
+  std::fill(got.begin(), got.end(), 0.f);
+  ASSERT_TRUE((*resumed)->Pull(5, dst).ok());
+  EXPECT_EQ(got, before_loss) << "the copy is bit for bit what the primary had";
+  // The resumed task pushes step 5 again: all of it was applied already, on both halves.
+  grad(5);
+  ASSERT_TRUE((*resumed)->Push(5, src).ok());
+  auto st = *(*resumed)->ServerStatuses();
+  EXPECT_EQ(st[0].jobs(0).clocks(0).clock(), 6);
+  EXPECT_EQ(st[0].jobs(0).shards_size(), 16);
+  EXPECT_EQ(st[0].jobs(0).replicas_size(), 0);
+  EXPECT_EQ(st[0].duplicates_total(), 16u);
+  std::fill(got.begin(), got.end(), 0.f);
+  ASSERT_TRUE((*resumed)->Pull(6, dst).ok());
+  EXPECT_EQ(got, before_loss);
+
+  // The same run on one server, with no loss, ends with the same weights.
+  InProcessCluster single(1);
+  auto ref = single.Client("job", {w});
+  ASSERT_TRUE(ref.ok());
+  ASSERT_TRUE((*ref)->CreateTables(Mode(v1::ConsistencySpec::BSP), 1).ok());
+  for (int step = 0; step < 6; ++step) {
+    grad(step);
+    ASSERT_TRUE((*ref)->Push(step, src).ok());
+  }
+  std::vector<float> expected(8000);
+  ASSERT_TRUE((*ref)->Pull(6, {{{"w", expected.data()}}, {}}).ok());
+  EXPECT_EQ(got, expected);
+}
+
+TEST(ReplicationTest, APushIsNotAcknowledgedUntilItsBackupHasIt) {
+  InProcessCluster cluster(1);
+  ASSERT_TRUE(cluster.status().ok());
+  cluster.server(0)->handler()->set_node_id("s0");
+  v1::ShardMap map = RoundRobinMap("job", 1, cluster.addresses());
+  for (auto& a : *map.mutable_assignments()) a.add_backups("s9");
+  auto* gone = map.add_servers();
+  gone->set_node_id("s9");
+  gone->set_address("127.0.0.1:1");  // Nothing listens there.
+  auto w = DenseSpec("w", {2, 500}, kSgd, 500);
+  PsClientOptions opts;
+  opts.job_id = "job";
+  opts.call_timeout = absl::Seconds(2);
+  auto client = PsClient::Create(opts, map, {w});
+  ASSERT_TRUE(client.ok());
+  v1::UpdateShardMapRequest req;
+  *req.mutable_map() = map;
+  req.set_self("s0");
+  v1::UpdateShardMapResponse resp;
+  ASSERT_TRUE(cluster.server(0)->handler()->UpdateShardMap(req, &resp).ok());
+  v1::CreateTablesRequest ct;
+  ct.set_job_id("job");
+  *ct.add_tables() = w;
+  *ct.mutable_consistency() = Mode(v1::ConsistencySpec::ASP);
+  ct.set_num_workers(1);
+  v1::CreateTablesResponse ctr;
+  ASSERT_TRUE(cluster.server(0)->handler()->CreateTables(ct, &ctr).ok());
+  std::vector<float> g(1000, 1.f);
+  absl::Status st = (*client)->Push(0, {{{"w", g.data()}}, {}});
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_NE(st.message().find("replicating to the backup at 127.0.0.1:1"), std::string::npos)
+      << st;
+}
+
 // A push that fails after one server applied its part, retried by the caller once the map is
 // current, is applied exactly once everywhere.
 TEST(ServiceEpochTest, CallerRetryOfAFailedPushReusesItsTags) {

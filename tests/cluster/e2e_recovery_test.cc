@@ -195,6 +195,62 @@ TEST(E2eRecoveryTest, KilledServerThenKilledWorkerTheJobRollsBackAndSucceeds) {
   EXPECT_THAT(*metrics, HasSubstr("pscluster_scheduler_rank_handovers_total 1"));
 }
 
+// replication: 2: each shard also lives on the other server, kept in step by its primary. A
+// server killed with SIGKILL costs no rollback: its shards' backups take over as primaries and
+// every rank resumes where the servers had it.
+TEST(E2eRecoveryTest, WithReplicasAKilledServerCostsNoRollback) {
+  auto cluster = E2eCluster::Start("replicated");
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  E2eCluster& c = **cluster;
+  const std::string ckpt = c.dir() + "/ckpt";
+  std::string yaml = absl::StrCat(FashionJobYaml("replicated", 8, "", 256), "replication: 2\n",
+                                  "checkpoint_every_steps: ", kCheckpointEvery, "\n",
+                                  "checkpoint_dir: ", ckpt, "\n");
+  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  const std::string id = "job-1";
+  v1::Job seen;
+  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
+    auto j = c.GetJob(id);
+    if (j.ok()) seen = *j;
+    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= 2 * kCheckpointEvery;
+  })) << seen.DebugString() << c.LogTails();
+  ASSERT_THAT(seen.servers(), SizeIs(2));
+  // Both servers hold a copy of the other's shards.
+  for (const std::string& s : seen.servers()) {
+    auto st = c.ServerStatus(s);
+    ASSERT_TRUE(st.ok()) << st.status();
+    ASSERT_EQ(st->jobs_size(), 1) << s;
+    EXPECT_EQ(st->jobs(0).replicas_size(), 1) << s;
+  }
+  const std::string dead = BusiestServer(ckpt + "/" + id, seen.servers());
+  const std::string kept = seen.servers(0) == dead ? seen.servers(1) : seen.servers(0);
+  ASSERT_TRUE(c.processes().Signal(dead, SIGKILL).ok()) << dead;
+
+  ASSERT_TRUE(WaitFor(absl::Seconds(60), [&] {
+    auto j = c.GetJob(id);
+    if (j.ok()) seen = *j;
+    return j.ok() && j->recovery().promotions() == 1 && j->state() == v1::JOB_RUNNING;
+  })) << seen.DebugString() << c.LogTails();
+  EXPECT_THAT(seen.servers(), ::testing::ElementsAre(kept));
+  EXPECT_THAT(seen.recovery().last_cause(), HasSubstr(absl::StrCat("server holding shards ", dead)));
+  auto done = c.WaitForEnd(id, absl::Seconds(240));
+  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+  EXPECT_EQ(done->recovery().promotions(), 1u);
+  EXPECT_EQ(done->recovery().recoveries(), 0u) << "no rollback";
+  EXPECT_EQ(done->progress().rolled_back_to_step(), -1);
+  EXPECT_EQ(done->progress().step(), 8 * 300);
+  EXPECT_GE(done->progress().test_accuracy(), 0.83);
+  // The survivor's last checkpoint holds every shard, each block updated once per worker and
+  // step: nothing lost with the dead primary, nothing applied twice when the ranks resumed.
+  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
+  CommandResult status = c.Psctl({"status", id});
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_THAT(status.output, HasSubstr("1 promotion(s)"));
+  if (HasFailure()) ADD_FAILURE() << c.LogTails(300);
+}
+
 TEST(E2eRecoveryTest, APausedWorkersRankIsHandedOverAndItsTaskStopsWhenItWakes) {
   E2eClusterOptions o;
   o.workers = 3;
