@@ -19,6 +19,18 @@ SchedulerClient::SchedulerClient(const ClientOptions& options,
     : options_(options), channel_(std::move(channel)),
       stub_(v1::Scheduler::NewStub(channel_)) {}
 
+namespace {
+
+// A call that waits, up to its deadline, for the channel to connect: a scheduler that is
+// starting, or a first connection attempt that failed, is not an error yet.
+std::unique_ptr<grpc::ClientContext> Context(const ClientOptions& options) {
+  auto ctx = CallContext(options.timeout, options.channel);
+  ctx->set_wait_for_ready(true);
+  return ctx;
+}
+
+}  // namespace
+
 absl::Status SchedulerClient::Explain(const grpc::Status& status, const char* method) const {
   if (status.ok()) return absl::OkStatus();
   auto code = status.error_code();
@@ -32,7 +44,7 @@ absl::Status SchedulerClient::Explain(const grpc::Status& status, const char* me
 }
 
 absl::StatusOr<v1::SubmitJobResponse> SchedulerClient::SubmitJob(const v1::SubmitJobRequest& req) {
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_);
   v1::SubmitJobResponse resp;
   absl::Status s = Explain(stub_->SubmitJob(ctx.get(), req, &resp), "SubmitJob");
   if (!s.ok()) return s;
@@ -40,7 +52,7 @@ absl::StatusOr<v1::SubmitJobResponse> SchedulerClient::SubmitJob(const v1::Submi
 }
 
 absl::StatusOr<v1::Job> SchedulerClient::GetJob(const std::string& job_id) {
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_);
   v1::GetJobRequest req;
   req.set_job_id(job_id);
   v1::Job resp;
@@ -50,7 +62,7 @@ absl::StatusOr<v1::Job> SchedulerClient::GetJob(const std::string& job_id) {
 }
 
 absl::StatusOr<v1::ListJobsResponse> SchedulerClient::ListJobs(bool include_finished) {
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_);
   v1::ListJobsRequest req;
   req.set_include_finished(include_finished);
   v1::ListJobsResponse resp;
@@ -61,7 +73,7 @@ absl::StatusOr<v1::ListJobsResponse> SchedulerClient::ListJobs(bool include_fini
 
 absl::StatusOr<v1::CancelJobResponse> SchedulerClient::CancelJob(const std::string& job_id,
                                                                  const std::string& reason) {
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_);
   v1::CancelJobRequest req;
   req.set_job_id(job_id);
   req.set_reason(reason);
@@ -72,7 +84,7 @@ absl::StatusOr<v1::CancelJobResponse> SchedulerClient::CancelJob(const std::stri
 }
 
 absl::StatusOr<v1::ShardMap> SchedulerClient::GetShardMap(const std::string& job_id) {
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_);
   v1::GetShardMapRequest req;
   req.set_job_id(job_id);
   v1::ShardMap resp;
@@ -83,7 +95,7 @@ absl::StatusOr<v1::ShardMap> SchedulerClient::GetShardMap(const std::string& job
 
 absl::StatusOr<v1::ClusterStatusResponse> SchedulerClient::ClusterStatus(
     const std::string& job_id) {
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_);
   v1::ClusterStatusRequest req;
   req.set_job_id(job_id);
   v1::ClusterStatusResponse resp;
