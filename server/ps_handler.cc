@@ -20,6 +20,8 @@ namespace pscluster {
 namespace {
 
 constexpr absl::Duration kRateWindow = absl::Seconds(10);
+// Longest a push's last chunk waits for its backups, beyond their queues' retry window.
+constexpr absl::Duration kReplicationFlushSlack = absl::Seconds(20);
 
 std::string JoinPath(const std::string& dir, const std::string& name) {
   if (dir.empty() || dir.back() == '/') return dir + name;
@@ -87,6 +89,7 @@ std::shared_ptr<PsHandler::Replication> PsHandler::PlanReplication(const v1::Sha
                                                                    const std::string& self) {
   auto rep = std::make_shared<Replication>();
   rep->epoch = map.epoch();
+  rep->self = self;
   absl::flat_hash_map<std::string, std::string> address;
   for (const auto& ep : map.servers()) address[ep.node_id()] = ep.address();
   rep->backups.resize(map.num_virtual_shards());
@@ -161,23 +164,31 @@ absl::Status PsHandler::PromoteReplicas(Job& job, const Replication& old, Replic
   return absl::OkStatus();
 }
 
-absl::Status PsHandler::ForwardToBackups(const Replication& rep, const v1::PushChunk& chunk,
-                                         const Payload& values, uint32_t shard) {
+void PsHandler::StartQueues(Replication* rep) {
   Forwarder forward;
   {
     absl::MutexLock l(&mu_);
     forward = forwarder_;
   }
-  if (!forward) {
+  if (!forward) return;
+  for (const std::string& address : rep->backup_servers) {
+    rep->queues[address] =
+        std::make_shared<BackupQueue>(address, forward, options_.replication_retry);
+  }
+}
+
+absl::Status PsHandler::ForwardToBackups(const Replication& rep, const v1::PushChunk& chunk,
+                                         const Payload& values, uint32_t shard) {
+  if (rep.queues.size() != rep.backup_servers.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job '", chunk.tag().job_id(), "': this server cannot reach its shards' backups"));
   }
-  const std::string self = node_id();
-  auto send = [&](const std::string& address, const v1::ReplicateRequest& req) {
-    absl::Status s = forward(address, req);
-    if (s.ok()) return s;
-    return absl::UnavailableError(absl::StrCat("replicating to the backup at ", address, ": ",
-                                               s.message()));
+  const std::string& self = rep.self;
+  // Queued in apply order, sent by each backup's queue while this thread goes on; the push's
+  // last chunk waits until every backup has everything before it is acknowledged.
+  auto send = [&](const std::string& address, v1::ReplicateRequest req) {
+    rep.queues.at(address)->Enqueue(std::move(req));
+    return absl::OkStatus();
   };
   if (shard < rep.backups.size() && !rep.backups[shard].empty() && values.size() > 0) {
     v1::ReplicateRequest req;
@@ -204,6 +215,12 @@ absl::Status PsHandler::ForwardToBackups(const Replication& rep, const v1::PushC
     c->set_end_of_step(true);
     for (const std::string& b : rep.backup_servers) {
       absl::Status s = send(b, req);
+      if (!s.ok()) return s;
+    }
+  }
+  if (chunk.last() || chunk.end_of_step()) {
+    for (const auto& [address, queue] : rep.queues) {
+      absl::Status s = queue->Flush(options_.replication_retry + kReplicationFlushSlack);
       if (!s.ok()) return s;
     }
   }
@@ -314,6 +331,7 @@ absl::Status PsHandler::CreateTables(const v1::CreateTablesRequest& req,
       rep = PlanReplication(pending->map(), pending->self());
       s = CreateReplicas(*fresh, specs, optimizers, *pending, rep.get());
       if (!s.ok()) return s;
+      StartQueues(rep.get());
     }
     {
       absl::MutexLock l(&mu_);
@@ -407,6 +425,7 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
                                map.job_id(), map.epoch(), primary);
       }
     }
+    StartQueues(next.get());
     absl::MutexLock l(&mu_);
     replication_[map.job_id()] = std::move(next);
   }

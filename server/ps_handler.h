@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "proto/ps.pb.h"
+#include "server/backup_queue.h"
 #include "server/job.h"
 #include "server/memory_budget.h"
 #include "server/payload.h"
@@ -38,6 +39,8 @@ struct PsHandlerOptions {
   DataPlaneLimits limits;
   // Periodic checkpoints kept per job (older ones are deleted).
   int keep_checkpoints = 3;
+  // Replication: how long a Replicate call to a backup is retried before its pushes fail.
+  absl::Duration replication_retry = absl::Seconds(10);
 };
 
 class PsHandler {
@@ -132,6 +135,7 @@ class PsHandler {
   // A job's replication as this server's part of its shard map says.
   struct Replication {
     uint64_t epoch = 0;
+    std::string self;  // This server's node_id in the map (the primary named in Replicate).
     // As primary: the addresses of each shard's backups (empty: none).
     std::vector<std::vector<std::string>> backups;
     // Every server backing a shard held here (each gets the end-of-step markers).
@@ -139,7 +143,11 @@ class PsHandler {
     // As backup: the copies held here, by primary node_id, and the shards of each.
     std::map<std::string, std::shared_ptr<Job>> replicas;
     std::map<std::string, std::vector<bool>> replica_shards;
+    // As primary: the Replicate calls to each backup server, by address (see StartQueues).
+    std::map<std::string, std::shared_ptr<BackupQueue>> queues;
   };
+  // Starts a queue per backup server of `rep` (none without a forwarder).
+  void StartQueues(Replication* rep);
   // What `map` asks of `self` (replicas not created).
   static std::shared_ptr<Replication> PlanReplication(const v1::ShardMap& map,
                                                       const std::string& self);

@@ -16,6 +16,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "server/ps_metrics.h"
 #include "server/tcp_frame.h"
+#include "server/wire.h"
 
 namespace pscluster {
 namespace {
@@ -23,7 +24,11 @@ namespace {
 // Replicate calls to the backups of this server's shards: one channel per backup, kept.
 class BackupLinks {
  public:
-  explicit BackupLinks(TlsFiles tls) { options_.tls = std::move(tls); }
+  explicit BackupLinks(TlsFiles tls) {
+    options_.tls = std::move(tls);
+    // The data plane's HTTP/2 windows: a chunk of a few hundred KiB in one go.
+    options_.int_args = *DataPlaneChannelArgs();
+  }
 
   absl::Status Forward(const std::string& address, const v1::ReplicateRequest& req) {
     v1::ParameterServer::Stub* stub = nullptr;
@@ -61,6 +66,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
                     : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   s->data_ = std::make_unique<Executor>(threads, "data");
   s->control_ = std::make_unique<Executor>(1, "control");
+  s->replica_ = std::make_unique<Executor>(2, "replica");
   s->background_ = std::make_unique<Executor>(1, "background");
   // 0: what this machine (or its container) has, so that a table that cannot fit is refused
   // instead of taking the process down when its pages run out.
@@ -69,6 +75,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   ho.checkpoint_dir = options.checkpoint_dir;
   ho.memory_bytes = memory;
   ho.limits = options.limits;
+  ho.replication_retry = options.replication_retry;
   Executor* bg = s->background_.get();
   s->handler_ = std::make_unique<PsHandler>(ho, clock, [bg](std::function<void()> f) {
     bg->Post(std::move(f));
@@ -78,7 +85,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
     return links->Forward(address, r);
   });
   s->service_ = std::make_unique<PsService>(s->handler_.get(), s->data_.get(), s->control_.get(),
-                                            options.data_plane);
+                                            options.data_plane, s->replica_.get());
   GrpcServerOptions go;
   go.listen_address = options.listen;
   go.tls = options.tls;
@@ -193,6 +200,7 @@ PsServer::~PsServer() {
   tcp_.reset();
   data_.reset();
   control_.reset();
+  replica_.reset();
   background_.reset();
 }
 

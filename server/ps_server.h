@@ -58,6 +58,8 @@ struct PsServerOptions {
   // gRPC channel arguments of the server (default: DataPlaneChannelArgs()).
   std::vector<std::pair<std::string, int>> grpc_args = *DataPlaneChannelArgs();
   DataPlaneLimits limits;
+  // Replication: how long a call to a backup is retried before the pushes it carries fail.
+  absl::Duration replication_retry = absl::Seconds(10);
 };
 
 class PsServer {
@@ -88,6 +90,7 @@ class PsServer {
 
   std::unique_ptr<Executor> data_;
   std::unique_ptr<Executor> control_;
+  std::unique_ptr<Executor> replica_;  // Replicate calls from the primaries this server backs.
   std::unique_ptr<Executor> background_;
   std::unique_ptr<PsHandler> handler_;
   std::unique_ptr<PsService> service_;

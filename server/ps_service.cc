@@ -64,19 +64,21 @@ class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
 }  // namespace
 
 PsService::PsService(PsHandler* handler, Executor* data_executor, Executor* control_executor,
-                     DataPlaneOptions options)
+                     DataPlaneOptions options, Executor* replica_executor)
     : handler_(handler),
       data_(data_executor),
       control_(control_executor),
+      replica_(replica_executor != nullptr ? replica_executor : control_executor),
       options_(options),
       pool_(BufferPool::Create()) {}
 
 template <typename Req, typename Resp>
 grpc::ServerUnaryReactor* PsService::Unary(grpc::CallbackServerContext* ctx, const Req* req,
                                            Resp* resp,
-                                           absl::Status (PsHandler::*fn)(const Req&, Resp*)) {
+                                           absl::Status (PsHandler::*fn)(const Req&, Resp*),
+                                           Executor* on) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  control_->Post([this, reactor, req, resp, fn] {
+  (on != nullptr ? on : control_)->Post([this, reactor, req, resp, fn] {
     reactor->Finish(ToGrpcStatus((handler_->*fn)(*req, resp)));
   });
   return reactor;
@@ -127,9 +129,9 @@ grpc::ServerUnaryReactor* PsService::FenceWorker(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* PsService::Replicate(grpc::CallbackServerContext* ctx,
                                                const v1::ReplicateRequest* req,
                                                v1::ReplicateResponse* resp) {
-  // On the control thread, never a data thread: two servers backing each other up forward from
-  // their data threads, and each one's copies must still get applied.
-  return Unary(ctx, req, resp, &PsHandler::Replicate);
+  // On threads of their own, never data threads: two servers backing each other up wait for
+  // their copies from their data threads, and each one's copies must still get applied.
+  return Unary(ctx, req, resp, &PsHandler::Replicate, replica_);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* PsService::Pull(grpc::CallbackServerContext*,

@@ -34,8 +34,10 @@ using PsServiceBase = v1::ParameterServer::WithCallbackMethod_CreateTables<
 class PsService final : public internal::PsServiceBase {
  public:
   // REQUIRES: handler and executors outlive the service (and the gRPC server using it).
+  // `replica_executor` applies Replicate calls (default: the control executor); it must never
+  // run anything that waits for another server.
   PsService(PsHandler* handler, Executor* data_executor, Executor* control_executor,
-            DataPlaneOptions options = {});
+            DataPlaneOptions options = {}, Executor* replica_executor = nullptr);
 
   grpc::ServerUnaryReactor* CreateTables(grpc::CallbackServerContext* ctx,
                                          const v1::CreateTablesRequest* req,
@@ -74,11 +76,13 @@ class PsService final : public internal::PsServiceBase {
  private:
   template <typename Req, typename Resp>
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const Req* req, Resp* resp,
-                                  absl::Status (PsHandler::*fn)(const Req&, Resp*));
+                                  absl::Status (PsHandler::*fn)(const Req&, Resp*),
+                                  Executor* on = nullptr);
 
   PsHandler* const handler_;
   Executor* const data_;
   Executor* const control_;
+  Executor* const replica_;
   const DataPlaneOptions options_;
   const std::shared_ptr<BufferPool> pool_;
 };

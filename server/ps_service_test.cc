@@ -448,7 +448,9 @@ TEST(ReplicationTest, BackupsFollowTheirPrimaryAndTakeOverWhenItIsLost) {
 }
 
 TEST(ReplicationTest, APushIsNotAcknowledgedUntilItsBackupHasIt) {
-  InProcessCluster cluster(1);
+  PsServerOptions so;
+  so.replication_retry = absl::Milliseconds(300);
+  InProcessCluster cluster(1, so);
   ASSERT_TRUE(cluster.status().ok());
   cluster.server(0)->handler()->set_node_id("s0");
   v1::ShardMap map = RoundRobinMap("job", 1, cluster.addresses());
@@ -476,6 +478,11 @@ TEST(ReplicationTest, APushIsNotAcknowledgedUntilItsBackupHasIt) {
   ASSERT_TRUE(cluster.server(0)->handler()->CreateTables(ct, &ctr).ok());
   std::vector<float> g(1000, 1.f);
   absl::Status st = (*client)->Push(0, {{{"w", g.data()}}, {}});
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_NE(st.message().find("replicating to the backup at 127.0.0.1:1"), std::string::npos)
+      << st;
+  // Until a newer map drops the backup, every push fails the same way.
+  st = (*client)->Push(1, {{{"w", g.data()}}, {}});
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
   EXPECT_NE(st.message().find("replicating to the backup at 127.0.0.1:1"), std::string::npos)
       << st;

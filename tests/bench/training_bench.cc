@@ -49,7 +49,8 @@ ABSL_FLAG(int, data_spin_us, 50, "workers: spin before sleeping on the TCP data 
 ABSL_FLAG(int, repeats, 1, "measure every row this many times, interleaved; medians are shown");
 ABSL_FLAG(bool, skip_two_workers, false, "measure only the 1 x 1 cluster");
 ABSL_FLAG(bool, two_servers, false,
-          "also measure 2 servers x 1 worker (BSP): the model's blocks over two server processes");
+          "also measure 2 servers x 1 worker (BSP): the model's blocks over two server processes, "
+          "without and with replication 2 (each block also kept on the other server)");
 ABSL_FLAG(std::string, transport, "float32",
           "wire type of every table's pulls and pushes: float32, float16 or bfloat16");
 
@@ -207,7 +208,7 @@ v1::DataPlaneTimes ServerTimes(const std::vector<std::string>& addresses) {
 }
 
 absl::StatusOr<Row> Cluster(const std::vector<std::string>& server_addresses, int workers,
-                            int run, v1::ConsistencySpec::Mode mode) {
+                            int run, v1::ConsistencySpec::Mode mode, int replication) {
   std::vector<std::unique_ptr<worker::Trainer>> trainers;
   NullSink sink;
   worker::TrainerOptions to;
@@ -226,8 +227,15 @@ absl::StatusOr<Row> Cluster(const std::vector<std::string>& server_addresses, in
     task.mutable_spec()->set_num_workers(workers);
     task.set_rank(r);
     task.set_num_workers(workers);
+    task.set_job_id(absl::StrCat(task.job_id(), "-r", replication));
     auto map = worker::RoundRobinShardMap(task.job_id(), server_addresses, 64);
     if (!map.ok()) return map.status();
+    for (auto& a : *map->mutable_assignments()) {
+      // Backups on the next servers (the scheduler's placement does the same).
+      for (int k = 1; k < replication; ++k) {
+        a.add_backups(absl::StrCat("server-", (a.shard() + k) % server_addresses.size()));
+      }
+    }
     *task.mutable_shard_map() = *map;
     auto t = worker::Trainer::Create(task, to, &sink);
     if (!t.ok()) return t.status();
@@ -242,7 +250,8 @@ absl::StatusOr<Row> Cluster(const std::vector<std::string>& server_addresses, in
   Row row;
   row.name = absl::StrCat(server_addresses.size(), server_addresses.size() > 1 ? " servers" : " server",
                           " x ", workers, " worker", workers > 1 ? "s" : "",
-                          mode == v1::ConsistencySpec::BSP ? " (BSP)" : " (SSP s=1, prefetch)");
+                          mode == v1::ConsistencySpec::BSP ? " (BSP" : " (SSP s=1, prefetch",
+                          replication > 1 ? absl::StrCat(", replication ", replication, ")") : ")");
   int64_t steps = 0;
   for (int r = 0; r < workers; ++r) {
     if (!st[r].ok()) return st[r];
@@ -344,13 +353,17 @@ int Main(int argc, char** argv) {
     std::vector<std::string> servers;
     int workers;
     v1::ConsistencySpec::Mode mode;
+    int replication = 1;
   };
   std::vector<Config> configs = {{{address}, 1, v1::ConsistencySpec::BSP},
                                  {{address}, 1, v1::ConsistencySpec::SSP}};
   if (!absl::GetFlag(FLAGS_skip_two_workers)) {
     configs.push_back({{address}, 2, v1::ConsistencySpec::BSP});
   }
-  if (!second.empty()) configs.push_back({{address, second}, 1, v1::ConsistencySpec::BSP});
+  if (!second.empty()) {
+    configs.push_back({{address, second}, 1, v1::ConsistencySpec::BSP});
+    configs.push_back({{address, second}, 1, v1::ConsistencySpec::BSP, 2});
+  }
   std::vector<std::vector<Row>> runs(configs.size() + 1);
   std::vector<std::vector<double>> ratios(configs.size() + 1);
   int run = 0;
@@ -368,7 +381,7 @@ int Main(int argc, char** argv) {
       const int workers = config.workers;
       std::fprintf(stderr, "repeat %d/%d: training through %zu server(s) with %d worker(s)...\n",
                    rep + 1, repeats, config.servers.size(), workers);
-      auto row = Cluster(config.servers, workers, run++, config.mode);
+      auto row = Cluster(config.servers, workers, run++, config.mode, config.replication);
       if (!row.ok()) {
         std::fprintf(stderr, "%d workers: %s\n", workers, row.status().ToString().c_str());
         return 1;

@@ -1,0 +1,78 @@
+// Ordered, asynchronous Replicate calls from a primary to one backup server (replication > 1).
+//
+// A primary queues each chunk it applied (and each end-of-step marker) and goes on applying the
+// next one; the queue's threads send them, several calls at once, each retried for a while on
+// failure (the backup applies every tag once, so a repeat is harmless). An end-of-step marker is
+// a barrier: it goes only after everything queued before it has arrived, so that a copy's clock
+// never runs ahead of its shards. Before a push is acknowledged its last chunk waits in Flush()
+// until everything queued before it has arrived: the backups have every acknowledged push, but
+// the copies travel while the worker sends and the primary applies the rest of the round.
+//
+// Thread-safe. A call that keeps failing past the retry window breaks the queue for good: every
+// later Flush() fails (UNAVAILABLE naming the backup) until the job's next shard map replaces
+// the queue, which the scheduler sends when it drops the backup.
+#ifndef PSCLUSTER_SERVER_BACKUP_QUEUE_H_
+#define PSCLUSTER_SERVER_BACKUP_QUEUE_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/ps.pb.h"
+
+namespace pscluster {
+
+class BackupQueue {
+ public:
+  using Send = std::function<absl::Status(const std::string& address, const v1::ReplicateRequest&)>;
+
+  BackupQueue(std::string address, Send send, absl::Duration retry_for = absl::Seconds(10),
+              int senders = 4);
+  // Drops what is still queued (flushes waiting for it fail) and joins the threads.
+  ~BackupQueue();
+  BackupQueue(const BackupQueue&) = delete;
+  BackupQueue& operator=(const BackupQueue&) = delete;
+
+  const std::string& address() const { return address_; }
+  void Enqueue(v1::ReplicateRequest req);
+  // Waits until everything queued before this call was delivered. UNAVAILABLE naming the backup
+  // when some of it could not be, or `timeout` passed.
+  absl::Status Flush(absl::Duration timeout);
+
+ private:
+  struct Item {
+    uint64_t seq = 0;
+    bool barrier = false;  // An end-of-step marker.
+    v1::ReplicateRequest req;
+  };
+  void Loop();
+  void CompleteLocked(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropQueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string address_;
+  const Send send_;
+  const absl::Duration retry_for_;
+  absl::Mutex mu_;
+  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // Every item below `low_` is done (delivered, or dropped once broken); `completed_` holds the
+  // done ones above it.
+  uint64_t low_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<uint64_t> completed_ ABSL_GUARDED_BY(mu_);
+  bool barrier_pending_ ABSL_GUARDED_BY(mu_) = false;  // A marker waits: nothing else goes.
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_SERVER_BACKUP_QUEUE_H_
