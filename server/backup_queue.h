@@ -36,7 +36,8 @@ class BackupQueue {
 
   BackupQueue(std::string address, Send send, absl::Duration retry_for = absl::Seconds(10),
               int senders = 4);
-  // Drops what is still queued (flushes waiting for it fail) and joins the threads.
+  // Drops what is still queued and joins the threads. REQUIRES: no Flush() in progress (its
+  // callers hold the queue through the job's replication state).
   ~BackupQueue();
   BackupQueue(const BackupQueue&) = delete;
   BackupQueue& operator=(const BackupQueue&) = delete;
