@@ -174,6 +174,46 @@ TEST_F(RecoveryTest, EachServerGetsTheFilesOfTheShardsItHolds) {
   map.mutable_assignments(2)->set_primary("server-8");
   EXPECT_THAT(RestoreFilesFor(files, map, "server-9"), ElementsAre("a"));
   EXPECT_THAT(RestoreFilesFor(files, map, "server-7"), IsEmpty());
+  // A backup restores its copies from the same files.
+  map.mutable_assignments(2)->add_backups("server-7");
+  EXPECT_THAT(RestoreFilesFor(files, map, "server-7"), ElementsAre("b"));
+}
+
+TEST(PromoteBackupsTest, BackupsOfTheLostServerBecomePrimariesAndNothingIsAdded) {
+  v1::ShardMap map;
+  map.set_job_id("j");
+  map.set_epoch(4);
+  map.set_num_virtual_shards(4);
+  for (uint32_t s = 0; s < 4; ++s) {
+    auto* a = map.add_assignments();
+    a->set_shard(s);
+    a->set_primary(absl::StrCat("s", s % 3));
+    a->add_backups(absl::StrCat("s", (s + 1) % 3));
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto* e = map.add_servers();
+    e->set_node_id(absl::StrCat("s", i));
+    e->set_address(absl::StrCat("10.0.0.", i, ":7100"));
+  }
+  auto next = PromoteBackups(map, "s1", {"s0", "s2"});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->epoch(), 5u);
+  // Shard 1 (s1, backup s2) goes to s2; s1 leaves the backups of shards 0 and 3.
+  EXPECT_EQ(next->assignments(1).primary(), "s2");
+  EXPECT_THAT(next->assignments(1).backups(), IsEmpty());
+  EXPECT_EQ(next->assignments(0).primary(), "s0");
+  EXPECT_THAT(next->assignments(0).backups(), IsEmpty());
+  EXPECT_EQ(next->assignments(2).primary(), "s2");
+  EXPECT_THAT(next->assignments(2).backups(), ElementsAre("s0"));
+  EXPECT_EQ(next->assignments(3).primary(), "s0");
+  EXPECT_THAT(next->assignments(3).backups(), IsEmpty());
+  ASSERT_EQ(next->servers_size(), 2);
+  EXPECT_EQ(next->servers(0).node_id(), "s0");
+  EXPECT_EQ(next->servers(1).node_id(), "s2");
+  // A lost primary whose backup is not alive either: no promotion.
+  auto none = PromoteBackups(map, "s1", {"s0"});
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(none.status().message()), ::testing::HasSubstr("shard 1"));
 }
 
 }  // namespace

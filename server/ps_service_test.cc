@@ -447,6 +447,68 @@ TEST(ReplicationTest, BackupsFollowTheirPrimaryAndTakeOverWhenItIsLost) {
   EXPECT_EQ(got, expected);
 }
 
+// After a rollback, a backup's copy starts from the same checkpoint files as the primaries
+// (RestoreFilesFor gives a server the files of the shards it backs up too): should a primary be
+// lost right after, the copy that takes over holds the restored weights.
+TEST(ReplicationTest, ARolledBackJobsCopiesStartFromTheCheckpoints) {
+  InProcessCluster cluster(2);
+  ASSERT_TRUE(cluster.status().ok());
+  for (int i = 0; i < 2; ++i) cluster.server(i)->handler()->set_node_id("s" + std::to_string(i));
+  auto w = DenseSpec("w", {16, 500}, Optimizer(v1::OptimizerSpec::ADAM, 0.01f), 500);
+  PsClientOptions opts;
+  opts.job_id = "job";
+  auto client = PsClient::Create(opts, ReplicatedMap("job", 1, cluster.addresses()), {w});
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->InstallShardMap().ok());
+  ASSERT_TRUE((*client)->CreateTables(Mode(v1::ConsistencySpec::BSP), 1).ok());
+  std::vector<float> g(8000, 0.5f), at3(8000), got(8000);
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE((*client)->Push(step, {{{"w", g.data()}}, {}}).ok());
+  }
+  ASSERT_TRUE((*client)->Pull(3, {{{"w", at3.data()}}, {}}).ok());
+  auto files = (*client)->Checkpoint(TempDir("replicated-ckpt"));
+  ASSERT_TRUE(files.ok()) << files.status();
+  ASSERT_EQ(files->size(), 2u);
+  ASSERT_TRUE((*client)->DropJob().ok());
+
+  // Placed again (epoch 2) with every server restoring from both files, then trained on.
+  v1::ShardMap map2 = ReplicatedMap("job", 2, cluster.addresses());
+  for (int i = 0; i < 2; ++i) {
+    v1::UpdateShardMapRequest req;
+    *req.mutable_map() = map2;
+    req.set_self("s" + std::to_string(i));
+    for (const auto& f : *files) req.add_restore_from(f.path());
+    req.set_restore_step(3);
+    req.set_min_attempt(1);
+    v1::UpdateShardMapResponse resp;
+    ASSERT_TRUE(cluster.server(i)->handler()->UpdateShardMap(req, &resp).ok());
+  }
+  opts.attempt = 1;
+  auto again = PsClient::Create(opts, map2, {w});
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE((*again)->CreateTables(Mode(v1::ConsistencySpec::BSP), 1).ok());
+  auto statuses = (*again)->ServerStatuses();
+  ASSERT_TRUE(statuses.ok()) << statuses.status();
+  for (const auto& st : *statuses) {
+    ASSERT_EQ(st.jobs_size(), 1);
+    ASSERT_EQ(st.jobs(0).replicas_size(), 1);
+    EXPECT_EQ(st.jobs(0).replicas(0).clocks(0).clock(), 3) << "the copy starts at the step too";
+  }
+  // s0 is lost at once: s1's copy of its shards holds the restored weights.
+  v1::ShardMap promoted = RoundRobinMap("job", 3, {cluster.addresses()[1]});
+  for (auto& a : *promoted.mutable_assignments()) a.set_primary("s1");
+  promoted.mutable_servers(0)->set_node_id("s1");
+  v1::UpdateShardMapRequest req;
+  *req.mutable_map() = promoted;
+  req.set_self("s1");
+  v1::UpdateShardMapResponse resp;
+  ASSERT_TRUE(cluster.server(1)->handler()->UpdateShardMap(req, &resp).ok());
+  auto last = PsClient::Create(opts, promoted, {w});
+  ASSERT_TRUE(last.ok());
+  ASSERT_TRUE((*last)->Pull(3, {{{"w", got.data()}}, {}}).ok());
+  EXPECT_EQ(got, at3);
+}
+
 TEST(ReplicationTest, APushIsNotAcknowledgedUntilItsBackupHasIt) {
   PsServerOptions so;
   so.replication_retry = absl::Milliseconds(300);
@@ -462,7 +524,9 @@ TEST(ReplicationTest, APushIsNotAcknowledgedUntilItsBackupHasIt) {
   PsClientOptions opts;
   opts.job_id = "job";
   opts.call_timeout = absl::Seconds(2);
-  auto client = PsClient::Create(opts, map, {w});
+  // The client routes by primaries only: s0 (its map leaves the backup out, so that the only
+  // error it can meet is the primary's).
+  auto client = PsClient::Create(opts, RoundRobinMap("job", 1, cluster.addresses()), {w});
   ASSERT_TRUE(client.ok());
   v1::UpdateShardMapRequest req;
   *req.mutable_map() = map;
