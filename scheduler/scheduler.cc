@@ -179,7 +179,7 @@ void Scheduler::FailJobsOnNode(const std::string& node_id, const std::string& wh
     if (rec.job.state() == v1::JOB_RUNNING && !server) {
       // The control loop hands the rank to another worker (or rolls the job back).
       if (!MayRecover(rec, reason)) continue;
-      rec.lost_ranks.push_back({lost_rank, reason});
+      rec.lost_ranks.push_back({static_cast<uint32_t>(lost_rank), reason});
       Log()->warn("job {}: {}; handing its rank over", id, reason);
       Wake();
     } else if (rec.job.state() == v1::JOB_RUNNING) {
