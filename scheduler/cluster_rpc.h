@@ -22,6 +22,10 @@ class ClusterRpc {
   virtual absl::Status DropJob(const std::string& address, const std::string& job_id) = 0;
   virtual absl::StatusOr<v1::ServerStatus> ServerStatus(const std::string& address,
                                                         const std::string& job_id) = 0;
+  // A checkpoint of the job's shards on the server, written under `dir`.
+  virtual absl::StatusOr<v1::CheckpointResponse> Checkpoint(const std::string& address,
+                                                            const std::string& job_id,
+                                                            const std::string& dir) = 0;
   // Fences `worker` of the job at `attempt` on the server; returns the rank's clock there.
   virtual absl::StatusOr<int64_t> FenceWorker(const std::string& address,
                                               const std::string& job_id, uint32_t worker,

@@ -54,6 +54,23 @@ absl::StatusOr<v1::ServerStatus> GrpcClusterRpc::ServerStatus(const std::string&
   return resp;
 }
 
+absl::StatusOr<v1::CheckpointResponse> GrpcClusterRpc::Checkpoint(const std::string& address,
+                                                                  const std::string& job_id,
+                                                                  const std::string& dir) {
+  auto s = Get(address);
+  if (!s.ok()) return s.status();
+  // Writing a large model's shards takes longer than a control call.
+  auto ctx = CallContext(std::max(options_.timeout, absl::Seconds(60)), options_.channel);
+  v1::CheckpointRequest req;
+  req.set_job_id(job_id);
+  req.set_dir(dir);
+  v1::CheckpointResponse resp;
+  absl::Status st = FromGrpcStatus((*s)->server->Checkpoint(ctx.get(), req, &resp),
+                                   absl::StrCat("Checkpoint to ", address));
+  if (!st.ok()) return st;
+  return resp;
+}
+
 absl::StatusOr<int64_t> GrpcClusterRpc::FenceWorker(const std::string& address,
                                                     const std::string& job_id, uint32_t worker,
                                                     uint32_t attempt) {

@@ -33,6 +33,9 @@ class GrpcClusterRpc final : public ClusterRpc {
   absl::Status DropJob(const std::string& address, const std::string& job_id) override;
   absl::StatusOr<v1::ServerStatus> ServerStatus(const std::string& address,
                                                 const std::string& job_id) override;
+  absl::StatusOr<v1::CheckpointResponse> Checkpoint(const std::string& address,
+                                                    const std::string& job_id,
+                                                    const std::string& dir) override;
   absl::StatusOr<int64_t> FenceWorker(const std::string& address, const std::string& job_id,
                                       uint32_t worker, uint32_t attempt) override;
   absl::Status AssignTask(const std::string& address,

@@ -140,6 +140,49 @@ std::vector<std::string> RestoreFilesFor(
   return out;
 }
 
+std::optional<v1::ShardMap> AddBackups(const v1::ShardMap& map, uint32_t replication,
+                                       const std::vector<std::string>& servers) {
+  if (replication <= 1 || servers.empty()) return std::nullopt;
+  v1::ShardMap next = map;
+  next.set_epoch(map.epoch() + 1);
+  bool changed = false;
+  for (v1::ShardAssignment& a : *next.mutable_assignments()) {
+    // Start at a different server per shard so that the new copies spread.
+    for (size_t k = 0; k < servers.size() && static_cast<uint32_t>(a.backups_size()) + 1 <
+                                                  replication; ++k) {
+      const std::string& s = servers[(a.shard() + k) % servers.size()];
+      if (s == a.primary() ||
+          std::find(a.backups().begin(), a.backups().end(), s) != a.backups().end()) {
+        continue;
+      }
+      a.add_backups(s);
+      changed = true;
+    }
+  }
+  if (!changed) return std::nullopt;
+  return next;
+}
+
+std::vector<std::string> NewlyBacked(const v1::ShardMap& before, const v1::ShardMap& after,
+                                     const std::string& server) {
+  absl::flat_hash_set<uint32_t> had;
+  for (const v1::ShardAssignment& a : before.assignments()) {
+    if (std::find(a.backups().begin(), a.backups().end(), server) != a.backups().end()) {
+      had.insert(a.shard());
+    }
+  }
+  std::vector<std::string> out;
+  for (const v1::ShardAssignment& a : after.assignments()) {
+    const bool backs =
+        std::find(a.backups().begin(), a.backups().end(), server) != a.backups().end();
+    if (backs && !had.contains(a.shard()) &&
+        std::find(out.begin(), out.end(), a.primary()) == out.end()) {
+      out.push_back(a.primary());
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<v1::ShardMap> PromoteBackups(const v1::ShardMap& map, const std::string& dead,
                                             const absl::flat_hash_set<std::string>& live) {
   v1::ShardMap next = map;

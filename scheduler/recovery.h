@@ -11,6 +11,7 @@
 #define PSCLUSTER_SCHEDULER_RECOVERY_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,16 @@ absl::StatusOr<RecoveryPoint> FindRecoveryPoint(
 // FAILED_PRECONDITION naming the shard when a lost primary has no live backup.
 absl::StatusOr<v1::ShardMap> PromoteBackups(const v1::ShardMap& map, const std::string& dead,
                                             const absl::flat_hash_set<std::string>& live);
+
+// `map` with every shard given backups up to `replication - 1`, from `servers` (node_ids, each
+// named in the map's servers), never its primary or one of its backups twice; epoch + 1. Returns
+// nullopt when no shard gained one.
+std::optional<v1::ShardMap> AddBackups(const v1::ShardMap& map, uint32_t replication,
+                                       const std::vector<std::string>& servers);
+// The primaries whose shards `server` backs up in `after` but not all of them in `before`: it
+// needs a fresh copy of each (UpdateShardMapRequest.copy_from).
+std::vector<std::string> NewlyBacked(const v1::ShardMap& before, const v1::ShardMap& after,
+                                     const std::string& server);
 
 std::vector<std::string> RestoreFilesFor(
     const google::protobuf::RepeatedPtrField<v1::RestoreFile>& files, const v1::ShardMap& map,

@@ -883,6 +883,58 @@ TEST_F(SchedulerTest, ALostServersBackupsTakeOverWithNoRollback) {
   EXPECT_THAT(sched_->RenderMetrics(), HasSubstr("pscluster_scheduler_backup_promotions_total 1"));
 }
 
+// With three servers, the shards that lost a copy with the dead server get a new backup on a
+// survivor, which starts from a checkpoint of their primary taken while the tasks are stopped
+// (kept apart from the rollback checkpoints).
+TEST_F(SchedulerTest, AfterAPromotionTheShardsThatLostACopyGetANewOne) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/ckpt-rereplicate";
+  AddCluster(3, 2);
+  auto id = Submit(absl::StrCat(CheckpointedJob(dir, 3), "\nreplication: 2\n"));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const v1::ShardMap map = MapOf(*id);
+  const std::string lost = job.servers(0);
+  for (const std::string& s : job.servers()) Node(s)->server()->SetClocks({7, 7});
+  v1::DeregisterRequest dr;
+  dr.set_node_id(lost);
+  ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  sched_->RunOnce();
+
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().promotions(), 1u);
+  EXPECT_EQ(job.recovery().recoveries(), 0u);
+  const v1::ShardMap now = MapOf(*id);
+  EXPECT_EQ(now.epoch(), map.epoch() + 2) << "promoted, then the new copies";
+  for (const auto& a : now.assignments()) {
+    EXPECT_NE(a.primary(), lost);
+    ASSERT_THAT(a.backups(), SizeIs(1)) << "shard " << a.shard();
+    EXPECT_NE(a.backups(0), a.primary());
+    EXPECT_NE(a.backups(0), lost);
+  }
+  // Every survivor that backs up shards it did not back up before got its primary's checkpoint.
+  int seeds = 0;
+  for (const std::string& s : job.servers()) {
+    const v1::UpdateShardMapRequest u = Node(s)->server()->updates().back();
+    EXPECT_EQ(u.map().epoch(), now.epoch());
+    for (const v1::ReplicaSeed& seed : u.copy_from()) {
+      ++seeds;
+      EXPECT_NE(seed.primary(), s);
+      EXPECT_THAT(seed.path(), HasSubstr(dir + "/.replica-seeds/" + *id + "/"));
+      auto cks = Node(seed.primary())->server()->checkpoints();
+      ASSERT_THAT(cks, SizeIs(1)) << seed.primary();
+      EXPECT_EQ(cks[0].dir(), dir + "/.replica-seeds");
+    }
+  }
+  EXPECT_GE(seeds, 1);
+  // The tasks got the final map.
+  for (const std::string& w : job.workers()) {
+    EXPECT_EQ(Node(w)->worker()->assigned().back().shard_map().epoch(), now.epoch());
+  }
+}
+
 // Without a live copy of every shard the lost server was primary of, the job rolls back.
 TEST_F(SchedulerTest, WithoutALiveBackupALostServersJobRollsBack) {
   AddCluster(3, 2);

@@ -47,6 +47,11 @@ class BackupQueue {
   // Waits until everything queued before this call was delivered. UNAVAILABLE naming the backup
   // when some of it could not be, or `timeout` passed.
   absl::Status Flush(absl::Duration timeout);
+  // Whether a call failed past its retries (every later flush fails).
+  bool broken() {
+    absl::MutexLock l(&mu_);
+    return !broken_.ok();
+  }
 
  private:
   struct Item {

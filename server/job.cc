@@ -129,6 +129,15 @@ absl::Status Job::SetShards(uint64_t epoch, std::vector<bool> held) {
   return absl::OkStatus();
 }
 
+void Job::Declared(std::vector<v1::TableSpec>* specs,
+                   std::vector<OptimizerParams>* optimizers) const {
+  absl::ReaderMutexLock l(&state_mu_);
+  for (const TableState& t : tables_) {
+    specs->push_back(t.info->spec);
+    optimizers->push_back(t.info->optimizer);
+  }
+}
+
 bool Job::HoldsShard(uint32_t shard) const {
   absl::ReaderMutexLock l(&state_mu_);
   return shard < held_.size() && held_[shard];

@@ -101,6 +101,8 @@ class Job {
   // held are freed. RESOURCE_EXHAUSTED (and nothing changes) when new blocks do not fit.
   absl::Status SetShards(uint64_t epoch, std::vector<bool> held);
   uint64_t epoch() const;
+  // The tables as declared, with their resolved optimizers (to declare them again elsewhere).
+  void Declared(std::vector<v1::TableSpec>* specs, std::vector<OptimizerParams>* optimizers) const;
   // Whether the shard map in force gives this server `shard` (as primary).
   bool HoldsShard(uint32_t shard) const;
   // FAILED_PRECONDITION (older) or UNAVAILABLE (newer) unless `epoch` is the one in force.

@@ -117,6 +117,15 @@ absl::Status PsHandler::CreateReplicas(const Job& job, const std::vector<v1::Tab
                                        const std::vector<OptimizerParams>& optimizers,
                                        const v1::UpdateShardMapRequest& req, Replication* rep) {
   for (const auto& [primary, held] : rep->replica_shards) {
+    auto seed = std::find_if(req.copy_from().begin(), req.copy_from().end(),
+                             [&](const v1::ReplicaSeed& s) { return s.primary() == primary; });
+    if (seed != req.copy_from().end()) {
+      auto copy = SeedReplica(job, held, req.map().epoch(), req.min_attempt(), primary,
+                              seed->path());
+      if (!copy.ok()) return copy.status();
+      rep->replicas[primary] = std::move(*copy);
+      continue;
+    }
     JobConfig c = job.config();
     c.checkpoint_every_steps = 0;  // The primary checkpoints its shards.
     auto copy = std::make_shared<Job>(std::move(c), &budget_, clock_, options_.limits);
@@ -136,6 +145,32 @@ absl::Status PsHandler::CreateReplicas(const Job& job, const std::vector<v1::Tab
                            job.id(), rep->replica_shards.size());
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Job>> PsHandler::SeedReplica(
+    const Job& job, const std::vector<bool>& held, uint64_t epoch, uint32_t min_attempt,
+    const std::string& primary, const std::string& path) {
+  std::vector<v1::TableSpec> specs;
+  std::vector<OptimizerParams> optimizers;
+  job.Declared(&specs, &optimizers);
+  JobConfig c = job.config();
+  c.checkpoint_every_steps = 0;
+  auto copy = std::make_shared<Job>(std::move(c), &budget_, clock_, options_.limits);
+  absl::Status s = copy->SetShards(epoch, held);
+  if (!s.ok()) return s;
+  auto created = copy->AddTables(specs, optimizers);
+  if (!created.ok()) return created.status();
+  auto file = ReadFile(path);
+  if (!file.ok()) {
+    return absl::Status(file.status().code(),
+                        absl::StrCat("copy_from (", primary, "): ", file.status().message()));
+  }
+  auto r = copy->Restore(*file, path);
+  if (!r.ok()) return r.status();
+  copy->FenceAll(min_attempt);
+  Logger("server")->info("job '{}': new copy of {}'s shards from {} (step {})", job.id(), primary,
+                         path, r->first);
+  return copy;
 }
 
 absl::Status PsHandler::PromoteReplicas(Job& job, const Replication& old, Replication* next) {
@@ -164,7 +199,7 @@ absl::Status PsHandler::PromoteReplicas(Job& job, const Replication& old, Replic
   return absl::OkStatus();
 }
 
-void PsHandler::StartQueues(Replication* rep) {
+void PsHandler::StartQueues(Replication* rep, const Replication* old) {
   Forwarder forward;
   {
     absl::MutexLock l(&mu_);
@@ -172,13 +207,22 @@ void PsHandler::StartQueues(Replication* rep) {
   }
   if (!forward) return;
   for (const std::string& address : rep->backup_servers) {
+    if (old != nullptr) {
+      auto it = old->queues.find(address);
+      if (it != old->queues.end() && it->second->broken()) {
+        // A backup that missed copies stays refused: a later promotion of it would lose them.
+        rep->queues[address] = it->second;
+        continue;
+      }
+    }
     rep->queues[address] =
         std::make_shared<BackupQueue>(address, forward, options_.replication_retry);
   }
 }
 
 absl::Status PsHandler::ForwardToBackups(const Replication& rep, const v1::PushChunk& chunk,
-                                         const Payload& values, uint32_t shard) {
+                                         const Payload& values, const PushResult& applied) {
+  const uint32_t shard = applied.shard;
   if (rep.queues.size() != rep.backup_servers.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job '", chunk.tag().job_id(), "': this server cannot reach its shards' backups"));
@@ -190,7 +234,8 @@ absl::Status PsHandler::ForwardToBackups(const Replication& rep, const v1::PushC
     rep.queues.at(address)->Enqueue(std::move(req));
     return absl::OkStatus();
   };
-  if (shard < rep.backups.size() && !rep.backups[shard].empty() && values.size() > 0) {
+  if (applied.applied && shard < rep.backups.size() && !rep.backups[shard].empty() &&
+      values.size() > 0) {
     v1::ReplicateRequest req;
     req.set_primary(self);
     v1::PushChunk* c = req.mutable_chunk();
@@ -408,24 +453,56 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
   std::vector<bool> held(map.num_virtual_shards());
   for (const auto& a : map.assignments()) held[a.shard()] = a.primary() == req.self();
   const bool newer = map.epoch() > job->epoch();
+  std::shared_ptr<Replication> old, next;
+  std::map<std::string, std::shared_ptr<Job>> seeded;
+  if (newer) {
+    old = FindReplication(map.job_id());
+    next = PlanReplication(map, req.self());
+    // New copies (a backup added in the middle of the run) load their primary's checkpoint,
+    // before anything changes here.
+    for (const auto& [primary, shards] : next->replica_shards) {
+      if (old != nullptr && old->replicas.count(primary) != 0) {
+        // A copy kept must already hold every shard it backs up from now on.
+        const std::vector<bool>& had = old->replica_shards.at(primary);
+        bool grows = false;
+        for (size_t i = 0; i < shards.size(); ++i) {
+          grows = grows || (shards[i] && (i >= had.size() || !had[i]));
+        }
+        if (!grows) continue;
+      }
+      auto seed = std::find_if(req.copy_from().begin(), req.copy_from().end(),
+                               [&](const v1::ReplicaSeed& s) { return s.primary() == primary; });
+      if (seed == req.copy_from().end()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "copy_from: map epoch ", map.epoch(), " makes this server a backup of ", primary,
+            " in the middle of job '", map.job_id(), "' but gives no checkpoint to start from"));
+      }
+      auto copy = SeedReplica(*job, shards, map.epoch(), req.min_attempt(), primary,
+                              seed->path());
+      if (!copy.ok()) return copy.status();
+      seeded[primary] = std::move(*copy);
+    }
+    if (old != nullptr) {
+      // What this server applied as primary reaches the backups it keeps before the map changes
+      // (duplicates are not sent again). A backup dropped from the map is not waited for.
+      for (const auto& [address, queue] : old->queues) {
+        if (std::find(next->backup_servers.begin(), next->backup_servers.end(), address) ==
+            next->backup_servers.end()) {
+          continue;
+        }
+        (void)queue->Flush(options_.replication_retry + kReplicationFlushSlack);
+      }
+    }
+  }
   s = job->SetShards(map.epoch(), std::move(held));
   if (!s.ok()) return s;
   if (newer) {
-    std::shared_ptr<Replication> old = FindReplication(map.job_id());
-    std::shared_ptr<Replication> next = PlanReplication(map, req.self());
     if (old != nullptr) {
       s = PromoteReplicas(*job, *old, next.get());
       if (!s.ok()) return s;
     }
-    for (const auto& [primary, shards] : next->replica_shards) {
-      if (next->replicas.count(primary) == 0) {
-        // A copy starts with its job's tables, never half-way through a run.
-        Logger("server")->warn("job '{}': map epoch {} makes this server a backup of {} "
-                               "mid-run; no copy is kept (the scheduler never asks that)",
-                               map.job_id(), map.epoch(), primary);
-      }
-    }
-    StartQueues(next.get());
+    for (auto& [primary, copy] : seeded) next->replicas[primary] = std::move(copy);
+    StartQueues(next.get(), old.get());
     absl::MutexLock l(&mu_);
     replication_[map.job_id()] = std::move(next);
   }
@@ -614,9 +691,10 @@ absl::StatusOr<PushResult> PsHandler::Push(const v1::PushChunk& chunk, const Pay
   if (!r.ok()) return r;
   std::shared_ptr<Replication> rep = FindReplication(chunk.tag().job_id());
   if (rep != nullptr && !rep->backup_servers.empty()) {
-    // Replication: the backups have the chunk before the worker hears it was applied. A chunk
-    // applied before (a retry) goes again, in case its first copy did not arrive.
-    absl::Status fs = ForwardToBackups(*rep, chunk, values, r->shard);
+    // Replication: the backups have the chunk before the worker hears it was applied. A
+    // duplicate is not sent again: its first copy was queued when it was applied (and a queue
+    // delivers all or breaks), or a copy seeded since holds it.
+    absl::Status fs = ForwardToBackups(*rep, chunk, values, *r);
     if (!fs.ok()) return fs;
   }
   if (r->applied) {

@@ -146,8 +146,9 @@ class PsHandler {
     // As primary: the Replicate calls to each backup server, by address (see StartQueues).
     std::map<std::string, std::shared_ptr<BackupQueue>> queues;
   };
-  // Starts a queue per backup server of `rep` (none without a forwarder).
-  void StartQueues(Replication* rep);
+  // Starts a queue per backup server of `rep` (none without a forwarder); a broken queue of
+  // `old` for the same backup is kept.
+  void StartQueues(Replication* rep, const Replication* old = nullptr);
   // What `map` asks of `self` (replicas not created).
   static std::shared_ptr<Replication> PlanReplication(const v1::ShardMap& map,
                                                       const std::string& self);
@@ -156,13 +157,21 @@ class PsHandler {
   absl::Status CreateReplicas(const Job& job, const std::vector<v1::TableSpec>& specs,
                               const std::vector<OptimizerParams>& optimizers,
                               const v1::UpdateShardMapRequest& req, Replication* rep);
+  // A new copy of `primary`'s shards for `job`, loaded from its checkpoint `path` (clocks
+  // included): a backup added in the middle of a run.
+  absl::StatusOr<std::shared_ptr<Job>> SeedReplica(const Job& job, const std::vector<bool>& held,
+                                                   uint64_t epoch, uint32_t min_attempt,
+                                                   const std::string& primary,
+                                                   const std::string& path);
   // After a newer map: copies whose shards this server now holds as primary are taken over by
   // `job` (promotion); copies still backed up are kept, the rest dropped.
   absl::Status PromoteReplicas(Job& job, const Replication& old, Replication* next);
-  // Sends the chunk `job` just applied to the backups of its shard (and the step's end to every
-  // backup server). UNAVAILABLE naming the backup when one cannot be reached.
+  // Queues the chunk `job` just applied for the backups of its shard (not a duplicate: its copy
+  // went when it was applied, or a copy made since holds it), the step's end for every backup
+  // server, and at a push's last chunk waits until they have it all. UNAVAILABLE naming the
+  // backup when one cannot be reached.
   absl::Status ForwardToBackups(const Replication& rep, const v1::PushChunk& chunk,
-                                const Payload& values, uint32_t shard);
+                                const Payload& values, const PushResult& applied);
   std::shared_ptr<Replication> FindReplication(const std::string& job_id) const;
   void SampleRates(double* push, double* pull, double* in, double* out);
 

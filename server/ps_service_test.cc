@@ -509,6 +509,126 @@ TEST(ReplicationTest, ARolledBackJobsCopiesStartFromTheCheckpoints) {
   EXPECT_EQ(got, at3);
 }
 
+// Three servers, each shard backed up on the next one. s0 is lost: its shards go to s1, and the
+// shards that lost a copy get a new one on the other survivor, started from a checkpoint of their
+// primary (copy_from). Training goes on; then s1 is lost too, and s2 holds every shard: the
+// weights are those of the same run on one server with no loss.
+TEST(ReplicationTest, NewCopiesFromACheckpointSurviveASecondLoss) {
+  InProcessCluster cluster(3);
+  ASSERT_TRUE(cluster.status().ok());
+  const std::vector<std::string>& addr = cluster.addresses();
+  for (int i = 0; i < 3; ++i) cluster.server(i)->handler()->set_node_id("s" + std::to_string(i));
+  auto w = DenseSpec("w", {16, 500}, Optimizer(v1::OptimizerSpec::ADAM, 0.01f), 500);
+  v1::ShardMap map1 = RoundRobinMap("job", 1, addr);
+  for (auto& a : *map1.mutable_assignments()) {
+    a.add_backups("s" + std::to_string((a.shard() + 1) % 3));
+  }
+  PsClientOptions opts;
+  opts.job_id = "job";
+  auto client = PsClient::Create(opts, map1, {w});
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->InstallShardMap().ok());
+  ASSERT_TRUE((*client)->CreateTables(Mode(v1::ConsistencySpec::BSP), 1).ok());
+  std::vector<float> g(8000), got(8000);
+  auto grad = [&](int step) {
+    for (size_t i = 0; i < g.size(); ++i) g[i] = std::cos(0.002f * i + step);
+  };
+  PushSources src{{{"w", g.data()}}, {}};
+  auto train = [&](PsClient* c, int from, int to) {
+    for (int step = from; step < to; ++step) {
+      grad(step);
+      ASSERT_TRUE(c->Push(step, src).ok()) << step;
+    }
+  };
+  train(client->get(), 0, 4);
+  // Step 4 half done when s0 is lost: pushed everywhere, its end never sent. The worker pushes
+  // it again after the losses; a copy seeded meanwhile must not apply it twice.
+  grad(4);
+  ASSERT_TRUE((*client)->Push(4, src, /*end_of_step=*/false).ok());
+
+  auto update = [&](int server, const v1::ShardMap& map, std::vector<v1::ReplicaSeed> seeds) {
+    v1::UpdateShardMapRequest req;
+    *req.mutable_map() = map;
+    req.set_self("s" + std::to_string(server));
+    req.set_min_attempt(static_cast<uint32_t>(map.epoch()));
+    for (auto& sd : seeds) *req.add_copy_from() = sd;
+    v1::UpdateShardMapResponse resp;
+    return cluster.server(server)->handler()->UpdateShardMap(req, &resp);
+  };
+  auto survivors = [&](v1::ShardMap m, const std::vector<int>& live) {
+    m.clear_servers();
+    for (int i : live) {
+      auto* e = m.add_servers();
+      e->set_node_id("s" + std::to_string(i));
+      e->set_address(addr[i]);
+    }
+    return m;
+  };
+  // s0 lost: its shards' backups (s1) take over; s0 leaves every backup list.
+  v1::ShardMap map2 = survivors(map1, {1, 2});
+  map2.set_epoch(2);
+  for (auto& a : *map2.mutable_assignments()) {
+    if (a.primary() == "s0") a.set_primary("s1");
+    a.clear_backups();
+    if (a.primary() == "s1" && a.shard() % 3 == 1) a.add_backups("s2");  // s1's own: kept.
+  }
+  ASSERT_TRUE(update(1, map2, {}).ok());
+  ASSERT_TRUE(update(2, map2, {}).ok());
+  // New copies: every shard of s1 on s2 and of s2 on s1, from checkpoints taken now.
+  const std::string seed_dir = TempDir("seeds");
+  std::string path[3];
+  for (int i : {1, 2}) {
+    v1::CheckpointRequest ck;
+    ck.set_job_id("job");
+    ck.set_dir(seed_dir);
+    v1::CheckpointResponse resp;
+    ASSERT_TRUE(cluster.server(i)->handler()->Checkpoint(ck, &resp).ok());
+    path[i] = resp.path();
+  }
+  v1::ShardMap map3 = map2;
+  map3.set_epoch(3);
+  for (auto& a : *map3.mutable_assignments()) {
+    a.clear_backups();
+    a.add_backups(a.primary() == "s1" ? "s2" : "s1");
+  }
+  v1::ReplicaSeed from1, from2;
+  from1.set_primary("s1");
+  from1.set_path(path[1]);
+  from2.set_primary("s2");
+  from2.set_path(path[2]);
+  absl::Status refused = update(1, map3, {});
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_NE(refused.message().find("copy_from"), std::string::npos) << refused;
+  ASSERT_TRUE(update(1, map3, {from2}).ok());
+  ASSERT_TRUE(update(2, map3, {from1}).ok());
+  opts.attempt = 3;
+  auto resumed = PsClient::Create(opts, map3, {w});
+  ASSERT_TRUE(resumed.ok());
+  train(resumed->get(), 4, 7);  // Step 4 again, then 5 and 6.
+
+  // s1 lost too: s2 takes over its copy of everything s1 held.
+  v1::ShardMap map4 = survivors(map3, {2});
+  map4.set_epoch(4);
+  for (auto& a : *map4.mutable_assignments()) {
+    a.set_primary("s2");
+    a.clear_backups();
+  }
+  ASSERT_TRUE(update(2, map4, {}).ok());
+  opts.attempt = 4;
+  auto last = PsClient::Create(opts, map4, {w});
+  ASSERT_TRUE(last.ok());
+  ASSERT_TRUE((*last)->Pull(7, {{{"w", got.data()}}, {}}).ok());
+
+  InProcessCluster single(1);
+  auto ref = single.Client("job", {w});
+  ASSERT_TRUE(ref.ok());
+  ASSERT_TRUE((*ref)->CreateTables(Mode(v1::ConsistencySpec::BSP), 1).ok());
+  train(ref->get(), 0, 7);
+  std::vector<float> expected(8000);
+  ASSERT_TRUE((*ref)->Pull(7, {{{"w", expected.data()}}, {}}).ok());
+  EXPECT_EQ(got, expected);
+}
+
 TEST(ReplicationTest, APushIsNotAcknowledgedUntilItsBackupHasIt) {
   PsServerOptions so;
   so.replication_retry = absl::Milliseconds(300);

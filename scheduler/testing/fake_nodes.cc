@@ -57,6 +57,20 @@ grpc::ServerUnaryReactor* FakeParameterServer::Status(grpc::CallbackServerContex
   return Done(ctx, grpc::Status::OK);
 }
 
+grpc::ServerUnaryReactor* FakeParameterServer::Checkpoint(grpc::CallbackServerContext* ctx,
+                                                          const v1::CheckpointRequest* req,
+                                                          v1::CheckpointResponse* resp) {
+  absl::MutexLock l(&mu_);
+  checkpoints_.push_back(*req);
+  resp->set_path(req->dir() + "/" + req->job_id() + "/fake-step0.ckpt");
+  return Done(ctx, grpc::Status::OK);
+}
+
+std::vector<v1::CheckpointRequest> FakeParameterServer::checkpoints() const {
+  absl::MutexLock l(&mu_);
+  return checkpoints_;
+}
+
 grpc::ServerUnaryReactor* FakeParameterServer::FenceWorker(grpc::CallbackServerContext* ctx,
                                                            const v1::FenceWorkerRequest* req,
                                                            v1::FenceWorkerResponse* resp) {

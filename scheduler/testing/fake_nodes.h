@@ -47,6 +47,10 @@ class FakeParameterServer final : public v1::ParameterServer::CallbackService {
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
                                    const v1::ServerStatusRequest* req,
                                    v1::ServerStatus* resp) override;
+  // Records the request; answers <dir>/<job_id>/fake-step0.ckpt.
+  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* ctx,
+                                       const v1::CheckpointRequest* req,
+                                       v1::CheckpointResponse* resp) override;
   // Records the fence; answers the worker's clock of SetClocks (FAILED_PRECONDITION when none
   // was set, as a server that cannot say where the rank stands).
   grpc::ServerUnaryReactor* FenceWorker(grpc::CallbackServerContext* ctx,
@@ -63,6 +67,7 @@ class FakeParameterServer final : public v1::ParameterServer::CallbackService {
   std::vector<v1::UpdateShardMapRequest> updates() const;
   std::vector<std::string> dropped() const;
   std::vector<v1::FenceWorkerRequest> fences() const;
+  std::vector<v1::CheckpointRequest> checkpoints() const;
 
  private:
   mutable absl::Mutex mu_;
@@ -72,6 +77,7 @@ class FakeParameterServer final : public v1::ParameterServer::CallbackService {
   std::vector<v1::UpdateShardMapRequest> updates_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> dropped_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::FenceWorkerRequest> fences_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::CheckpointRequest> checkpoints_ ABSL_GUARDED_BY(mu_);
 };
 
 class FakeWorker final : public v1::WorkerControl::CallbackService {

@@ -251,6 +251,61 @@ TEST(E2eRecoveryTest, WithReplicasAKilledServerCostsNoRollback) {
   if (HasFailure()) ADD_FAILURE() << c.LogTails(300);
 }
 
+// replication: 2 over three servers: after the first server is killed and its backups take
+// over, the shards that lost a copy get a new one on another survivor; so when a second server
+// is killed, its shards' backups take over again, still with no rollback.
+TEST(E2eRecoveryTest, WithReplicasTwoServersKilledOneAfterTheOtherCostNoRollback) {
+  E2eClusterOptions o;
+  o.servers = 3;
+  auto cluster = E2eCluster::Start("replicated3", o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  E2eCluster& c = **cluster;
+  const std::string ckpt = c.dir() + "/ckpt";
+  std::string yaml = absl::StrCat(
+      absl::StrReplaceAll(FashionJobYaml("replicated3", 12, "", 256),
+                          {{"num_servers: 2", "num_servers: 3"}}),
+      "replication: 2\n", "checkpoint_every_steps: ", kCheckpointEvery, "\n",
+      "checkpoint_dir: ", ckpt, "\n");
+  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  const std::string id = "job-1";
+  v1::Job seen;
+  auto running_past = [&](int64_t step, uint32_t promotions) {
+    return [&, step, promotions] {
+      auto j = c.GetJob(id);
+      if (j.ok()) seen = *j;
+      return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= step &&
+             j->recovery().promotions() == promotions;
+    };
+  };
+  ASSERT_TRUE(WaitFor(absl::Seconds(120), running_past(kCheckpointEvery, 0)))
+      << seen.DebugString() << c.LogTails();
+  ASSERT_THAT(seen.servers(), SizeIs(3));
+  const std::string first = seen.servers(0);
+  ASSERT_TRUE(c.processes().Signal(first, SIGKILL).ok()) << first;
+  ASSERT_TRUE(WaitFor(absl::Seconds(60), running_past(0, 1)))
+      << seen.DebugString() << c.LogTails();
+  ASSERT_THAT(seen.servers(), SizeIs(2));
+  EXPECT_THAT(seen.servers(), Not(Contains(first)));
+  const int64_t at = seen.progress().step();
+  ASSERT_TRUE(WaitFor(absl::Seconds(120), running_past(at + kCheckpointEvery, 1)))
+      << seen.DebugString() << c.LogTails();
+  const std::string second = seen.servers(0);
+  ASSERT_TRUE(c.processes().Signal(second, SIGKILL).ok()) << second;
+
+  auto done = c.WaitForEnd(id, absl::Seconds(240));
+  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+  EXPECT_EQ(done->recovery().promotions(), 2u);
+  EXPECT_EQ(done->recovery().recoveries(), 0u) << "no rollback";
+  EXPECT_EQ(done->progress().rolled_back_to_step(), -1);
+  ASSERT_THAT(done->servers(), SizeIs(1));
+  EXPECT_EQ(done->progress().step(), 12 * 300);
+  EXPECT_GE(done->progress().test_accuracy(), 0.83);
+  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
+  if (HasFailure()) ADD_FAILURE() << c.LogTails(300);
+}
+
 TEST(E2eRecoveryTest, APausedWorkersRankIsHandedOverAndItsTaskStopsWhenItWakes) {
   E2eClusterOptions o;
   o.workers = 3;
