@@ -520,9 +520,13 @@ TEST_F(HandlerTest, AShardMapFencesTheTasksOfEarlierPlacements) {
     req.set_self("s0");
     req.set_min_attempt(2);
     v1::UpdateShardMapResponse resp;
-    if (map_first) ASSERT_TRUE(h_->UpdateShardMap(req, &resp).ok());
+    if (map_first) {
+      ASSERT_TRUE(h_->UpdateShardMap(req, &resp).ok());
+    }
     Create(CreateRequest(job, {DenseSpec("w", {10}, kSgd)}, v1::ConsistencySpec::ASP, 2));
-    if (!map_first) ASSERT_TRUE(h_->UpdateShardMap(req, &resp).ok());
+    if (!map_first) {
+      ASSERT_TRUE(h_->UpdateShardMap(req, &resp).ok());
+    }
     epoch_ = 3;
     std::vector<float> g(10, 1.f);
     for (uint32_t worker : {0u, 1u}) {

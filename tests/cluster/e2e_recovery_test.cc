@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "server/checkpoint_file.h"
 #include "tests/cluster/e2e_cluster.h"
+#include "tests/cluster/exactly_once.h"
 
 namespace pscluster::testing {
 namespace {
@@ -27,46 +28,6 @@ using ::testing::SizeIs;
 
 constexpr int kEpochs = 12;             // 300 steps per epoch and worker.
 constexpr int kCheckpointEvery = 150;
-
-// The newest checkpoint file of `server` in `dir` (empty if none).
-std::string NewestCheckpoint(const std::string& dir, const std::string& server) {
-  std::string best;
-  int64_t best_step = -1;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return best;
-  while (dirent* e = readdir(d)) {
-    std::string name = e->d_name;
-    const std::string head = server + "-step";
-    if (name.rfind(head, 0) != 0) continue;
-    int64_t step = std::atoll(name.c_str() + head.size());
-    if (step > best_step) {
-      best_step = step;
-      best = dir + "/" + name;
-    }
-  }
-  closedir(d);
-  return best;
-}
-
-// Every dense block in the newest checkpoint of each of the job's servers was updated once per
-// worker and step (two workers), as in a run that never stopped.
-void ExpectEveryUpdateAppliedOnce(const std::string& dir, const v1::Job& job) {
-  int blocks = 0;
-  for (const std::string& s : job.servers()) {
-    const std::string path = NewestCheckpoint(dir, s);
-    ASSERT_FALSE(path.empty()) << s;
-    auto h = ReadCheckpointHeader(path);
-    ASSERT_TRUE(h.ok()) << h.status();
-    EXPECT_EQ(h->step(), job.progress().total_steps()) << path;
-    for (const auto& t : h->tables()) {
-      for (const auto& b : t.blocks()) {
-        EXPECT_EQ(b.updates(), 2 * h->step()) << path << " " << t.spec().name() << " " << b.block();
-        ++blocks;
-      }
-    }
-  }
-  EXPECT_GE(blocks, 4);  // fc1 and out, weights and biases.
-}
 
 // The server of `servers` whose checkpoints in `dir` are largest: the one holding most of the
 // model (a small model's few blocks may all hash to one server).
