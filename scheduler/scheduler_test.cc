@@ -103,6 +103,12 @@ class SchedulerTest : public ::testing::Test {
     for (int i = 0; i < servers; ++i) AddNode(v1::ROLE_SERVER);
     for (int i = 0; i < workers; ++i) AddNode(v1::ROLE_WORKER);
   }
+  // `node` leaves the cluster (Deregister), as a machine taken away would.
+  void Leave(const std::string& node) {
+    v1::DeregisterRequest dr;
+    dr.set_node_id(node);
+    ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  }
   // The stand-in workers do not train here: tell them their task ended.
   void FinishTasks(const std::string& job_id) {
     v1::Job job = Get(job_id);
@@ -610,9 +616,7 @@ TEST_F(SchedulerTest, ALostWorkersRankIsHandedToAnIdleWorkerWithNoRollback) {
   // Rank 1 completed step 40 on one server and was half-way through step 41 on the other.
   Node(job.servers(0))->server()->SetClocks({42, 41});
   Node(job.servers(1))->server()->SetClocks({41, 40});
-  v1::DeregisterRequest dr;
-  dr.set_node_id(lost);
-  ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  Leave(lost);
   EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
   sched_->RunOnce();
 
@@ -786,9 +790,7 @@ TEST_F(SchedulerTest, ALostServersShardsAreRestoredOnASpareServer) {
   // The first server dies; the second one got as far as step 40 (its file is not enough).
   WriteCheckpoint(dir, map, job.servers(1), 40);
   const std::string lost = job.servers(0);
-  v1::DeregisterRequest dr;
-  dr.set_node_id(lost);
-  ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  Leave(lost);
   EXPECT_EQ(Get(*id).state(), v1::JOB_RECOVERING);
   EXPECT_THAT(Get(*id).reason(), HasSubstr("left the cluster"));
 
@@ -834,9 +836,7 @@ TEST_F(SchedulerTest, ALostServersBackupsTakeOverWithNoRollback) {
   // The survivor: rank 0 finished step 12, rank 1 is half-way through step 12.
   Node(kept)->server()->SetClocks({12, 11});
   const std::vector<std::string> workers(job.workers().begin(), job.workers().end());
-  v1::DeregisterRequest dr;
-  dr.set_node_id(lost);
-  ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  Leave(lost);
   EXPECT_EQ(Get(*id).state(), v1::JOB_RECOVERING);
   sched_->RunOnce();
 
@@ -897,9 +897,7 @@ TEST_F(SchedulerTest, AfterAPromotionTheShardsThatLostACopyGetANewOne) {
   const v1::ShardMap map = MapOf(*id);
   const std::string lost = job.servers(0);
   for (const std::string& s : job.servers()) Node(s)->server()->SetClocks({7, 7});
-  v1::DeregisterRequest dr;
-  dr.set_node_id(lost);
-  ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  Leave(lost);
   sched_->RunOnce();
 
   job = Get(*id);
@@ -946,9 +944,7 @@ TEST_F(SchedulerTest, WithoutALiveBackupALostServersJobRollsBack) {
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   // Two of its three servers go at once: some shard had its primary and its backup on them.
   for (int i = 0; i < 2; ++i) {
-    v1::DeregisterRequest dr;
-    dr.set_node_id(job.servers(i));
-    ASSERT_THAT(sched_->Deregister(dr), IsOk());
+    Leave(job.servers(i));
   }
   sched_->RunOnce();
   job = Get(*id);
@@ -1061,18 +1057,16 @@ TEST_F(SchedulerTest, RecoveriesAreLimitedThenTheJobFails) {
                                               {"num_servers: 2", "num_servers: 1"}}));
   ASSERT_THAT(id, IsOk());
   sched_->RunOnce();
-  v1::DeregisterRequest dr;
-  dr.set_node_id(Get(*id).workers(0));
-  ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  Leave(Get(*id).workers(0));
   sched_->RunOnce();
   v1::Job job = Get(*id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
-  dr.set_node_id(job.workers(0));
-  ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  const std::string second = job.workers(0);
+  Leave(second);
   job = Get(*id);
   EXPECT_EQ(job.state(), v1::JOB_FAILED);
   EXPECT_THAT(job.reason(), HasSubstr("already recovered 1 time, the --max_recoveries limit"));
-  EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat(dr.node_id(), " at ")));
+  EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat(second, " at ")));
 }
 
 TEST_F(SchedulerTest, ACancelledRecoveryStaysCancelled) {
@@ -1081,9 +1075,7 @@ TEST_F(SchedulerTest, ACancelledRecoveryStaysCancelled) {
                                               {"num_servers: 2", "num_servers: 1"}}));
   ASSERT_THAT(id, IsOk());
   sched_->RunOnce();
-  v1::DeregisterRequest dr;
-  dr.set_node_id(ids_[0]);  // The server: no hand-over, a rollback.
-  ASSERT_THAT(sched_->Deregister(dr), IsOk());
+  Leave(ids_[0]);  // The server: no hand-over, a rollback.
   ASSERT_EQ(Get(*id).state(), v1::JOB_RECOVERING);
   v1::CancelJobRequest creq;
   creq.set_job_id(*id);

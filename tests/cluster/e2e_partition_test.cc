@@ -55,6 +55,31 @@ bool WaitForLive(const E2eCluster& c, v1::NodeRole role, int n) {
   });
 }
 
+// Submits the Fashion-MNIST job with periodic checkpoints under `ckpt` and waits until it runs
+// past `step`; `seen` gets its last state. Returns the job's id ("" on failure, reported).
+std::string SubmitAndRunPast(E2eCluster& c, const std::string& ckpt, int64_t step,
+                             v1::Job* seen) {
+  std::string yaml = absl::StrCat(FashionJobYaml("partitioned", kEpochs, "", kHidden),
+                                  "checkpoint_every_steps: ", kCheckpointEvery, "\n",
+                                  "checkpoint_dir: ", ckpt, "\n");
+  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
+  if (submit.exit_code != 0) {
+    ADD_FAILURE() << submit.output;
+    return "";
+  }
+  const std::string id = "job-1";
+  const bool running = WaitFor(absl::Seconds(120), [&] {
+    auto j = c.GetJob(id);
+    if (j.ok()) *seen = *j;
+    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= step;
+  });
+  if (!running) {
+    ADD_FAILURE() << seen->DebugString() << c.LogTails();
+    return "";
+  }
+  return id;
+}
+
 std::optional<v1::NodeState> StateOf(const E2eCluster& c, const std::string& node) {
   auto nodes = c.ClusterStatus();
   if (!nodes.ok()) return std::nullopt;
@@ -82,18 +107,9 @@ TEST(E2ePartitionTest, AWorkerCutOffFromTheSchedulerIsFencedOffAndItsRankCarries
   const std::string cutoff_id = cutoff_status->node_id();
 
   const std::string ckpt = c.dir() + "/ckpt";
-  std::string yaml = absl::StrCat(FashionJobYaml("partitioned", kEpochs, "", kHidden),
-                                  "checkpoint_every_steps: ", kCheckpointEvery, "\n",
-                                  "checkpoint_dir: ", ckpt, "\n");
-  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
-  ASSERT_EQ(submit.exit_code, 0) << submit.output;
-  const std::string id = "job-1";
   v1::Job seen;
-  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
-    auto j = c.GetJob(id);
-    if (j.ok()) seen = *j;
-    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= 150;
-  })) << seen.DebugString() << c.LogTails();
+  const std::string id = SubmitAndRunPast(c, ckpt, 150, &seen);
+  ASSERT_FALSE(id.empty());
   ASSERT_THAT(seen.workers(), SizeIs(2));
   const int rank = seen.workers(0) == cutoff_id ? 0 : 1;
   ASSERT_EQ(seen.workers(rank), cutoff_id);
@@ -164,19 +180,9 @@ TEST(E2ePartitionTest, AServerCutOffFromTheSchedulerIsReplacedAndDropsItsStaleCo
   const std::string cutoff_id = cutoff_status->node_id();
 
   const std::string ckpt = c.dir() + "/ckpt";
-  std::string yaml = absl::StrCat(FashionJobYaml("partitioned", kEpochs, "", kHidden),
-                                  "checkpoint_every_steps: ", kCheckpointEvery, "\n",
-                                  "checkpoint_dir: ", ckpt, "\n");
-  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
-  ASSERT_EQ(submit.exit_code, 0) << submit.output;
-  const std::string id = "job-1";
   v1::Job seen;
-  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
-    auto j = c.GetJob(id);
-    if (j.ok()) seen = *j;
-    return j.ok() && j->state() == v1::JOB_RUNNING &&
-           j->progress().step() >= 2 * kCheckpointEvery + 50;
-  })) << seen.DebugString() << c.LogTails();
+  const std::string id = SubmitAndRunPast(c, ckpt, 2 * kCheckpointEvery + 50, &seen);
+  ASSERT_FALSE(id.empty());
   ASSERT_THAT(seen.servers(), Contains(cutoff_id));
 
   auto spare = c.StartServer("spare", c.scheduler_address());
