@@ -33,7 +33,9 @@ void BackupQueue::Enqueue(v1::ReplicateRequest req) {
     CompleteLocked(seq);  // Dropped: every later flush fails anyway.
     return;
   }
-  const bool barrier = req.chunk().end_of_step();
+  // End-of-step markers and snapshot parts wait for everything before them, and hold back
+  // everything after them.
+  const bool barrier = req.chunk().end_of_step() || req.seed_size() != 0;
   queue_.push_back(Item{seq, barrier, std::move(req)});
 }
 

@@ -4,7 +4,8 @@
 // next one; the queue's threads send them, several calls at once, each retried for a while on
 // failure (the backup applies every tag once, so a repeat is harmless). An end-of-step marker is
 // a barrier: it goes only after everything queued before it has arrived, so that a copy's clock
-// never runs ahead of its shards. Before a push is acknowledged its last chunk waits in Flush()
+// never runs ahead of its shards; so is each part of a live copy's snapshot, which thus arrives
+// after every chunk queued before it and before every chunk queued after it. Before a push is acknowledged its last chunk waits in Flush()
 // until everything queued before it has arrived: the backups have every acknowledged push, but
 // the copies travel while the worker sends and the primary applies the rest of the round.
 //
@@ -56,7 +57,7 @@ class BackupQueue {
  private:
   struct Item {
     uint64_t seq = 0;
-    bool barrier = false;  // An end-of-step marker.
+    bool barrier = false;  // An end-of-step marker or a part of a live copy's snapshot.
     v1::ReplicateRequest req;
   };
   void Loop();

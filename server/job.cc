@@ -105,6 +105,64 @@ absl::StatusOr<uint32_t> Job::AddTables(const std::vector<v1::TableSpec>& specs,
 absl::Status Job::SetShards(uint64_t epoch, std::vector<bool> held) {
   absl::MutexLock l(&state_mu_);
   if (have_map_ && epoch <= epoch_) return absl::OkStatus();
+  return SetShardsLocked(epoch, std::move(held));
+}
+
+absl::Status Job::SetShards(uint64_t epoch, std::vector<bool> held, MapChange change) {
+  std::vector<Waiter> waiters;
+  absl::Status s = SetShardsChanging(epoch, std::move(held), std::move(change), &waiters);
+  // Reads parked at the older epoch would only fail once released (their epoch is gone), and
+  // an adoption may have lowered the clocks they wait for below what their own round already
+  // pushed: they fail now, and their clients retry with the new map.
+  for (auto& w : waiters) {
+    w.ready(absl::FailedPreconditionError(absl::StrCat(
+        "epoch: job '", id(), "' moved to shard-map epoch ", epoch,
+        " while this read waited; refresh the shard map (current epoch ", epoch, ")")));
+  }
+  return s;
+}
+
+absl::Status Job::SetShardsChanging(uint64_t epoch, std::vector<bool> held, MapChange change,
+                                    std::vector<Waiter>* parked) {
+  absl::MutexLock l(&state_mu_);
+  if (have_map_ && epoch <= epoch_) return absl::OkStatus();
+  const std::vector<bool> before = held_;
+  const uint64_t before_epoch = epoch_;
+  absl::Status s = SetShardsLocked(epoch, std::move(held));
+  if (!s.ok()) return s;
+  for (const MapChange::Adoption& a : change.adopt) {
+    auto r = RestoreLocked(a.copy.bytes, a.from, /*set_clocks=*/false);
+    if (!r.ok()) {
+      // Undo the shard change (blocks newly held go back to the initializer's values, which no
+      // one has read: the epoch was never served).
+      epoch_ = before_epoch;
+      (void)SetShardsLocked(before_epoch, before);
+      return r.status();
+    }
+  }
+  {
+    absl::MutexLock c(&clock_mu_);
+    for (const MapChange::Adoption& a : change.adopt) JoinClocksLocked(a.clocks, a.applied);
+    for (auto& [id, w] : waiters_) parked->push_back(std::move(w));
+    waiters_.clear();
+    waits_by_need_.clear();
+  }
+  forwarding_ = std::move(change.forwarding);
+  if (change.seed) {
+    auto snap = MakeCheckpointLocked(change.node_id, absl::ToUnixMillis(clock_->Now()),
+                                     std::nullopt);
+    if (!snap.ok()) return snap.status();
+    change.seed(*snap);
+  }
+  return absl::OkStatus();
+}
+
+void Job::SetForwarding(std::shared_ptr<ForwardingState> forwarding) {
+  absl::MutexLock l(&state_mu_);
+  forwarding_ = std::move(forwarding);
+}
+
+absl::Status Job::SetShardsLocked(uint64_t epoch, std::vector<bool> held) {
   // Phase 1: allocate newly held blocks (keeping old ones), so a failure loses nothing.
   std::vector<bool> both(held.size());
   for (size_t i = 0; i < held.size(); ++i) both[i] = held[i] || held_[i];
@@ -283,6 +341,10 @@ absl::StatusOr<PushResult> Job::Push(const v1::PushChunk& chunk, const Payload& 
   {
     absl::ReaderMutexLock l(&state_mu_);
     r = PushLocked(chunk, values, &ready, &hold);
+    if (r.ok() && forwarding_ != nullptr) {
+      forwarding_->Begin();
+      r->forwarding = forwarding_;
+    }
   }
   if (hold >= 0) {
     // No read at the new clock has been served yet, so no worker can have pushed a later step:
@@ -298,6 +360,10 @@ absl::StatusOr<PushResult> Job::Push(const v1::PushChunk& chunk, const Payload& 
 absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Payload& values,
                                            std::vector<std::function<void(absl::Status)>>* ready,
                                            int64_t* hold) {
+  if (sealed_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", id(), "': this copy was taken over by its server and takes no more updates"));
+  }
   absl::Status st = CheckEpoch(chunk.epoch(), "epoch");
   if (!st.ok()) return st;
   const v1::Tag& tag = chunk.tag();

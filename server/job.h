@@ -62,7 +62,37 @@ struct CheckpointSnapshot {
   uint32_t crc = 0;
 };
 
+// What a primary forwards its applied chunks with (PsHandler's replication state for the job);
+// opaque here.
+struct JobReplication;
+
+// The forwarding in force for a job (a member of its JobReplication). It counts the chunks
+// applied with it that are not yet handed to their backups' queues, so that a map change can
+// wait until every chunk applied before it is queued.
+struct ForwardingState {
+  const JobReplication* rep = nullptr;  // The owner.
+  void Begin() {
+    absl::MutexLock l(&mu);
+    ++in_flight;
+  }
+  void End() {
+    absl::MutexLock l(&mu);
+    --in_flight;
+  }
+  // Waits until every chunk Begun is Ended.
+  void AwaitHandedOver() {
+    absl::MutexLock l(&mu);
+    mu.Await(absl::Condition(+[](int* n) { return *n == 0; }, &in_flight));
+  }
+  absl::Mutex mu;
+  int in_flight ABSL_GUARDED_BY(mu) = 0;
+};
+
 struct PushResult {
+  // The forwarding in force when the chunk was applied (null: none), Begun for this chunk: a
+  // chunk applied after a map change is forwarded with the new map's, one applied before it
+  // with the old one's. The caller Ends it once the chunk is queued for the backups.
+  std::shared_ptr<ForwardingState> forwarding;
   bool duplicate = false;  // Acknowledged, not applied (tag seen before).
   bool applied = false;    // Values applied (or added to the step's aggregate).
   int64_t clock = 0;       // The worker's clock after the chunk.
@@ -100,6 +130,30 @@ class Job {
   // Blocks of newly held shards start from the initializer; blocks and rows of shards no longer
   // held are freed. RESOURCE_EXHAUSTED (and nothing changes) when new blocks do not fit.
   absl::Status SetShards(uint64_t epoch, std::vector<bool> held);
+  // What else changes with a newer map, atomically with it: no push or read is served between
+  // the shards changing and these taking effect.
+  struct MapChange {
+    // Copies whose shards are newly held here (promotion, a move): restored into them, their
+    // clocks joined as AdoptReplica does. Named by `from` in errors.
+    struct Adoption {
+      CheckpointSnapshot copy;
+      std::vector<int64_t> clocks;
+      std::vector<std::map<int64_t, absl::flat_hash_set<uint64_t>>> applied;
+      std::string from;
+    };
+    std::vector<Adoption> adopt;
+    // Replaces the forwarding that pushes report (PushResult::forwarding).
+    std::shared_ptr<ForwardingState> forwarding;
+    // Called with a checkpoint of the job as the map takes effect (live copies' seeds), still
+    // under the lock: what it queues goes ahead of every later chunk's copies. Empty: none.
+    std::function<void(const CheckpointSnapshot&)> seed;
+    std::string node_id;  // For the seed's header.
+  };
+  // SetShards with `change` (which must be for a newer map, or the first one). Reads parked at
+  // the older epoch fail (FAILED_PRECONDITION: their clients refresh the map and retry).
+  absl::Status SetShards(uint64_t epoch, std::vector<bool> held, MapChange change);
+  // Sets the forwarding attachment outside a map change (a job not yet serving).
+  void SetForwarding(std::shared_ptr<ForwardingState> forwarding);
   uint64_t epoch() const;
   // The tables as declared, with their resolved optimizers (to declare them again elsewhere).
   void Declared(std::vector<v1::TableSpec>* specs, std::vector<OptimizerParams>* optimizers) const;
@@ -180,6 +234,9 @@ class Job {
   absl::StatusOr<std::pair<int64_t, uint32_t>> Restore(const std::string& file,
                                                        absl::string_view path,
                                                        bool set_clocks = true);
+  // Each worker's clock as recorded in the checkpoint `file` (checked as Restore does).
+  static absl::StatusOr<std::vector<int64_t>> CheckpointClocks(const std::string& file,
+                                                               absl::string_view path);
 
   // ---- Replication: a backup's copy of a primary's shards taking over on promotion.
 
@@ -189,6 +246,9 @@ class Job {
     std::vector<std::map<int64_t, absl::flat_hash_set<uint64_t>>> applied;
   };
   ClockState GetClockState() const;
+  // A copy about to be taken over: refuses every later update (FAILED_PRECONDITION), so that
+  // none lands after the checkpoint returned, which is taken at the same instant.
+  absl::StatusOr<Snapshot> SealAndCheckpoint(const std::string& node_id, int64_t now_unix_ms);
   // Takes over the shards of `copy` (a replica's checkpoint) that are held here (SetShards
   // first) and joins its clocks: each worker's clock becomes the lower of the two and the
   // records of applied chunks unite, so a worker resuming at its lowest clock re-pushes what
@@ -233,6 +293,22 @@ class Job {
 
   absl::Status CheckEpoch(uint64_t epoch, absl::string_view field) const
       ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+  absl::Status SetShardsLocked(uint64_t epoch, std::vector<bool> held)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // SetShards with `change`; the reads parked until then go to *parked.
+  absl::Status SetShardsChanging(uint64_t epoch, std::vector<bool> held, MapChange change,
+                                 std::vector<Waiter>* parked);
+  absl::StatusOr<Snapshot> MakeCheckpointLocked(const std::string& node_id, int64_t now_unix_ms,
+                                                std::optional<int64_t> at)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  absl::StatusOr<std::pair<int64_t, uint32_t>> RestoreLocked(const std::string& file,
+                                                             absl::string_view path,
+                                                             bool set_clocks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // Joins another copy's clocks and records of applied chunks into this one's (AdoptReplica).
+  void JoinClocksLocked(const std::vector<int64_t>& clocks,
+                        const std::vector<std::map<int64_t, absl::flat_hash_set<uint64_t>>>& applied)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(clock_mu_);
   absl::StatusOr<SliceRef> Resolve(const v1::Slice& slice, absl::string_view field) const
       ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
   absl::Status ApplyValues(const SliceRef& s, const v1::PushChunk& chunk, const Payload& values,
@@ -273,6 +349,9 @@ class Job {
   uint64_t epoch_ ABSL_GUARDED_BY(state_mu_) = 0;
   bool have_map_ ABSL_GUARDED_BY(state_mu_) = false;
   std::vector<bool> held_ ABSL_GUARDED_BY(state_mu_);
+  std::shared_ptr<ForwardingState> forwarding_ ABSL_GUARDED_BY(state_mu_);
+  bool sealed_ ABSL_GUARDED_BY(state_mu_) = false;  // SealAndCheckpoint.
+
 
   absl::Mutex advance_mu_ ABSL_ACQUIRED_BEFORE(clock_mu_);
   mutable absl::Mutex clock_mu_;

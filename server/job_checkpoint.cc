@@ -24,8 +24,21 @@ uint64_t GetLe64(const char* p) {
 absl::StatusOr<Job::Snapshot> Job::MakeCheckpoint(const std::string& node_id,
                                                   int64_t now_unix_ms, std::optional<int64_t> at) {
   if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
-  Snapshot snap;
   absl::MutexLock l(&state_mu_);  // Exclusive: no push changes the tables meanwhile.
+  return MakeCheckpointLocked(node_id, now_unix_ms, at);
+}
+
+absl::StatusOr<Job::Snapshot> Job::SealAndCheckpoint(const std::string& node_id,
+                                                     int64_t now_unix_ms) {
+  absl::MutexLock l(&state_mu_);
+  sealed_ = true;
+  return MakeCheckpointLocked(node_id, now_unix_ms, std::nullopt);
+}
+
+absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_id,
+                                                        int64_t now_unix_ms,
+                                                        std::optional<int64_t> at) {
+  Snapshot snap;
   v1::CheckpointHeader h;
   h.set_job_id(id());
   h.set_epoch(epoch_);
@@ -126,6 +139,25 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpoint(const std::string& node_id,
 absl::StatusOr<std::pair<int64_t, uint32_t>> Job::Restore(const std::string& f,
                                                           absl::string_view path,
                                                           bool set_clocks) {
+  absl::MutexLock l(&state_mu_);
+  return RestoreLocked(f, path, set_clocks);
+}
+
+absl::StatusOr<std::vector<int64_t>> Job::CheckpointClocks(const std::string& file,
+                                                           absl::string_view path) {
+  auto parsed = ParseCheckpoint(file, path);
+  if (!parsed.ok()) return parsed.status();
+  std::vector<int64_t> clocks;
+  for (const auto& wc : parsed->header.clocks()) {
+    if (wc.worker() >= clocks.size()) clocks.resize(wc.worker() + 1, 0);
+    clocks[wc.worker()] = wc.clock();
+  }
+  return clocks;
+}
+
+absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::string& f,
+                                                                absl::string_view path,
+                                                                bool set_clocks) {
   auto corrupt = [&](absl::string_view what) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " refused: ", what,
                                             "; nothing was loaded"));
@@ -146,7 +178,6 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::Restore(const std::string& f,
   const uint64_t data_bytes = parsed->data.size();
   auto in_range = [&](uint64_t off, uint64_t len) { return off <= data_bytes && len <= data_bytes - off; };
 
-  absl::MutexLock l(&state_mu_);
   // Validate every table section before anything changes.
   std::vector<uint32_t> table_of(h.tables_size());
   uint64_t new_bytes = 0, old_bytes = 0;
@@ -259,15 +290,23 @@ absl::Status Job::AdoptReplica(const Snapshot& copy, const ClockState& other,
   auto r = Restore(copy.bytes, from, /*set_clocks=*/false);
   if (!r.ok()) return r.status();
   absl::MutexLock c(&clock_mu_);
-  for (size_t w = 0; w < clocks_.size() && w < other.clocks.size(); ++w) {
-    clocks_[w] = std::min(clocks_[w], other.clocks[w]);
+  JoinClocksLocked(other.clocks, other.applied);
+  return absl::OkStatus();
+}
+
+void Job::JoinClocksLocked(
+    const std::vector<int64_t>& clocks,
+    const std::vector<std::map<int64_t, absl::flat_hash_set<uint64_t>>>& applied) {
+  for (size_t w = 0; w < clocks_.size() && w < clocks.size(); ++w) {
+    clocks_[w] = std::min(clocks_[w], clocks[w]);
     auto& mine = applied_[w];
-    for (const auto& [step, ids] : other.applied[w]) mine[step].insert(ids.begin(), ids.end());
+    if (w < applied.size()) {
+      for (const auto& [step, ids] : applied[w]) mine[step].insert(ids.begin(), ids.end());
+    }
     mine.erase(mine.begin(), mine.lower_bound(clocks_[w] - 1));
   }
   released_min_ = std::min(released_min_, MinClockLocked());
   checkpointed_step_ = std::min(checkpointed_step_, released_min_);
-  return absl::OkStatus();
 }
 
 void Job::RewindClocks(int64_t step) {

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <optional>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -88,6 +90,7 @@ std::shared_ptr<PsHandler::Replication> PsHandler::FindReplication(
 std::shared_ptr<PsHandler::Replication> PsHandler::PlanReplication(const v1::ShardMap& map,
                                                                    const std::string& self) {
   auto rep = std::make_shared<Replication>();
+  rep->forwarding.rep = rep.get();
   rep->epoch = map.epoch();
   rep->self = self;
   absl::flat_hash_map<std::string, std::string> address;
@@ -119,6 +122,13 @@ absl::Status PsHandler::CreateReplicas(const Job& job, const std::vector<v1::Tab
   for (const auto& [primary, held] : rep->replica_shards) {
     auto seed = std::find_if(req.copy_from().begin(), req.copy_from().end(),
                              [&](const v1::ReplicaSeed& s) { return s.primary() == primary; });
+    if (seed != req.copy_from().end() && seed->live()) {
+      auto copy = NewCopy(job, held, req.map().epoch(), req.min_attempt());
+      if (!copy.ok()) return copy.status();
+      rep->replicas[primary] = std::move(*copy);
+      rep->seeds[primary] = std::make_shared<JobReplication::Seed>();
+      continue;
+    }
     if (seed != req.copy_from().end()) {
       auto copy = SeedReplica(job, held, req.map().epoch(), req.min_attempt(), primary,
                               seed->path());
@@ -147,19 +157,29 @@ absl::Status PsHandler::CreateReplicas(const Job& job, const std::vector<v1::Tab
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<Job>> PsHandler::SeedReplica(
-    const Job& job, const std::vector<bool>& held, uint64_t epoch, uint32_t min_attempt,
-    const std::string& primary, const std::string& path) {
+absl::StatusOr<std::shared_ptr<Job>> PsHandler::NewCopy(const Job& job,
+                                                        const std::vector<bool>& held,
+                                                        uint64_t epoch, uint32_t min_attempt) {
   std::vector<v1::TableSpec> specs;
   std::vector<OptimizerParams> optimizers;
   job.Declared(&specs, &optimizers);
   JobConfig c = job.config();
-  c.checkpoint_every_steps = 0;
+  c.checkpoint_every_steps = 0;  // The primary checkpoints its shards.
   auto copy = std::make_shared<Job>(std::move(c), &budget_, clock_, options_.limits);
   absl::Status s = copy->SetShards(epoch, held);
   if (!s.ok()) return s;
   auto created = copy->AddTables(specs, optimizers);
   if (!created.ok()) return created.status();
+  copy->FenceAll(min_attempt);
+  return copy;
+}
+
+absl::StatusOr<std::shared_ptr<Job>> PsHandler::SeedReplica(
+    const Job& job, const std::vector<bool>& held, uint64_t epoch, uint32_t min_attempt,
+    const std::string& primary, const std::string& path) {
+  auto made = NewCopy(job, held, epoch, min_attempt);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<Job> copy = std::move(*made);
   auto file = ReadFile(path);
   if (!file.ok()) {
     return absl::Status(file.status().code(),
@@ -167,34 +187,43 @@ absl::StatusOr<std::shared_ptr<Job>> PsHandler::SeedReplica(
   }
   auto r = copy->Restore(*file, path);
   if (!r.ok()) return r.status();
-  copy->FenceAll(min_attempt);
   Logger("server")->info("job '{}': new copy of {}'s shards from {} (step {})", job.id(), primary,
                          path, r->first);
   return copy;
 }
 
-absl::Status PsHandler::PromoteReplicas(Job& job, const Replication& old, Replication* next) {
-  const std::string self = node_id();
+absl::Status PsHandler::PlanAdoptions(const Job& job, const Replication& old,
+                                      const std::vector<bool>& held, Replication* next,
+                                      std::vector<Job::MapChange::Adoption>* adopt) {
   for (const auto& [primary, copy] : old.replicas) {
     auto kept = next->replica_shards.find(primary);
-    if (kept != next->replica_shards.end()) {
+    auto seed = old.seeds.find(primary);
+    if (kept != next->replica_shards.end() && next->replicas.count(primary) == 0) {
       next->replicas[primary] = copy;  // Still backing that primary.
+      if (seed != old.seeds.end()) next->seeds[primary] = seed->second;
       continue;
     }
     // Shards of the copy that this server now holds as primary: the copy takes over.
     const std::vector<bool>& shards = old.replica_shards.at(primary);
     bool promoted = false;
-    for (uint32_t s = 0; s < shards.size() && s < next->backups.size(); ++s) {
-      promoted = promoted || (shards[s] && job.HoldsShard(s));
+    for (uint32_t s = 0; s < shards.size() && s < held.size(); ++s) {
+      promoted = promoted || (shards[s] && held[s]);
     }
     if (!promoted) continue;  // Dropped with the old replication.
-    auto snap = copy->MakeCheckpoint(self, absl::ToUnixMillis(clock_->Now()));
+    if (seed != old.seeds.end()) {
+      absl::MutexLock l(&seed->second->mu);
+      if (!seed->second->done) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "map: job '", job.id(), "': the copy of ", primary,
+            "'s shards here has not received its snapshot yet and cannot take over"));
+      }
+    }
+    auto snap = copy->SealAndCheckpoint(next->self, absl::ToUnixMillis(clock_->Now()));
     if (!snap.ok()) return snap.status();
-    const std::string from = absl::StrCat("copy of ", primary, "'s shards");
-    absl::Status s = job.AdoptReplica(*snap, copy->GetClockState(), from);
-    if (!s.ok()) return s;
-    Logger("server")->warn("job '{}': took over the shards of {} as their primary (from its copy)",
-                           job.id(), primary);
+    Job::ClockState cs = copy->GetClockState();
+    adopt->push_back(Job::MapChange::Adoption{std::move(*snap), std::move(cs.clocks),
+                                              std::move(cs.applied),
+                                              absl::StrCat("copy of ", primary, "'s shards")});
   }
   return absl::OkStatus();
 }
@@ -209,8 +238,10 @@ void PsHandler::StartQueues(Replication* rep, const Replication* old) {
   for (const std::string& address : rep->backup_servers) {
     if (old != nullptr) {
       auto it = old->queues.find(address);
-      if (it != old->queues.end() && it->second->broken()) {
-        // A backup that missed copies stays refused: a later promotion of it would lose them.
+      if (it != old->queues.end()) {
+        // One queue per backup across maps, so that its order (and the barriers of end-of-step
+        // markers and snapshots) holds across a map change. A broken one stays broken: a backup
+        // that missed copies must not be promoted later.
         rep->queues[address] = it->second;
         continue;
       }
@@ -223,6 +254,8 @@ void PsHandler::StartQueues(Replication* rep, const Replication* old) {
 absl::Status PsHandler::ForwardToBackups(const Replication& rep, const v1::PushChunk& chunk,
                                          const Payload& values, const PushResult& applied) {
   const uint32_t shard = applied.shard;
+  // The chunk is queued (or refused) below: map changes wait for that, not for the flush.
+  absl::Cleanup handed_over = [&] { applied.forwarding->End(); };
   if (rep.queues.size() != rep.backup_servers.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job '", chunk.tag().job_id(), "': this server cannot reach its shards' backups"));
@@ -263,6 +296,7 @@ absl::Status PsHandler::ForwardToBackups(const Replication& rep, const v1::PushC
       if (!s.ok()) return s;
     }
   }
+  std::move(handed_over).Invoke();
   if (chunk.last() || chunk.end_of_step()) {
     for (const auto& [address, queue] : rep.queues) {
       absl::Status s = queue->Flush(options_.replication_retry + kReplicationFlushSlack);
@@ -286,6 +320,24 @@ absl::Status PsHandler::Replicate(const v1::ReplicateRequest& req, v1::Replicate
         "primary: this server holds no copy of job '", job_id, "' shards of '", req.primary(),
         "'"));
   }
+  std::shared_ptr<JobReplication::Seed> seed;
+  if (auto it = rep->seeds.find(req.primary()); it != rep->seeds.end()) seed = it->second;
+  if (!req.seed().empty() || req.seed_size() != 0) {
+    if (seed == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "seed: the copy of job '", job_id, "' shards of '", req.primary(),
+          "' here is not a live copy waiting for a snapshot"));
+    }
+    return ReceiveSeed(req, *copy, *seed);
+  }
+  if (seed != nullptr) {
+    absl::MutexLock l(&seed->mu);
+    if (!seed->done) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "chunk: the copy of job '", job_id, "' shards of '", req.primary(),
+          "' here is still waiting for its snapshot"));
+    }
+  }
   v1::PushChunk chunk = req.chunk();
   Payload values = Payload::FromString(std::move(*chunk.mutable_values()));
   chunk.clear_values();
@@ -293,6 +345,52 @@ absl::Status PsHandler::Replicate(const v1::ReplicateRequest& req, v1::Replicate
   auto r = copy->Push(chunk, values);
   if (!r.ok()) return r.status();
   resp->set_duplicate(r->duplicate);
+  return absl::OkStatus();
+}
+
+absl::Status PsHandler::ReceiveSeed(const v1::ReplicateRequest& req, Job& copy,
+                                    JobReplication::Seed& seed) {
+  absl::MutexLock l(&seed.mu);
+  const uint64_t end = req.seed_offset() + req.seed().size();
+  if (seed.done) return absl::OkStatus();  // A repeat of a part already loaded.
+  if (req.seed_size() == 0 || end < req.seed_offset() || end > req.seed_size() ||
+      (seed.size != 0 && req.seed_size() != seed.size)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "seed: part at ", req.seed_offset(), " (", req.seed().size(), " bytes) does not fit a "
+        "snapshot of ", req.seed_size(), " bytes", seed.size ? absl::StrCat(" (announced: ",
+                                                                           seed.size, ")")
+                                                              : ""));
+  }
+  if (req.seed_offset() < seed.bytes.size()) return absl::OkStatus();  // A repeat.
+  if (req.seed_offset() > seed.bytes.size()) {
+    return absl::FailedPreconditionError(absl::StrCat("seed: part at ", req.seed_offset(),
+                                                      " arrived before the part at ",
+                                                      seed.bytes.size()));
+  }
+  if (seed.size == 0) {
+    seed.size = req.seed_size();
+    seed.bytes.reserve(seed.size);
+  }
+  seed.bytes.append(req.seed());
+  if (seed.bytes.size() < seed.size) return absl::OkStatus();
+  const std::string from = absl::StrCat("snapshot of ", req.primary(), "'s shards");
+  auto clocks = Job::CheckpointClocks(seed.bytes, from);
+  absl::StatusOr<std::pair<int64_t, uint32_t>> r = std::make_pair(int64_t{0}, 0u);
+  if (clocks.ok()) {
+    r = copy.Restore(seed.bytes, from);
+  } else {
+    r = clocks.status();
+  }
+  if (!r.ok()) {
+    seed.bytes.clear();
+    seed.size = 0;
+    return r.status();
+  }
+  seed.clocks = std::move(*clocks);
+  seed.done = true;
+  seed.bytes = std::string();
+  Logger("server")->info("job '{}': live copy of {}'s shards seeded (step {})", copy.id(),
+                         req.primary(), r->first);
   return absl::OkStatus();
 }
 
@@ -377,6 +475,7 @@ absl::Status PsHandler::CreateTables(const v1::CreateTablesRequest& req,
       s = CreateReplicas(*fresh, specs, optimizers, *pending, rep.get());
       if (!s.ok()) return s;
       StartQueues(rep.get());
+      fresh->SetForwarding(ForwardingOf(rep));
     }
     {
       absl::MutexLock l(&mu_);
@@ -453,56 +552,118 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
   std::vector<bool> held(map.num_virtual_shards());
   for (const auto& a : map.assignments()) held[a.shard()] = a.primary() == req.self();
   const bool newer = map.epoch() > job->epoch();
-  std::shared_ptr<Replication> old, next;
-  std::map<std::string, std::shared_ptr<Job>> seeded;
-  if (newer) {
-    old = FindReplication(map.job_id());
-    next = PlanReplication(map, req.self());
-    // New copies (a backup added in the middle of the run) load their primary's checkpoint,
-    // before anything changes here.
-    for (const auto& [primary, shards] : next->replica_shards) {
-      if (old != nullptr && old->replicas.count(primary) != 0) {
-        // A copy kept must already hold every shard it backs up from now on.
-        const std::vector<bool>& had = old->replica_shards.at(primary);
-        bool grows = false;
-        for (size_t i = 0; i < shards.size(); ++i) {
-          grows = grows || (shards[i] && (i >= had.size() || !had[i]));
-        }
-        if (!grows) continue;
+  if (!newer) {
+    s = job->SetShards(map.epoch(), std::move(held));
+    if (!s.ok()) return s;
+    job->FenceAll(req.min_attempt());
+    resp->set_epoch(job->epoch());
+    return absl::OkStatus();
+  }
+  std::shared_ptr<Replication> old = FindReplication(map.job_id());
+  std::shared_ptr<Replication> next = PlanReplication(map, req.self());
+  // New copies (a backup added in the middle of the run) load their primary's checkpoint, or
+  // wait for its live snapshot, before anything changes here.
+  for (const auto& [primary, shards] : next->replica_shards) {
+    if (old != nullptr && old->replicas.count(primary) != 0) {
+      // A copy kept must already hold every shard it backs up from now on.
+      const std::vector<bool>& had = old->replica_shards.at(primary);
+      bool grows = false;
+      for (size_t i = 0; i < shards.size(); ++i) {
+        grows = grows || (shards[i] && (i >= had.size() || !had[i]));
       }
-      auto seed = std::find_if(req.copy_from().begin(), req.copy_from().end(),
-                               [&](const v1::ReplicaSeed& s) { return s.primary() == primary; });
-      if (seed == req.copy_from().end()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "copy_from: map epoch ", map.epoch(), " makes this server a backup of ", primary,
-            " in the middle of job '", map.job_id(), "' but gives no checkpoint to start from"));
-      }
-      auto copy = SeedReplica(*job, shards, map.epoch(), req.min_attempt(), primary,
-                              seed->path());
-      if (!copy.ok()) return copy.status();
-      seeded[primary] = std::move(*copy);
+      if (!grows) continue;
     }
-    if (old != nullptr) {
-      // What this server applied as primary reaches the backups it keeps before the map changes
-      // (duplicates are not sent again). A backup dropped from the map is not waited for.
-      for (const auto& [address, queue] : old->queues) {
-        if (std::find(next->backup_servers.begin(), next->backup_servers.end(), address) ==
-            next->backup_servers.end()) {
-          continue;
-        }
+    auto seed = std::find_if(req.copy_from().begin(), req.copy_from().end(),
+                             [&](const v1::ReplicaSeed& s) { return s.primary() == primary; });
+    if (seed == req.copy_from().end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "copy_from: map epoch ", map.epoch(), " makes this server a backup of ", primary,
+          " in the middle of job '", map.job_id(), "' but gives no checkpoint to start from"));
+    }
+    auto copy = seed->live()
+                    ? NewCopy(*job, shards, map.epoch(), req.min_attempt())
+                    : SeedReplica(*job, shards, map.epoch(), req.min_attempt(), primary,
+                                  seed->path());
+    if (!copy.ok()) return copy.status();
+    next->replicas[primary] = std::move(*copy);
+    if (seed->live()) next->seeds[primary] = std::make_shared<JobReplication::Seed>();
+  }
+  Job::MapChange change;
+  if (old != nullptr) {
+    s = PlanAdoptions(*job, *old, held, next.get(), &change.adopt);
+    if (!s.ok()) return s;
+    // What this server applied as primary reaches the backups it keeps before the map changes
+    // (duplicates are not sent again).
+    for (const auto& [address, queue] : old->queues) {
+      if (std::find(next->backup_servers.begin(), next->backup_servers.end(), address) !=
+          next->backup_servers.end()) {
         (void)queue->Flush(options_.replication_retry + kReplicationFlushSlack);
       }
     }
   }
-  s = job->SetShards(map.epoch(), std::move(held));
-  if (!s.ok()) return s;
-  if (newer) {
-    if (old != nullptr) {
-      s = PromoteReplicas(*job, *old, next.get());
-      if (!s.ok()) return s;
+  StartQueues(next.get(), old.get());
+  if (req.seed_new_backups()) {
+    // Servers that back a shard of this one now and did not: each gets a snapshot taken as the
+    // map takes effect, queued ahead of every chunk applied after it.
+    std::vector<std::shared_ptr<BackupQueue>> fresh;
+    for (size_t sh = 0; sh < next->backups.size(); ++sh) {
+      for (const std::string& address : next->backups[sh]) {
+        const bool had = old != nullptr && sh < old->backups.size() &&
+                         std::find(old->backups[sh].begin(), old->backups[sh].end(), address) !=
+                             old->backups[sh].end();
+        auto q = next->queues.find(address);
+        if (had || q == next->queues.end()) continue;
+        if (std::find(fresh.begin(), fresh.end(), q->second) == fresh.end()) {
+          fresh.push_back(q->second);
+        }
+      }
     }
-    for (auto& [primary, copy] : seeded) next->replicas[primary] = std::move(copy);
-    StartQueues(next.get(), old.get());
+    const std::string self = req.self();
+    const std::string job_id = map.job_id();
+    change.node_id = self;
+    if (!fresh.empty()) {
+      change.seed = [fresh, self, job_id](const CheckpointSnapshot& snap) {
+        constexpr size_t kPart = 4 << 20;
+        for (size_t off = 0; off == 0 || off < snap.bytes.size(); off += kPart) {
+          v1::ReplicateRequest part;
+          part.set_primary(self);
+          part.mutable_chunk()->mutable_tag()->set_job_id(job_id);
+          part.set_seed(snap.bytes.substr(off, kPart));
+          part.set_seed_offset(off);
+          part.set_seed_size(snap.bytes.size());
+          for (const auto& q : fresh) q->Enqueue(part);
+        }
+      };
+    }
+  }
+  change.forwarding = ForwardingOf(next);
+  const size_t adopted = change.adopt.size();
+  s = job->SetShards(map.epoch(), std::move(held), std::move(change));
+  if (!s.ok()) return s;
+  // Chunks applied before the change are queued with the old forwarding: wait until they are,
+  // so that the flushes below cover them.
+  if (old != nullptr) old->forwarding.AwaitHandedOver();
+  if (adopted > 0) {
+    Logger("server")->warn("job '{}': took over {} copied shard set(s) as their primary (map "
+                           "epoch {})", map.job_id(), adopted, map.epoch());
+  }
+  if (old != nullptr) {
+    // A backup dropped from the map that stays one of the job's servers (a shard moved there,
+    // or away from here) gets what was applied here before the change before this returns, so
+    // that when it takes the copy over it has every chunk applied here (a lost server is not
+    // waited for).
+    absl::flat_hash_set<std::string> in_map;
+    for (const auto& ep : map.servers()) in_map.insert(ep.address());
+    for (const auto& [address, queue] : old->queues) {
+      if (next->queues.count(address) != 0 || !in_map.contains(address)) continue;
+      absl::Status f = queue->Flush(options_.replication_retry + kReplicationFlushSlack);
+      if (!f.ok()) {
+        Logger("server")->warn("job '{}': copies to the dropped backup at {} not all delivered: "
+                               "{}", map.job_id(), address, f.message());
+      }
+    }
+  }
+  {
     absl::MutexLock l(&mu_);
     replication_[map.job_id()] = std::move(next);
   }
@@ -689,12 +850,14 @@ absl::StatusOr<PushResult> PsHandler::Push(const v1::PushChunk& chunk, const Pay
   if (!job.ok()) return job.status();
   auto r = (*job)->Push(chunk, values, [this] { return node_id(); });
   if (!r.ok()) return r;
-  std::shared_ptr<Replication> rep = FindReplication(chunk.tag().job_id());
-  if (rep != nullptr && !rep->backup_servers.empty()) {
+  if (r->forwarding != nullptr) {
     // Replication: the backups have the chunk before the worker hears it was applied. A
     // duplicate is not sent again: its first copy was queued when it was applied (and a queue
     // delivers all or breaks), or a copy seeded since holds it.
-    absl::Status fs = ForwardToBackups(*rep, chunk, values, *r);
+    ForwardingState* fwd = r->forwarding.get();
+    absl::Status fs = fwd->rep->backup_servers.empty()
+                          ? (fwd->End(), absl::OkStatus())
+                          : ForwardToBackups(*fwd->rep, chunk, values, *r);
     if (!fs.ok()) return fs;
   }
   if (r->applied) {
@@ -861,6 +1024,16 @@ absl::Status PsHandler::Status(const v1::ServerStatusRequest& req, v1::ServerSta
         wc->set_worker(w);
         wc->set_clock(cs.clocks[w]);
       }
+      bool seeded = true, caught_up = true;
+      if (auto seed = rep->seeds.find(primary); seed != rep->seeds.end()) {
+        absl::MutexLock l(&seed->second->mu);
+        seeded = caught_up = seed->second->done;
+        for (size_t w = 0; caught_up && w < seed->second->clocks.size(); ++w) {
+          caught_up = w < cs.clocks.size() && cs.clocks[w] > seed->second->clocks[w];
+        }
+      }
+      r->set_seeded(seeded);
+      r->set_caught_up(caught_up);
     }
   }
   resp->set_push_per_sec(push);

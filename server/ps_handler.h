@@ -43,6 +43,38 @@ struct PsHandlerOptions {
   absl::Duration replication_retry = absl::Seconds(10);
 };
 
+// A job's replication as this server's part of its shard map says (PsHandler's; attached to the
+// Job so that each pushed chunk is forwarded with the state in force when it was applied).
+struct JobReplication {
+  uint64_t epoch = 0;
+  std::string self;  // This server's node_id in the map (the primary named in Replicate).
+  // As primary: the addresses of each shard's backups (empty: none).
+  std::vector<std::vector<std::string>> backups;
+  // Every server backing a shard held here (each gets the end-of-step markers).
+  std::vector<std::string> backup_servers;
+  // As backup: the copies held here, by primary node_id, and the shards of each.
+  std::map<std::string, std::shared_ptr<Job>> replicas;
+  std::map<std::string, std::vector<bool>> replica_shards;
+  // As primary: the Replicate calls to each backup server, by address (see StartQueues).
+  std::map<std::string, std::shared_ptr<BackupQueue>> queues;
+  // As backup: live copies (ReplicaSeed.live), by primary: the snapshot as it arrives.
+  struct Seed {
+    absl::Mutex mu;
+    std::string bytes ABSL_GUARDED_BY(mu);      // Received so far.
+    uint64_t size ABSL_GUARDED_BY(mu) = 0;      // Announced by the first part.
+    bool done ABSL_GUARDED_BY(mu) = false;      // Loaded into the copy.
+    std::vector<int64_t> clocks ABSL_GUARDED_BY(mu);  // Each worker's clock in the snapshot.
+  };
+  std::map<std::string, std::shared_ptr<Seed>> seeds;
+  // As primary: attached to the job (rep = this); see ForwardingState.
+  ForwardingState forwarding;
+};
+
+// The job's view of `rep`'s forwarding (shares its ownership).
+inline std::shared_ptr<ForwardingState> ForwardingOf(const std::shared_ptr<JobReplication>& rep) {
+  return std::shared_ptr<ForwardingState>(rep, &rep->forwarding);
+}
+
 class PsHandler {
  public:
   using Runner = std::function<void(std::function<void()>)>;
@@ -132,20 +164,7 @@ class PsHandler {
   absl::Status RestoreForRecovery(Job& job, const v1::UpdateShardMapRequest& req);
   Totals CurrentTotals() const;
 
-  // A job's replication as this server's part of its shard map says.
-  struct Replication {
-    uint64_t epoch = 0;
-    std::string self;  // This server's node_id in the map (the primary named in Replicate).
-    // As primary: the addresses of each shard's backups (empty: none).
-    std::vector<std::vector<std::string>> backups;
-    // Every server backing a shard held here (each gets the end-of-step markers).
-    std::vector<std::string> backup_servers;
-    // As backup: the copies held here, by primary node_id, and the shards of each.
-    std::map<std::string, std::shared_ptr<Job>> replicas;
-    std::map<std::string, std::vector<bool>> replica_shards;
-    // As primary: the Replicate calls to each backup server, by address (see StartQueues).
-    std::map<std::string, std::shared_ptr<BackupQueue>> queues;
-  };
+  using Replication = JobReplication;
   // Starts a queue per backup server of `rep` (none without a forwarder); a broken queue of
   // `old` for the same backup is kept.
   void StartQueues(Replication* rep, const Replication* old = nullptr);
@@ -163,10 +182,20 @@ class PsHandler {
                                                    uint64_t epoch, uint32_t min_attempt,
                                                    const std::string& primary,
                                                    const std::string& path);
-  // After a newer map: copies whose shards this server now holds as primary are taken over by
-  // `job` (promotion); copies still backed up are kept, the rest dropped.
-  absl::Status PromoteReplicas(Job& job, const Replication& old, Replication* next);
-  // Queues the chunk `job` just applied for the backups of its shard (not a duplicate: its copy
+  // A copy of `primary`'s shards `held` starting from the initializer (a live copy then waits
+  // for its primary's snapshot).
+  absl::StatusOr<std::shared_ptr<Job>> NewCopy(const Job& job, const std::vector<bool>& held,
+                                               uint64_t epoch, uint32_t min_attempt);
+  // For a newer map giving this server the shards `held`: copies still backed up are carried
+  // into `next`; copies of shards now held here as primary (a promotion, or a shard moved here)
+  // are to be taken over by the job (*adopt), the rest dropped. FAILED_PRECONDITION when such a
+  // copy is a live one still waiting for its snapshot.
+  absl::Status PlanAdoptions(const Job& job, const Replication& old,
+                             const std::vector<bool>& held, Replication* next,
+                             std::vector<Job::MapChange::Adoption>* adopt);
+  // A part of a live copy's snapshot (ReplicateRequest.seed); the last part loads it.
+  absl::Status ReceiveSeed(const v1::ReplicateRequest& req, Job& copy, JobReplication::Seed& seed);
+  // Queues the chunk `job` just applied (then Ends applied.forwarding) for the backups of its shard (not a duplicate: its copy
   // went when it was applied, or a copy made since holds it), the step's end for every backup
   // server, and at a push's last chunk waits until they have it all. UNAVAILABLE naming the
   // backup when one cannot be reached.

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -627,6 +628,209 @@ TEST(ReplicationTest, NewCopiesFromACheckpointSurviveASecondLoss) {
   std::vector<float> expected(8000);
   ASSERT_TRUE((*ref)->Pull(7, {{{"w", expected.data()}}, {}}).ok());
   EXPECT_EQ(got, expected);
+}
+
+// A live shard move: while two workers train (BSP push-pulls), shard 0 moves from s0 to s1.
+// Map 2 gives it a live copy on s1 (a snapshot s0 takes as the map takes effect there, then every
+// update forwarded); once the copy has caught up, map 3 makes s1 its primary. The workers only
+// refresh their map; nobody stops. Gradients are small integers and SGD's rate 0.5, so the
+// final weights show exactly how many times each push landed, whatever the order.
+TEST(ShardMoveTest, AShardMovesWhileTwoWorkersTrainAndEveryPushLandsOnce) {
+  InProcessCluster cluster(2);
+  ASSERT_TRUE(cluster.status().ok());
+  for (int i = 0; i < 2; ++i) cluster.server(i)->handler()->set_node_id("s" + std::to_string(i));
+  auto w = DenseSpec("w", {64, 500}, kSgd, 500);
+  constexpr int kSteps = 400;
+  constexpr size_t kElems = 32000;
+  absl::Mutex map_mu;
+  v1::ShardMap current = cluster.Map("job", 1);
+  PsClientOptions opts;
+  opts.call_timeout = absl::Seconds(30);
+  opts.refresh_shard_map = [&]() -> absl::StatusOr<v1::ShardMap> {
+    absl::MutexLock l(&map_mu);
+    return current;
+  };
+  std::unique_ptr<PsClient> clients[2];
+  for (uint32_t r = 0; r < 2; ++r) {
+    auto c = cluster.Client("job", {w}, r, opts);
+    ASSERT_TRUE(c.ok()) << c.status();
+    clients[r] = std::move(*c);
+  }
+  ASSERT_TRUE(clients[0]->CreateTables(Mode(v1::ConsistencySpec::BSP), 2).ok());
+  auto grad = [](int step, int rank) { return static_cast<float>(1 + (step + rank) % 3); };
+  std::atomic<int> done[2] = {0, 0};
+  absl::Status result[2];
+  std::vector<std::thread> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.emplace_back([&, r] {
+      std::vector<float> g(kElems), got(kElems);
+      for (int step = 0; step < kSteps; ++step) {
+        std::fill(g.begin(), g.end(), grad(step, r));
+        absl::Status st = clients[r]->PushPull(step, {{{"w", g.data()}}, {}},
+                                               {{{"w", got.data()}}, {}});
+        if (!st.ok()) {
+          result[r] = st;
+          return;
+        }
+        done[r] = step + 1;
+      }
+    });
+  }
+  auto wait_for = [&](int steps) {
+    const absl::Time until = absl::Now() + absl::Seconds(60);
+    while ((done[0] < steps || done[1] < steps) && absl::Now() < until && result[0].ok() &&
+           result[1].ok()) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  };
+  auto update = [&](int server, const v1::ShardMap& map, bool seed_backups, bool live_copy) {
+    v1::UpdateShardMapRequest req;
+    *req.mutable_map() = map;
+    req.set_self("s" + std::to_string(server));
+    req.set_seed_new_backups(seed_backups);
+    if (live_copy) {
+      v1::ReplicaSeed* seed = req.add_copy_from();
+      seed->set_primary("s0");
+      seed->set_live(true);
+    }
+    v1::UpdateShardMapResponse resp;
+    return cluster.server(server)->handler()->UpdateShardMap(req, &resp);
+  };
+  auto publish = [&](const v1::ShardMap& map) {
+    absl::MutexLock l(&map_mu);
+    current = map;
+  };
+  wait_for(20);
+
+  // Map 2: s1 takes a live copy of shard 0 (the target first, so it waits for the snapshot).
+  v1::ShardMap map2 = current;
+  map2.set_epoch(2);
+  map2.mutable_assignments(0)->add_backups("s1");
+  publish(map2);
+  ASSERT_TRUE(update(1, map2, false, true).ok());
+  ASSERT_TRUE(update(0, map2, true, false).ok());
+  const int copied_at = std::min(done[0].load(), done[1].load());
+  v1::ReplicaOnServer copy;
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < until) {
+    v1::ServerStatusRequest sreq;
+    v1::ServerStatus st;
+    ASSERT_TRUE(cluster.server(1)->handler()->Status(sreq, &st).ok());
+    ASSERT_EQ(st.jobs(0).replicas_size(), 1);
+    copy = st.jobs(0).replicas(0);
+    if (copy.caught_up()) break;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_TRUE(copy.seeded());
+  ASSERT_TRUE(copy.caught_up());
+  EXPECT_EQ(copy.primary(), "s0");
+  ASSERT_EQ(copy.shards_size(), 1);
+  EXPECT_EQ(copy.shards(0), 0u);
+
+  // Map 3: s1 is shard 0's primary (the old primary first: it hands over what it applied).
+  v1::ShardMap map3 = map2;
+  map3.set_epoch(3);
+  map3.mutable_assignments(0)->set_primary("s1");
+  map3.mutable_assignments(0)->clear_backups();
+  publish(map3);
+  ASSERT_TRUE(update(0, map3, false, false).ok());
+  ASSERT_TRUE(update(1, map3, false, false).ok());
+  const int switched_at = std::min(done[0].load(), done[1].load());
+  for (auto& t : workers) t.join();
+  ASSERT_TRUE(result[0].ok()) << result[0];
+  ASSERT_TRUE(result[1].ok()) << result[1];
+  EXPECT_GT(copied_at, 0);
+  EXPECT_LT(switched_at, kSteps) << "the move is meant to happen while the workers train";
+
+  auto statuses = clients[0]->ServerStatuses();
+  ASSERT_TRUE(statuses.ok());
+  ASSERT_EQ(statuses->size(), 2u);
+  for (const v1::ServerStatus& st : *statuses) {
+    const auto& shards = st.jobs(0).shards();
+    const bool holds0 = std::find(shards.begin(), shards.end(), 0u) != shards.end();
+    EXPECT_EQ(holds0, st.node_id() == "s1") << st.node_id();
+    EXPECT_EQ(st.jobs(0).replicas_size(), 0) << st.node_id();
+    EXPECT_EQ(st.jobs(0).min_clock(), kSteps) << st.node_id();
+  }
+  float sum = 0;
+  for (int step = 0; step < kSteps; ++step) sum += grad(step, 0) + grad(step, 1);
+  std::vector<float> got(kElems);
+  ASSERT_TRUE(clients[0]->Pull(kSteps, {{{"w", got.data()}}, {}}).ok());
+  const auto w0 = InitialDense(w, kElems);
+  for (size_t i = 0; i < kElems; ++i) {
+    ASSERT_NEAR(got[i], w0[i] - 0.5f * sum, 1e-3) << "element " << i << " (block " << i / 500
+                                                 << ")";
+  }
+}
+
+// A live copy takes no update before its snapshot, cannot take over before it either, and
+// refuses snapshot parts that do not fit.
+TEST(ShardMoveTest, ALiveCopyRefusesWhatComesBeforeItsSnapshot) {
+  InProcessCluster cluster(2);
+  ASSERT_TRUE(cluster.status().ok());
+  for (int i = 0; i < 2; ++i) cluster.server(i)->handler()->set_node_id("s" + std::to_string(i));
+  auto w = DenseSpec("w", {64, 500}, kSgd, 500);
+  auto client = cluster.Client("job", {w});
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->CreateTables(Mode(v1::ConsistencySpec::BSP), 1).ok());
+  PsHandler* target = cluster.server(1)->handler();
+  v1::ShardMap map2 = cluster.Map("job", 2);
+  map2.mutable_assignments(0)->add_backups("s1");
+  v1::UpdateShardMapRequest req;
+  *req.mutable_map() = map2;
+  req.set_self("s1");
+  v1::ReplicaSeed* seed = req.add_copy_from();
+  seed->set_primary("s0");
+  seed->set_live(true);
+  v1::UpdateShardMapResponse resp;
+  ASSERT_TRUE(target->UpdateShardMap(req, &resp).ok());
+
+  v1::ReplicateRequest chunk;
+  chunk.set_primary("s0");
+  chunk.mutable_chunk()->mutable_tag()->set_job_id("job");
+  chunk.mutable_chunk()->mutable_tag()->set_step(0);
+  chunk.mutable_chunk()->mutable_slice()->set_table("w");
+  chunk.mutable_chunk()->set_values(std::string(2000, '\0'));
+  v1::ReplicateResponse rr;
+  absl::Status st = target->Replicate(chunk, &rr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("waiting for its snapshot"), std::string::npos) << st;
+
+  v1::ReplicateRequest part;
+  part.set_primary("s0");
+  part.mutable_chunk()->mutable_tag()->set_job_id("job");
+  part.set_seed("abcd");
+  part.set_seed_offset(8);
+  part.set_seed_size(10);
+  st = target->Replicate(part, &rr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  part.set_seed_offset(4);
+  part.set_seed_size(100);
+  st = target->Replicate(part, &rr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("before the part at 0"), std::string::npos) << st;
+  // A whole "snapshot" that is not a checkpoint is refused, naming it, and loads nothing.
+  part.set_seed(std::string(100, 'x'));
+  part.set_seed_offset(0);
+  st = target->Replicate(part, &rr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find("snapshot of s0's shards"), std::string::npos) << st;
+
+  v1::ShardMap map3 = map2;
+  map3.set_epoch(3);
+  map3.mutable_assignments(0)->set_primary("s1");
+  map3.mutable_assignments(0)->clear_backups();
+  *req.mutable_map() = map3;
+  req.clear_copy_from();
+  st = target->UpdateShardMap(req, &resp);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("has not received its snapshot"), std::string::npos) << st;
+  v1::ServerStatus status;
+  ASSERT_TRUE(target->Status(v1::ServerStatusRequest(), &status).ok());
+  EXPECT_EQ(status.jobs(0).epoch(), 2u) << "the refused map changed nothing";
+  ASSERT_EQ(status.jobs(0).replicas_size(), 1);
+  EXPECT_FALSE(status.jobs(0).replicas(0).seeded());
+  EXPECT_FALSE(status.jobs(0).replicas(0).caught_up());
 }
 
 TEST(ReplicationTest, APushIsNotAcknowledgedUntilItsBackupHasIt) {
