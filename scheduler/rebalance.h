@@ -1,0 +1,54 @@
+// Hot-shard rebalancing policy: given a job's shard map and the per-virtual-shard loads its
+// servers reported, picks at most one virtual shard to move off the job's most loaded server.
+//
+// A server's load is the sum of bytes_per_sec of the virtual shards it is primary of in the map
+// (every server of the map counts, one with no shard at 0). Nothing moves when the hottest server
+// is within `imbalance` times the mean, or within `min_bytes_per_sec` of the coldest. Otherwise
+// targets are tried coldest first, skipping any that already backs up a shard of the hot server
+// (the move seeds a fresh copy of the hot server's shards there); on the first target where some
+// shard's move strictly lowers the pair's maximum load, the shard that lowers it most is chosen.
+// Ties between servers of equal load break by node_id, between shards by the lower index.
+//
+// A pure function of its arguments: thread-safe, no I/O; applying the move (new primary, epoch
+// + 1, copy_from) is the caller's job.
+#ifndef PSCLUSTER_SCHEDULER_REBALANCE_H_
+#define PSCLUSTER_SCHEDULER_REBALANCE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "proto/common.pb.h"
+
+namespace pscluster::scheduler {
+
+struct RebalanceOptions {
+  // A server is overloaded when its load exceeds this many times the mean over the job's servers.
+  double imbalance = 1.5;
+  // Below this difference (bytes/s) between the hottest and the coldest server nothing moves.
+  double min_bytes_per_sec = 1 << 20;
+};
+
+// One virtual shard to hand from its primary to another server of the same map.
+struct ShardMove {
+  uint32_t shard = 0;        // Virtual shard index.
+  std::string from;          // node_id of its current primary (the hottest server).
+  std::string to;            // node_id of the target server.
+  double bytes_per_sec = 0;  // The shard's measured load.
+  double from_load = 0;      // Load of `from` before the move (bytes/s).
+  double to_load = 0;        // Load of `to` before the move (bytes/s).
+};
+
+// Picks at most one move of a hot virtual shard of `map`'s job, off its most loaded server, to a
+// less loaded server of the same map, or nullopt when the job is balanced enough (or has fewer
+// than 2 servers). Only `loads` of `map.job_id()` with shard < num_virtual_shards count; reports
+// of the same shard are summed; non-finite or negative bytes_per_sec are ignored. Assignments
+// whose primary is not in `map.servers()` are ignored.
+std::optional<ShardMove> PickShardMove(const v1::ShardMap& map,
+                                       const std::vector<v1::ShardLoad>& loads,
+                                       const RebalanceOptions& options = {});
+
+}  // namespace pscluster::scheduler
+
+#endif  // PSCLUSTER_SCHEDULER_REBALANCE_H_
