@@ -46,6 +46,7 @@
 #include "scheduler/cluster_rpc.h"
 #include "scheduler/node_registry.h"
 #include "scheduler/placement.h"
+#include "scheduler/rebalance.h"
 #include "scheduler/store.h"
 
 namespace pscluster::scheduler {
@@ -66,6 +67,13 @@ struct SchedulerOptions {
   absl::Duration startup_grace = absl::ZeroDuration();  // 0 = one lease.
   // Recoveries per job from lost nodes; one more loss fails it (0 = a lost node fails the job).
   int max_recoveries = 3;
+  // Live shard moves (MoveShard, and the rebalancer's): how long a target's copy may take to
+  // catch up with the primary before the move is given up.
+  absl::Duration move_copy_timeout = absl::Seconds(60);
+  // Rebalancing: how often running jobs' shard loads are looked at (0 = never), and when a
+  // server counts as overloaded (see rebalance.h). A job moves at most one shard per look.
+  absl::Duration rebalance_every = absl::ZeroDuration();
+  RebalanceOptions rebalance;
   std::string version = "0.1.0";
 };
 
@@ -99,6 +107,11 @@ class Scheduler {
                               v1::ReportProgressResponse* resp);
   absl::Status ClusterStatus(const v1::ClusterStatusRequest& req,
                              v1::ClusterStatusResponse* resp);
+  absl::Status MoveShard(const v1::MoveShardRequest& req, v1::MoveShardResponse* resp);
+
+  // Carries out the queued shard moves (and, when due, the rebalancer's look), one after the
+  // other; the moves thread calls it (tests call it directly).
+  void RunMoves();
 
   // The scheduler's metrics (nodes by role and state, jobs by state, running jobs' progress,
   // call counters), for a MetricsHttpServer; RenderMetrics() is their Prometheus text.
@@ -202,6 +215,16 @@ class Scheduler {
   // Whether one of `workers` (live, reachable) still runs a task of `job_id`.
   bool WorkerStillRuns(const std::vector<std::string>& workers, const std::string& job_id);
   void PersistProgress();
+  void MoveLoop();
+  // Queues the moves the rebalancer picks for running jobs from their servers' shard loads.
+  void Rebalance();
+  // Moves the queued shard move of `job_id`: map 1 gives the target a live copy, map 2 (once
+  // it has caught up) makes it the primary. Records the outcome in the job.
+  void ExecuteMove(const std::string& job_id);
+  // Queues a move of `job`'s `shard` to `to` (checks as MoveShard documents).
+  absl::Status QueueMove(JobRecord& rec, uint32_t shard, const std::string& to,
+                         const std::string& reason, v1::ShardMove* queued)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Under mu_.
   JobRecord* FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -249,6 +272,9 @@ class Scheduler {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loop_;
   std::thread poll_loop_;
+  std::thread move_loop_;
+  bool moves_wanted_ ABSL_GUARDED_BY(mu_) = false;  // MoveShard queued one: RunMoves now.
+  absl::Time next_rebalance_ ABSL_GUARDED_BY(mu_);
 
   // Metrics; the counters belong to metrics_ (set by RegisterMetrics(), never null after).
   MetricsRegistry metrics_;
@@ -259,6 +285,8 @@ class Scheduler {
   Counter* recoveries_ = nullptr;
   Counter* handovers_ = nullptr;
   Counter* promotions_ = nullptr;
+  Counter* moves_done_ = nullptr;
+  Counter* moves_failed_ = nullptr;
 };
 
 }  // namespace pscluster::scheduler

@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "scheduler/job_state.h"
 #include "scheduler/progress.h"
+#include "scheduler/parallel.h"
 #include "scheduler/recovery.h"
 #include "scheduler/scheduler.h"
 
@@ -19,8 +20,6 @@ namespace pscluster::scheduler {
 namespace {
 
 constexpr int kMaxCleanupAttempts = 3;
-// Calls to different nodes run side by side, so one slow node costs one deadline, not many.
-constexpr size_t kMaxParallelCalls = 32;
 constexpr absl::Duration kCleanupRetry = absl::Seconds(1);
 // How often a job's DropJob looks again whether its workers have stopped.
 constexpr absl::Duration kStopRecheck = absl::Milliseconds(100);
@@ -35,22 +34,6 @@ bool IsLive(const v1::NodeStatus& n) {
   return n.state() == v1::NODE_ALIVE || n.state() == v1::NODE_SUSPECT;
 }
 
-// Runs fn(0) ... fn(n - 1) on up to kMaxParallelCalls threads and returns when all are done.
-void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
-  if (n <= 1) {
-    if (n == 1) fn(0);
-    return;
-  }
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> threads;
-  for (size_t t = 0; t < std::min(n, kMaxParallelCalls); ++t) {
-    threads.emplace_back([&] {
-      for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
-
 }  // namespace
 
 void Scheduler::Start() {
@@ -61,6 +44,7 @@ void Scheduler::Start() {
   }
   loop_ = std::thread([this] { Loop(); });
   poll_loop_ = std::thread([this] { PollLoop(); });
+  move_loop_ = std::thread([this] { MoveLoop(); });
 }
 
 void Scheduler::Stop() {
@@ -70,6 +54,7 @@ void Scheduler::Stop() {
   }
   if (loop_.joinable()) loop_.join();
   if (poll_loop_.joinable()) poll_loop_.join();
+  if (move_loop_.joinable()) move_loop_.join();
   // Progress reported since the last write.
   absl::MutexLock l(&mu_);
   for (auto& [id, rec] : jobs_) {

@@ -34,6 +34,15 @@ ABSL_FLAG(int32_t, max_recoveries, 3,
           "another worker, or a rollback to its newest complete checkpoint); one more loss "
           "fails it (0 = a lost node fails its job)");
 ABSL_FLAG(int64_t, rpc_timeout_ms, 5000, "deadline of calls to servers and workers");
+ABSL_FLAG(int64_t, rebalance_every_ms, 60000,
+          "look at running jobs' shard loads this often and move a hot virtual shard off an "
+          "overloaded server, live (0 = never)");
+ABSL_FLAG(double, rebalance_imbalance, 1.5,
+          "a server is overloaded when its bytes/s exceed this many times its job's mean");
+ABSL_FLAG(double, rebalance_min_mb_per_sec, 1.0,
+          "below this difference (MB/s) between a job's busiest and idlest server nothing moves");
+ABSL_FLAG(int64_t, move_copy_timeout_ms, 60000,
+          "a shard move is given up when the target's copy has not caught up within this long");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain (enables TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -87,6 +96,22 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError("--max_recoveries: must be >= 0"));
   }
   options.scheduler.max_recoveries = max_recoveries;
+  const int64_t rebalance_ms = absl::GetFlag(FLAGS_rebalance_every_ms);
+  if (rebalance_ms < 0) return Fail(absl::InvalidArgumentError("--rebalance_every_ms: must be >= 0"));
+  options.scheduler.rebalance_every = absl::Milliseconds(rebalance_ms);
+  const double imbalance = absl::GetFlag(FLAGS_rebalance_imbalance);
+  if (!(imbalance >= 1.0)) {
+    return Fail(absl::InvalidArgumentError("--rebalance_imbalance: must be >= 1"));
+  }
+  options.scheduler.rebalance.imbalance = imbalance;
+  const double min_mb = absl::GetFlag(FLAGS_rebalance_min_mb_per_sec);
+  if (!(min_mb >= 0)) {
+    return Fail(absl::InvalidArgumentError("--rebalance_min_mb_per_sec: must be >= 0"));
+  }
+  options.scheduler.rebalance.min_bytes_per_sec = min_mb * 1e6;
+  const int64_t copy_ms = absl::GetFlag(FLAGS_move_copy_timeout_ms);
+  if (copy_ms < 100) return Fail(absl::InvalidArgumentError("--move_copy_timeout_ms: must be >= 100"));
+  options.scheduler.move_copy_timeout = absl::Milliseconds(copy_ms);
   int64_t rpc_ms = absl::GetFlag(FLAGS_rpc_timeout_ms);
   if (rpc_ms < 10) return Fail(absl::InvalidArgumentError("--rpc_timeout_ms: must be >= 10"));
   options.rpc_timeout = absl::Milliseconds(rpc_ms);

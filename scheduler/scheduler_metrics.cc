@@ -120,6 +120,12 @@ void Scheduler::RegisterMetrics() {
   promotions_ = metrics_.AddCounter(
       "pscluster_scheduler_backup_promotions_total",
       "Lost servers whose shards' backups took over with no rollback (replication > 1).");
+  moves_done_ = metrics_.AddCounter(
+      "pscluster_scheduler_shard_moves_total",
+      "Virtual shards moved live to another server (MoveShard and the rebalancer).");
+  moves_failed_ = metrics_.AddCounter(
+      "pscluster_scheduler_shard_moves_failed_total",
+      "Live shard moves given up (the shard stayed on its server).");
   metrics_.AddGaugeCallback("pscluster_scheduler_info", "The scheduler's version.", [this] {
     return std::vector<Sample>{{absl::StrCat("version=\"", Escape(options_.version), "\""), 1}};
   });

@@ -66,6 +66,12 @@ grpc::ServerUnaryReactor* SchedulerService::ReportProgress(grpc::CallbackServerC
   return Done(ctx, handler_->ReportProgress(*req, resp));
 }
 
+grpc::ServerUnaryReactor* SchedulerService::MoveShard(grpc::CallbackServerContext* ctx,
+                                                      const v1::MoveShardRequest* req,
+                                                      v1::MoveShardResponse* resp) {
+  return Done(ctx, handler_->MoveShard(*req, resp));
+}
+
 grpc::ServerUnaryReactor* SchedulerService::ClusterStatus(grpc::CallbackServerContext* ctx,
                                                           const v1::ClusterStatusRequest* req,
                                                           v1::ClusterStatusResponse* resp) {

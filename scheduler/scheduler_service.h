@@ -43,6 +43,9 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   grpc::ServerUnaryReactor* ClusterStatus(grpc::CallbackServerContext* ctx,
                                           const v1::ClusterStatusRequest* req,
                                           v1::ClusterStatusResponse* resp) override;
+  grpc::ServerUnaryReactor* MoveShard(grpc::CallbackServerContext* ctx,
+                                      const v1::MoveShardRequest* req,
+                                      v1::MoveShardResponse* resp) override;
 
  private:
   Scheduler* const handler_;

@@ -83,6 +83,20 @@ absl::StatusOr<v1::CancelJobResponse> SchedulerClient::CancelJob(const std::stri
   return resp;
 }
 
+absl::StatusOr<v1::MoveShardResponse> SchedulerClient::MoveShard(const std::string& job_id,
+                                                                 uint32_t shard,
+                                                                 const std::string& to) {
+  auto ctx = Context(options_);
+  v1::MoveShardRequest req;
+  req.set_job_id(job_id);
+  req.set_shard(shard);
+  req.set_to(to);
+  v1::MoveShardResponse resp;
+  absl::Status s = Explain(stub_->MoveShard(ctx.get(), req, &resp), "MoveShard");
+  if (!s.ok()) return s;
+  return resp;
+}
+
 absl::StatusOr<v1::ShardMap> SchedulerClient::GetShardMap(const std::string& job_id) {
   auto ctx = Context(options_);
   v1::GetShardMapRequest req;

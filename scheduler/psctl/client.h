@@ -26,6 +26,8 @@ class SchedulerClient {
   absl::StatusOr<v1::SubmitJobResponse> SubmitJob(const v1::SubmitJobRequest& req);
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(bool include_finished);
+  absl::StatusOr<v1::MoveShardResponse> MoveShard(const std::string& job_id, uint32_t shard,
+                                                  const std::string& to);
   absl::StatusOr<v1::CancelJobResponse> CancelJob(const std::string& job_id,
                                                   const std::string& reason);
   absl::StatusOr<v1::ShardMap> GetShardMap(const std::string& job_id);

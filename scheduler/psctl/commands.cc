@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "absl/random/random.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -22,6 +23,8 @@ constexpr char kUsage[] =
     "  cancel JOB [--reason=TEXT]  stop a job\n"
     "  nodes                       servers and workers, liveness and load\n"
     "  shards JOB                  a job's shard map and per-shard load\n"
+    "  move-shard JOB SHARD SERVER move a virtual shard of a running job to another of its\n"
+    "                              servers while it trains, and follow the move to its end\n"
     "  up --local [--detach]       run a local cluster (scheduler, 2 servers, 2 workers) and\n"
     "                              the example job on it\n"
     "  down                        stop a cluster started with up --local --detach\n"
@@ -88,6 +91,56 @@ int Submit(const PsctlOptions& o, SchedulerClient& client, const std::string& fi
     Print(o, *job, out);
   }
   return ExitFor(*job);
+}
+
+// Queues the move, then follows it until it is done or given up.
+int MoveShard(const PsctlOptions& o, SchedulerClient& client, const std::string& job_id,
+              uint32_t shard, const std::string& to, std::ostream& out, std::ostream& err) {
+  auto queued = client.MoveShard(job_id, shard, to);
+  if (!queued.ok()) return Fail(err, queued.status());
+  const v1::ShardMove& q = queued->move();
+  if (o.output != OutputFormat::kTable) {
+    Print(o, *queued, out);
+    return 0;
+  }
+  out << "moving shard " << q.shard() << " of " << job_id << " from " << q.from() << " to "
+      << q.to() << std::endl;
+  v1::ShardMoveState shown = q.state();
+  while (true) {
+    if (o.interrupt != nullptr && o.interrupt->requested.load()) {
+      err << "psctl: stopped following the move (the scheduler carries it on)" << std::endl;
+      return 130;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+    auto job = client.GetJob(job_id);
+    if (!job.ok()) return Fail(err, job.status());
+    const v1::ShardMove* m = nullptr;
+    for (const v1::ShardMove& each : job->moves()) {
+      if (each.requested_unix_ms() == q.requested_unix_ms() && each.shard() == q.shard()) {
+        m = &each;
+      }
+    }
+    if (m == nullptr) {
+      err << "psctl: the move is no longer listed in " << job_id << std::endl;
+      return 1;
+    }
+    if (m->state() == shown) continue;
+    shown = m->state();
+    switch (shown) {
+      case v1::MOVE_COPYING:
+        out << "  copying: " << to << " takes a live copy and catches up" << std::endl;
+        break;
+      case v1::MOVE_DONE:
+        out << "  done: " << m->result() << "; " << to << " is the primary (map epoch "
+            << m->epoch() << ")" << std::endl;
+        return 0;
+      case v1::MOVE_FAILED:
+        err << "psctl: the move was given up: " << m->result() << std::endl;
+        return 1;
+      default:
+        break;
+    }
+  }
 }
 
 int Status(const PsctlOptions& o, SchedulerClient& client, const std::string& job_id,
@@ -242,6 +295,14 @@ int RunPsctl(const PsctlOptions& o, const std::vector<std::string>& args, std::o
     if (st.ok()) loads.assign(st->shard_loads().begin(), st->shard_loads().end());
     out << ShardsTable(*map, loads);
     return 0;
+  }
+  if (cmd == "move-shard") {
+    if (!want_args(3, "JOB SHARD SERVER: psctl move-shard job-1 7 s-2")) return 2;
+    uint32_t shard = 0;
+    if (!absl::SimpleAtoi(args[2], &shard)) {
+      return Usage(err, absl::StrCat("move-shard: SHARD '", args[2], "' is not a shard number"));
+    }
+    return MoveShard(o, c, args[1], shard, args[3], out, err);
   }
   return Usage(err, absl::StrCat("unknown command '", cmd, "'"));
 }

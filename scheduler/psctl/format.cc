@@ -250,6 +250,20 @@ std::string JobDetail(const v1::Job& j, const std::vector<v1::NodeStatus>& nodes
                                               " checkpoint file(s) of step ", r.start_step())});
     }
   }
+  if (!j.moves().empty()) {
+    const v1::ShardMove& m = *j.moves().rbegin();
+    std::string state;
+    switch (m.state()) {
+      case v1::MOVE_QUEUED: state = "queued"; break;
+      case v1::MOVE_COPYING: state = "copying"; break;
+      case v1::MOVE_DONE: state = absl::StrCat("done ", Ago(m.finished_unix_ms(), now_ms), ", ", m.result()); break;
+      case v1::MOVE_FAILED: state = absl::StrCat("given up ", Ago(m.finished_unix_ms(), now_ms), ": ", m.result()); break;
+      default: state = "?"; break;
+    }
+    kv.Add({"Shard moves:", absl::StrCat(j.shard_moves(), " done; last: shard ", m.shard(), " ",
+                                         named(m.from()), " -> ", named(m.to()), " ", state,
+                                         " (", m.reason(), ")")});
+  }
   std::vector<std::string> servers;
   for (const std::string& s : j.servers()) servers.push_back(named(s));
   kv.Add({"Servers:", servers.empty() ? "-" : absl::StrJoin(servers, ", ")});

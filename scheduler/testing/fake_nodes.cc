@@ -52,9 +52,21 @@ grpc::ServerUnaryReactor* FakeParameterServer::Status(grpc::CallbackServerContex
       c->set_worker(w);
       c->set_clock(clocks_[w]);
     }
+    if (!copy_of_.empty()) {
+      v1::ReplicaOnServer* r = j->add_replicas();
+      r->set_primary(copy_of_);
+      r->set_seeded(copy_caught_up_);
+      r->set_caught_up(copy_caught_up_);
+    }
     break;
   }
   return Done(ctx, grpc::Status::OK);
+}
+
+void FakeParameterServer::SetCopyOf(const std::string& primary, bool caught_up) {
+  absl::MutexLock l(&mu_);
+  copy_of_ = primary;
+  copy_caught_up_ = caught_up;
 }
 
 grpc::ServerUnaryReactor* FakeParameterServer::Checkpoint(grpc::CallbackServerContext* ctx,

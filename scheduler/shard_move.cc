@@ -1,0 +1,387 @@
+// Live shard moves (design section 5): MoveShard queues one, the moves thread carries it out
+// with two shard maps, and the rebalancer queues moves of hot shards off overloaded servers.
+//
+//   map 1: the target backs the shard with a live copy. The target takes the map first (its
+//          copy waits for a snapshot), then the primary, which snapshots its shards as the map
+//          takes effect there and forwards every update it applies from then on; then the rest.
+//   wait:  until the target's copy has its snapshot and every worker has completed a step on it
+//          since (ReplicaOnServer.caught_up): no round that began before the snapshot can come
+//          again.
+//   map 2: the target is the shard's primary. The old primary takes it first (it stops applying
+//          the shard's chunks and hands the target everything it applied), then the rest; the
+//          target takes its copy over atomically with the map.
+// Workers never stop: a server that moved past their map refuses their round, they fetch the new
+// map and send it again, and the exactly-once tags drop what already landed.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "scheduler/job_state.h"
+#include "scheduler/parallel.h"
+#include "scheduler/scheduler.h"
+
+namespace pscluster::scheduler {
+namespace {
+
+constexpr int kMovesKept = 16;
+// How often a copy's progress is looked at while it catches up.
+constexpr absl::Duration kCopyPoll = absl::Milliseconds(20);
+// How long the moves thread sleeps when neither a move nor the rebalancer is due.
+constexpr absl::Duration kIdleWait = absl::Seconds(1);
+
+std::shared_ptr<spdlog::logger> Log() { return Logger("scheduler"); }
+
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+v1::ShardAssignment* AssignmentOf(v1::ShardMap& map, uint32_t shard) {
+  for (auto& a : *map.mutable_assignments()) {
+    if (a.shard() == shard) return &a;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::Status Scheduler::QueueMove(JobRecord& rec, uint32_t shard, const std::string& to,
+                                  const std::string& reason, v1::ShardMove* queued) {
+  const v1::Job& job = rec.job;
+  if (job.state() != v1::JOB_RUNNING || rec.shard_map.epoch() == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job_id: job ", job.job_id(), " is ", JobStateName(job.state()),
+        "; only a running job's shards move"));
+  }
+  if (job.spec().consistency().aggregate()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job_id: job ", job.job_id(), " aggregates its pushes (consistency.aggregate); its "
+        "shards do not move live"));
+  }
+  if (job.spec().replication() > 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job_id: job ", job.job_id(), " keeps ", job.spec().replication(),
+        " copies of every shard (replication); its shards do not move live"));
+  }
+  for (const v1::ShardMove& m : job.moves()) {
+    if (m.state() == v1::MOVE_QUEUED || m.state() == v1::MOVE_COPYING) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job_id: job ", job.job_id(), " is already moving shard ", m.shard(), " from ",
+          m.from(), " to ", m.to(), "; one move at a time"));
+    }
+  }
+  if (shard >= rec.shard_map.num_virtual_shards()) {
+    return absl::InvalidArgumentError(absl::StrCat("shard: ", shard, " is out of range (job ",
+                                                   job.job_id(), " has ",
+                                                   rec.shard_map.num_virtual_shards(),
+                                                   " virtual shards)"));
+  }
+  std::vector<std::string> servers;
+  for (const v1::ServerEndpoint& ep : rec.shard_map.servers()) servers.push_back(ep.node_id());
+  if (std::find(servers.begin(), servers.end(), to) == servers.end()) {
+    return absl::FailedPreconditionError(absl::StrCat("to: ", to, " is not one of job ",
+                                                      job.job_id(), "'s servers (",
+                                                      absl::StrJoin(servers, ", "), ")"));
+  }
+  v1::ShardMap& map = rec.shard_map;
+  const v1::ShardAssignment* a = AssignmentOf(map, shard);
+  if (a == nullptr) return absl::InternalError("the job's shard map lacks a shard");  // Own bug.
+  if (a->primary() == to) {
+    return absl::FailedPreconditionError(absl::StrCat("to: ", to, " already holds shard ",
+                                                      shard, " of job ", job.job_id()));
+  }
+  v1::ShardMove move;
+  move.set_shard(shard);
+  move.set_from(a->primary());
+  move.set_to(to);
+  move.set_state(v1::MOVE_QUEUED);
+  move.set_reason(reason);
+  move.set_requested_unix_ms(absl::ToUnixMillis(clock_->Now()));
+  auto* moves = rec.job.mutable_moves();
+  *moves->Add() = move;
+  if (moves->size() > kMovesKept) moves->DeleteSubrange(0, moves->size() - kMovesKept);
+  (void)Persist(rec);
+  moves_wanted_ = true;
+  *queued = move;
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::MoveShard(const v1::MoveShardRequest& req, v1::MoveShardResponse* resp) {
+  if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
+  if (req.to().empty()) return absl::InvalidArgumentError("to: the target server's node id is required");
+  if (req.reason().size() > 4096) return absl::InvalidArgumentError("reason: longer than 4096 bytes");
+  absl::MutexLock l(&mu_);
+  JobRecord* rec = FindJob(req.job_id());
+  if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
+  absl::Status s = QueueMove(*rec, req.shard(), req.to(),
+                             req.reason().empty() ? "requested by psctl" : req.reason(),
+                             resp->mutable_move());
+  if (s.ok()) {
+    Log()->info("job {}: move of shard {} from {} to {} queued ({})", req.job_id(), req.shard(),
+                resp->move().from(), req.to(), resp->move().reason());
+  }
+  return s;
+}
+
+void Scheduler::MoveLoop() {
+  while (true) {
+    {
+      absl::MutexLock l(&mu_);
+      auto due = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || moves_wanted_;
+      };
+      absl::Duration wait = kIdleWait;
+      if (options_.rebalance_every > absl::ZeroDuration()) {
+        wait = std::min(wait, std::max(absl::ZeroDuration(), next_rebalance_ - clock_->Now()));
+      }
+      mu_.AwaitWithTimeout(absl::Condition(&due), wait);
+      if (stopping_) return;
+    }
+    RunMoves();
+  }
+}
+
+void Scheduler::RunMoves() {
+  bool rebalance = false;
+  {
+    absl::MutexLock l(&mu_);
+    moves_wanted_ = false;
+    if (options_.rebalance_every > absl::ZeroDuration() && clock_->Now() >= next_rebalance_) {
+      // The first look waits a whole period: loads need a few heartbeats to mean anything.
+      if (next_rebalance_ != absl::Time()) rebalance = true;
+      next_rebalance_ = clock_->Now() + options_.rebalance_every;
+    }
+  }
+  if (rebalance) Rebalance();
+  std::vector<std::string> queued;
+  {
+    absl::MutexLock l(&mu_);
+    for (const std::string& id : order_) {
+      const v1::Job& job = jobs_[id].job;
+      if (!job.moves().empty() && job.moves().rbegin()->state() == v1::MOVE_QUEUED) {
+        queued.push_back(id);
+      }
+    }
+  }
+  for (const std::string& id : queued) ExecuteMove(id);
+}
+
+void Scheduler::Rebalance() {
+  const std::vector<v1::ShardLoad> loads = registry_.ShardLoads();
+  absl::MutexLock l(&mu_);
+  for (const std::string& id : order_) {
+    JobRecord& rec = jobs_[id];
+    const v1::Job& job = rec.job;
+    if (job.state() != v1::JOB_RUNNING || job.spec().consistency().aggregate() ||
+        job.spec().replication() > 1) {
+      continue;
+    }
+    std::optional<ShardMove> pick = PickShardMove(rec.shard_map, loads, options_.rebalance);
+    if (!pick.has_value()) continue;
+    const std::string why = absl::StrFormat(
+        "rebalance: %s carried %.1f MB/s against %.1f MB/s on %s; shard %u carried %.1f MB/s",
+        pick->from, pick->from_load / 1e6, pick->to_load / 1e6, pick->to, pick->shard,
+        pick->bytes_per_sec / 1e6);
+    v1::ShardMove queued;
+    absl::Status s = QueueMove(rec, pick->shard, pick->to, why, &queued);
+    if (s.ok()) {
+      Log()->info("job {}: {}; moving it", id, why);
+    } else {
+      Log()->debug("job {}: rebalancer's move not queued: {}", id, s);
+    }
+  }
+}
+
+void Scheduler::ExecuteMove(const std::string& job_id) {
+  v1::ShardMove move;
+  v1::ShardMap before, copying;
+  absl::flat_hash_map<std::string, std::string> address;
+  // Updates the job's last move (if it is still this one) and persists.
+  auto record = [&](const std::function<void(v1::ShardMove*)>& edit) {
+    JobRecord* rec = FindJob(job_id);
+    if (rec == nullptr || rec->job.moves().empty()) return;
+    v1::ShardMove* last = rec->job.mutable_moves(rec->job.moves_size() - 1);
+    if (last->requested_unix_ms() != move.requested_unix_ms() || last->shard() != move.shard()) {
+      return;
+    }
+    edit(last);
+    (void)Persist(*rec);
+  };
+  auto give_up = [&](const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    record([&](v1::ShardMove* m) {
+      m->set_state(v1::MOVE_FAILED);
+      m->set_result(why);
+      m->set_finished_unix_ms(absl::ToUnixMillis(clock_->Now()));
+    });
+    moves_failed_->Add();
+    Log()->warn("job {}: move of shard {} from {} to {} given up: {}", job_id, move.shard(),
+                move.from(), move.to(), why);
+  };
+  {
+    absl::MutexLock l(&mu_);
+    JobRecord* rec = FindJob(job_id);
+    if (rec == nullptr || rec->job.moves().empty()) return;
+    move = *rec->job.moves().rbegin();
+    if (move.state() != v1::MOVE_QUEUED) return;
+    if (rec->job.state() != v1::JOB_RUNNING) {
+      give_up(absl::StrCat("the job is ", JobStateName(rec->job.state())));
+      return;
+    }
+    before = rec->shard_map;
+    v1::ShardAssignment* a = AssignmentOf(before, move.shard());
+    if (a == nullptr || a->primary() != move.from() ||
+        std::find(a->backups().begin(), a->backups().end(), move.to()) != a->backups().end()) {
+      give_up("the shard map changed since the move was queued");
+      return;
+    }
+    for (const v1::ServerEndpoint& ep : before.servers()) address[ep.node_id()] = ep.address();
+    copying = before;
+    copying.set_epoch(before.epoch() + 1);
+    AssignmentOf(copying, move.shard())->add_backups(move.to());
+    rec->shard_map = copying;
+    rec->job.set_shard_map_epoch(copying.epoch());
+    (void)Persist(*rec, &copying);
+    record([&](v1::ShardMove* m) { m->set_state(v1::MOVE_COPYING); });
+  }
+  Log()->info("job {}: moving shard {} from {} to {}: live copy (map epoch {})", job_id,
+              move.shard(), move.from(), move.to(), copying.epoch());
+  // Sends `map` to `first` (if any), then to every other server of `map` but `done` at once.
+  auto install = [&](const v1::ShardMap& map, const std::string& first,
+                     const std::function<void(v1::UpdateShardMapRequest*)>& extra,
+                     const std::string& done = "") {
+    auto request = [&](const std::string& node) {
+      v1::UpdateShardMapRequest req;
+      *req.mutable_map() = map;
+      req.set_self(node);
+      extra(&req);
+      return req;
+    };
+    if (!first.empty()) {
+      absl::Status s = rpc_->UpdateShardMap(address[first], request(first));
+      if (!s.ok()) return absl::Status(s.code(), absl::StrCat("server ", first, ": ", s.message()));
+    }
+    std::vector<std::string> rest;
+    for (const v1::ServerEndpoint& ep : map.servers()) {
+      if (ep.node_id() != first && ep.node_id() != done) rest.push_back(ep.node_id());
+    }
+    std::vector<absl::Status> status(rest.size());
+    ParallelFor(rest.size(), [&](size_t i) {
+      status[i] = rpc_->UpdateShardMap(address[rest[i]], request(rest[i]));
+    });
+    for (size_t i = 0; i < rest.size(); ++i) {
+      if (!status[i].ok()) {
+        return absl::Status(status[i].code(),
+                            absl::StrCat("server ", rest[i], ": ", status[i].message()));
+      }
+    }
+    return absl::OkStatus();
+  };
+  // Map 1: the target's live copy first, then the primary's snapshot.
+  // Real time: these measure (and bound) how fast the servers are, whatever the scheduler's clock.
+  const absl::Time t0 = absl::Now();
+  absl::Status s = install(copying, move.to(), [&](v1::UpdateShardMapRequest* req) {
+    if (req->self() == move.to()) {
+      v1::ReplicaSeed* seed = req->add_copy_from();
+      seed->set_primary(move.from());
+      seed->set_live(true);
+    }
+  });
+  if (s.ok()) {
+    s = install(
+        copying, move.from(),
+        [&](v1::UpdateShardMapRequest* req) {
+          req->set_seed_new_backups(req->self() == move.from());
+        },
+        /*done=*/move.to());
+  }
+  // Until the copy has caught up.
+  while (s.ok()) {
+    {
+      absl::MutexLock l(&mu_);
+      JobRecord* rec = FindJob(job_id);
+      if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING ||
+          rec->shard_map.epoch() != copying.epoch()) {
+        s = absl::AbortedError("the job stopped running or its shard map changed meanwhile");
+        break;
+      }
+    }
+    auto st = rpc_->ServerStatus(address[move.to()], job_id);
+    bool caught_up = false;
+    if (st.ok() && st->jobs_size() == 1) {
+      for (const v1::ReplicaOnServer& r : st->jobs(0).replicas()) {
+        caught_up = caught_up || (r.primary() == move.from() && r.caught_up());
+      }
+    }
+    if (caught_up) break;
+    if (absl::Now() - t0 > options_.move_copy_timeout) {
+      s = absl::DeadlineExceededError(absl::StrCat(
+          "the copy on ", move.to(), " did not catch up within ",
+          absl::FormatDuration(options_.move_copy_timeout),
+          st.ok() ? " (every worker must complete a step after the snapshot)"
+                  : absl::StrCat(": ", st.status().message())));
+      break;
+    }
+    absl::SleepFor(kCopyPoll);
+  }
+  const absl::Time t1 = absl::Now();
+  // Map 2 switches the primary; or, when the copy could not be made, one that drops it.
+  v1::ShardMap next = copying;
+  next.set_epoch(copying.epoch() + 1);
+  v1::ShardAssignment* a = AssignmentOf(next, move.shard());
+  a->clear_backups();
+  {
+    absl::MutexLock l(&mu_);
+    JobRecord* rec = FindJob(job_id);
+    if (rec == nullptr || rec->shard_map.epoch() != copying.epoch()) {
+      // Another change of the map (a recovery) took over: it decides where the shard lives.
+      give_up(s.ok() ? "the job's shard map changed meanwhile" : std::string(s.message()));
+      return;
+    }
+    const bool running = rec->job.state() == v1::JOB_RUNNING;
+    if (s.ok() && running) a->set_primary(move.to());
+    rec->shard_map = next;
+    rec->job.set_shard_map_epoch(next.epoch());
+    (void)Persist(*rec, &next);
+    if (!running) {
+      // A recovery started meanwhile: it sends its own maps, made from this one (the shard
+      // where it was, without the copy).
+      give_up(absl::StrCat("the job is ", JobStateName(rec->job.state())));
+      return;
+    }
+  }
+  absl::Status switched = install(next, move.from(), [](v1::UpdateShardMapRequest*) {});
+  const absl::Time t2 = absl::Now();
+  absl::MutexLock l(&mu_);
+  JobRecord* rec = FindJob(job_id);
+  if (!switched.ok() && rec != nullptr && rec->job.state() == v1::JOB_RUNNING &&
+      rec->shard_map.epoch() == next.epoch()) {
+    // Some server could not take the map: the job cannot go on with two views of the shard.
+    StartRecovery(*rec, absl::StrCat("moving shard ", move.shard(), " to ", move.to(),
+                                     " failed: ", switched.message()));
+  }
+  if (!s.ok() || !switched.ok()) {
+    give_up(!s.ok() ? std::string(s.message()) : std::string(switched.message()));
+    return;
+  }
+  record([&](v1::ShardMove* m) {
+    m->set_state(v1::MOVE_DONE);
+    m->set_epoch(next.epoch());
+    m->set_copy_ms(Ms(t1 - t0));
+    m->set_switch_ms(Ms(t2 - t1));
+    m->set_finished_unix_ms(absl::ToUnixMillis(clock_->Now()));
+    m->set_result(absl::StrFormat("copied in %.0f ms, switched in %.0f ms", Ms(t1 - t0),
+                                  Ms(t2 - t1)));
+  });
+  if (rec != nullptr) {
+    rec->job.set_shard_moves(rec->job.shard_moves() + 1);
+    (void)Persist(*rec);
+  }
+  moves_done_->Add();
+  Log()->info("job {}: shard {} moved from {} to {} (map epoch {}; copy caught up in {:.0f} ms, "
+              "switch {:.0f} ms)",
+              job_id, move.shard(), move.from(), move.to(), next.epoch(), Ms(t1 - t0),
+              Ms(t2 - t1));
+  Wake();
+}
+
+}  // namespace pscluster::scheduler
