@@ -109,6 +109,7 @@ absl::StatusOr<std::unique_ptr<E2eCluster>> E2eCluster::Start(const std::string&
   lo.device = "cpu";
   lo.startup_timeout = options.startup_timeout;
   lo.scheduler_args = {"--startup_grace_ms=200", "--lease_ms=4000", "--db_sync=normal",
+                      "--rebalance_every_ms=0",
                        "--metrics_listen=127.0.0.1:0"};
   lo.scheduler_args.insert(lo.scheduler_args.end(), options.scheduler_args.begin(),
                            options.scheduler_args.end());
@@ -175,6 +176,10 @@ absl::StatusOr<v1::Job> E2eCluster::JobViaPsctl(const std::string& job_id) const
 
 absl::StatusOr<v1::Job> E2eCluster::GetJob(const std::string& job_id) const {
   return client_->GetJob(job_id);
+}
+
+absl::StatusOr<v1::ShardMap> E2eCluster::GetShardMap(const std::string& job_id) const {
+  return client_->GetShardMap(job_id);
 }
 
 absl::StatusOr<v1::ClusterStatusResponse> E2eCluster::ClusterStatus() const {

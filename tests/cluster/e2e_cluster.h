@@ -36,9 +36,10 @@ namespace pscluster::testing {
 struct E2eClusterOptions {
   int servers = 2;
   int workers = 2;
-  // Extra flags per daemon kind. The scheduler always gets a short start-up grace (so that an
-  // oversized job is refused, not queued, once the nodes are up), a 4 s lease and a /metrics
-  // endpoint on port 0; the workers one CPU thread each (the daemons share the machine's cores).
+  // Extra flags per daemon kind (later flags win). The scheduler always gets a short start-up
+  // grace (so that an oversized job is refused, not queued, once the nodes are up), a 4 s lease,
+  // no rebalancing (shards move only when a test asks) and a /metrics endpoint on port 0; the
+  // workers one CPU thread each (the daemons share the machine's cores).
   std::vector<std::string> scheduler_args;
   std::vector<std::string> server_args;
   std::vector<std::string> worker_args;
@@ -106,6 +107,7 @@ class E2eCluster {
   absl::StatusOr<v1::Job> JobViaPsctl(const std::string& job_id) const;
   // Straight from the scheduler over gRPC (for polling; 5 s deadline).
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) const;
+  absl::StatusOr<v1::ShardMap> GetShardMap(const std::string& job_id) const;
   absl::StatusOr<v1::ClusterStatusResponse> ClusterStatus() const;
   // WorkerControl.Status of a worker process ("worker-1").
   absl::StatusOr<v1::WorkerStatus> WorkerStatus(const std::string& name) const;

@@ -1,0 +1,111 @@
+// End to end with the real daemons: a virtual shard moves live between the job's two servers
+// (`psctl move-shard`) while both workers train. The target takes a live copy, catches up and
+// becomes the shard's primary; the workers only refresh their shard map. The job succeeds with
+// every update applied exactly once, and the moved shard is served by its new primary.
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster/e2e_cluster.h"
+#include "tests/cluster/exactly_once.h"
+
+namespace pscluster::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kEpochs = 8;
+constexpr int kHidden = 256;
+constexpr int kCheckpointEvery = 100;
+
+TEST(E2eMoveTest, AShardMovedWhileTheJobTrainsKeepsEveryUpdateExactlyOnce) {
+  auto cluster = E2eCluster::Start("move", E2eClusterOptions());
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  E2eCluster& c = **cluster;
+  const std::string ckpt = c.dir() + "/ckpt";
+  const std::string yaml = absl::StrCat(FashionJobYaml("moving", kEpochs, "", kHidden),
+                                        "checkpoint_every_steps: ", kCheckpointEvery, "\n",
+                                        "checkpoint_dir: ", ckpt, "\n");
+  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  const std::string id = "job-1";
+  v1::Job seen;
+  // Running, and far enough in that every shard with blocks has reported traffic.
+  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
+    auto j = c.GetJob(id);
+    if (j.ok()) seen = *j;
+    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= 150;
+  })) << seen.DebugString() << c.LogTails();
+
+  // The busiest shard moves to the other server.
+  auto map = c.GetShardMap(id);
+  ASSERT_TRUE(map.ok()) << map.status();
+  v1::ClusterStatusResponse status;
+  ASSERT_TRUE(WaitFor(absl::Seconds(30), [&] {
+    auto st = c.ClusterStatus();
+    if (!st.ok()) return false;
+    status = *st;
+    for (const auto& l : st->shard_loads()) {
+      if (l.job_id() == id && l.load().bytes_per_sec() > 0) return true;
+    }
+    return false;
+  })) << status.DebugString();
+  uint32_t shard = 0;
+  double hottest = -1;
+  for (const auto& l : status.shard_loads()) {
+    if (l.job_id() == id && l.load().bytes_per_sec() > hottest) {
+      hottest = l.load().bytes_per_sec();
+      shard = l.shard();
+    }
+  }
+  const std::string from = map->assignments(static_cast<int>(shard)).primary();
+  ASSERT_EQ(seen.servers_size(), 2);
+  const std::string to = seen.servers(0) == from ? seen.servers(1) : seen.servers(0);
+  CommandResult moved =
+      c.Psctl({"move-shard", id, absl::StrCat(shard), to}, absl::Seconds(90));
+  ASSERT_EQ(moved.exit_code, 0) << moved.output << c.LogTails();
+  EXPECT_THAT(moved.output, HasSubstr(absl::StrCat("moving shard ", shard, " of ", id, " from ",
+                                                   from, " to ", to)));
+  EXPECT_THAT(moved.output, HasSubstr(absl::StrCat("done: copied in")));
+  auto after = c.GetShardMap(id);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->assignments(static_cast<int>(shard)).primary(), to);
+  EXPECT_TRUE(after->assignments(static_cast<int>(shard)).backups().empty());
+  EXPECT_EQ(after->epoch(), map->epoch() + 2);
+  auto running = c.GetJob(id);
+  ASSERT_TRUE(running.ok());
+  EXPECT_EQ(running->state(), v1::JOB_RUNNING) << running->reason();
+  EXPECT_LT(running->progress().step(), kEpochs * 300) << "the move is meant to happen mid-run";
+  CommandResult shown = c.Psctl({"status", id});
+  EXPECT_THAT(shown.output, HasSubstr("Shard moves:")) << shown.output;
+  EXPECT_THAT(shown.output, HasSubstr(absl::StrCat("1 done; last: shard ", shard)))
+      << shown.output;
+  // The target serves the shard: it is in its Status as a primary shard, with traffic.
+  auto target = E2eCluster::ServerStatusAt(after->servers(0).node_id() == to
+                                               ? after->servers(0).address()
+                                               : after->servers(1).address());
+  ASSERT_TRUE(target.ok()) << target.status();
+  ASSERT_EQ(target->jobs_size(), 1);
+  EXPECT_THAT(target->jobs(0).shards(), ::testing::Contains(shard));
+  EXPECT_EQ(target->jobs(0).replicas_size(), 0);
+
+  auto done = c.WaitForEnd(id, absl::Seconds(240));
+  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+  EXPECT_EQ(done->recovery().recoveries(), 0u);
+  EXPECT_EQ(done->shard_moves(), 1u);
+  ASSERT_EQ(done->moves_size(), 1);
+  EXPECT_EQ(done->moves(0).state(), v1::MOVE_DONE);
+  EXPECT_EQ(done->progress().step(), kEpochs * 300);
+  EXPECT_GE(done->progress().test_accuracy(), 0.8);
+  // Every block, the moved shard's included, was updated once per worker and step.
+  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
+  auto metrics = c.SchedulerMetrics();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_THAT(*metrics, HasSubstr("pscluster_scheduler_shard_moves_total 1"));
+  if (HasFailure()) ADD_FAILURE() << c.LogTails(100);
+}
+
+}  // namespace
+}  // namespace pscluster::testing
