@@ -245,10 +245,11 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
   }
   Log()->info("job {}: moving shard {} from {} to {}: live copy (map epoch {})", job_id,
               move.shard(), move.from(), move.to(), copying.epoch());
-  // Sends `map` to `first` (if any), then to every other server of `map` but `done` at once.
+  // Sends `map` to `first` (if any), then to every other server of `map` but `done` at once
+  // (unless `first_only`).
   auto install = [&](const v1::ShardMap& map, const std::string& first,
                      const std::function<void(v1::UpdateShardMapRequest*)>& extra,
-                     const std::string& done = "") {
+                     const std::string& done = "", bool first_only = false) {
     auto request = [&](const std::string& node) {
       v1::UpdateShardMapRequest req;
       *req.mutable_map() = map;
@@ -260,6 +261,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
       absl::Status s = rpc_->UpdateShardMap(address[first], request(first));
       if (!s.ok()) return absl::Status(s.code(), absl::StrCat("server ", first, ": ", s.message()));
     }
+    if (first_only) return absl::OkStatus();
     std::vector<std::string> rest;
     for (const v1::ServerEndpoint& ep : map.servers()) {
       if (ep.node_id() != first && ep.node_id() != done) rest.push_back(ep.node_id());
@@ -279,13 +281,14 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
   // Map 1: the target's live copy first, then the primary's snapshot.
   // Real time: these measure (and bound) how fast the servers are, whatever the scheduler's clock.
   const absl::Time t0 = absl::Now();
-  absl::Status s = install(copying, move.to(), [&](v1::UpdateShardMapRequest* req) {
-    if (req->self() == move.to()) {
-      v1::ReplicaSeed* seed = req->add_copy_from();
-      seed->set_primary(move.from());
-      seed->set_live(true);
-    }
-  });
+  absl::Status s = install(
+      copying, move.to(),
+      [&](v1::UpdateShardMapRequest* req) {
+        v1::ReplicaSeed* seed = req->add_copy_from();
+        seed->set_primary(move.from());
+        seed->set_live(true);
+      },
+      "", /*first_only=*/true);
   if (s.ok()) {
     s = install(
         copying, move.from(),
