@@ -176,6 +176,15 @@ void Scheduler::Rebalance() {
         job.spec().replication() > 1) {
       continue;
     }
+    // Loads measured while a shard was moving count it on both servers: wait a period.
+    if (!job.moves().empty()) {
+      const v1::ShardMove& last = *job.moves().rbegin();
+      if (last.finished_unix_ms() == 0 ||
+          clock_->Now() - absl::FromUnixMillis(last.finished_unix_ms()) <
+              options_.rebalance_every) {
+        continue;
+      }
+    }
     std::optional<ShardMove> pick = PickShardMove(rec.shard_map, loads, options_.rebalance);
     if (!pick.has_value()) continue;
     const std::string why = absl::StrFormat(
