@@ -4,6 +4,7 @@
 
 #include <map>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -1410,6 +1411,38 @@ TEST_F(ShardMoveTest, ACopyThatDoesNotCatchUpIsDroppedAndTheShardStays) {
   EXPECT_EQ(Node(to)->server()->updates().back().map().epoch(), after.epoch());
   EXPECT_THAT(sched_->RenderMetrics(),
               HasSubstr("pscluster_scheduler_shard_moves_failed_total 1"));
+}
+
+// A scheduler stopped while a copy catches up resumes the move at its next start, from the
+// saved map (the servers kept the copy going): no second copy, the same move done.
+TEST_F(ShardMoveTest, AMoveUnderWayWhenTheSchedulerStopsResumesAtItsNextStart) {
+  std::string id, from, to;
+  uint32_t shard = 0;
+  Start(&id, &shard, &from, &to);
+  const v1::ShardMap before = MapOf(id);
+  Node(to)->server()->SetCopyOf(from, false);
+  ASSERT_THAT(Move(id, shard, to), IsOk());
+  std::thread mover([&] { sched_->RunMoves(); });
+  for (int i = 0; i < 500 && Node(from)->server()->updates().back().map().epoch() !=
+                                 before.epoch() + 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(Node(from)->server()->updates().back().map().epoch(), before.epoch() + 1);
+  sched_->Stop();
+  mover.join();
+  EXPECT_EQ(Get(id).moves(0).state(), v1::MOVE_COPYING);
+  StartScheduler();
+  Node(to)->server()->SetCopyOf(from, true);
+  sched_->RunMoves();
+  v1::Job job = Get(id);
+  ASSERT_EQ(job.moves_size(), 1);
+  EXPECT_EQ(job.moves(0).state(), v1::MOVE_DONE) << job.moves(0).result();
+  EXPECT_EQ(MapOf(id).epoch(), before.epoch() + 2);
+  EXPECT_EQ(MapOf(id).assignments(static_cast<int>(shard)).primary(), to);
+  // The copy's map went out once.
+  int copies = 0;
+  for (const auto& u : Node(to)->server()->updates()) copies += u.copy_from_size();
+  EXPECT_EQ(copies, 1);
 }
 
 TEST_F(ShardMoveTest, MovesThatCannotBeDoneAreRefusedWithExactCodes) {

@@ -158,7 +158,9 @@ void Scheduler::RunMoves() {
     absl::MutexLock l(&mu_);
     for (const std::string& id : order_) {
       const v1::Job& job = jobs_[id].job;
-      if (!job.moves().empty() && job.moves().rbegin()->state() == v1::MOVE_QUEUED) {
+      // (A COPYING one is not under way: this thread carries moves out one at a time.)
+      if (!job.moves().empty() && (job.moves().rbegin()->state() == v1::MOVE_QUEUED ||
+                                   job.moves().rbegin()->state() == v1::MOVE_COPYING)) {
         queued.push_back(id);
       }
     }
@@ -203,6 +205,7 @@ void Scheduler::Rebalance() {
 
 void Scheduler::ExecuteMove(const std::string& job_id) {
   v1::ShardMove move;
+  bool resumed = false, finishing = false;
   v1::ShardMap before, copying;
   absl::flat_hash_map<std::string, std::string> address;
   // Updates the job's last move (if it is still this one) and persists.
@@ -231,29 +234,40 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
     JobRecord* rec = FindJob(job_id);
     if (rec == nullptr || rec->job.moves().empty()) return;
     move = *rec->job.moves().rbegin();
-    if (move.state() != v1::MOVE_QUEUED) return;
+    // COPYING here: a move the scheduler was carrying out when it stopped (the servers kept
+    // its copy going): it resumes waiting for the copy.
+    resumed = move.state() == v1::MOVE_COPYING;
+    if (move.state() != v1::MOVE_QUEUED && !resumed) return;
     if (rec->job.state() != v1::JOB_RUNNING) {
       give_up(absl::StrCat("the job is ", JobStateName(rec->job.state())));
       return;
     }
     before = rec->shard_map;
     v1::ShardAssignment* a = AssignmentOf(before, move.shard());
-    if (a == nullptr || a->primary() != move.from() ||
-        std::find(a->backups().begin(), a->backups().end(), move.to()) != a->backups().end()) {
+    const bool backed = a != nullptr && std::find(a->backups().begin(), a->backups().end(),
+                                                  move.to()) != a->backups().end();
+    // The scheduler stopped after it had saved the move's last map: send that map again (a
+    // server ignores one it has) and conclude.
+    finishing = resumed && a != nullptr && !backed &&
+                (a->primary() == move.to() || a->primary() == move.from());
+    if (!finishing && (a == nullptr || a->primary() != move.from() || backed != resumed)) {
       give_up("the shard map changed since the move was queued");
       return;
     }
     for (const v1::ServerEndpoint& ep : before.servers()) address[ep.node_id()] = ep.address();
     copying = before;
-    copying.set_epoch(before.epoch() + 1);
-    AssignmentOf(copying, move.shard())->add_backups(move.to());
-    rec->shard_map = copying;
-    rec->job.set_shard_map_epoch(copying.epoch());
-    (void)Persist(*rec, &copying);
-    record([&](v1::ShardMove* m) { m->set_state(v1::MOVE_COPYING); });
+    if (!resumed) {
+      copying.set_epoch(before.epoch() + 1);
+      AssignmentOf(copying, move.shard())->add_backups(move.to());
+      rec->shard_map = copying;
+      rec->job.set_shard_map_epoch(copying.epoch());
+      (void)Persist(*rec, &copying);
+      record([&](v1::ShardMove* m) { m->set_state(v1::MOVE_COPYING); });
+    }
   }
-  Log()->info("job {}: moving shard {} from {} to {}: live copy (map epoch {})", job_id,
-              move.shard(), move.from(), move.to(), copying.epoch());
+  Log()->info("job {}: moving shard {} from {} to {}: live copy (map epoch {}){}", job_id,
+              move.shard(), move.from(), move.to(), copying.epoch(),
+              resumed ? ", resumed after a restart" : "");
   // Sends `map` to `first` (if any), then to every other server of `map` but `done` at once
   // (unless `first_only`).
   auto install = [&](const v1::ShardMap& map, const std::string& first,
@@ -287,78 +301,88 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
     }
     return absl::OkStatus();
   };
-  // Map 1: the target's live copy first, then the primary's snapshot.
-  // Real time: these measure (and bound) how fast the servers are, whatever the scheduler's clock.
-  const absl::Time t0 = absl::Now();
-  absl::Status s = install(
-      copying, move.to(),
-      [&](v1::UpdateShardMapRequest* req) {
-        v1::ReplicaSeed* seed = req->add_copy_from();
-        seed->set_primary(move.from());
-        seed->set_live(true);
-      },
-      "", /*first_only=*/true);
-  if (s.ok()) {
-    s = install(
-        copying, move.from(),
+  absl::Time t0 = absl::Now(), t1 = t0;
+  absl::Status s;
+  v1::ShardMap next = before;
+  if (!finishing) {
+    // Map 1: the target's live copy first, then the primary's snapshot. Real time: these
+    // measure (and bound) how fast the servers are, whatever the scheduler's clock.
+    t0 = absl::Now();
+    s = resumed ? absl::OkStatus() : install(
+        copying, move.to(),
         [&](v1::UpdateShardMapRequest* req) {
-          req->set_seed_new_backups(req->self() == move.from());
+          v1::ReplicaSeed* seed = req->add_copy_from();
+          seed->set_primary(move.from());
+          seed->set_live(true);
         },
-        /*done=*/move.to());
-  }
-  // Until the copy has caught up.
-  while (s.ok()) {
+        "", /*first_only=*/true);
+    if (s.ok() && !resumed) {
+      s = install(
+          copying, move.from(),
+          [&](v1::UpdateShardMapRequest* req) {
+            req->set_seed_new_backups(req->self() == move.from());
+          },
+          /*done=*/move.to());
+    }
+    // Until the copy has caught up.
+    while (s.ok()) {
+      {
+        absl::MutexLock l(&mu_);
+        if (stopping_) {
+          Log()->info("job {}: the move of shard {} resumes at the scheduler's next start",
+                      job_id, move.shard());
+          return;
+        }
+        JobRecord* rec = FindJob(job_id);
+        if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING ||
+            rec->shard_map.epoch() != copying.epoch()) {
+          s = absl::AbortedError("the job stopped running or its shard map changed meanwhile");
+          break;
+        }
+      }
+      auto st = rpc_->ServerStatus(address[move.to()], job_id);
+      bool caught_up = false;
+      if (st.ok() && st->jobs_size() == 1) {
+        for (const v1::ReplicaOnServer& r : st->jobs(0).replicas()) {
+          caught_up = caught_up || (r.primary() == move.from() && r.caught_up());
+        }
+      }
+      if (caught_up) break;
+      if (absl::Now() - t0 > options_.move_copy_timeout) {
+        s = absl::DeadlineExceededError(absl::StrCat(
+            "the copy on ", move.to(), " did not catch up within ",
+            absl::FormatDuration(options_.move_copy_timeout),
+            st.ok() ? " (every worker must complete a step after the snapshot)"
+                    : absl::StrCat(": ", st.status().message())));
+        break;
+      }
+      absl::SleepFor(kCopyPoll);
+    }
+    t1 = absl::Now();
+    // Map 2 switches the primary; or, when the copy could not be made, one that drops it.
+    next = copying;
+    next.set_epoch(copying.epoch() + 1);
+    v1::ShardAssignment* a = AssignmentOf(next, move.shard());
+    a->clear_backups();
     {
       absl::MutexLock l(&mu_);
       JobRecord* rec = FindJob(job_id);
-      if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING ||
-          rec->shard_map.epoch() != copying.epoch()) {
-        s = absl::AbortedError("the job stopped running or its shard map changed meanwhile");
-        break;
+      if (rec == nullptr || rec->shard_map.epoch() != copying.epoch()) {
+        // Another change of the map (a recovery) took over: it decides where the shard lives.
+        give_up(s.ok() ? "the job's shard map changed meanwhile" : std::string(s.message()));
+        return;
       }
-    }
-    auto st = rpc_->ServerStatus(address[move.to()], job_id);
-    bool caught_up = false;
-    if (st.ok() && st->jobs_size() == 1) {
-      for (const v1::ReplicaOnServer& r : st->jobs(0).replicas()) {
-        caught_up = caught_up || (r.primary() == move.from() && r.caught_up());
+      const bool running = rec->job.state() == v1::JOB_RUNNING;
+      if (s.ok() && running) a->set_primary(move.to());
+      rec->shard_map = next;
+      rec->job.set_shard_map_epoch(next.epoch());
+      (void)Persist(*rec, &next);
+      if (!running) {
+        // A recovery started meanwhile: it sends its own maps, made from this one (the shard
+        // where it was, without the copy).
+        give_up(absl::StrCat("the job is ", JobStateName(rec->job.state())));
+        return;
       }
-    }
-    if (caught_up) break;
-    if (absl::Now() - t0 > options_.move_copy_timeout) {
-      s = absl::DeadlineExceededError(absl::StrCat(
-          "the copy on ", move.to(), " did not catch up within ",
-          absl::FormatDuration(options_.move_copy_timeout),
-          st.ok() ? " (every worker must complete a step after the snapshot)"
-                  : absl::StrCat(": ", st.status().message())));
-      break;
-    }
-    absl::SleepFor(kCopyPoll);
-  }
-  const absl::Time t1 = absl::Now();
-  // Map 2 switches the primary; or, when the copy could not be made, one that drops it.
-  v1::ShardMap next = copying;
-  next.set_epoch(copying.epoch() + 1);
-  v1::ShardAssignment* a = AssignmentOf(next, move.shard());
-  a->clear_backups();
-  {
-    absl::MutexLock l(&mu_);
-    JobRecord* rec = FindJob(job_id);
-    if (rec == nullptr || rec->shard_map.epoch() != copying.epoch()) {
-      // Another change of the map (a recovery) took over: it decides where the shard lives.
-      give_up(s.ok() ? "the job's shard map changed meanwhile" : std::string(s.message()));
-      return;
-    }
-    const bool running = rec->job.state() == v1::JOB_RUNNING;
-    if (s.ok() && running) a->set_primary(move.to());
-    rec->shard_map = next;
-    rec->job.set_shard_map_epoch(next.epoch());
-    (void)Persist(*rec, &next);
-    if (!running) {
-      // A recovery started meanwhile: it sends its own maps, made from this one (the shard
-      // where it was, without the copy).
-      give_up(absl::StrCat("the job is ", JobStateName(rec->job.state())));
-      return;
     }
   }
   absl::Status switched = install(next, move.from(), [](v1::UpdateShardMapRequest*) {});
@@ -370,6 +394,9 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
     // Some server could not take the map: the job cannot go on with two views of the shard.
     StartRecovery(*rec, absl::StrCat("moving shard ", move.shard(), " to ", move.to(),
                                      " failed: ", switched.message()));
+  }
+  if (finishing && AssignmentOf(next, move.shard())->primary() != move.to()) {
+    s = absl::AbortedError("the copy had not caught up when the scheduler stopped; it was dropped");
   }
   if (!s.ok() || !switched.ok()) {
     give_up(!s.ok() ? std::string(s.message()) : std::string(switched.message()));
