@@ -116,9 +116,8 @@ std::shared_ptr<PsHandler::Replication> PsHandler::PlanReplication(const v1::Sha
   return rep;
 }
 
-absl::Status PsHandler::CreateReplicas(const Job& job, const std::vector<v1::TableSpec>& specs,
-                                       const std::vector<OptimizerParams>& optimizers,
-                                       const v1::UpdateShardMapRequest& req, Replication* rep) {
+absl::Status PsHandler::CreateReplicas(const Job& job, const v1::UpdateShardMapRequest& req,
+                                       Replication* rep) {
   for (const auto& [primary, held] : rep->replica_shards) {
     auto seed = std::find_if(req.copy_from().begin(), req.copy_from().end(),
                              [&](const v1::ReplicaSeed& s) { return s.primary() == primary; });
@@ -136,19 +135,13 @@ absl::Status PsHandler::CreateReplicas(const Job& job, const std::vector<v1::Tab
       rep->replicas[primary] = std::move(*copy);
       continue;
     }
-    JobConfig c = job.config();
-    c.checkpoint_every_steps = 0;  // The primary checkpoints its shards.
-    auto copy = std::make_shared<Job>(std::move(c), &budget_, clock_, options_.limits);
-    absl::Status s = copy->SetShards(req.map().epoch(), held);
-    if (!s.ok()) return s;
-    auto created = copy->AddTables(specs, optimizers);
-    if (!created.ok()) return created.status();
-    copy->FenceAll(req.min_attempt());
+    auto copy = NewCopy(job, held, req.map().epoch(), req.min_attempt());
+    if (!copy.ok()) return copy.status();
     if (!req.restore_from().empty() || req.restore_step() > 0) {
-      s = RestoreForRecovery(*copy, req);
+      absl::Status s = RestoreForRecovery(**copy, req);
       if (!s.ok()) return s;
     }
-    rep->replicas[primary] = std::move(copy);
+    rep->replicas[primary] = std::move(*copy);
   }
   if (!rep->replica_shards.empty()) {
     Logger("server")->info("job '{}': copies of {} primary server(s)' shards held here",
@@ -472,7 +465,7 @@ absl::Status PsHandler::CreateTables(const v1::CreateTablesRequest& req,
     std::shared_ptr<Replication> rep;
     if (pending) {
       rep = PlanReplication(pending->map(), pending->self());
-      s = CreateReplicas(*fresh, specs, optimizers, *pending, rep.get());
+      s = CreateReplicas(*fresh, *pending, rep.get());
       if (!s.ok()) return s;
       StartQueues(rep.get());
       fresh->SetForwarding(ForwardingOf(rep));

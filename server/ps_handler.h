@@ -171,11 +171,10 @@ class PsHandler {
   // What `map` asks of `self` (replicas not created).
   static std::shared_ptr<Replication> PlanReplication(const v1::ShardMap& map,
                                                       const std::string& self);
-  // Creates the copies `rep` plans for a job created here with `specs` (from the initializer,
-  // or from the recovery's checkpoint files in `req`).
-  absl::Status CreateReplicas(const Job& job, const std::vector<v1::TableSpec>& specs,
-                              const std::vector<OptimizerParams>& optimizers,
-                              const v1::UpdateShardMapRequest& req, Replication* rep);
+  // Creates the copies `rep` plans for a job just created here with its tables (from the
+  // initializer, the recovery's checkpoint files in `req`, or waiting for a live snapshot).
+  absl::Status CreateReplicas(const Job& job, const v1::UpdateShardMapRequest& req,
+                              Replication* rep);
   // A new copy of `primary`'s shards for `job`, loaded from its checkpoint `path` (clocks
   // included): a backup added in the middle of a run.
   absl::StatusOr<std::shared_ptr<Job>> SeedReplica(const Job& job, const std::vector<bool>& held,

@@ -50,7 +50,8 @@ ABSL_FLAG(int, repeats, 1, "measure every row this many times, interleaved; medi
 ABSL_FLAG(bool, skip_two_workers, false, "measure only the 1 x 1 cluster");
 ABSL_FLAG(bool, two_servers, false,
           "also measure 2 servers x 1 worker (BSP): the model's blocks over two server processes, "
-          "without and with replication 2 (each block also kept on the other server)");
+          "without and with replication 2 (each block also kept on the other server), and with "
+          "the busiest virtual shard moved live from one server to the other again and again");
 ABSL_FLAG(std::string, transport, "float32",
           "wire type of every table's pulls and pushes: float32, float16 or bfloat16");
 
@@ -185,12 +186,131 @@ absl::StatusOr<Row> SingleProcess(const data::FashionMnist& fm) {
   return row;
 }
 
-class NullSink final : public worker::ProgressSink {
+// Moves the busiest virtual shard from one server to the other, again and again, while the job
+// trains: what the scheduler's MoveShard does (scheduler/shard_move.cc), with the two servers'
+// gRPC calls made here. It is also the workers' source of newer maps.
+class ShardMover final : public worker::ProgressSink {
  public:
+  ShardMover(v1::ShardMap map) : map_(std::move(map)) {
+    for (const auto& ep : map_.servers()) {
+      auto channel = MakeChannel(ep.address());
+      if (channel.ok()) stubs_[ep.node_id()] = v1::ParameterServer::NewStub(*channel);
+    }
+  }
   bool Report(const v1::WorkerProgress&) override { return true; }
   absl::StatusOr<v1::ShardMap> RefreshShardMap() override {
-    return absl::UnavailableError("fixed map");
+    absl::MutexLock l(&mu_);
+    return map_;
   }
+  // Moves shards until `stop`; returns the first failure (moves done meanwhile are counted).
+  absl::Status Run(const std::atomic<bool>& stop) {
+    while (!stop.load()) {
+      absl::Status s = MoveOnce(stop);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  int moves() const { return moves_; }
+  double copy_ms() const { return moves_ ? copy_ms_ / moves_ : 0; }
+  double switch_ms() const { return moves_ ? switch_ms_ / moves_ : 0; }
+
+ private:
+  absl::Status Update(const std::string& node, v1::UpdateShardMapRequest req) {
+    req.set_self(node);
+    v1::UpdateShardMapResponse resp;
+    auto ctx = CallContext(absl::Seconds(10));
+    grpc::Status st = stubs_[node]->UpdateShardMap(ctx.get(), req, &resp);
+    if (!st.ok()) return absl::UnavailableError(absl::StrCat(node, ": ", st.error_message()));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<v1::ServerStatus> Status(const std::string& node) {
+    v1::ServerStatusRequest req;
+    req.set_job_id(map_.job_id());
+    v1::ServerStatus st;
+    auto ctx = CallContext(absl::Seconds(10));
+    grpc::Status s = stubs_[node]->Status(ctx.get(), req, &st);
+    if (!s.ok()) return absl::UnavailableError(s.error_message());
+    return st;
+  }
+  void Publish(const v1::ShardMap& m) {
+    absl::MutexLock l(&mu_);
+    map_ = m;
+  }
+  absl::Status MoveOnce(const std::atomic<bool>& stop) {
+    v1::ShardMap map = *RefreshShardMap();
+    // The busiest shard of the last window, on either server.
+    uint32_t shard = 0;
+    double hottest = -1;
+    for (const auto& ep : map.servers()) {
+      auto st = Status(ep.node_id());
+      if (!st.ok() || st->jobs_size() == 0) {  // The job's tables are not created yet.
+        absl::SleepFor(absl::Milliseconds(50));
+        return absl::OkStatus();
+      }
+      for (const auto& l : st->shard_loads()) {
+        if (l.load().bytes_per_sec() > hottest) {
+          hottest = l.load().bytes_per_sec();
+          shard = l.shard();
+        }
+      }
+    }
+    if (hottest <= 0) {  // No load measured yet.
+      absl::SleepFor(absl::Milliseconds(50));
+      return absl::OkStatus();
+    }
+    const std::string from = map.assignments(shard).primary();
+    const std::string to = map.servers(0).node_id() == from ? map.servers(1).node_id()
+                                                          : map.servers(0).node_id();
+    const absl::Time t0 = absl::Now();
+    v1::ShardMap copying = map;
+    copying.set_epoch(map.epoch() + 1);
+    copying.mutable_assignments(shard)->add_backups(to);
+    Publish(copying);
+    v1::UpdateShardMapRequest req;
+    *req.mutable_map() = copying;
+    v1::ReplicaSeed* seed = req.add_copy_from();
+    seed->set_primary(from);
+    seed->set_live(true);
+    absl::Status s = Update(to, req);
+    req.clear_copy_from();
+    req.set_seed_new_backups(true);
+    if (s.ok()) s = Update(from, req);
+    while (s.ok()) {
+      auto st = Status(to);
+      if (!st.ok()) return st.status();
+      bool caught_up = false;
+      for (const auto& r : st->jobs(0).replicas()) caught_up = caught_up || r.caught_up();
+      if (caught_up) break;
+      if (stop.load() || absl::Now() - t0 > absl::Seconds(30)) {
+        s = absl::DeadlineExceededError("the copy did not catch up");
+      }
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    const absl::Time t1 = absl::Now();
+    v1::ShardMap next = copying;
+    next.set_epoch(copying.epoch() + 1);
+    next.mutable_assignments(shard)->clear_backups();
+    if (s.ok()) next.mutable_assignments(shard)->set_primary(to);
+    Publish(next);
+    v1::UpdateShardMapRequest sw;
+    *sw.mutable_map() = next;
+    absl::Status first = Update(from, sw);
+    absl::Status second = Update(to, sw);
+    if (!s.ok() && !stop.load()) return s;
+    if (!first.ok() || !second.ok()) return first.ok() ? second : first;
+    if (s.ok()) {
+      ++moves_;
+      copy_ms_ += absl::ToDoubleMilliseconds(t1 - t0);
+      switch_ms_ += absl::ToDoubleMilliseconds(absl::Now() - t1);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Mutex mu_;
+  v1::ShardMap map_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<v1::ParameterServer::Stub>> stubs_;
+  int moves_ = 0;
+  double copy_ms_ = 0, switch_ms_ = 0;
 };
 
 // The servers' data-plane phase times, summed.
@@ -208,9 +328,10 @@ v1::DataPlaneTimes ServerTimes(const std::vector<std::string>& addresses) {
 }
 
 absl::StatusOr<Row> Cluster(const std::vector<std::string>& server_addresses, int workers,
-                            int run, v1::ConsistencySpec::Mode mode, int replication) {
+                            int run, v1::ConsistencySpec::Mode mode, int replication,
+                            bool moving = false) {
   std::vector<std::unique_ptr<worker::Trainer>> trainers;
-  NullSink sink;
+  std::unique_ptr<ShardMover> sink;
   worker::TrainerOptions to;
   to.device = "cpu";
   to.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
@@ -228,6 +349,7 @@ absl::StatusOr<Row> Cluster(const std::vector<std::string>& server_addresses, in
     task.set_rank(r);
     task.set_num_workers(workers);
     task.set_job_id(absl::StrCat(task.job_id(), "-r", replication));
+    if (moving) task.set_job_id(absl::StrCat(task.job_id(), "-moving"));
     auto map = worker::RoundRobinShardMap(task.job_id(), server_addresses, 64);
     if (!map.ok()) return map.status();
     for (auto& a : *map->mutable_assignments()) {
@@ -237,21 +359,39 @@ absl::StatusOr<Row> Cluster(const std::vector<std::string>& server_addresses, in
       }
     }
     *task.mutable_shard_map() = *map;
-    auto t = worker::Trainer::Create(task, to, &sink);
+    if (sink == nullptr) sink = std::make_unique<ShardMover>(*map);
+    auto t = worker::Trainer::Create(task, to, sink.get());
     if (!t.ok()) return t.status();
     trainers.push_back(std::move(*t));
   }
   const v1::DataPlaneTimes before = ServerTimes(server_addresses);
   std::vector<absl::Status> st(workers);
   std::vector<std::thread> threads;
+  std::atomic<bool> trained{false};
+  absl::Status moved;
+  std::thread mover;
+  if (moving) {
+    mover = std::thread([&] {
+      absl::SleepFor(absl::Milliseconds(300));  // Let the servers measure some load first.
+      moved = sink->Run(trained);
+    });
+  }
   for (int r = 1; r < workers; ++r) threads.emplace_back([&, r] { st[r] = trainers[r]->Run(); });
   st[0] = trainers[0]->Run();
   for (auto& t : threads) t.join();
+  trained = true;
+  if (mover.joinable()) mover.join();
+  if (!moved.ok()) return moved;
   Row row;
   row.name = absl::StrCat(server_addresses.size(), server_addresses.size() > 1 ? " servers" : " server",
                           " x ", workers, " worker", workers > 1 ? "s" : "",
                           mode == v1::ConsistencySpec::BSP ? " (BSP" : " (SSP s=1, prefetch",
                           replication > 1 ? absl::StrCat(", replication ", replication, ")") : ")");
+  if (moving) {
+    row.name = absl::StrCat(row.name, ", moving shards: ", sink->moves(), " moves, copy ",
+                            absl::StrFormat("%.0f", sink->copy_ms()), " ms + switch ",
+                            absl::StrFormat("%.1f", sink->switch_ms()), " ms each");
+  }
   int64_t steps = 0;
   for (int r = 0; r < workers; ++r) {
     if (!st[r].ok()) return st[r];
@@ -354,6 +494,7 @@ int Main(int argc, char** argv) {
     int workers;
     v1::ConsistencySpec::Mode mode;
     int replication = 1;
+    bool moving = false;
   };
   std::vector<Config> configs = {{{address}, 1, v1::ConsistencySpec::BSP},
                                  {{address}, 1, v1::ConsistencySpec::SSP}};
@@ -363,6 +504,7 @@ int Main(int argc, char** argv) {
   if (!second.empty()) {
     configs.push_back({{address, second}, 1, v1::ConsistencySpec::BSP});
     configs.push_back({{address, second}, 1, v1::ConsistencySpec::BSP, 2});
+    configs.push_back({{address, second}, 1, v1::ConsistencySpec::BSP, 1, true});
   }
   std::vector<std::vector<Row>> runs(configs.size() + 1);
   std::vector<std::vector<double>> ratios(configs.size() + 1);
@@ -381,7 +523,8 @@ int Main(int argc, char** argv) {
       const int workers = config.workers;
       std::fprintf(stderr, "repeat %d/%d: training through %zu server(s) with %d worker(s)...\n",
                    rep + 1, repeats, config.servers.size(), workers);
-      auto row = Cluster(config.servers, workers, run++, config.mode, config.replication);
+      auto row = Cluster(config.servers, workers, run++, config.mode, config.replication,
+                         config.moving);
       if (!row.ok()) {
         std::fprintf(stderr, "%d workers: %s\n", workers, row.status().ToString().c_str());
         return 1;
