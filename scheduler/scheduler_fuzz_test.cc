@@ -123,7 +123,7 @@ TEST_F(SchedulerFuzzTest, RandomRequestsToEveryRpcGetAStatusAndThePersistedState
       ::pscluster::testing::FuzzIterations(2000), absl::Seconds(5),
       [&](int i, grpc::ClientContext* ctx, std::string* rpc) {
     grpc::Status st;
-    switch (fuzz.Pick(10)) {
+    switch (fuzz.Pick(11)) {
       case 0: {
         *rpc = "RegisterNode";
         v1::RegisterNodeRequest req;
@@ -177,6 +177,15 @@ TEST_F(SchedulerFuzzTest, RandomRequestsToEveryRpcGetAStatusAndThePersistedState
         fuzz.Fill(&req);
         v1::CancelJobResponse resp;
         st = stub_->CancelJob(ctx, req, &resp);
+        break;
+      }
+      case 9: {
+        *rpc = "MoveShard";
+        v1::MoveShardRequest req;
+        fuzz.Fill(&req);
+        if (fuzz.Pick(2) == 0) req.set_job_id(absl::StrCat("job-", 1 + fuzz.Pick(4)));
+        v1::MoveShardResponse resp;
+        st = stub_->MoveShard(ctx, req, &resp);
         break;
       }
       case 7: {

@@ -1,5 +1,6 @@
 // Hostile control calls to a parameter server: CreateTables, UpdateShardMap, Checkpoint,
-// Restore, Export, DropJob, FenceWorker and Status with every field filled at random (edge integers, NaN,
+// Restore, Export, DropJob, FenceWorker, Replicate and Status with every field filled at random
+// (edge integers, NaN,
 // unknown enum values, odd and oversized strings, deep nesting; paths only inside the test's
 // directory). Each call must end with a status within its deadline; a job the calls never name
 // keeps its values; the server serves and trains it afterwards.
@@ -53,7 +54,7 @@ TEST(ControlPlaneFuzzTest, RandomControlCallsGetAStatusAndLeaveOtherJobsAlone) {
       [&](int i, grpc::ClientContext* ctx, std::string* rpc) {
     grpc::Status st;
     if (i % 20 == 0) (void)(*fz)->CreateTables(asp, 2);  // Back after a DropJob, with state.
-    switch (fuzz.Pick(8)) {
+    switch (fuzz.Pick(9)) {
       case 0: {
         *rpc = "CreateTables";
         v1::CreateTablesRequest req;
@@ -109,6 +110,15 @@ TEST(ControlPlaneFuzzTest, RandomControlCallsGetAStatusAndLeaveOtherJobsAlone) {
         fuzz.Fill(&req);
         v1::FenceWorkerResponse resp;
         st = stub->FenceWorker(ctx, req, &resp);
+        break;
+      }
+      case 7: {
+        // Replication, live copies' snapshots included (random parts, offsets and sizes).
+        *rpc = "Replicate";
+        v1::ReplicateRequest req;
+        fuzz.Fill(&req);
+        v1::ReplicateResponse resp;
+        st = stub->Replicate(ctx, req, &resp);
         break;
       }
       default: {
