@@ -439,55 +439,38 @@ bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
       return false;
     }
   }
-  // 1b. Shards that lost a copy get a new backup among the job's servers, which starts from a
-  //     checkpoint of the primary taken now (no task runs). Kept apart from the checkpoints a
-  //     rollback looks at: this one may hold half a step.
-  if (spec.replication() > 1 && !spec.checkpoint_dir().empty()) {
+  // 1b. Shards that lost a copy get a new backup among the job's servers: a live copy, which
+  //     its primary seeds with a snapshot taken as the map takes effect there (the tasks are
+  //     stopped), ahead of every update it forwards from then on.
+  if (spec.replication() > 1) {
     std::vector<std::string> candidates;
     for (const v1::ServerEndpoint& ep : next->servers()) candidates.push_back(ep.node_id());
     std::optional<v1::ShardMap> more = AddBackups(*next, spec.replication(), candidates);
-    std::string skipped;
     if (more.has_value()) {
-      absl::flat_hash_map<std::string, std::string> seed_of;  // Primary -> its checkpoint.
-      for (const v1::ServerEndpoint& ep : more->servers()) {
-        for (const std::string& p : NewlyBacked(*next, *more, ep.node_id())) seed_of[p] = "";
-      }
-      for (auto& [primary, path] : seed_of) {
-        auto ck = rpc_->Checkpoint(address[primary], job_id,
-                                   absl::StrCat(spec.checkpoint_dir(), "/.replica-seeds"));
-        if (!ck.ok()) {
-          skipped = absl::StrCat("checkpoint of ", primary, ": ", ck.status().message());
-          break;
+      std::vector<absl::Status> seeded(more->servers_size());
+      ParallelFor(more->servers_size(), [&](size_t i) {
+        v1::UpdateShardMapRequest req;
+        *req.mutable_map() = *more;
+        req.set_self(more->servers(i).node_id());
+        req.set_min_attempt(attempt);
+        req.set_seed_new_backups(true);
+        for (const std::string& p : NewlyBacked(*next, *more, more->servers(i).node_id())) {
+          v1::ReplicaSeed* seed = req.add_copy_from();
+          seed->set_primary(p);
+          seed->set_live(true);
         }
-        path = ck->path();
-      }
-      if (skipped.empty()) {
-        std::vector<absl::Status> seeded(more->servers_size());
-        ParallelFor(more->servers_size(), [&](size_t i) {
-          v1::UpdateShardMapRequest req;
-          *req.mutable_map() = *more;
-          req.set_self(more->servers(i).node_id());
-          req.set_min_attempt(attempt);
-          for (const std::string& p : NewlyBacked(*next, *more, more->servers(i).node_id())) {
-            v1::ReplicaSeed* seed = req.add_copy_from();
-            seed->set_primary(p);
-            seed->set_path(seed_of[p]);
-          }
-          seeded[i] = rpc_->UpdateShardMap(more->servers(i).address(), req);
-        });
-        for (int i = 0; i < more->servers_size(); ++i) {
-          if (!seeded[i].ok()) {
-            *why = absl::StrCat("server ", more->servers(i).node_id(), " taking a new copy: ",
-                                seeded[i].message());
-            return false;
-          }
+        seeded[i] = rpc_->UpdateShardMap(more->servers(i).address(), req);
+      });
+      for (int i = 0; i < more->servers_size(); ++i) {
+        if (!seeded[i].ok()) {
+          *why = absl::StrCat("server ", more->servers(i).node_id(), " taking a new copy: ",
+                              seeded[i].message());
+          return false;
         }
-        next = std::move(*more);
-        Log()->info("job {}: shards that lost a copy got a new backup (map epoch {})", job_id,
-                    next->epoch());
-      } else {
-        Log()->warn("job {}: no new copies for the shards that lost one ({})", job_id, skipped);
       }
+      next = std::move(*more);
+      Log()->info("job {}: shards that lost a copy got a new backup (map epoch {})", job_id,
+                  next->epoch());
     }
   }
   // 2. Where each rank stands: its lowest clock over the servers (a rank half-way through a

@@ -885,12 +885,11 @@ TEST_F(SchedulerTest, ALostServersBackupsTakeOverWithNoRollback) {
 }
 
 // With three servers, the shards that lost a copy with the dead server get a new backup on a
-// survivor, which starts from a checkpoint of their primary taken while the tasks are stopped
-// (kept apart from the rollback checkpoints).
+// survivor: a live copy that their primary seeds (no checkpoint_dir needed).
 TEST_F(SchedulerTest, AfterAPromotionTheShardsThatLostACopyGetANewOne) {
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/ckpt-rereplicate";
   AddCluster(3, 2);
-  auto id = Submit(absl::StrCat(CheckpointedJob(dir, 3), "\nreplication: 2\n"));
+  auto id = Submit(absl::StrCat(
+      absl::StrReplaceAll(kJob, {{"num_servers: 2", "num_servers: 3"}}), "replication: 2\n"));
   ASSERT_THAT(id, IsOk());
   sched_->RunOnce();
   v1::Job job = Get(*id);
@@ -913,19 +912,20 @@ TEST_F(SchedulerTest, AfterAPromotionTheShardsThatLostACopyGetANewOne) {
     EXPECT_NE(a.backups(0), a.primary());
     EXPECT_NE(a.backups(0), lost);
   }
-  // Every survivor that backs up shards it did not back up before got its primary's checkpoint.
+  // Every survivor that backs up shards it did not back up before takes a live copy of them,
+  // and every primary is asked to seed its new backups: no checkpoint file is involved.
   int seeds = 0;
   for (const std::string& s : job.servers()) {
     const v1::UpdateShardMapRequest u = Node(s)->server()->updates().back();
     EXPECT_EQ(u.map().epoch(), now.epoch());
+    EXPECT_TRUE(u.seed_new_backups());
     for (const v1::ReplicaSeed& seed : u.copy_from()) {
       ++seeds;
       EXPECT_NE(seed.primary(), s);
-      EXPECT_THAT(seed.path(), HasSubstr(dir + "/.replica-seeds/" + *id + "/"));
-      auto cks = Node(seed.primary())->server()->checkpoints();
-      ASSERT_THAT(cks, SizeIs(1)) << seed.primary();
-      EXPECT_EQ(cks[0].dir(), dir + "/.replica-seeds");
+      EXPECT_TRUE(seed.live());
+      EXPECT_THAT(seed.path(), IsEmpty());
     }
+    EXPECT_THAT(Node(s)->server()->checkpoints(), IsEmpty());
   }
   EXPECT_GE(seeds, 1);
   // The tasks got the final map.
