@@ -193,6 +193,15 @@ TEST_F(PsctlCliTest, MalformedAndOversizedJobsGetClearErrors) {
   r = Psctl({"status", "job-404"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("no job 'job-404'"));
+  r = Psctl({"move-shard", "job-404", "3", "server-1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("no job 'job-404'"));
+  r = Psctl({"move-shard", "job-404", "three", "server-1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("move-shard: SHARD 'three' is not a shard number"));
+  r = Psctl({"move-shard", "job-404", "3"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("JOB SHARD SERVER"));
 
   // None of them queued anything.
   r = Psctl({"jobs"});
