@@ -26,7 +26,7 @@ BackupQueue::~BackupQueue() {
   for (auto& t : threads_) t.join();
 }
 
-void BackupQueue::Enqueue(v1::ReplicateRequest req) {
+void BackupQueue::Enqueue(v1::ReplicateRequest req, Payload values) {
   absl::MutexLock l(&mu_);
   const uint64_t seq = next_seq_++;
   if (!broken_.ok()) {
@@ -36,7 +36,7 @@ void BackupQueue::Enqueue(v1::ReplicateRequest req) {
   // End-of-step markers and snapshot parts wait for everything before them, and hold back
   // everything after them.
   const bool barrier = req.chunk().end_of_step() || req.seed_size() != 0;
-  queue_.push_back(Item{seq, barrier, std::move(req)});
+  queue_.push_back(Item{seq, barrier, std::move(req), std::move(values)});
 }
 
 absl::Status BackupQueue::Flush(absl::Duration timeout) {
@@ -105,14 +105,14 @@ void BackupQueue::Loop() {
     // or not have the map yet).
     const absl::Time give_up = absl::Now() + retry_for_;
     absl::Duration backoff = absl::Milliseconds(10);
-    absl::Status s = send_(address_, item.req);
+    absl::Status s = send_(address_, item.req, item.values);
     while (!s.ok() && absl::Now() + backoff < give_up) {
       {
         absl::MutexLock l(&mu_);
         if (mu_.AwaitWithTimeout(absl::Condition(&stop_), backoff)) return;
       }
       backoff = std::min(backoff * 2, absl::Seconds(1));
-      s = send_(address_, item.req);
+      s = send_(address_, item.req, item.values);
     }
     absl::MutexLock l(&mu_);
     if (item.barrier) barrier_pending_ = false;

@@ -28,12 +28,16 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/ps.pb.h"
+#include "server/payload.h"
 
 namespace pscluster {
 
 class BackupQueue {
  public:
-  using Send = std::function<absl::Status(const std::string& address, const v1::ReplicateRequest&)>;
+  // Sends one item: `req`, whose chunk's values are `values` (kept out of `req`, so that they
+  // can go without a copy).
+  using Send = std::function<absl::Status(const std::string& address, const v1::ReplicateRequest&,
+                                          const Payload& values)>;
 
   BackupQueue(std::string address, Send send, absl::Duration retry_for = absl::Seconds(10),
               int senders = 4);
@@ -44,7 +48,7 @@ class BackupQueue {
   BackupQueue& operator=(const BackupQueue&) = delete;
 
   const std::string& address() const { return address_; }
-  void Enqueue(v1::ReplicateRequest req);
+  void Enqueue(v1::ReplicateRequest req, Payload values = Payload());
   // Waits until everything queued before this call was delivered. UNAVAILABLE naming the backup
   // when some of it could not be, or `timeout` passed.
   absl::Status Flush(absl::Duration timeout);
@@ -59,6 +63,7 @@ class BackupQueue {
     uint64_t seq = 0;
     bool barrier = false;  // An end-of-step marker or a part of a live copy's snapshot.
     v1::ReplicateRequest req;
+    Payload values;
   };
   void Loop();
   void CompleteLocked(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

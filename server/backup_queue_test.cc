@@ -37,7 +37,7 @@ TEST(BackupQueueTest, MarkersWaitForTheChunksBeforeThemAndFlushWaitsForAll) {
   std::vector<int> delays(1000);
   for (int& d : delays) d = static_cast<int>(rng() % 3);
   std::atomic<int> call{0};
-  BackupQueue q("backup:1", [&](const std::string&, const v1::ReplicateRequest& r) {
+  auto send = [&](const std::string&, const v1::ReplicateRequest& r, const Payload&) {
     const int now = ++in_flight;
     for (int m = most_in_flight.load(); now > m && !most_in_flight.compare_exchange_weak(m, now);) {
     }
@@ -56,7 +56,8 @@ TEST(BackupQueueTest, MarkersWaitForTheChunksBeforeThemAndFlushWaitsForAll) {
     }
     --in_flight;
     return absl::OkStatus();
-  });
+  };
+  BackupQueue q("backup:1", send);
   for (int step = 0; step < 20; ++step) {
     for (int b = 0; b < 8; ++b) q.Enqueue(Chunk(step, b));
     q.Enqueue(EndOfStep(step));
@@ -80,7 +81,7 @@ TEST(BackupQueueTest, ACallThatKeepsFailingBreaksTheQueue) {
   std::atomic<bool> down{false};
   BackupQueue q(
       "10.0.0.9:7100",
-      [&](const std::string&, const v1::ReplicateRequest&) {
+      [&](const std::string&, const v1::ReplicateRequest&, const Payload&) {
         if (down.load() || fails_left.fetch_sub(1) > 0) {
           return absl::UnavailableError("connection refused");
         }

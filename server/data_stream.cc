@@ -199,7 +199,10 @@ void DataStream::OnReadDone(bool ok) {
     return;
   }
   handler_->AddQueueDepth(1);
-  const bool small = item->values.size() <= options_.inline_bytes;
+  // A primary's copies are applied where they arrive, never on the data threads: those may be
+  // waiting for this server's own copies to be applied elsewhere.
+  const bool small =
+      item->values.size() <= options_.inline_bytes || !item->chunk.replica_of().empty();
   apply_q_->Post(
       [self = shared_from_this(), item](SerialQueue::Done done) {
         self->ApplyOne(item);

@@ -44,6 +44,9 @@ class Payload {
 
   // The whole payload as one string (a copy; for tests and small messages).
   std::string ToString() const;
+  // The pieces, in order, and what keeps them alive (to send them without a copy).
+  const std::vector<absl::string_view>& pieces() const { return pieces_; }
+  const std::shared_ptr<const void>& owner() const { return owner_; }
 
  private:
   std::vector<absl::string_view> pieces_;

@@ -256,8 +256,9 @@ absl::Status PsHandler::ForwardToBackups(const Replication& rep, const v1::PushC
   const std::string& self = rep.self;
   // Queued in apply order, sent by each backup's queue while this thread goes on; the push's
   // last chunk waits until every backup has everything before it is acknowledged.
-  auto send = [&](const std::string& address, v1::ReplicateRequest req) {
-    rep.queues.at(address)->Enqueue(std::move(req));
+  auto send = [&](const std::string& address, v1::ReplicateRequest req,
+                  const Payload& payload = Payload()) {
+    rep.queues.at(address)->Enqueue(std::move(req), payload);
     return absl::OkStatus();
   };
   if (applied.applied && shard < rep.backups.size() && !rep.backups[shard].empty() &&
@@ -266,13 +267,13 @@ absl::Status PsHandler::ForwardToBackups(const Replication& rep, const v1::PushC
     req.set_primary(self);
     v1::PushChunk* c = req.mutable_chunk();
     *c = chunk;
-    c->set_values(values.ToString());
+    c->clear_values();
     c->clear_pull_after();
     c->clear_pull_clock();
     c->clear_step_final();
     c->clear_end_of_step();
     for (const std::string& b : rep.backups[shard]) {
-      absl::Status s = send(b, req);
+      absl::Status s = send(b, req, values);
       if (!s.ok()) return s;
     }
   }
@@ -300,45 +301,54 @@ absl::Status PsHandler::ForwardToBackups(const Replication& rep, const v1::PushC
 }
 
 absl::Status PsHandler::Replicate(const v1::ReplicateRequest& req, v1::ReplicateResponse* resp) {
-  const std::string& job_id = req.chunk().tag().job_id();
+  const bool seed_part = !req.seed().empty() || req.seed_size() != 0;
+  v1::PushChunk chunk = req.chunk();
+  Payload values = Payload::FromString(std::move(*chunk.mutable_values()));
+  chunk.clear_values();
+  auto r = ApplyToCopy(req.primary(), std::move(chunk), values, seed_part ? &req : nullptr);
+  if (!r.ok()) return r.status();
+  resp->set_duplicate(r->duplicate);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PushResult> PsHandler::ApplyToCopy(const std::string& primary,
+                                                  v1::PushChunk chunk, const Payload& values,
+                                                  const v1::ReplicateRequest* seed_part) {
+  const std::string& job_id = chunk.tag().job_id();
   if (job_id.empty()) return absl::InvalidArgumentError("chunk.tag.job_id: empty job id");
   std::shared_ptr<Replication> rep = FindReplication(job_id);
   std::shared_ptr<Job> copy;
   if (rep != nullptr) {
-    auto it = rep->replicas.find(req.primary());
+    auto it = rep->replicas.find(primary);
     if (it != rep->replicas.end()) copy = it->second;
   }
   if (copy == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "primary: this server holds no copy of job '", job_id, "' shards of '", req.primary(),
-        "'"));
+        "primary: this server holds no copy of job '", job_id, "' shards of '", primary, "'"));
   }
   std::shared_ptr<JobReplication::Seed> seed;
-  if (auto it = rep->seeds.find(req.primary()); it != rep->seeds.end()) seed = it->second;
-  if (!req.seed().empty() || req.seed_size() != 0) {
+  if (auto it = rep->seeds.find(primary); it != rep->seeds.end()) seed = it->second;
+  if (seed_part != nullptr) {
     if (seed == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "seed: the copy of job '", job_id, "' shards of '", req.primary(),
+          "seed: the copy of job '", job_id, "' shards of '", primary,
           "' here is not a live copy waiting for a snapshot"));
     }
-    return ReceiveSeed(req, *copy, *seed);
+    absl::Status s = ReceiveSeed(*seed_part, *copy, *seed);
+    if (!s.ok()) return s;
+    return PushResult();
   }
   if (seed != nullptr) {
     absl::MutexLock l(&seed->mu);
     if (!seed->done) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "chunk: the copy of job '", job_id, "' shards of '", req.primary(),
+          "chunk: the copy of job '", job_id, "' shards of '", primary,
           "' here is still waiting for its snapshot"));
     }
   }
-  v1::PushChunk chunk = req.chunk();
-  Payload values = Payload::FromString(std::move(*chunk.mutable_values()));
-  chunk.clear_values();
   chunk.set_epoch(copy->epoch());  // The primary checked the worker's epoch.
-  auto r = copy->Push(chunk, values);
-  if (!r.ok()) return r.status();
-  resp->set_duplicate(r->duplicate);
-  return absl::OkStatus();
+  chunk.clear_replica_of();
+  return copy->Push(chunk, values);
 }
 
 absl::Status PsHandler::ReceiveSeed(const v1::ReplicateRequest& req, Job& copy,
@@ -839,6 +849,10 @@ absl::Status PsHandler::DropJob(const v1::DropJobRequest& req, v1::DropJobRespon
 // ------------------------------------------------------------------ data plane
 
 absl::StatusOr<PushResult> PsHandler::Push(const v1::PushChunk& chunk, const Payload& values) {
+  if (!chunk.replica_of().empty()) {
+    // A primary's copy over the TCP data port (BackupQueue), not a worker's push.
+    return ApplyToCopy(chunk.replica_of(), chunk, values, nullptr);
+  }
   auto job = FindJob(chunk.tag().job_id(), "tag.job_id");
   if (!job.ok()) return job.status();
   auto r = (*job)->Push(chunk, values, [this] { return node_id(); });

@@ -79,8 +79,8 @@ class PsHandler {
  public:
   using Runner = std::function<void(std::function<void()>)>;
   // Sends a Replicate call to the server at `address` (replication; see set_forwarder).
-  using Forwarder =
-      std::function<absl::Status(const std::string& address, const v1::ReplicateRequest&)>;
+  // The chunk's values come apart from the request (`values`), to be sent without a copy.
+  using Forwarder = BackupQueue::Send;
 
   // `background` runs periodic checkpoints off the data path. REQUIRES: clock outlives this.
   PsHandler(PsHandlerOptions options, const Clock* clock, Runner background);
@@ -192,6 +192,11 @@ class PsHandler {
   absl::Status PlanAdoptions(const Job& job, const Replication& old,
                              const std::vector<bool>& held, Replication* next,
                              std::vector<Job::MapChange::Adoption>* adopt);
+  // A primary's chunk (or, with `seed_part`, a part of its snapshot) for this server's copy of
+  // its shards: Replicate over gRPC, or a PushChunk with replica_of over the TCP data port.
+  absl::StatusOr<PushResult> ApplyToCopy(const std::string& primary, v1::PushChunk chunk,
+                                         const Payload& values,
+                                         const v1::ReplicateRequest* seed_part);
   // A part of a live copy's snapshot (ReplicateRequest.seed); the last part loads it.
   absl::Status ReceiveSeed(const v1::ReplicateRequest& req, Job& copy, JobReplication::Seed& seed);
   // Queues the chunk `job` just applied (then Ends applied.forwarding) for the backups of its shard (not a duplicate: its copy

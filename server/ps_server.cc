@@ -14,6 +14,8 @@
 #include "common/logging.h"
 #include "common/status_convert.h"
 #include "proto/ps.grpc.pb.h"
+#include "server/client/round.h"
+#include "server/client/tcp_conn.h"
 #include "server/ps_metrics.h"
 #include "server/tcp_frame.h"
 #include "server/wire.h"
@@ -21,39 +23,111 @@
 namespace pscluster {
 namespace {
 
-// Replicate calls to the backups of this server's shards: one channel per backup, kept.
+// Copies to the backups of this server's shards: over each backup's TCP data port (one
+// connection per backup, kept; each chunk a round of its own, as a worker's push with
+// `replica_of`, its payload sent from the received frame without a copy) when it offers one and
+// TLS is off; else, and for snapshot parts, as Replicate calls (one channel per backup, kept).
 class BackupLinks {
  public:
-  explicit BackupLinks(TlsFiles tls) {
+  explicit BackupLinks(TlsFiles tls) : pool_(BufferPool::Create(64 << 20)) {
     options_.tls = std::move(tls);
     // The data plane's HTTP/2 windows: a chunk of a few hundred KiB in one go.
     options_.int_args = *DataPlaneChannelArgs();
   }
 
-  absl::Status Forward(const std::string& address, const v1::ReplicateRequest& req) {
-    v1::ParameterServer::Stub* stub = nullptr;
-    {
-      absl::MutexLock l(&mu_);
-      auto& slot = stubs_[address];
-      if (slot == nullptr) {
-        auto channel = MakeChannel(address, options_);
-        if (!channel.ok()) return channel.status();
-        slot = v1::ParameterServer::NewStub(*channel);
-      }
-      stub = slot.get();
+  absl::Status Forward(const std::string& address, const v1::ReplicateRequest& req,
+                       const Payload& values) {
+    const bool seed = !req.seed().empty() || req.seed_size() != 0;
+    if (!seed && !options_.tls.enabled()) {
+      auto conn = DataConnTo(address);
+      if (conn.ok() && *conn != nullptr) return ForwardOverTcp(**conn, address, req, values);
+      if (!conn.ok()) return conn.status();
     }
+    v1::ParameterServer::Stub* stub = Stub(address);
+    if (stub == nullptr) return absl::UnavailableError(absl::StrCat("no channel to ", address));
     auto ctx = CallContext(kTimeout, options_);
     v1::ReplicateResponse resp;
-    return FromGrpcStatus(stub->Replicate(ctx.get(), req, &resp),
-                          absl::StrCat("Replicate to ", address));
+    grpc::Status st;
+    if (values.empty()) {
+      st = stub->Replicate(ctx.get(), req, &resp);
+    } else {
+      v1::ReplicateRequest with_values = req;
+      with_values.mutable_chunk()->set_values(values.ToString());
+      st = stub->Replicate(ctx.get(), with_values, &resp);
+    }
+    return FromGrpcStatus(st, absl::StrCat("Replicate to ", address));
   }
 
  private:
   static constexpr absl::Duration kTimeout = absl::Seconds(10);
+
+  v1::ParameterServer::Stub* Stub(const std::string& address) {
+    absl::MutexLock l(&mu_);
+    auto& slot = stubs_[address];
+    if (slot == nullptr) {
+      auto channel = MakeChannel(address, options_);
+      if (!channel.ok()) return nullptr;
+      slot = v1::ParameterServer::NewStub(*channel);
+    }
+    return slot.get();
+  }
+
+  // The data connection to the backup at `address`; nullptr when it offers no TCP data port.
+  absl::StatusOr<std::shared_ptr<TcpConn>> DataConnTo(const std::string& address) {
+    {
+      absl::MutexLock l(&mu_);
+      auto it = conns_.find(address);
+      if (it != conns_.end() && (it->second == nullptr || !it->second->done())) return it->second;
+    }
+    v1::ParameterServer::Stub* stub = Stub(address);
+    if (stub == nullptr) return absl::UnavailableError(absl::StrCat("no channel to ", address));
+    v1::ServerStatusRequest sreq;
+    sreq.set_brief(true);
+    v1::ServerStatus st;
+    auto ctx = CallContext(kTimeout, options_);
+    absl::Status s = FromGrpcStatus(stub->Status(ctx.get(), sreq, &st),
+                                    absl::StrCat("Status of the backup at ", address));
+    if (!s.ok()) return s;
+    std::shared_ptr<TcpConn> conn;
+    if (st.data_port() != 0) {
+      std::string host, port;
+      s = SplitHostPort(address, &host, &port);
+      if (!s.ok()) return s;
+      auto opened = TcpConn::Open(host, static_cast<int>(st.data_port()), address, kTimeout,
+                                  pool_, absl::Microseconds(50));
+      if (!opened.ok()) return opened.status();
+      conn = std::move(*opened);
+    }
+    absl::MutexLock l(&mu_);
+    conns_[address] = conn;
+    return conn;
+  }
+
+  absl::Status ForwardOverTcp(TcpConn& conn, const std::string& address,
+                              const v1::ReplicateRequest& req, const Payload& values) {
+    v1::PushChunk c = req.chunk();
+    c.set_replica_of(req.primary());
+    c.set_last(true);
+    c.set_request_id(next_request_.fetch_add(1));
+    auto round = std::make_shared<Round>(c.request_id(), std::vector<ReplyDest>(1));
+    std::vector<grpc::ByteBuffer> frames;
+    frames.push_back(EncodeWithPayload(c, kPushChunkValuesField, PayloadSlices(values)));
+    absl::Status s = conn.Send(round, std::move(frames));
+    if (s.ok()) s = conn.Wait(round, absl::Now() + kTimeout);
+    if (!s.ok()) {
+      conn.Forget(c.request_id());
+      return absl::Status(s.code(), absl::StrCat("copy to ", address, ": ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+
   ChannelOptions options_;
+  const std::shared_ptr<BufferPool> pool_;
+  std::atomic<uint64_t> next_request_{1};
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<v1::ParameterServer::Stub>> stubs_
       ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<TcpConn>> conns_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -81,8 +155,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
     bg->Post(std::move(f));
   });
   auto links = std::make_shared<BackupLinks>(options.tls);
-  s->handler_->set_forwarder([links](const std::string& address, const v1::ReplicateRequest& r) {
-    return links->Forward(address, r);
+  s->handler_->set_forwarder([links](const std::string& address, const v1::ReplicateRequest& r,
+                                      const Payload& values) {
+    return links->Forward(address, r, values);
   });
   s->service_ = std::make_unique<PsService>(s->handler_.get(), s->data_.get(), s->control_.get(),
                                             options.data_plane, s->replica_.get());

@@ -397,6 +397,11 @@ TEST(ReplicationTest, BackupsFollowTheirPrimaryAndTakeOverWhenItIsLost) {
   ASSERT_TRUE((*client)->Pull(5, dst).ok());
   const std::vector<float> before_loss = got;
 
+  // The copies travelled over the backups' TCP data ports, as chunks of their own: each of the
+  // 96 pushed chunks (6 pushes of 16 blocks) arrived at its primary and again at its backup.
+  uint64_t chunks_in = 0;
+  for (const auto& st : *(*client)->ServerStatuses()) chunks_in += st.times().chunks_in();
+  EXPECT_GE(chunks_in, 2u * 96u);
   // Each server holds a copy of the other's shards, at the primary's clocks.
   for (int i = 0; i < 2; ++i) {
     auto st = *(*client)->ServerStatuses();

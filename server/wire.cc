@@ -205,4 +205,18 @@ absl::Status ParseSmall(const grpc::ByteBuffer& buf, google::protobuf::MessageLi
   return absl::OkStatus();
 }
 
+namespace {
+void ReleasePayloadOwner(void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }
+}  // namespace
+
+std::vector<grpc::Slice> PayloadSlices(const Payload& payload) {
+  std::vector<grpc::Slice> out;
+  for (absl::string_view piece : payload.pieces()) {
+    if (piece.empty()) continue;
+    out.emplace_back(const_cast<char*>(piece.data()), piece.size(), &ReleasePayloadOwner,
+                     new std::shared_ptr<const void>(payload.owner()));
+  }
+  return out;
+}
+
 }  // namespace pscluster

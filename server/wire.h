@@ -39,6 +39,9 @@ absl::Status DecodeWithPayload(const grpc::ByteBuffer& buf, int payload_field,
 absl::StatusOr<std::vector<std::pair<std::string, int>>> DataPlaneChannelArgs(
     absl::string_view overrides = "");
 
+// `payload`'s pieces as slices that share its ownership (no copy).
+std::vector<grpc::Slice> PayloadSlices(const Payload& payload);
+
 // Small messages (requests, acknowledgements): plain protobuf through one buffer.
 grpc::ByteBuffer SerializeSmall(const google::protobuf::MessageLite& msg);
 absl::Status ParseSmall(const grpc::ByteBuffer& buf, google::protobuf::MessageLite* msg,
