@@ -400,7 +400,9 @@ TEST(ReplicationTest, BackupsFollowTheirPrimaryAndTakeOverWhenItIsLost) {
   // The copies travelled over the backups' TCP data ports, as chunks of their own: each of the
   // 96 pushed chunks (6 pushes of 16 blocks) arrived at its primary and again at its backup.
   uint64_t chunks_in = 0;
-  for (const auto& st : *(*client)->ServerStatuses()) chunks_in += st.times().chunks_in();
+  auto statuses = (*client)->ServerStatuses();
+  ASSERT_TRUE(statuses.ok()) << statuses.status();
+  for (const auto& st : *statuses) chunks_in += st.times().chunks_in();
   EXPECT_GE(chunks_in, 2u * 96u);
   // Each server holds a copy of the other's shards, at the primary's clocks.
   for (int i = 0; i < 2; ++i) {
