@@ -19,24 +19,36 @@ constexpr int kEpochs = 8;
 constexpr int kHidden = 256;
 constexpr int kCheckpointEvery = 100;
 
+// Submits a Fashion-MNIST job (`hidden` units, `epochs`) with periodic checkpoints under `ckpt`
+// and waits until it runs past `step`; `seen` gets its last state. False (reported) otherwise.
+bool SubmitAndRunPast(E2eCluster& c, const std::string& name, int epochs, int hidden,
+                      const std::string& ckpt, int64_t step, v1::Job* seen) {
+  const std::string yaml = absl::StrCat(FashionJobYaml(name, epochs, "", hidden),
+                                        "checkpoint_every_steps: ", kCheckpointEvery, "\n",
+                                        "checkpoint_dir: ", ckpt, "\n");
+  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
+  if (submit.exit_code != 0) {
+    ADD_FAILURE() << submit.output;
+    return false;
+  }
+  const bool running = WaitFor(absl::Seconds(120), [&] {
+    auto j = c.GetJob("job-1");
+    if (j.ok()) *seen = *j;
+    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= step;
+  });
+  if (!running) ADD_FAILURE() << seen->DebugString() << c.LogTails();
+  return running;
+}
+
 TEST(E2eMoveTest, AShardMovedWhileTheJobTrainsKeepsEveryUpdateExactlyOnce) {
   auto cluster = E2eCluster::Start("move", E2eClusterOptions());
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   E2eCluster& c = **cluster;
   const std::string ckpt = c.dir() + "/ckpt";
-  const std::string yaml = absl::StrCat(FashionJobYaml("moving", kEpochs, "", kHidden),
-                                        "checkpoint_every_steps: ", kCheckpointEvery, "\n",
-                                        "checkpoint_dir: ", ckpt, "\n");
-  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
-  ASSERT_EQ(submit.exit_code, 0) << submit.output;
   const std::string id = "job-1";
   v1::Job seen;
   // Running, and far enough in that every shard with blocks has reported traffic.
-  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
-    auto j = c.GetJob(id);
-    if (j.ok()) seen = *j;
-    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= 150;
-  })) << seen.DebugString() << c.LogTails();
+  ASSERT_TRUE(SubmitAndRunPast(c, "moving", kEpochs, kHidden, ckpt, 150, &seen));
 
   // The busiest shard moves to the other server.
   auto map = c.GetShardMap(id);
@@ -117,19 +129,9 @@ TEST(E2eMoveTest, TheRebalancerSpreadsShardsPiledOntoOneServer) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   E2eCluster& c = **cluster;
   const std::string ckpt = c.dir() + "/ckpt";
-  constexpr int kLongEpochs = 10;
-  const std::string yaml = absl::StrCat(FashionJobYaml("rebalanced", kLongEpochs, "", 512),
-                                        "checkpoint_every_steps: ", kCheckpointEvery, "\n",
-                                        "checkpoint_dir: ", ckpt, "\n");
-  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
-  ASSERT_EQ(submit.exit_code, 0) << submit.output;
   const std::string id = "job-1";
   v1::Job seen;
-  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
-    auto j = c.GetJob(id);
-    if (j.ok()) seen = *j;
-    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= 50;
-  })) << seen.DebugString() << c.LogTails();
+  ASSERT_TRUE(SubmitAndRunPast(c, "rebalanced", 10, 512, ckpt, 50, &seen));
   ASSERT_EQ(seen.servers_size(), 2);
   const std::string pile = seen.servers(0);
   auto map = c.GetShardMap(id);
