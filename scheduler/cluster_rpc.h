@@ -31,6 +31,11 @@ class ClusterRpc {
                                               const std::string& job_id, uint32_t worker,
                                               uint32_t attempt) = 0;
 
+  // Takes `worker` out of the job for good on the server (FenceWorkerRequest.leave); returns
+  // the rank's final clock there.
+  virtual absl::StatusOr<int64_t> LeaveJob(const std::string& address, const std::string& job_id,
+                                           uint32_t worker) = 0;
+
   // WorkerControl on a worker.
   virtual absl::Status AssignTask(const std::string& address,
                                   const v1::AssignTaskRequest& request) = 0;
@@ -39,6 +44,8 @@ class ClusterRpc {
   virtual absl::Status UpdateWorkerShardMap(const std::string& address,
                                             const v1::ShardMap& map) = 0;
   virtual absl::StatusOr<v1::WorkerStatus> WorkerStatus(const std::string& address) = 0;
+  virtual absl::Status UpdatePartition(const std::string& address,
+                                       const v1::UpdatePartitionRequest& request) = 0;
 };
 
 }  // namespace pscluster::scheduler

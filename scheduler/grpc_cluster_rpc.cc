@@ -88,6 +88,22 @@ absl::StatusOr<int64_t> GrpcClusterRpc::FenceWorker(const std::string& address,
   return resp.clock();
 }
 
+absl::StatusOr<int64_t> GrpcClusterRpc::LeaveJob(const std::string& address,
+                                                 const std::string& job_id, uint32_t worker) {
+  auto s = Get(address);
+  if (!s.ok()) return s.status();
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::FenceWorkerRequest req;
+  req.set_job_id(job_id);
+  req.set_worker(worker);
+  req.set_leave(true);
+  v1::FenceWorkerResponse resp;
+  absl::Status st = FromGrpcStatus((*s)->server->FenceWorker(ctx.get(), req, &resp),
+                                   absl::StrCat("FenceWorker (leave) to ", address));
+  if (!st.ok()) return st;
+  return resp.clock();
+}
+
 absl::Status GrpcClusterRpc::AssignTask(const std::string& address,
                                         const v1::AssignTaskRequest& request) {
   auto s = Get(address);
@@ -133,6 +149,16 @@ absl::StatusOr<v1::WorkerStatus> GrpcClusterRpc::WorkerStatus(const std::string&
                                    absl::StrCat("Status to worker ", address));
   if (!st.ok()) return st;
   return resp;
+}
+
+absl::Status GrpcClusterRpc::UpdatePartition(const std::string& address,
+                                             const v1::UpdatePartitionRequest& request) {
+  auto s = Get(address);
+  if (!s.ok()) return s.status();
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::UpdatePartitionResponse resp;
+  return FromGrpcStatus((*s)->worker->UpdatePartition(ctx.get(), request, &resp),
+                        absl::StrCat("UpdatePartition to worker ", address));
 }
 
 }  // namespace pscluster::scheduler

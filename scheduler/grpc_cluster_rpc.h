@@ -44,6 +44,10 @@ class GrpcClusterRpc final : public ClusterRpc {
                         const std::string& reason) override;
   absl::Status UpdateWorkerShardMap(const std::string& address, const v1::ShardMap& map) override;
   absl::StatusOr<v1::WorkerStatus> WorkerStatus(const std::string& address) override;
+  absl::StatusOr<int64_t> LeaveJob(const std::string& address, const std::string& job_id,
+                                   uint32_t worker) override;
+  absl::Status UpdatePartition(const std::string& address,
+                               const v1::UpdatePartitionRequest& request) override;
 
  private:
   struct Stubs {

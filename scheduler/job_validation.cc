@@ -177,6 +177,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobSource& where) {
   c.Require(spec.num_workers() >= 1, "num_workers", "must be >= 1");
   c.Require(spec.num_workers() <= kMaxWorkers, "num_workers",
             absl::StrCat("must be at most ", kMaxWorkers));
+  c.Require(spec.min_workers() <= spec.num_workers(), "min_workers",
+            absl::StrCat("must be at most num_workers (", spec.num_workers(), "); 0 = 1"));
   c.Require(spec.gpus_per_worker() <= kMaxGpusPerWorker, "gpus_per_worker",
             absl::StrCat("must be at most ", kMaxGpusPerWorker));
   c.Require(spec.epochs() >= 1 && spec.epochs() <= 100000, "epochs", "must be in [1, 100000]");

@@ -59,6 +59,7 @@ void Summarize(const v1::JobSpec& spec, const std::vector<uint32_t>& server_wait
   double eta = 0;
   bool eta_known = true;
   for (const v1::WorkerProgress& w : p->workers()) {
+    if (w.left()) continue;  // Left the job: trains no more.
     if (w.step() < min_step) {
       min_step = w.step();
       min_total = w.total_steps();
@@ -80,9 +81,9 @@ void Summarize(const v1::JobSpec& spec, const std::vector<uint32_t>& server_wait
                               w.samples_per_sec());
     }
   }
-  p->set_step(min_step);
+  p->set_step(min_step == INT64_MAX ? 0 : min_step);
   p->set_total_steps(min_total);
-  p->set_epoch(min_epoch);
+  p->set_epoch(min_epoch == UINT32_MAX ? 0 : min_epoch);
   p->set_loss(loss_n > 0 ? loss_sum / loss_n : 0);
   p->set_train_accuracy(acc_n > 0 ? acc_sum / acc_n : 0);
   p->set_samples_per_sec(sps);

@@ -540,10 +540,12 @@ void Scheduler::MaybeSucceed(JobRecord& rec) {
   for (const v1::WorkerProgress& w : job.progress().workers()) {
     if (!w.done()) return;
   }
-  const std::string& path = job.progress().workers(0).export_path();
+  const uint32_t lead = LeadRank(job.recovery(), job.progress().workers_size());
+  const std::string& path = job.progress().workers(lead).export_path();
   job.set_export_path(path);
   if (path.empty() && !job.spec().export_path().empty()) {
-    Log()->warn("job {}: rank 0 finished without reporting the exported model", job.job_id());
+    Log()->warn("job {}: rank {} finished without reporting the exported model", job.job_id(),
+                lead);
   }
   Finish(rec, v1::JOB_SUCCEEDED, "");
 }

@@ -197,6 +197,20 @@ class Scheduler {
   // rank's task again, on its worker, at its lowest clock on the servers. On success the job
   // runs again; false (and the reason in *why) when the job must roll back instead.
   bool PromoteBackupsOf(const std::string& job_id, std::string* why);
+  // After HandOverRanks recorded that `rank` left the job: every server takes it out of the
+  // barrier, and the rank that takes its data (`adopter`; `rank` itself when none) and, if the
+  // lead rank changed, every remaining rank get their new partition. A server that cannot be
+  // told makes the job roll back instead.
+  void FinishLeaving(const std::string& job_id, uint32_t rank, const std::string& cause,
+                     const std::string& lost, const v1::ShardMap& map, uint32_t num_workers,
+                     const v1::JobRecovery& recovery, uint32_t adopter,
+                     const std::string& adopter_address);
+  // The data partition of `rank`: its own part of `num_workers`, and the parts of the ranks that
+  // left the job whose data it took over.
+  static v1::DataPartition PartitionFor(const v1::JobRecovery& recovery, uint32_t rank,
+                                        uint32_t num_workers);
+  // The rank that evaluates and exports: the lowest one that has not left the job.
+  static uint32_t LeadRank(const v1::JobRecovery& recovery, uint32_t num_workers);
   // The attempt of `rank`'s current task (JobRecovery.rank_attempts).
   static uint32_t RankAttempt(const v1::JobRecovery& recovery, uint32_t rank);
   // An attempt above every rank's so far (of `num_workers` ranks).
@@ -285,6 +299,7 @@ class Scheduler {
   Counter* recoveries_ = nullptr;
   Counter* handovers_ = nullptr;
   Counter* promotions_ = nullptr;
+  Counter* leaves_ = nullptr;
   Counter* moves_done_ = nullptr;
   Counter* moves_failed_ = nullptr;
 };

@@ -134,12 +134,32 @@ v1::AssignTaskRequest Scheduler::TaskFor(const std::string& job_id, const v1::Jo
   *req.mutable_spec() = spec;
   req.set_rank(rank);
   req.set_num_workers(num_workers);
-  req.mutable_partition()->set_index(rank);
-  req.mutable_partition()->set_count(num_workers);
+  *req.mutable_partition() = PartitionFor(recovery, rank, num_workers);
   *req.mutable_shard_map() = map;
   req.set_start_step(recovery.start_step());
   req.set_attempt(RankAttempt(recovery, rank));
+  req.set_lead_rank(LeadRank(recovery, num_workers));
   return req;
+}
+
+v1::DataPartition Scheduler::PartitionFor(const v1::JobRecovery& recovery, uint32_t rank,
+                                          uint32_t num_workers) {
+  v1::DataPartition p;
+  p.set_index(rank);
+  p.set_count(num_workers);
+  for (const v1::LeftRank& l : recovery.left()) {
+    if (l.adopted_by() == rank && l.rank() != rank) p.add_also(l.rank());
+  }
+  return p;
+}
+
+uint32_t Scheduler::LeadRank(const v1::JobRecovery& recovery, uint32_t num_workers) {
+  for (uint32_t r = 0; r < num_workers; ++r) {
+    bool left = false;
+    for (const v1::LeftRank& l : recovery.left()) left = left || l.rank() == r;
+    if (!left) return r;
+  }
+  return 0;
 }
 
 void Scheduler::VerifyTasksAfterRestart() {
@@ -213,6 +233,11 @@ void Scheduler::HandOverRanks() {
     v1::ShardMap map;
     uint32_t num_workers = 0;
     v1::JobRecovery recovery;
+    // The rank leaves the job instead (no idle worker; the job may shrink): `adopter` (rank)
+    // reads its data from then on, on `adopter_address`.
+    bool leave = false;
+    uint32_t adopter = 0;
+    std::string adopter_address;
   };
   {
     absl::MutexLock l(&mu_);
@@ -237,6 +262,77 @@ void Scheduler::HandOverRanks() {
   std::vector<Work> work;
   {
     absl::MutexLock l(&mu_);
+    // `rank` of `rec` leaves the job, recorded so (nullopt: it may not, as fewer than
+    // spec.min_workers live ranks would remain). The live rank still training that reads the
+    // fewest parts takes its data, and the data of the ranks it had taken over.
+    auto leave_rank = [&](JobRecord& rec, uint32_t rank,
+                          const std::string& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_)
+        -> std::optional<Work> {
+      v1::Job& job = rec.job;
+      const uint32_t n = job.workers_size();
+      v1::JobRecovery* rr = job.mutable_recovery();
+      uint32_t remaining = 0;
+      std::optional<uint32_t> adopter;
+      size_t adopter_parts = 0;
+      for (uint32_t q = 0; q < n; ++q) {
+        if (q == rank || job.workers(q).empty()) continue;
+        auto it = by_id.find(job.workers(q));
+        if (it == by_id.end() || !IsLive(*it->second)) continue;
+        ++remaining;
+        if (static_cast<int>(q) < job.progress().workers_size() &&
+            job.progress().workers(q).done()) {
+          continue;  // Finished: reads no more data.
+        }
+        size_t parts = PartitionFor(*rr, q, n).also_size();
+        if (!adopter.has_value() || parts < adopter_parts) {
+          adopter = q;
+          adopter_parts = parts;
+        }
+      }
+      if (remaining < std::max(1u, job.spec().min_workers())) return std::nullopt;
+      const std::string old = job.workers(rank);
+      const uint32_t takes = adopter.value_or(rank);  // `rank` itself: nobody reads it on.
+      for (v1::LeftRank& l : *rr->mutable_left()) {
+        if (l.adopted_by() == rank) l.set_adopted_by(takes);
+      }
+      v1::LeftRank* left = rr->add_left();
+      left->set_rank(rank);
+      left->set_node_id(old);
+      left->set_cause(cause);
+      left->set_adopted_by(takes);
+      left->set_unix_ms(UnixMs(clock_->Now()));
+      // Its attempt moves on: reports of a task of it still running (a worker cut off) are
+      // ignored, and the servers refuse every attempt of it once it has left.
+      const uint32_t next = NextAttempt(*rr, n);
+      while (static_cast<uint32_t>(rr->rank_attempts_size()) < n) {
+        rr->add_rank_attempts(RankAttempt(*rr, rr->rank_attempts_size()));
+      }
+      rr->set_rank_attempts(rank, next);
+      job.set_workers(rank, "");  // No node runs it any more.
+      if (static_cast<int>(rank) < job.progress().workers_size()) {
+        v1::WorkerProgress* p = job.mutable_progress()->mutable_workers(rank);
+        left->set_step(p->step());
+        p->set_left(true);
+        p->set_done(true);
+        p->set_samples_per_sec(0);
+        p->clear_error();
+      }
+      Summarize(job.spec(), rec.server_waiting_for, job.mutable_progress());
+      (void)Persist(rec);
+      Work w;
+      w.job_id = job.job_id();
+      w.rank = rank;
+      w.cause = cause;
+      w.lost = old;
+      w.spec = job.spec();
+      w.map = rec.shard_map;
+      w.num_workers = n;
+      w.recovery = job.recovery();
+      w.leave = true;
+      w.adopter = takes;
+      if (adopter.has_value()) w.adopter_address = by_id[job.workers(*adopter)]->info().address();
+      return w;
+    };
     absl::flat_hash_set<std::string> busy;
     for (const auto& [id, rec] : jobs_) {
       if (!HoldsResources(rec.job.state())) continue;
@@ -284,8 +380,15 @@ void Scheduler::HandOverRanks() {
         const std::string spare = lr.avoid_node ? (other.empty() ? same : other)
                                                 : (same.empty() ? other : same);
         if (spare.empty()) {
-          StartRecovery(rec, absl::StrCat(cause, "; no idle worker to take its rank"));
-          break;
+          // No idle worker: the rank leaves the job when enough others train on (one of them
+          // reads its data from then on); otherwise the job rolls back and waits for workers.
+          std::optional<Work> leave = leave_rank(rec, rank, cause);
+          if (!leave.has_value()) {
+            StartRecovery(rec, absl::StrCat(cause, "; no idle worker to take its rank"));
+            break;
+          }
+          work.push_back(std::move(*leave));
+          continue;
         }
         busy.insert(spare);
         job.set_workers(rank, spare);
@@ -324,6 +427,11 @@ void Scheduler::HandOverRanks() {
   }
 
   for (Work& w : work) {
+    if (w.leave) {
+      FinishLeaving(w.job_id, w.rank, w.cause, w.lost, w.map, w.num_workers, w.recovery,
+                    w.adopter, w.adopter_address);
+      continue;
+    }
     // Every server fences the rank at the new task's attempt first: the old task, should it
     // still run (paused, or cut off from the scheduler only), is refused from then on and
     // cannot advance the rank's clock. The new worker resumes the rank at its slowest clock on
@@ -384,6 +492,97 @@ void Scheduler::HandOverRanks() {
   }
 }
 
+void Scheduler::FinishLeaving(const std::string& job_id, uint32_t rank, const std::string& cause,
+                              const std::string& lost, const v1::ShardMap& map,
+                              uint32_t num_workers, const v1::JobRecovery& recovery,
+                              uint32_t adopter, const std::string& adopter_address) {
+  // 1. Every server takes the rank out of the job's barrier (and refuses it from then on).
+  std::vector<int64_t> clocks(map.servers_size(), -1);
+  std::vector<std::string> errors(map.servers_size());
+  ParallelFor(map.servers_size(), [&](size_t i) {
+    const v1::ServerEndpoint& ep = map.servers(i);
+    auto clock = rpc_->LeaveJob(ep.address(), job_id, rank);
+    if (clock.ok()) {
+      clocks[i] = *clock;
+    } else {
+      errors[i] = absl::StrCat("server ", ep.node_id(), ": ", clock.status().message());
+    }
+  });
+  std::string why;
+  for (const std::string& e : errors) {
+    if (why.empty()) why = e;
+  }
+  // 2. The rank that takes its data reads it from its next batch on (and every remaining rank
+  //    learns the lead rank, which changes when rank 0 leaves).
+  std::string adopted = "nobody (every other rank had finished)";
+  if (why.empty()) {
+    std::vector<std::pair<uint32_t, std::string>> remaining;
+    {
+      absl::MutexLock l(&mu_);
+      JobRecord* rec = FindJob(job_id);
+      if (rec != nullptr) {
+        for (int q = 0; q < rec->job.workers_size(); ++q) {
+          if (rec->job.workers(q).empty()) continue;
+          auto node = registry_.Get(rec->job.workers(q));
+          if (node.has_value()) remaining.emplace_back(q, node->info().address());
+        }
+      }
+    }
+    const uint32_t lead = LeadRank(recovery, num_workers);
+    v1::JobRecovery before = recovery;
+    for (int i = 0; i < before.left_size(); ++i) {
+      if (before.left(i).rank() == rank) {
+        before.mutable_left()->DeleteSubrange(i, 1);
+        break;
+      }
+    }
+    const bool lead_changed = LeadRank(before, num_workers) != lead;
+    std::vector<absl::Status> updated(remaining.size());
+    ParallelFor(remaining.size(), [&](size_t i) {
+      const uint32_t q = remaining[i].first;
+      if (q != adopter && !lead_changed) return;  // Neither its data nor the lead changes.
+      v1::UpdatePartitionRequest up;
+      up.set_job_id(job_id);
+      up.set_rank(q);
+      up.set_attempt(RankAttempt(recovery, q));
+      *up.mutable_partition() = PartitionFor(recovery, q, num_workers);
+      up.set_lead_rank(lead);
+      updated[i] = rpc_->UpdatePartition(q == adopter ? adopter_address : remaining[i].second,
+                                         up);
+    });
+    for (size_t i = 0; i < remaining.size(); ++i) {
+      if (updated[i].ok()) continue;
+      Log()->warn("job {}: rank {} was not told of its new data partition: {}", job_id,
+                  remaining[i].first, updated[i].message());
+    }
+    if (adopter != rank) adopted = absl::StrCat("rank ", adopter);
+  }
+  absl::MutexLock l(&mu_);
+  JobRecord* rec = FindJob(job_id);
+  if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING) return;  // Changed meanwhile.
+  v1::Job& job = rec->job;
+  if (!why.empty()) {
+    StartRecovery(*rec, absl::StrCat(cause, "; its rank could not leave the job (", why, ")"));
+    return;
+  }
+  v1::JobRecovery* r = job.mutable_recovery();
+  int64_t step = clocks.empty() ? 0 : *std::min_element(clocks.begin(), clocks.end());
+  for (v1::LeftRank& left : *r->mutable_left()) {
+    if (left.rank() == rank) left.set_step(step);
+  }
+  r->set_last_cause(cause);
+  r->set_recovered_unix_ms(UnixMs(clock_->Now()));
+  (void)Persist(*rec);
+  leaves_->Add();
+  uint32_t training = 0;
+  for (const std::string& w : job.workers()) training += w.empty() ? 0 : 1;
+  Log()->warn("job {}: rank {} (worker {}) left the job at step {} ({}; no idle worker to take "
+              "it): {} reads its data from now on, {} of {} ranks train on with no rollback",
+              job_id, rank, lost, step, cause, adopted, training, num_workers);
+  MaybeSucceed(*rec);
+  Wake();
+}
+
 bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
   v1::ShardMap map;
   v1::JobSpec spec;
@@ -417,6 +616,7 @@ bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
   }
   const uint32_t n = workers.size();
   for (const std::string& w : workers) {
+    if (w.empty()) continue;  // A rank that left the job.
     if (!live.contains(w)) {
       *why = absl::StrCat("its worker ", w, " is not alive either");
       return false;
@@ -494,6 +694,7 @@ bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
   // 3. Every rank's task again, on its worker, from there.
   std::vector<absl::Status> assigned(n);
   ParallelFor(n, [&](size_t r) {
+    if (workers[r].empty()) return;  // Left the job.
     if (start[r] < 0) {
       assigned[r] = absl::NotFoundError(absl::StrCat("no clock of rank ", r));
       return;
@@ -507,7 +708,9 @@ bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
     if (assigned[r].ok()) continue;
     *why = absl::StrCat("rank ", r, " on ", workers[r], ": ", assigned[r].message());
     ParallelFor(n, [&](size_t q) {
-      if (assigned[q].ok()) (void)rpc_->StopTask(address[workers[q]], job_id, *why);
+      if (assigned[q].ok() && !workers[q].empty()) {
+        (void)rpc_->StopTask(address[workers[q]], job_id, *why);
+      }
     });
     const absl::Time until = absl::Now() + options_.task_stop_grace;
     while (absl::Now() < until && WorkerStillRuns(workers, job_id)) absl::SleepFor(kStopRecheck);
@@ -518,7 +721,9 @@ bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
   JobRecord* rec = FindJob(job_id);
   if (rec == nullptr || rec->job.state() != v1::JOB_RECOVERING) {
     ParallelFor(n, [&](size_t q) {
-      (void)rpc_->StopTask(address[workers[q]], job_id, "the job changed meanwhile");
+      if (!workers[q].empty()) {
+        (void)rpc_->StopTask(address[workers[q]], job_id, "the job changed meanwhile");
+      }
     });
     return true;  // Cancelled meanwhile: nothing to roll back.
   }
@@ -532,7 +737,7 @@ bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
   r->set_promotions(r->promotions() + 1);
   r->set_recovered_unix_ms(UnixMs(clock_->Now()));
   for (uint32_t q = 0; q < n && static_cast<int>(q) < job.progress().workers_size(); ++q) {
-    job.mutable_progress()->mutable_workers(q)->set_step(start[q]);
+    if (!workers[q].empty()) job.mutable_progress()->mutable_workers(q)->set_step(start[q]);
   }
   job.set_state(v1::JOB_RUNNING);
   job.set_reason(absl::StrCat("recovered with no rollback from: ", r->last_cause(),
@@ -634,6 +839,7 @@ void Scheduler::RecoverJobs() {
       r->add_rank_attempts(attempt);
     }
     r->set_start_step(point->step);
+    r->clear_left();  // Placed again with all its ranks.
     r->clear_restore_from();
     for (v1::RestoreFile& f : point->files) *r->add_restore_from() = std::move(f);
     v1::Rollback* rb = r->add_rollbacks();

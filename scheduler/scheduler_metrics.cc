@@ -120,6 +120,10 @@ void Scheduler::RegisterMetrics() {
   promotions_ = metrics_.AddCounter(
       "pscluster_scheduler_backup_promotions_total",
       "Lost servers whose shards' backups took over with no rollback (replication > 1).");
+  leaves_ = metrics_.AddCounter(
+      "pscluster_scheduler_rank_leaves_total",
+      "Ranks that left their job (worker lost, no idle worker to take the rank): the job went on "
+      "with fewer workers and no rollback.");
   moves_done_ = metrics_.AddCounter(
       "pscluster_scheduler_shard_moves_total",
       "Virtual shards moved live to another server (MoveShard and the rebalancer).");

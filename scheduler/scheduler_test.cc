@@ -678,6 +678,140 @@ TEST_F(SchedulerTest, ALostWorkersRankIsHandedToAnIdleWorkerWithNoRollback) {
   EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
 }
 
+// No idle worker to take a lost rank: the rank leaves the job (design section 4: the barrier
+// follows the live membership), another rank reads its data, and the job trains on with no
+// rollback; rank 0 leaving makes the next rank the one that evaluates and exports.
+TEST_F(SchedulerTest, ALostRankWithNoIdleWorkerLeavesTheJobAndAnotherReadsItsData) {
+  AddCluster(2, 3);
+  auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 3"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const std::vector<std::string> workers(job.workers().begin(), job.workers().end());
+  Node(job.servers(0))->server()->SetClocks({42, 41, 42});
+  Node(job.servers(1))->server()->SetClocks({42, 40, 42});
+  ASSERT_THAT(Report(*id, 0, 42, false), IsOk());
+  ASSERT_THAT(Report(*id, 1, 40, false), IsOk());
+  ASSERT_THAT(Report(*id, 2, 42, false), IsOk());
+  Leave(workers[1]);
+  sched_->RunOnce();
+
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().recoveries(), 0u);
+  EXPECT_EQ(job.recovery().handovers(), 0u);
+  EXPECT_EQ(job.progress().rolled_back_to_step(), -1);
+  ASSERT_THAT(job.recovery().left(), SizeIs(1));
+  const v1::LeftRank& left = job.recovery().left(0);
+  EXPECT_EQ(left.rank(), 1u);
+  EXPECT_EQ(left.node_id(), workers[1]);
+  EXPECT_EQ(left.step(), 40) << "its lowest clock on the servers";
+  EXPECT_EQ(left.adopted_by(), 0u);
+  EXPECT_THAT(left.cause(), HasSubstr(absl::StrCat("worker of rank 1 ", workers[1])));
+  EXPECT_EQ(job.workers(1), "");
+  EXPECT_EQ(job.workers(0), workers[0]);
+  EXPECT_EQ(job.workers(2), workers[2]);
+  EXPECT_TRUE(job.progress().workers(1).left());
+  EXPECT_TRUE(job.progress().workers(1).done());
+  EXPECT_EQ(job.progress().step(), 42) << "the job's step leaves out the rank that left";
+  // Every server took the rank out of the barrier.
+  for (const std::string& s : job.servers()) {
+    auto fences = Node(s)->server()->fences();
+    ASSERT_THAT(fences, SizeIs(1)) << s;
+    EXPECT_TRUE(fences[0].leave());
+    EXPECT_EQ(fences[0].worker(), 1u);
+    EXPECT_THAT(Node(s)->server()->dropped(), IsEmpty());
+    EXPECT_THAT(Node(s)->server()->updates(), SizeIs(1)) << "no new map";
+  }
+  // Rank 0 reads rank 1's part from now on; rank 2 is told nothing; no task was stopped.
+  auto updates = Node(workers[0])->worker()->partition_updates();
+  ASSERT_THAT(updates, SizeIs(1));
+  EXPECT_EQ(updates[0].rank(), 0u);
+  EXPECT_EQ(updates[0].attempt(), 0u);
+  EXPECT_EQ(updates[0].partition().index(), 0u);
+  EXPECT_EQ(updates[0].partition().count(), 3u);
+  EXPECT_THAT(updates[0].partition().also(), ElementsAre(1u));
+  EXPECT_EQ(updates[0].lead_rank(), 0u);
+  EXPECT_THAT(Node(workers[2])->worker()->partition_updates(), IsEmpty());
+  for (const std::string& w : {workers[0], workers[2]}) {
+    EXPECT_THAT(Node(w)->worker()->stopped(), IsEmpty());
+    EXPECT_THAT(Node(w)->worker()->assigned(), SizeIs(1));
+  }
+  // The lost rank's reports are ignored now, whoever sends them.
+  auto stale = Report(*id, 1, 41, false);
+  ASSERT_THAT(stale, IsOk());
+  EXPECT_TRUE(*stale);
+  EXPECT_TRUE(Get(*id).progress().workers(1).left());
+
+  // Rank 0 is lost too: its part and rank 1's go to rank 2, which now leads.
+  Leave(workers[0]);
+  sched_->RunOnce();
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  ASSERT_THAT(job.recovery().left(), SizeIs(2));
+  EXPECT_EQ(job.recovery().left(0).adopted_by(), 2u);
+  EXPECT_EQ(job.recovery().left(1).rank(), 0u);
+  EXPECT_EQ(job.recovery().left(1).adopted_by(), 2u);
+  updates = Node(workers[2])->worker()->partition_updates();
+  ASSERT_THAT(updates, SizeIs(1));
+  EXPECT_THAT(updates[0].partition().also(), ::testing::UnorderedElementsAre(0u, 1u));
+  EXPECT_EQ(updates[0].lead_rank(), 2u);
+  // A worker joins, and rank 2's worker is lost: the rank is handed over (an idle worker is
+  // there), and its new task reads the same parts and leads.
+  const std::string spare = AddNode(v1::ROLE_WORKER);
+  Leave(workers[2]);
+  sched_->RunOnce();
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().handovers(), 1u);
+  EXPECT_EQ(job.workers(2), spare);
+  auto assigned = Node(spare)->worker()->assigned();
+  ASSERT_THAT(assigned, SizeIs(1));
+  EXPECT_EQ(assigned[0].rank(), 2u);
+  EXPECT_EQ(assigned[0].start_step(), 42);
+  EXPECT_THAT(assigned[0].partition().also(), ::testing::UnorderedElementsAre(0u, 1u));
+  EXPECT_EQ(assigned[0].lead_rank(), 2u);
+
+  // The last rank finishes: the job succeeds with the model rank 2 exported.
+  auto done = Report(*id, 2, 10, true, "", "/tmp/m.safetensors", assigned[0].attempt());
+  ASSERT_THAT(done, IsOk());
+  job = Get(*id);
+  EXPECT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.reason();
+  EXPECT_EQ(job.export_path(), "/tmp/m.safetensors");
+
+  // The record survives a scheduler restart.
+  StartScheduler();
+  EXPECT_THAT(Get(*id).recovery().left(), SizeIs(2));
+}
+
+// min_workers: below it, a lost rank with no idle worker rolls the job back instead (and the
+// job waits to be placed again on num_workers workers).
+TEST_F(SchedulerTest, BelowMinWorkersALostRankRollsTheJobBackInstead) {
+  AddCluster(2, 2);
+  auto id = Submit(absl::StrCat(kJob, "min_workers: 2\n"));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const std::string lost = job.workers(1);
+  Leave(lost);
+  sched_->RunOnce();
+  job = Get(*id);
+  EXPECT_NE(job.state(), v1::JOB_RUNNING);
+  EXPECT_EQ(job.recovery().recoveries(), 1u);
+  EXPECT_THAT(job.recovery().left(), IsEmpty());
+  EXPECT_THAT(job.recovery().last_cause(), HasSubstr("no idle worker to take its rank"));
+  EXPECT_THAT(job.reason(), HasSubstr("needs 2 idle workers, 1 available"));
+  for (const std::string& s : job.servers()) {
+    for (const auto& f : Node(s)->server()->fences()) EXPECT_FALSE(f.leave());
+  }
+  // min_workers above num_workers is refused, naming the field.
+  EXPECT_THAT(Submit(absl::StrCat(kJob, "min_workers: 3\n")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("min_workers: must be at most num_workers (2)")));
+}
+
 TEST_F(SchedulerTest, ARestartedWorkerTakesItsOwnRankBack) {
   AddCluster(1, 1);
   auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 1"},

@@ -42,6 +42,7 @@ Job::Job(JobConfig config, MemoryBudget* budget, const Clock* clock, DataPlaneLi
       held_(config_.num_shards, true),
       clocks_(config_.num_workers, 0),
       fences_(config_.num_workers, 0),
+      left_(config_.num_workers, false),
       applied_(config_.num_workers),
       shard_bytes_(new std::atomic<uint64_t>[config_.num_shards]),
       shard_requests_(new std::atomic<uint64_t>[config_.num_shards]) {
@@ -593,8 +594,10 @@ absl::Status Job::Aggregate(const SliceRef& s, const v1::PushChunk& chunk, const
 
 int64_t Job::MinClockLocked() const {
   int64_t m = std::numeric_limits<int64_t>::max();
-  for (int64_t c : clocks_) m = std::min(m, c);
-  return clocks_.empty() ? 0 : m;
+  for (size_t w = 0; w < clocks_.size(); ++w) {
+    if (!left_[w]) m = std::min(m, clocks_[w]);
+  }
+  return m == std::numeric_limits<int64_t>::max() ? 0 : m;
 }
 
 int64_t Job::min_clock() const {
@@ -647,12 +650,12 @@ void Job::AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready, in
     }
     absl::MutexLock c(&clock_mu_);
     const int64_t every = config_.checkpoint_every_steps;
-    if (every > 0 && min / every > checkpointed_step_ / every) {
+    // Without a caller to take it (a worker leaving), a checkpoint falling due waits for the
+    // next advance.
+    if (every > 0 && hold != nullptr && min / every > checkpointed_step_ / every) {
       checkpointed_step_ = min;
-      if (hold != nullptr) {
-        *hold = min;  // Reads at `min` wait for the snapshot.
-        return;
-      }
+      *hold = min;  // Reads at `min` wait for the snapshot.
+      return;
     }
     released_min_ = std::max(released_min_, min);
     ReleaseReadersLocked(ready);
@@ -718,6 +721,44 @@ void Job::FenceAll(uint32_t attempt) {
   for (uint32_t& f : fences_) f = std::max(f, attempt);
 }
 
+absl::StatusOr<int64_t> Job::Leave(uint32_t worker) {
+  int64_t clock;
+  {
+    absl::MutexLock c(&clock_mu_);
+    if (worker >= left_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("worker: rank ", worker, " is outside job '",
+                                                     id(), "' (", left_.size(), " workers)"));
+    }
+    clock = clocks_[worker];
+    if (left_[worker]) return clock;
+    size_t staying = 0;
+    for (bool l : left_) staying += l ? 0 : 1;
+    if (staying <= 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker: rank ", worker, " is the last rank of job '", id(), "' and cannot leave it"));
+    }
+    left_[worker] = true;
+    fences_[worker] = std::numeric_limits<uint32_t>::max();
+    applied_[worker].clear();
+  }
+  std::vector<std::function<void(absl::Status)>> ready;
+  {
+    absl::ReaderMutexLock l(&state_mu_);
+    AfterAdvance(&ready, nullptr);
+  }
+  for (auto& f : ready) f(absl::OkStatus());
+  return clock;
+}
+
+std::vector<uint32_t> Job::LeftWorkers() const {
+  absl::MutexLock c(&clock_mu_);
+  std::vector<uint32_t> out;
+  for (uint32_t w = 0; w < left_.size(); ++w) {
+    if (left_[w]) out.push_back(w);
+  }
+  return out;
+}
+
 absl::Status Job::CheckAttempt(uint32_t worker, uint32_t attempt,
                                absl::string_view field) const {
   absl::MutexLock c(&clock_mu_);
@@ -727,6 +768,10 @@ absl::Status Job::CheckAttempt(uint32_t worker, uint32_t attempt,
 absl::Status Job::CheckAttemptLocked(uint32_t worker, uint32_t attempt,
                                      absl::string_view field) const {
   if (worker >= fences_.size() || attempt >= fences_[worker]) return absl::OkStatus();
+  if (left_[worker]) {
+    return absl::AbortedError(absl::StrCat(field, ": rank ", worker, " has left job '", id(),
+                                           "' (its worker was lost); this task must stop"));
+  }
   return absl::AbortedError(absl::StrCat(
       field, ": rank ", worker, " of job '", id(), "' was handed to a newer task (attempt ",
       fences_[worker], "); this task (attempt ", attempt, ") was replaced and must stop"));
@@ -764,7 +809,7 @@ bool Job::ReadableAfterOwnPush(int64_t clock, uint32_t worker, int64_t step,
   if (worker >= clocks_.size() || dropped_) return false;
   int64_t others = std::numeric_limits<int64_t>::max();
   for (uint32_t w = 0; w < clocks_.size(); ++w) {
-    if (w != worker) others = std::min(others, clocks_[w]);
+    if (w != worker && !left_[w]) others = std::min(others, clocks_[w]);
   }
   if (others < need) return false;
   *min_clock = std::min(others, std::max(clocks_[worker], step + 1));
@@ -860,6 +905,7 @@ void Job::FillStatus(v1::JobOnServer* out) const {
     wc->set_worker(w);
     wc->set_clock(clocks_[w]);
     max_clock = std::max(max_clock, clocks_[w]);
+    if (left_[w]) out->add_left_workers(w);
   }
   out->set_min_clock(MinClockLocked());
   out->set_max_clock(max_clock);
@@ -870,7 +916,7 @@ void Job::FillStatus(v1::JobOnServer* out) const {
   for (const auto& [id, w] : waiters_) max_need = std::max(max_need, w.need);
   if (!waiters_.empty()) {
     for (uint32_t w = 0; w < clocks_.size(); ++w) {
-      if (clocks_[w] < max_need) out->add_waiting_for(w);
+      if (clocks_[w] < max_need && !left_[w]) out->add_waiting_for(w);
     }
   }
   out->set_checkpoint_age_sec(last_checkpoint_time_ == absl::InfinitePast()

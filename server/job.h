@@ -172,6 +172,14 @@ class Job {
   std::pair<int64_t, uint32_t> Fence(uint32_t worker, uint32_t attempt);
   // Fences every worker at `attempt` (a placement whose tasks all run that attempt).
   void FenceAll(uint32_t attempt);
+  // `worker` leaves the job for good: every attempt of it is refused from now on, and no read,
+  // aggregate step or copy's catching up waits for its clock any more. Parked reads that only
+  // waited for it are released (their callbacks run before this returns, with no lock held).
+  // Returns the worker's clock, final now. Idempotent; the last worker never leaves
+  // (FAILED_PRECONDITION).
+  absl::StatusOr<int64_t> Leave(uint32_t worker);
+  // The ranks that left, ascending.
+  std::vector<uint32_t> LeftWorkers() const;
   // ABORTED when `attempt` of `worker` is fenced off. `field` names the attempt's field.
   absl::Status CheckAttempt(uint32_t worker, uint32_t attempt, absl::string_view field) const;
   bool dropped() const { return dropped_.load(); }
@@ -244,6 +252,7 @@ class Job {
   struct ClockState {
     std::vector<int64_t> clocks;
     std::vector<std::map<int64_t, absl::flat_hash_set<uint64_t>>> applied;
+    std::vector<bool> left;  // Workers that left the job (Leave).
   };
   ClockState GetClockState() const;
   // A copy about to be taken over: refuses every later update (FAILED_PRECONDITION), so that
@@ -358,6 +367,8 @@ class Job {
   std::vector<int64_t> clocks_ ABSL_GUARDED_BY(clock_mu_);
   // Per worker: the lowest attempt whose calls are accepted (Fence).
   std::vector<uint32_t> fences_ ABSL_GUARDED_BY(clock_mu_);
+  // Per worker: left the job (Leave); its clock gates nothing.
+  std::vector<bool> left_ ABSL_GUARDED_BY(clock_mu_);
   // Min clock up to which aggregated steps are applied and parked reads released; reads with
   // need <= released_min_ are served at once.
   int64_t released_min_ ABSL_GUARDED_BY(clock_mu_) = 0;

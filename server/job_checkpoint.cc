@@ -282,7 +282,7 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::strin
 
 Job::ClockState Job::GetClockState() const {
   absl::MutexLock c(&clock_mu_);
-  return ClockState{clocks_, applied_};
+  return ClockState{clocks_, applied_, left_};
 }
 
 absl::Status Job::AdoptReplica(const Snapshot& copy, const ClockState& other,

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <optional>
+#include <tuple>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
@@ -164,6 +166,7 @@ absl::StatusOr<std::shared_ptr<Job>> PsHandler::NewCopy(const Job& job,
   auto created = copy->AddTables(specs, optimizers);
   if (!created.ok()) return created.status();
   copy->FenceAll(min_attempt);
+  for (uint32_t w : job.LeftWorkers()) (void)copy->Leave(w);
   return copy;
 }
 
@@ -684,14 +687,32 @@ absl::Status PsHandler::FenceWorker(const v1::FenceWorkerRequest& req,
                                                    " is outside job '", req.job_id(), "' (",
                                                    (*job)->config().num_workers, " workers)"));
   }
-  auto [clock, fence] = (*job)->Fence(req.worker(), req.attempt());
+  int64_t clock;
+  uint32_t fence;
+  if (req.leave()) {
+    // Fences every attempt, or changes nothing when it cannot be done.
+    auto left = (*job)->Leave(req.worker());
+    if (!left.ok()) return left.status();
+    clock = *left;
+    fence = std::numeric_limits<uint32_t>::max();
+  } else {
+    std::tie(clock, fence) = (*job)->Fence(req.worker(), req.attempt());
+  }
   if (auto rep = FindReplication(req.job_id()); rep != nullptr) {
-    for (auto& [primary, copy] : rep->replicas) copy->Fence(req.worker(), req.attempt());
+    for (auto& [primary, copy] : rep->replicas) {
+      copy->Fence(req.worker(), req.attempt());
+      if (req.leave()) (void)copy->Leave(req.worker());
+    }
   }
   resp->set_clock(clock);
   resp->set_attempt(fence);
-  Logger("server")->info("job '{}': rank {} fenced at attempt {} (clock {})", req.job_id(),
-                         req.worker(), fence, clock);
+  if (req.leave()) {
+    Logger("server")->warn("job '{}': rank {} left the job at clock {}; no step waits for it any "
+                           "more", req.job_id(), req.worker(), clock);
+  } else {
+    Logger("server")->info("job '{}': rank {} fenced at attempt {} (clock {})", req.job_id(),
+                           req.worker(), fence, clock);
+  }
   return absl::OkStatus();
 }
 
@@ -1036,6 +1057,7 @@ absl::Status PsHandler::Status(const v1::ServerStatusRequest& req, v1::ServerSta
         absl::MutexLock l(&seed->second->mu);
         seeded = caught_up = seed->second->done;
         for (size_t w = 0; caught_up && w < seed->second->clocks.size(); ++w) {
+          if (w < cs.left.size() && cs.left[w]) continue;  // Left the job: pushes no more.
           caught_up = w < cs.clocks.size() && cs.clocks[w] > seed->second->clocks[w];
         }
       }

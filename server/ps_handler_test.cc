@@ -510,6 +510,95 @@ TEST_F(HandlerTest, AFencedTaskIsRefusedAndItsReplacementResumesWhereTheFenceLef
   EXPECT_EQ(fence("", 0, 5, &fr).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// FenceWorkerRequest.leave: a rank whose worker was lost with no other to take it leaves the
+// job; the barrier stops waiting for it, reads parked only for it are released at once, every
+// attempt of it is refused, and the last rank cannot leave.
+TEST_F(HandlerTest, ARankThatLeavesTheJobNoLongerHoldsTheOthersBack) {
+  for (bool aggregate : {false, true}) {
+    SCOPED_TRACE(aggregate ? "aggregate" : "per-push updates");
+    const std::string job = aggregate ? "agg" : "bsp";
+    v1::CreateTablesRequest cr =
+        CreateRequest(job, {DenseSpec("w", {100}, kSgd)}, v1::ConsistencySpec::BSP, 3);
+    cr.mutable_consistency()->set_aggregate(aggregate);
+    Create(cr);
+    const std::vector<float> w0 = *Pull(job, 0, 0, {Block("w", 0)});
+    std::vector<float> g(100, 1.f);
+    // Ranks 0 and 1 finish step 0; rank 2 never does (its worker died).
+    ASSERT_TRUE(PushDense(job, 0, 0, 0, "w", 0, g, true).ok());
+    ASSERT_TRUE(PushDense(job, 1, 0, 0, "w", 0, g, true).ok());
+    std::atomic<int> released{0};
+    auto plan = h_->PlanPull([&] {
+      v1::PullRequest r;
+      r.set_job_id(job);
+      r.set_worker(0);
+      r.set_clock(1);
+      *r.add_slices() = Block("w", 0);
+      return r;
+    }());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    uint64_t id = 0;
+    ASSERT_FALSE(plan->job->WhenReadable(1, [&](absl::Status st) {
+      if (st.ok()) ++released;
+    }, &id));
+    v1::JobOnServer js = Status(job).jobs(0);
+    ASSERT_EQ(js.waiting_for_size(), 1);
+    EXPECT_EQ(js.waiting_for(0), 2u);
+    EXPECT_EQ(js.min_clock(), 0);
+
+    v1::FenceWorkerRequest fr;
+    fr.set_job_id(job);
+    fr.set_worker(2);
+    fr.set_attempt(1);
+    fr.set_leave(true);
+    v1::FenceWorkerResponse resp;
+    ASSERT_TRUE(h_->FenceWorker(fr, &resp).ok());
+    EXPECT_EQ(resp.clock(), 0) << "the clock it left at";
+    EXPECT_EQ(released.load(), 1) << "the parked read waited only for the rank that left";
+    js = Status(job).jobs(0);
+    EXPECT_EQ(js.min_clock(), 1);
+    EXPECT_EQ(js.waiting_for_size(), 0);
+    ASSERT_EQ(js.left_workers_size(), 1);
+    EXPECT_EQ(js.left_workers(0), 2u);
+    // Step 0 holds the two remaining ranks' gradients (aggregate: summed, applied once).
+    const std::vector<float> w1 = *Pull(job, 0, 1, {Block("w", 0)});
+    for (int i = 0; i < 100; ++i) ASSERT_FLOAT_EQ(w1[i], w0[i] - 1.0f) << i;
+    // Any attempt of the rank that left is refused, a newer one too.
+    for (uint32_t attempt : {0u, 1u, 7u}) {
+      v1::PushChunk c = Chunk(job, 2, 0, 1);
+      c.mutable_tag()->set_attempt(attempt);
+      c.set_end_of_step(true);
+      auto late = h_->Push(c, Payload());
+      ASSERT_EQ(late.status().code(), absl::StatusCode::kAborted) << late.status();
+      EXPECT_NE(late.status().message().find("rank 2 has left job '" + job + "'"),
+                std::string::npos)
+          << late.status();
+    }
+    // The barrier goes on with ranks 0 and 1 alone.
+    ASSERT_TRUE(PushDense(job, 0, 1, 0, "w", 0, g, true).ok());
+    bool parked = false;
+    ASSERT_TRUE(Pull(job, 0, 2, {Block("w", 0)}, &parked).ok());
+    EXPECT_TRUE(parked) << "rank 1 has not finished step 1";
+    ASSERT_TRUE(PushDense(job, 1, 1, 0, "w", 0, g, true).ok());
+    ASSERT_TRUE(Pull(job, 0, 2, {Block("w", 0)}, &parked).ok());
+    EXPECT_FALSE(parked);
+    // Leaving twice is harmless; the last rank cannot leave; a bad rank names the field.
+    ASSERT_TRUE(h_->FenceWorker(fr, &resp).ok());
+    fr.set_worker(1);
+    ASSERT_TRUE(h_->FenceWorker(fr, &resp).ok());
+    fr.set_worker(0);
+    absl::Status last = h_->FenceWorker(fr, &resp);
+    EXPECT_EQ(last.code(), absl::StatusCode::kFailedPrecondition) << last;
+    EXPECT_NE(last.message().find("rank 0 is the last rank of job '" + job + "'"),
+              std::string::npos)
+        << last;
+    fr.set_worker(3);
+    EXPECT_EQ(h_->FenceWorker(fr, &resp).code(), absl::StatusCode::kInvalidArgument);
+    auto next = PushDense(job, 0, 2, 0, "w", 0, g, true);
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(Status(job).jobs(0).min_clock(), 3);
+  }
+}
+
 // UpdateShardMapRequest.min_attempt: a placement's map fences every rank of the job, also when
 // the map arrives before the tables.
 TEST_F(HandlerTest, AShardMapFencesTheTasksOfEarlierPlacements) {

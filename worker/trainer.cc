@@ -125,6 +125,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::AssignTaskReq
     return absl::InvalidArgumentError("spec.dataset.name: missing");
   }
   if (task.start_step() < 0) return absl::InvalidArgumentError("start_step: must be >= 0");
+  if (task.lead_rank() >= std::max(1u, task.num_workers())) {
+    return absl::InvalidArgumentError(absl::StrCat("lead_rank: ", task.lead_rank(),
+                                                   " is not below num_workers ",
+                                                   task.num_workers()));
+  }
   return std::unique_ptr<Trainer>(new Trainer(task, options, sink));
 }
 
@@ -144,6 +149,51 @@ void Trainer::UpdateShardMap(const v1::ShardMap& map) {
   absl::Status s = client_->SetShardMap(map);
   if (!s.ok()) Logger("worker")->warn("shard map update: {}", s);
   snapshot_.shard_map_epoch = client_->shard_map().epoch();
+}
+
+namespace {
+
+data::PartitionSpec PartitionSpecOf(const v1::DataPartition& p, uint32_t rank,
+                                    uint32_t num_workers) {
+  data::PartitionSpec part;
+  part.index = p.count() > 0 ? p.index() : rank;
+  part.count = p.count() > 0 ? p.count() : num_workers;
+  part.begin = p.begin();
+  part.end = p.end();
+  part.also.assign(p.also().begin(), p.also().end());
+  return part;
+}
+
+}  // namespace
+
+absl::Status Trainer::UpdatePartition(const v1::DataPartition& partition, uint32_t lead_rank) {
+  const data::PartitionSpec now = PartitionSpecOf(task_.partition(), task_.rank(),
+                                                  task_.num_workers());
+  const data::PartitionSpec next = PartitionSpecOf(partition, task_.rank(), task_.num_workers());
+  if (next.index != now.index || next.count != now.count || next.begin != now.begin ||
+      next.end != now.end) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "partition: part ", next.index, " of ", next.count, " is not this task's (part ",
+        now.index, " of ", now.count, "); only `also` may change"));
+  }
+  // The same checks as when the data is cut (they do not depend on its size).
+  for (size_t i = 0; i < next.also.size(); ++i) {
+    const uint32_t a = next.also[i];
+    if (next.end > 0 || a >= next.count || a == next.index ||
+        std::find(next.also.begin(), next.also.begin() + i, a) != next.also.begin() + i) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "partition.also[", i, "]: part ", a, " is not another part below count ", next.count,
+          " (index ", next.index, ")"));
+    }
+  }
+  if (lead_rank >= task_.num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat("lead_rank: ", lead_rank, " is not below ",
+                                                   task_.num_workers()));
+  }
+  absl::MutexLock l(&mu_);
+  new_partition_ = partition;
+  lead_rank_.store(lead_rank);
+  return absl::OkStatus();
 }
 
 TaskSnapshot Trainer::Snapshot() const {
@@ -204,11 +254,7 @@ absl::Status Trainer::RunImpl(State* st) {
   }
   st->model = std::move(*model);
   // Partition and schedule.
-  data::PartitionSpec part;
-  part.index = task_.partition().count() > 0 ? task_.partition().index() : rank;
-  part.count = task_.partition().count() > 0 ? task_.partition().count() : num_workers;
-  part.begin = task_.partition().begin();
-  part.end = task_.partition().end();
+  const data::PartitionSpec part = PartitionSpecOf(task_.partition(), rank, num_workers);
   auto partition = data::PartitionExamples(st->data->train_size(), spec.seed(), part);
   if (!partition.ok()) return partition.status();
   st->partition = std::move(*partition);
@@ -222,8 +268,11 @@ absl::Status Trainer::RunImpl(State* st) {
   log->info("job {} rank {}: {} model on {}, {} tables", task_.job_id(), rank, model_spec.kind(),
             st->backend->name(), st->tables.size());
 
-  // The export directory is created (and checked writable) now, not after hours of training.
-  if (rank == 0 && !spec.export_path().empty()) {
+  // The lead rank (0 unless rank 0 left the job) evaluates and exports; a task may become the
+  // lead on the way (UpdatePartition). The export directory is created (and checked writable)
+  // when the task starts as the lead, not after hours of training, and again before the export.
+  auto lead = [&] { return lead_rank_.load() == rank; };
+  auto export_dir_ready = [&]() -> absl::Status {
     const std::string& path = spec.export_path();
     size_t slash = path.rfind('/');
     std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
@@ -233,9 +282,12 @@ absl::Status Trainer::RunImpl(State* st) {
       ds = WriteFileAtomically(probe, "");
       ::unlink(probe.c_str());
     }
-    if (!ds.ok()) {
-      return absl::Status(ds.code(), absl::StrCat("export_path: ", ds.message()));
-    }
+    if (!ds.ok()) return absl::Status(ds.code(), absl::StrCat("export_path: ", ds.message()));
+    return absl::OkStatus();
+  };
+  if (lead() && !spec.export_path().empty()) {
+    absl::Status ds = export_dir_ready();
+    if (!ds.ok()) return ds;
   }
 
   // Parameter servers.
@@ -367,6 +419,28 @@ absl::Status Trainer::RunImpl(State* st) {
   std::vector<int64_t> ids(batch);
   auto prepare = [&](int64_t n) -> absl::Status {
     int64_t epoch = n / steps_per_epoch, j = n % steps_per_epoch;
+    std::optional<v1::DataPartition> changed;
+    {
+      absl::MutexLock l(&mu_);
+      changed.swap(new_partition_);
+    }
+    if (changed.has_value()) {
+      // A rank left the job and its part comes here: this epoch's order is drawn again from
+      // the whole new partition (the positions already trained stay counted).
+      auto more = data::PartitionExamples(st->data->train_size(), spec.seed(),
+                                          PartitionSpecOf(*changed, rank, num_workers));
+      if (more.ok()) {
+        log->info("job {} rank {}: now reads {} examples (parts {} and {} more of {})",
+                  task_.job_id(), rank, more->size(), part.index, changed->also_size(),
+                  part.count);
+        st->partition = std::move(*more);
+        progress.set_examples(st->partition.size());
+        order_epoch[0] = order_epoch[1] = -1;
+      } else {
+        log->warn("job {} rank {}: partition update not applied: {}", task_.job_id(), rank,
+                  more.status().message());
+      }
+    }
     std::vector<int64_t>& order = orders[epoch & 1];
     if (order_epoch[epoch & 1] != epoch) {
       order = data::EpochOrder(st->partition, spec.seed(), static_cast<uint32_t>(epoch), part.index);
@@ -520,7 +594,7 @@ absl::Status Trainer::RunImpl(State* st) {
     }
     train_time += absl::Now() - epoch_start;
     const bool last_epoch = epoch + 1 == spec.epochs();
-    if (rank == 0 && (options_.eval_every_epoch || last_epoch)) {
+    if (lead() && (options_.eval_every_epoch || last_epoch)) {
       auto ev = evaluate(step);
       if (!ev.ok()) {
         drain();
@@ -534,9 +608,12 @@ absl::Status Trainer::RunImpl(State* st) {
     if (!report(step, true)) return absl::CancelledError("cancelled");
   }
 
-  // Export (rank 0): the model as the servers hold it once every worker has pushed every step.
+  // Export (the lead rank): the model as the servers hold it once every worker has pushed every
+  // step.
   std::string export_path;
-  if (rank == 0 && !spec.export_path().empty()) {
+  if (lead() && !spec.export_path().empty()) {
+    absl::Status ds = export_dir_ready();
+    if (!ds.ok()) return ds;
     State::Slot& slot = st->slots[0];
     std::vector<std::vector<uint64_t>> keys(st->model->params().size());
     for (size_t i = 0; i < st->model->params().size(); ++i) {

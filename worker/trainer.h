@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -88,6 +89,7 @@ class Trainer final : public TaskRunner {
   absl::Status Run() override;
   void Cancel(absl::string_view reason) override;
   void UpdateShardMap(const v1::ShardMap& map) override;
+  absl::Status UpdatePartition(const v1::DataPartition& partition, uint32_t lead_rank) override;
   TaskSnapshot Snapshot() const override;
 
   // Valid after Run() returned OK.
@@ -95,7 +97,9 @@ class Trainer final : public TaskRunner {
 
  private:
   Trainer(v1::AssignTaskRequest task, TrainerOptions options, ProgressSink* sink)
-      : task_(std::move(task)), options_(std::move(options)), sink_(sink) {}
+      : task_(std::move(task)), options_(std::move(options)), sink_(sink) {
+    lead_rank_.store(task_.lead_rank());
+  }
   struct State;
   absl::Status RunImpl(State* st);
 
@@ -109,6 +113,9 @@ class Trainer final : public TaskRunner {
   PsClient* client_ ABSL_GUARDED_BY(mu_) = nullptr;  // Valid while Run() runs.
   TaskSnapshot snapshot_ ABSL_GUARDED_BY(mu_);
   TrainerResult result_ ABSL_GUARDED_BY(mu_);
+  // Set by UpdatePartition, taken by the training loop before its next batch.
+  std::optional<v1::DataPartition> new_partition_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint32_t> lead_rank_{0};
 };
 
 }  // namespace pscluster::worker

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 
 namespace pscluster::worker {
@@ -255,6 +256,25 @@ absl::StatusOr<uint64_t> WorkerNode::UpdateShardMap(const v1::WorkerShardMapRequ
   }
   runner_->UpdateShardMap(request.map());
   return runner_->Snapshot().shard_map_epoch;
+}
+
+absl::Status WorkerNode::UpdatePartition(const v1::UpdatePartitionRequest& request) {
+  absl::MutexLock l(&mu_);
+  if (!busy_ || runner_ == nullptr || job_id_ != request.job_id() || rank_ != request.rank() ||
+      attempt_ != request.attempt()) {
+    return absl::NotFoundError(absl::StrCat(
+        "job ", request.job_id(), " rank ", request.rank(), " attempt ", request.attempt(),
+        " is not running here", busy_ ? absl::StrCat(" (running: job ", job_id_, " rank ", rank_,
+                                                      " attempt ", attempt_, ")")
+                                      : std::string(" (idle)")));
+  }
+  absl::Status s = runner_->UpdatePartition(request.partition(), request.lead_rank());
+  if (s.ok()) {
+    Logger("worker")->info("job {} rank {}: partition now also has parts [{}] (lead rank {})",
+                           job_id_, rank_, absl::StrJoin(request.partition().also(), ", "),
+                           request.lead_rank());
+  }
+  return s;
 }
 
 v1::WorkerStatus WorkerNode::Status() const {

@@ -58,6 +58,8 @@ class WorkerNode : public ProgressSink {
   absl::Status AssignTask(const v1::AssignTaskRequest& request);
   absl::Status StopTask(const v1::StopTaskRequest& request);
   absl::StatusOr<uint64_t> UpdateShardMap(const v1::WorkerShardMapRequest& request);
+  // Changes the running task's data partition (NOT_FOUND unless that job, rank and attempt run).
+  absl::Status UpdatePartition(const v1::UpdatePartitionRequest& request);
   v1::WorkerStatus Status() const;
 
   std::string node_id() const;

@@ -90,6 +90,11 @@ class StepRunner final : public TaskRunner {
   }
   void Cancel(absl::string_view) override { cancelled_.store(true); }
   void UpdateShardMap(const v1::ShardMap& map) override { epoch_.store(map.epoch()); }
+  // Refuses more than three extra parts, as a real task refuses a partition that does not fit.
+  absl::Status UpdatePartition(const v1::DataPartition& p, uint32_t) override {
+    if (p.also_size() > 3) return absl::InvalidArgumentError("partition.also: too many");
+    return absl::OkStatus();
+  }
   TaskSnapshot Snapshot() const override {
     TaskSnapshot s;
     s.step = step_.load();
@@ -224,6 +229,33 @@ TEST_F(WorkerNodeTest, OneTaskAtATime) {
   EXPECT_EQ(st.job_id(), "job-1");
   EXPECT_EQ(st.device(), "cpu (test)");
   EXPECT_EQ(st.attempt(), 0u);
+}
+
+// WorkerControl.UpdatePartition reaches only the task it names (job, rank and attempt).
+TEST_F(WorkerNodeTest, APartitionUpdateReachesOnlyTheTaskItNames) {
+  StartNode(100000);
+  auto update = [&](const std::string& job, uint32_t attempt, int parts) {
+    v1::UpdatePartitionRequest req;
+    req.set_job_id(job);
+    req.set_rank(0);
+    req.set_attempt(attempt);
+    req.mutable_partition()->set_count(4);
+    for (int i = 1; i <= parts; ++i) req.mutable_partition()->add_also(i);
+    v1::UpdatePartitionResponse resp;
+    auto ctx = CallContext(absl::Seconds(5));
+    return stub_->UpdatePartition(ctx.get(), req, &resp);
+  };
+  grpc::Status idle = update("job-1", 0, 1);
+  EXPECT_EQ(idle.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(idle.error_message().find("(idle)"), std::string::npos) << idle.error_message();
+  ASSERT_TRUE(Assign(Task("job-1")).ok());
+  EXPECT_TRUE(update("job-1", 0, 1).ok());
+  grpc::Status other = update("job-1", 3, 1);
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(other.error_message().find("running: job job-1 rank 0 attempt 0"), std::string::npos)
+      << other.error_message();
+  EXPECT_EQ(update("job-2", 0, 1).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(update("job-1", 0, 4).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(WorkerNodeTest, ATaskOfAnotherAttemptOfTheSameJobIsNotTheSameTask) {

@@ -33,6 +33,12 @@ grpc::ServerUnaryReactor* WorkerService::UpdateShardMap(grpc::CallbackServerCont
   return Done(ctx, epoch.status());
 }
 
+grpc::ServerUnaryReactor* WorkerService::UpdatePartition(
+    grpc::CallbackServerContext* ctx, const v1::UpdatePartitionRequest* request,
+    v1::UpdatePartitionResponse*) {
+  return Done(ctx, node_->UpdatePartition(*request));
+}
+
 grpc::ServerUnaryReactor* WorkerService::Status(grpc::CallbackServerContext* ctx,
                                                 const v1::WorkerStatusRequest*,
                                                 v1::WorkerStatus* response) {

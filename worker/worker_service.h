@@ -22,6 +22,9 @@ class WorkerService final : public v1::WorkerControl::CallbackService {
   grpc::ServerUnaryReactor* UpdateShardMap(grpc::CallbackServerContext* ctx,
                                            const v1::WorkerShardMapRequest* request,
                                            v1::WorkerShardMapResponse* response) override;
+  grpc::ServerUnaryReactor* UpdatePartition(grpc::CallbackServerContext* ctx,
+                                            const v1::UpdatePartitionRequest* request,
+                                            v1::UpdatePartitionResponse* response) override;
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
                                    const v1::WorkerStatusRequest* request,
                                    v1::WorkerStatus* response) override;

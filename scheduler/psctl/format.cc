@@ -250,6 +250,18 @@ std::string JobDetail(const v1::Job& j, const std::vector<v1::NodeStatus>& nodes
                                               " checkpoint file(s) of step ", r.start_step())});
     }
   }
+  if (!j.recovery().left().empty()) {
+    std::vector<std::string> left;
+    for (const v1::LeftRank& l : j.recovery().left()) {
+      left.push_back(absl::StrCat(
+          "rank ", l.rank(), " at step ", l.step(), " (", named(l.node_id()), " lost ",
+          Ago(l.unix_ms(), now_ms), "), its data to ",
+          l.adopted_by() == l.rank() ? std::string("nobody") : absl::StrCat("rank ", l.adopted_by())));
+    }
+    kv.Add({"Left the job:", absl::StrCat(absl::StrJoin(left, "; "), "; ",
+                                          j.workers_size() - j.recovery().left_size(), " of ",
+                                          j.workers_size(), " ranks train on")});
+  }
   if (!j.moves().empty()) {
     const v1::ShardMove& m = *j.moves().rbegin();
     std::string state;
@@ -298,8 +310,9 @@ std::string JobDetail(const v1::Job& j, const std::vector<v1::NodeStatus>& nodes
       auto share = [&](double v) {
         return busy > 0 ? absl::StrFormat("%.0f%%", 100 * v / busy) : std::string("-");
       };
-      std::string state = !wp.error().empty() ? "error"
-                          : wp.done()         ? "done"
+      std::string state = wp.left()             ? "left the job"
+                          : !wp.error().empty() ? "error"
+                          : wp.done()           ? "done"
                           : wp.updated_unix_ms() > 0
                               ? absl::StrCat("reported ", Ago(wp.updated_unix_ms(), now_ms))
                               : "starting";

@@ -88,6 +88,11 @@ grpc::ServerUnaryReactor* FakeParameterServer::FenceWorker(grpc::CallbackServerC
                                                            v1::FenceWorkerResponse* resp) {
   absl::MutexLock l(&mu_);
   fences_.push_back(*req);
+  if (req->leave()) {  // As a server that never saw the rank push: clock 0.
+    resp->set_clock(req->worker() < clocks_.size() ? clocks_[req->worker()] : 0);
+    resp->set_attempt(~0u);
+    return Done(ctx, grpc::Status::OK);
+  }
   if (req->worker() >= clocks_.size()) {
     return Done(ctx, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "no clock for the rank"));
   }
@@ -153,6 +158,7 @@ grpc::ServerUnaryReactor* FakeWorker::AssignTask(grpc::CallbackServerContext* ct
     job_id_ = req->job_id();
     rank_ = req->rank();
     attempt_ = req->attempt();
+    lead_rank_ = req->lead_rank();
     step_ = req->start_step();
     assigned_.push_back(*req);
   }
@@ -180,6 +186,24 @@ grpc::ServerUnaryReactor* FakeWorker::UpdateShardMap(grpc::CallbackServerContext
                                                      v1::WorkerShardMapResponse* resp) {
   resp->set_epoch(req->map().epoch());
   return Done(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* FakeWorker::UpdatePartition(grpc::CallbackServerContext* ctx,
+                                                      const v1::UpdatePartitionRequest* req,
+                                                      v1::UpdatePartitionResponse*) {
+  absl::MutexLock l(&mu_);
+  if (!busy_ || job_id_ != req->job_id() || rank_ != req->rank() ||
+      attempt_ != req->attempt()) {
+    return Done(ctx, grpc::Status(grpc::StatusCode::NOT_FOUND, "no such task here"));
+  }
+  partition_updates_.push_back(*req);
+  lead_rank_ = req->lead_rank();
+  return Done(ctx, grpc::Status::OK);
+}
+
+std::vector<v1::UpdatePartitionRequest> FakeWorker::partition_updates() const {
+  absl::MutexLock l(&mu_);
+  return partition_updates_;
 }
 
 grpc::ServerUnaryReactor* FakeWorker::Status(grpc::CallbackServerContext* ctx,
@@ -267,7 +291,12 @@ void FakeWorker::Train(v1::AssignTaskRequest task) {
     p->set_test_loss(done ? 0.3 : -1);
     p->set_done(done);
     if (fail) p->set_error(t.error);
-    if (done && task.rank() == 0) {
+    bool lead;
+    {
+      absl::MutexLock l(&mu_);
+      lead = lead_rank_ == task.rank();
+    }
+    if (done && lead) {
       std::string path = task.spec().export_path();
       if (path.empty() && !t.export_dir.empty()) {
         path = absl::StrCat(t.export_dir, "/", task.job_id(), ".safetensors");

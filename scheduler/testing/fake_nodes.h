@@ -31,7 +31,8 @@ struct SimulatedTraining {
   int64_t fail_at_step = -1;       // Report `error` at this step (-1 = never).
   std::string error = "simulated failure";
   double test_accuracy = 0.9;      // Reported with the final report.
-  std::string export_dir;          // Rank 0 reports <export_dir>/<job_id>.safetensors when done
+  std::string export_dir;          // The lead rank (0 unless told otherwise) reports
+                                   // <export_dir>/<job_id>.safetensors when done
                                    // (the spec's export_path when set).
   bool run = true;                 // false: accept tasks but report nothing.
 };
@@ -99,11 +100,16 @@ class FakeWorker final : public v1::WorkerControl::CallbackService {
   grpc::ServerUnaryReactor* UpdateShardMap(grpc::CallbackServerContext* ctx,
                                            const v1::WorkerShardMapRequest* req,
                                            v1::WorkerShardMapResponse* resp) override;
+  // Records the change; the lead rank it names exports when done.
+  grpc::ServerUnaryReactor* UpdatePartition(grpc::CallbackServerContext* ctx,
+                                            const v1::UpdatePartitionRequest* req,
+                                            v1::UpdatePartitionResponse* resp) override;
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
                                    const v1::WorkerStatusRequest* req,
                                    v1::WorkerStatus* resp) override;
 
   void set_node_id(const std::string& id);
+  std::vector<v1::UpdatePartitionRequest> partition_updates() const;
   std::vector<v1::AssignTaskRequest> assigned() const;
   std::vector<v1::StopTaskRequest> stopped() const;
   bool busy() const;
@@ -126,6 +132,8 @@ class FakeWorker final : public v1::WorkerControl::CallbackService {
   std::string job_id_ ABSL_GUARDED_BY(mu_);
   uint32_t rank_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t attempt_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t lead_rank_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<v1::UpdatePartitionRequest> partition_updates_ ABSL_GUARDED_BY(mu_);
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool hold_on_stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -8,8 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "common/channel.h"
 #include "common/clock.h"
 #include "common/safetensors.h"
+#include "proto/ps.grpc.pb.h"
 #include "server/ps_server.h"
 #include "worker/standalone.h"
 
@@ -212,6 +214,72 @@ TEST_F(TrainerTest, CancelReleasesAPullWaitingForAnAbsentWorker) {
   run.join();
   EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
   EXPECT_LT(absl::Now() - cancelled, absl::Seconds(5));
+}
+
+// Rank 0's worker never comes (lost, no idle worker to take it): the scheduler takes the rank
+// out of the job on every server and hands its data to rank 1, which trains on alone, reads both
+// parts, evaluates and exports (the lead rank now). Here the test makes those two calls.
+TEST_F(TrainerTest, WhenTheOtherRankLeavesTheJobTheRemainingOneReadsItsDataAndLeads) {
+  const std::string export_path =
+      std::string(std::getenv("TEST_TMPDIR")) + "/left/softmax.safetensors";
+  TestSink sink;
+  auto task = Task("job-left", 1, 2);
+  task.mutable_spec()->set_export_path(export_path);
+  auto t = Trainer::Create(task, Options(), &sink);
+  ASSERT_TRUE(t.ok()) << t.status();
+  Trainer* trainer = t->get();
+  // What cannot be done is refused and changes nothing.
+  v1::DataPartition bad;
+  bad.set_index(0);
+  bad.set_count(2);
+  EXPECT_EQ(trainer->UpdatePartition(bad, 1).code(), absl::StatusCode::kInvalidArgument);
+  bad.set_index(1);
+  bad.add_also(1);
+  absl::Status own = trainer->UpdatePartition(bad, 1);
+  EXPECT_EQ(own.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(own.message().find("partition.also[0]: part 1 is not another part"),
+            std::string::npos)
+      << own;
+  v1::DataPartition both;
+  both.set_index(1);
+  both.set_count(2);
+  both.add_also(0);
+  EXPECT_EQ(trainer->UpdatePartition(both, 2).code(), absl::StatusCode::kInvalidArgument);
+
+  absl::Status st;
+  std::thread run([&] { st = trainer->Run(); });
+  // Rank 1 completes step 0; its pull for step 1 waits for rank 0, which never pushes.
+  absl::Time end = absl::Now() + absl::Seconds(60);
+  while (trainer->Snapshot().step < 1 && absl::Now() < end) absl::SleepFor(absl::Milliseconds(20));
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(trainer->Snapshot().step, 1) << "held back by the absent rank";
+  for (const std::string& address : addresses_) {
+    auto channel = MakeChannel(address);
+    ASSERT_TRUE(channel.ok());
+    auto stub = v1::ParameterServer::NewStub(*channel);
+    v1::FenceWorkerRequest req;
+    req.set_job_id("job-left");
+    req.set_worker(0);
+    req.set_leave(true);
+    v1::FenceWorkerResponse resp;
+    auto ctx = CallContext(absl::Seconds(10));
+    grpc::Status gs = stub->FenceWorker(ctx.get(), req, &resp);
+    ASSERT_TRUE(gs.ok()) << gs.error_message();
+    EXPECT_EQ(resp.clock(), 0);
+  }
+  ASSERT_TRUE(trainer->UpdatePartition(both, 1).ok());
+  run.join();
+  ASSERT_TRUE(st.ok()) << st;
+
+  TrainerResult r = trainer->result();
+  EXPECT_EQ(r.steps, 300) << "the job's schedule is unchanged";
+  EXPECT_GT(r.test_accuracy, 0.75) << "rank 1 evaluates now";
+  auto reports = sink.reports();
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.front().examples(), 30000u);
+  EXPECT_EQ(reports.back().examples(), 60000u) << "it reads rank 0's part too";
+  EXPECT_EQ(reports.back().export_path(), export_path);
+  EXPECT_TRUE(SafetensorsFile::Read(export_path).ok());
 }
 
 TEST_F(TrainerTest, SinkCanStopTheTask) {

@@ -45,10 +45,28 @@ absl::StatusOr<std::vector<int64_t>> PartitionExamples(int64_t n, uint64_t seed,
     begin = static_cast<uint64_t>(n) * spec.index / spec.count;
     end = static_cast<uint64_t>(n) * (spec.index + 1) / spec.count;
   }
+  for (size_t i = 0; i < spec.also.size(); ++i) {
+    const uint32_t a = spec.also[i];
+    if (spec.end > 0) {
+      return absl::InvalidArgumentError("partition.also: extra parts need index/count, not a "
+                                        "range");
+    }
+    if (a >= spec.count || a == spec.index ||
+        std::find(spec.also.begin(), spec.also.begin() + i, a) != spec.also.begin() + i) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "partition.also[", i, "]: part ", a, " is not another part below count ", spec.count,
+          " (index ", spec.index, ")"));
+    }
+  }
   std::vector<int64_t> perm(n);
   std::iota(perm.begin(), perm.end(), 0);
   Shuffle(&perm, Mix64(seed ^ 0x9a27));
-  return std::vector<int64_t>(perm.begin() + begin, perm.begin() + end);
+  std::vector<int64_t> out(perm.begin() + begin, perm.begin() + end);
+  for (uint32_t a : spec.also) {
+    out.insert(out.end(), perm.begin() + static_cast<uint64_t>(n) * a / spec.count,
+               perm.begin() + static_cast<uint64_t>(n) * (a + 1) / spec.count);
+  }
+  return out;
 }
 
 std::vector<int64_t> EpochOrder(const std::vector<int64_t>& part, uint64_t seed, uint32_t epoch,

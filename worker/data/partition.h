@@ -19,9 +19,12 @@ struct PartitionSpec {
   uint32_t count = 1;
   uint64_t begin = 0;  // Explicit range when end > 0.
   uint64_t end = 0;
+  // More parts of `count` read too (those of ranks that left the job); not with a range.
+  std::vector<uint32_t> also;
 };
 
-// Example ids of the partition, in the job's permutation order. INVALID_ARGUMENT names the field
+// Example ids of the partition, in the job's permutation order (the parts in `also` follow the
+// index-th part). INVALID_ARGUMENT names the field
 // when the spec does not fit `n` examples.
 absl::StatusOr<std::vector<int64_t>> PartitionExamples(int64_t n, uint64_t seed,
                                                        const PartitionSpec& spec);

@@ -49,6 +49,32 @@ TEST(PartitionTest, BadSpecsAreInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A rank that took over the parts of ranks that left the job reads its own part, then theirs.
+TEST(PartitionTest, ExtraPartsOfRanksThatLeftFollowTheOwnPart) {
+  constexpr int64_t kN = 1003;
+  PartitionSpec spec{2, 4, 0, 0};
+  spec.also = {0, 3};
+  auto got = PartitionExamples(kN, 9, spec);
+  ASSERT_TRUE(got.ok()) << got.status();
+  std::vector<int64_t> want;
+  for (uint32_t i : {2u, 0u, 3u}) {
+    auto part = *PartitionExamples(kN, 9, {i, 4, 0, 0});
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(*got, want);
+  // Its own part again, a part past the count, a repeat, or a range: refused.
+  for (std::vector<uint32_t> bad : std::vector<std::vector<uint32_t>>{{2}, {4}, {0, 0}}) {
+    PartitionSpec b{2, 4, 0, 0};
+    b.also = bad;
+    auto s = PartitionExamples(kN, 9, b);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find("partition.also["), std::string::npos) << s.status();
+  }
+  PartitionSpec range{0, 2, 0, 500};
+  range.also = {1};
+  EXPECT_EQ(PartitionExamples(kN, 9, range).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(PartitionTest, EpochOrderIsAPermutationThatChangesPerEpoch) {
   auto part = *PartitionExamples(500, 7, {1, 2, 0, 0});
   auto e0 = EpochOrder(part, 7, 0, 1);
