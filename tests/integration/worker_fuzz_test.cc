@@ -110,7 +110,7 @@ TEST(WorkerFuzzTest, RandomControlCallsGetAStatusAndTheWorkerStaysUp) {
       testing::FuzzIterations(1000), absl::Seconds(10),
       [&](int i, grpc::ClientContext* ctx, std::string* rpc) {
     grpc::Status st;
-    switch (fuzz.Pick(4)) {
+    switch (fuzz.Pick(5)) {
       case 0: {
         *rpc = "AssignTask";
         v1::AssignTaskRequest req;
@@ -137,6 +137,19 @@ TEST(WorkerFuzzTest, RandomControlCallsGetAStatusAndTheWorkerStaysUp) {
         fuzz.Fill(&req);
         v1::WorkerShardMapResponse resp;
         st = stub->UpdateShardMap(ctx, req, &resp);
+        break;
+      }
+      case 3: {
+        *rpc = "UpdatePartition";
+        v1::UpdatePartitionRequest req;
+        fuzz.Fill(&req);
+        if (fuzz.Pick(2) == 0) {  // Aimed at the task the valid assignments start.
+          req.set_job_id("job-1");
+          req.set_rank(0);
+          req.set_attempt(0);
+        }
+        v1::UpdatePartitionResponse resp;
+        st = stub->UpdatePartition(ctx, req, &resp);
         break;
       }
       default: {
