@@ -177,15 +177,8 @@ absl::Status Trainer::UpdatePartition(const v1::DataPartition& partition, uint32
         now.index, " of ", now.count, "); only `also` may change"));
   }
   // The same checks as when the data is cut (they do not depend on its size).
-  for (size_t i = 0; i < next.also.size(); ++i) {
-    const uint32_t a = next.also[i];
-    if (next.end > 0 || a >= next.count || a == next.index ||
-        std::find(next.also.begin(), next.also.begin() + i, a) != next.also.begin() + i) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "partition.also[", i, "]: part ", a, " is not another part below count ", next.count,
-          " (index ", next.index, ")"));
-    }
-  }
+  absl::Status extra = data::CheckExtraParts(next);
+  if (!extra.ok()) return extra;
   if (lead_rank >= task_.num_workers()) {
     return absl::InvalidArgumentError(absl::StrCat("lead_rank: ", lead_rank, " is not below ",
                                                    task_.num_workers()));

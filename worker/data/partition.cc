@@ -22,6 +22,23 @@ void Shuffle(std::vector<int64_t>* v, uint64_t seed) {
 
 }  // namespace
 
+absl::Status CheckExtraParts(const PartitionSpec& spec) {
+  for (size_t i = 0; i < spec.also.size(); ++i) {
+    const uint32_t a = spec.also[i];
+    if (spec.end > 0) {
+      return absl::InvalidArgumentError("partition.also: extra parts need index/count, not a "
+                                        "range");
+    }
+    if (a >= spec.count || a == spec.index ||
+        std::find(spec.also.begin(), spec.also.begin() + i, a) != spec.also.begin() + i) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "partition.also[", i, "]: part ", a, " is not another part below count ", spec.count,
+          " (index ", spec.index, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<int64_t>> PartitionExamples(int64_t n, uint64_t seed,
                                                        const PartitionSpec& spec) {
   if (n <= 0) return absl::InvalidArgumentError("the training set is empty");
@@ -45,19 +62,8 @@ absl::StatusOr<std::vector<int64_t>> PartitionExamples(int64_t n, uint64_t seed,
     begin = static_cast<uint64_t>(n) * spec.index / spec.count;
     end = static_cast<uint64_t>(n) * (spec.index + 1) / spec.count;
   }
-  for (size_t i = 0; i < spec.also.size(); ++i) {
-    const uint32_t a = spec.also[i];
-    if (spec.end > 0) {
-      return absl::InvalidArgumentError("partition.also: extra parts need index/count, not a "
-                                        "range");
-    }
-    if (a >= spec.count || a == spec.index ||
-        std::find(spec.also.begin(), spec.also.begin() + i, a) != spec.also.begin() + i) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "partition.also[", i, "]: part ", a, " is not another part below count ", spec.count,
-          " (index ", spec.index, ")"));
-    }
-  }
+  absl::Status extra = CheckExtraParts(spec);
+  if (!extra.ok()) return extra;
   std::vector<int64_t> perm(n);
   std::iota(perm.begin(), perm.end(), 0);
   Shuffle(&perm, Mix64(seed ^ 0x9a27));

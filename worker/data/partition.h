@@ -23,6 +23,10 @@ struct PartitionSpec {
   std::vector<uint32_t> also;
 };
 
+// INVALID_ARGUMENT naming the field when the spec's extra parts (`also`) do not fit it: each
+// must be another part below `count`, named once, and not with an explicit range.
+absl::Status CheckExtraParts(const PartitionSpec& spec);
+
 // Example ids of the partition, in the job's permutation order (the parts in `also` follow the
 // index-th part). INVALID_ARGUMENT names the field
 // when the spec does not fit `n` examples.
