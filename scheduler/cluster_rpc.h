@@ -36,6 +36,12 @@ class ClusterRpc {
   virtual absl::StatusOr<int64_t> LeaveJob(const std::string& address, const std::string& job_id,
                                            uint32_t worker) = 0;
 
+  // Lets `worker`, which left the job, take part again with `attempt` (FenceWorkerRequest
+  // .rejoin); returns its new clock there (the slowest of the ranks training).
+  virtual absl::StatusOr<int64_t> RejoinJob(const std::string& address,
+                                            const std::string& job_id, uint32_t worker,
+                                            uint32_t attempt) = 0;
+
   // WorkerControl on a worker.
   virtual absl::Status AssignTask(const std::string& address,
                                   const v1::AssignTaskRequest& request) = 0;

@@ -104,6 +104,24 @@ absl::StatusOr<int64_t> GrpcClusterRpc::LeaveJob(const std::string& address,
   return resp.clock();
 }
 
+absl::StatusOr<int64_t> GrpcClusterRpc::RejoinJob(const std::string& address,
+                                                  const std::string& job_id, uint32_t worker,
+                                                  uint32_t attempt) {
+  auto s = Get(address);
+  if (!s.ok()) return s.status();
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::FenceWorkerRequest req;
+  req.set_job_id(job_id);
+  req.set_worker(worker);
+  req.set_attempt(attempt);
+  req.set_rejoin(true);
+  v1::FenceWorkerResponse resp;
+  absl::Status st = FromGrpcStatus((*s)->server->FenceWorker(ctx.get(), req, &resp),
+                                   absl::StrCat("FenceWorker (rejoin) to ", address));
+  if (!st.ok()) return st;
+  return resp.clock();
+}
+
 absl::Status GrpcClusterRpc::AssignTask(const std::string& address,
                                         const v1::AssignTaskRequest& request) {
   auto s = Get(address);

@@ -48,6 +48,8 @@ class GrpcClusterRpc final : public ClusterRpc {
                                    uint32_t worker) override;
   absl::Status UpdatePartition(const std::string& address,
                                const v1::UpdatePartitionRequest& request) override;
+  absl::StatusOr<int64_t> RejoinJob(const std::string& address, const std::string& job_id,
+                                    uint32_t worker, uint32_t attempt) override;
 
  private:
   struct Stubs {

@@ -205,6 +205,10 @@ class Scheduler {
                      const std::string& lost, const v1::ShardMap& map, uint32_t num_workers,
                      const v1::JobRecovery& recovery, uint32_t adopter,
                      const std::string& adopter_address);
+  // Ranks that left running jobs come back on idle workers (while no job is queued): every
+  // server lets the rank in again at the slowest clock of the ranks training, its task starts
+  // there on the worker, and the rank that read its part meanwhile drops it.
+  void RejoinRanks();
   // The data partition of `rank`: its own part of `num_workers`, and the parts of the ranks that
   // left the job whose data it took over.
   static v1::DataPartition PartitionFor(const v1::JobRecovery& recovery, uint32_t rank,
@@ -300,6 +304,7 @@ class Scheduler {
   Counter* handovers_ = nullptr;
   Counter* promotions_ = nullptr;
   Counter* leaves_ = nullptr;
+  Counter* rejoins_ = nullptr;
   Counter* moves_done_ = nullptr;
   Counter* moves_failed_ = nullptr;
 };

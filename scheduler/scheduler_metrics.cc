@@ -124,6 +124,9 @@ void Scheduler::RegisterMetrics() {
       "pscluster_scheduler_rank_leaves_total",
       "Ranks that left their job (worker lost, no idle worker to take the rank): the job went on "
       "with fewer workers and no rollback.");
+  rejoins_ = metrics_.AddCounter(
+      "pscluster_scheduler_rank_rejoins_total",
+      "Ranks that had left their job and came back on an idle worker, with no rollback.");
   moves_done_ = metrics_.AddCounter(
       "pscluster_scheduler_shard_moves_total",
       "Virtual shards moved live to another server (MoveShard and the rebalancer).");

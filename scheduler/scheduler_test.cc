@@ -785,6 +785,69 @@ TEST_F(SchedulerTest, ALostRankWithNoIdleWorkerLeavesTheJobAndAnotherReadsItsDat
   EXPECT_THAT(Get(*id).recovery().left(), SizeIs(2));
 }
 
+// A worker becomes idle (a new one, or the lost one restarted): a rank that left the job comes
+// back on it, at the slowest clock of the ranks training, reading its own part again.
+TEST_F(SchedulerTest, ARankThatLeftRejoinsOnAWorkerThatBecomesIdle) {
+  AddCluster(2, 2);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const std::string kept = job.workers(0);
+  Leave(job.workers(1));
+  sched_->RunOnce();
+  job = Get(*id);
+  ASSERT_THAT(job.recovery().left(), SizeIs(1));
+  ASSERT_THAT(Node(kept)->worker()->partition_updates(), SizeIs(1));
+  for (const std::string& s : job.servers()) Node(s)->server()->SetClocks({57, 30});
+
+  // A queued job gets idle workers first.
+  auto queued = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 1"}}));
+  ASSERT_THAT(queued, IsOk());
+  const std::string spare = AddNode(v1::ROLE_WORKER);
+  sched_->RunOnce();
+  EXPECT_EQ(Get(*queued).state(), v1::JOB_RUNNING);
+  EXPECT_THAT(Get(*id).recovery().left(), SizeIs(1)) << "no idle worker was left for it";
+  ASSERT_THAT(Report(*queued, 0, 10, true, "", "/tmp/m.safetensors"), IsOk());
+  FinishTasks(*queued);
+  sched_->RunOnce();
+
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_THAT(job.recovery().left(), IsEmpty());
+  EXPECT_EQ(job.workers(1), spare);
+  EXPECT_FALSE(job.progress().workers(1).left());
+  EXPECT_FALSE(job.progress().workers(1).done());
+  EXPECT_EQ(job.recovery().recoveries(), 0u);
+  EXPECT_EQ(job.recovery().rejoins(), 1u);
+  auto assigned = Node(spare)->worker()->assigned();
+  ASSERT_THAT(assigned, SizeIs(2));  // The queued job's task, then rank 1's.
+  EXPECT_EQ(assigned[1].job_id(), *id);
+  EXPECT_EQ(assigned[1].rank(), 1u);
+  EXPECT_EQ(assigned[1].start_step(), 57) << "the slowest clock of the ranks training";
+  EXPECT_EQ(assigned[1].attempt(), job.recovery().rank_attempts(1));
+  EXPECT_GT(assigned[1].attempt(), 1u) << "above the attempt it left with";
+  EXPECT_THAT(assigned[1].partition().also(), IsEmpty());
+  EXPECT_EQ(assigned[1].lead_rank(), 0u);
+  for (const std::string& s : job.servers()) {
+    auto fences = Node(s)->server()->fences();
+    ASSERT_THAT(fences, SizeIs(2)) << s;
+    EXPECT_TRUE(fences[1].rejoin());
+    EXPECT_EQ(fences[1].worker(), 1u);
+    EXPECT_EQ(fences[1].attempt(), assigned[1].attempt());
+  }
+  // Rank 0 no longer reads rank 1's part.
+  auto updates = Node(kept)->worker()->partition_updates();
+  ASSERT_THAT(updates, SizeIs(2));
+  EXPECT_THAT(updates[1].partition().also(), IsEmpty());
+  // Its reports count again.
+  auto on = Report(*id, 1, 60, false, "", "", assigned[1].attempt());
+  ASSERT_THAT(on, IsOk());
+  EXPECT_FALSE(*on);
+  EXPECT_EQ(Get(*id).progress().workers(1).step(), 60);
+}
+
 // min_workers: below it, a lost rank with no idle worker rolls the job back instead (and the
 // job waits to be placed again on num_workers workers).
 TEST_F(SchedulerTest, BelowMinWorkersALostRankRollsTheJobBackInstead) {

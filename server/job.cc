@@ -750,6 +750,24 @@ absl::StatusOr<int64_t> Job::Leave(uint32_t worker) {
   return clock;
 }
 
+absl::StatusOr<int64_t> Job::Rejoin(uint32_t worker, uint32_t attempt) {
+  absl::MutexLock c(&clock_mu_);
+  if (worker >= left_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("worker: rank ", worker, " is outside job '",
+                                                   id(), "' (", left_.size(), " workers)"));
+  }
+  if (!left_[worker]) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rejoin: rank ", worker, " of job '", id(), "' has not left it"));
+  }
+  const int64_t clock = MinClockLocked();  // Of the others: this one is still out.
+  left_[worker] = false;
+  clocks_[worker] = clock;
+  applied_[worker].clear();
+  fences_[worker] = attempt;
+  return clock;
+}
+
 std::vector<uint32_t> Job::LeftWorkers() const {
   absl::MutexLock c(&clock_mu_);
   std::vector<uint32_t> out;

@@ -178,6 +178,10 @@ class Job {
   // Returns the worker's clock, final now. Idempotent; the last worker never leaves
   // (FAILED_PRECONDITION).
   absl::StatusOr<int64_t> Leave(uint32_t worker);
+  // A worker that left takes part again, refusing its attempts below `attempt`: its clock
+  // becomes the slowest clock of the workers in the job (where its new task resumes), returned.
+  // FAILED_PRECONDITION when it has not left.
+  absl::StatusOr<int64_t> Rejoin(uint32_t worker, uint32_t attempt);
   // The ranks that left, ascending.
   std::vector<uint32_t> LeftWorkers() const;
   // ABORTED when `attempt` of `worker` is fenced off. `field` names the attempt's field.

@@ -687,9 +687,17 @@ absl::Status PsHandler::FenceWorker(const v1::FenceWorkerRequest& req,
                                                    " is outside job '", req.job_id(), "' (",
                                                    (*job)->config().num_workers, " workers)"));
   }
+  if (req.leave() && req.rejoin()) {
+    return absl::InvalidArgumentError("rejoin: a rank cannot leave and rejoin in one call");
+  }
   int64_t clock;
   uint32_t fence;
-  if (req.leave()) {
+  if (req.rejoin()) {
+    auto back = (*job)->Rejoin(req.worker(), req.attempt());
+    if (!back.ok()) return back.status();
+    clock = *back;
+    fence = req.attempt();
+  } else if (req.leave()) {
     // Fences every attempt, or changes nothing when it cannot be done.
     auto left = (*job)->Leave(req.worker());
     if (!left.ok()) return left.status();
@@ -700,6 +708,10 @@ absl::Status PsHandler::FenceWorker(const v1::FenceWorkerRequest& req,
   }
   if (auto rep = FindReplication(req.job_id()); rep != nullptr) {
     for (auto& [primary, copy] : rep->replicas) {
+      if (req.rejoin()) {
+        (void)copy->Rejoin(req.worker(), req.attempt());
+        continue;
+      }
       copy->Fence(req.worker(), req.attempt());
       if (req.leave()) (void)copy->Leave(req.worker());
     }
@@ -709,6 +721,9 @@ absl::Status PsHandler::FenceWorker(const v1::FenceWorkerRequest& req,
   if (req.leave()) {
     Logger("server")->warn("job '{}': rank {} left the job at clock {}; no step waits for it any "
                            "more", req.job_id(), req.worker(), clock);
+  } else if (req.rejoin()) {
+    Logger("server")->warn("job '{}': rank {} rejoined the job at clock {} (attempt {})",
+                           req.job_id(), req.worker(), clock, fence);
   } else {
     Logger("server")->info("job '{}': rank {} fenced at attempt {} (clock {})", req.job_id(),
                            req.worker(), fence, clock);

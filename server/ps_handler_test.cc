@@ -596,6 +596,40 @@ TEST_F(HandlerTest, ARankThatLeavesTheJobNoLongerHoldsTheOthersBack) {
     auto next = PushDense(job, 0, 2, 0, "w", 0, g, true);
     ASSERT_TRUE(next.ok()) << next.status();
     EXPECT_EQ(Status(job).jobs(0).min_clock(), 3);
+
+    // Rank 2 rejoins (a worker came back) at the slowest clock of the ranks training, with a
+    // new attempt; older attempts stay refused, and the barrier waits for it again.
+    v1::FenceWorkerRequest rj;
+    rj.set_job_id(job);
+    rj.set_worker(2);
+    rj.set_attempt(5);
+    rj.set_rejoin(true);
+    ASSERT_TRUE(h_->FenceWorker(rj, &resp).ok());
+    EXPECT_EQ(resp.clock(), 3);
+    js = Status(job).jobs(0);
+    ASSERT_EQ(js.left_workers_size(), 1);
+    EXPECT_EQ(js.left_workers(0), 1u);
+    EXPECT_EQ(js.clocks(2).clock(), 3);
+    v1::PushChunk old_attempt = Chunk(job, 2, 3, 0);
+    old_attempt.mutable_tag()->set_attempt(4);
+    old_attempt.set_end_of_step(true);
+    EXPECT_EQ(h_->Push(old_attempt, Payload()).status().code(), absl::StatusCode::kAborted);
+    ASSERT_TRUE(PushDense(job, 0, 3, 0, "w", 0, g, true).ok());
+    ASSERT_TRUE(Pull(job, 0, 4, {Block("w", 0)}, &parked).ok());
+    EXPECT_TRUE(parked) << "rank 2 is waited for again";
+    v1::PushChunk back = Chunk(job, 2, 3, 0);
+    back.mutable_tag()->set_attempt(5);
+    back.set_end_of_step(true);
+    ASSERT_TRUE(h_->Push(back, Payload()).ok());
+    ASSERT_TRUE(Pull(job, 0, 4, {Block("w", 0)}, &parked).ok());
+    EXPECT_FALSE(parked);
+    // A rank in the job cannot rejoin it; leaving and rejoining at once is refused.
+    absl::Status in = h_->FenceWorker(rj, &resp);
+    EXPECT_EQ(in.code(), absl::StatusCode::kFailedPrecondition) << in;
+    EXPECT_NE(in.message().find("rank 2 of job '" + job + "' has not left it"), std::string::npos)
+        << in;
+    rj.set_leave(true);
+    EXPECT_EQ(h_->FenceWorker(rj, &resp).code(), absl::StatusCode::kInvalidArgument);
   }
 }
 

@@ -236,11 +236,13 @@ std::string JobDetail(const v1::Job& j, const std::vector<v1::NodeStatus>& nodes
   if (p.rolled_back_to_step() >= 0) {
     kv.Add({"Rolled back:", absl::StrCat("to step ", p.rolled_back_to_step())});
   }
-  if (j.recovery().recoveries() + j.recovery().handovers() + j.recovery().promotions() > 0) {
+  if (j.recovery().recoveries() + j.recovery().handovers() + j.recovery().promotions() +
+          j.recovery().rejoins() > 0) {
     const v1::JobRecovery& r = j.recovery();
     kv.Add({"Recoveries:",
             absl::StrCat(r.recoveries(), " rollback(s), ", r.handovers(), " hand-over(s), ",
                          r.promotions() > 0 ? absl::StrCat(r.promotions(), " promotion(s), ") : "",
+                         r.rejoins() > 0 ? absl::StrCat(r.rejoins(), " rejoin(s), ") : "",
                          "the last ", Ago(r.recovered_unix_ms(), now_ms), " from: ",
                          r.last_cause())});
     if (r.recoveries() > 0) {

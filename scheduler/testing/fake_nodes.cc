@@ -88,6 +88,15 @@ grpc::ServerUnaryReactor* FakeParameterServer::FenceWorker(grpc::CallbackServerC
                                                            v1::FenceWorkerResponse* resp) {
   absl::MutexLock l(&mu_);
   fences_.push_back(*req);
+  if (req->rejoin()) {  // The slowest of the set clocks, the rank's own left out (0: none).
+    int64_t min = -1;
+    for (size_t w = 0; w < clocks_.size(); ++w) {
+      if (w != req->worker() && (min < 0 || clocks_[w] < min)) min = clocks_[w];
+    }
+    resp->set_clock(std::max<int64_t>(0, min));
+    resp->set_attempt(req->attempt());
+    return Done(ctx, grpc::Status::OK);
+  }
   if (req->leave()) {  // As a server that never saw the rank push: clock 0.
     resp->set_clock(req->worker() < clocks_.size() ? clocks_[req->worker()] : 0);
     resp->set_attempt(~0u);

@@ -107,5 +107,78 @@ TEST(E2eLeaveTest, AWorkerLostWithNoneIdleLeavesTheJobWhichSucceedsWithTheOtherA
   EXPECT_THAT(*metrics, HasSubstr("pscluster_scheduler_job_recoveries_total 0"));
 }
 
+// Then a worker comes back (a new ps_worker process): the rank that left rejoins the job on it,
+// at the slowest step of the rank training, and reads its own data again; the job ends with both
+// ranks and the model as good.
+TEST(E2eLeaveTest, ARankThatLeftRejoinsWhenAWorkerComesBack) {
+  E2eClusterOptions o;
+  o.servers = 2;
+  o.workers = 2;
+  auto cluster = E2eCluster::Start("rejoin", o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  E2eCluster& c = **cluster;
+  const std::string ckpt = c.dir() + "/ckpt";
+  std::string yaml = absl::StrCat(FashionJobYaml("regrows", 6, c.dir() + "/model.safetensors"),
+                                  "checkpoint_every_steps: ", kCheckpointEvery, "\n",
+                                  "checkpoint_dir: ", ckpt, "\n");
+  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  const std::string id = "job-1";
+  v1::Job seen;
+  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
+    auto j = c.GetJob(id);
+    if (j.ok()) seen = *j;
+    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= 200;
+  })) << seen.DebugString() << c.LogTails();
+  const std::string dead = seen.workers(1);
+  ASSERT_TRUE(c.processes().Signal(dead, SIGKILL).ok()) << dead;
+  ASSERT_TRUE(WaitFor(absl::Seconds(60), [&] {
+    auto j = c.GetJob(id);
+    if (j.ok()) seen = *j;
+    return j.ok() && j->recovery().left_size() == 1 && j->recovery().left(0).step() > 0;
+  })) << seen.DebugString() << c.LogTails();
+  const int64_t left_at = seen.recovery().left(0).step();
+
+  auto back = c.StartWorker("worker-9", c.scheduler_address());
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(WaitFor(absl::Seconds(60), [&] {
+    auto j = c.GetJob(id);
+    if (j.ok()) seen = *j;
+    return j.ok() && j->recovery().rejoins() == 1;
+  })) << seen.DebugString() << c.LogTails();
+  EXPECT_THAT(seen.recovery().left(), SizeIs(0));
+  EXPECT_NE(seen.workers(1), dead);
+  EXPECT_FALSE(seen.workers(1).empty());
+  CommandResult status = c.Psctl({"status", id});
+  EXPECT_THAT(status.output, HasSubstr("1 rejoin(s)"));
+
+  auto done = c.WaitForEnd(id, absl::Seconds(300));
+  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+  EXPECT_EQ(done->recovery().recoveries(), 0u);
+  EXPECT_EQ(done->progress().step(), 6 * 300);
+  EXPECT_TRUE(done->progress().workers(1).done());
+  EXPECT_FALSE(done->progress().workers(1).left());
+  EXPECT_GE(done->progress().test_accuracy(), 0.84);
+  // Each block: every step of rank 0, rank 1's steps before it left, and its steps since it
+  // rejoined (at most every step it missed minus none: fewer than two full runs).
+  for (const std::string& s : done->servers()) {
+    const std::string path = NewestCheckpoint(ckpt + "/" + id, s);
+    ASSERT_FALSE(path.empty()) << s;
+    auto h = ReadCheckpointHeader(path);
+    ASSERT_TRUE(h.ok()) << h.status();
+    for (const auto& t : h->tables()) {
+      for (const auto& b : t.blocks()) {
+        EXPECT_GT(b.updates(), h->step() + left_at) << path << " " << b.block();
+        EXPECT_LT(b.updates(), 2 * h->step()) << path << " " << b.block();
+      }
+    }
+  }
+  auto metrics = c.SchedulerMetrics();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_THAT(*metrics, HasSubstr("pscluster_scheduler_rank_rejoins_total 1"));
+  if (HasFailure()) ADD_FAILURE() << c.LogTails(400);
+}
+
 }  // namespace
 }  // namespace pscluster::testing
