@@ -31,6 +31,7 @@
 #include <atomic>
 #include <deque>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -144,6 +145,12 @@ class Scheduler {
     // A lost server whose shards' backups take over (replication > 1) instead of a rollback;
     // set with JOB_RECOVERING (not persisted: after a restart the job rolls back).
     std::string promote_lost;
+    // (primary, backup) node ids: the primary's last status said it could not deliver copies
+    // to that backup; the control loop drops it from the map (not persisted: the next poll
+    // reports it again).
+    std::set<std::pair<std::string, std::string>> unreachable_backups;
+    // The map in force did not reach every server: the control loop sends it again.
+    bool resend_map = false;
   };
   // A call to make once a job has ended: stop a worker's task or drop a job on a server.
   struct Cleanup {
@@ -205,6 +212,9 @@ class Scheduler {
                      const std::string& lost, const v1::ShardMap& map, uint32_t num_workers,
                      const v1::JobRecovery& recovery, uint32_t adopter,
                      const std::string& adopter_address);
+  // Backups that their primary cannot reach (a partition between two servers) leave the
+  // job's map, so that the primary's pushes go through again with fewer copies.
+  void DropUnreachableBackups();
   // Ranks that left running jobs come back on idle workers (while no job is queued): every
   // server lets the rank in again at the slowest clock of the ranks training, its task starts
   // there on the worker, and the rank that read its part meanwhile drops it.
@@ -305,6 +315,7 @@ class Scheduler {
   Counter* promotions_ = nullptr;
   Counter* leaves_ = nullptr;
   Counter* rejoins_ = nullptr;
+  Counter* backups_dropped_ = nullptr;
   Counter* moves_done_ = nullptr;
   Counter* moves_failed_ = nullptr;
 };

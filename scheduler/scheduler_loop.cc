@@ -96,6 +96,7 @@ void Scheduler::ControlPass() {
   CheckLeases();
   VerifyTasksAfterRestart();
   HandOverRanks();
+  DropUnreachableBackups();
   RecoverJobs();
   for (const PlacementWork& w : PlaceQueuedJobs()) ExecutePlacement(w);
   RejoinRanks();
@@ -582,6 +583,109 @@ void Scheduler::FinishLeaving(const std::string& job_id, uint32_t rank, const st
               job_id, rank, lost, step, cause, adopted, training, num_workers);
   MaybeSucceed(*rec);
   Wake();
+}
+
+void Scheduler::DropUnreachableBackups() {
+  struct Work {
+    std::string job_id;
+    v1::ShardMap map;
+    std::string what;  // For the log.
+  };
+  std::vector<Work> work;
+  {
+    absl::MutexLock l(&mu_);
+    for (const std::string& id : order_) {
+      JobRecord& rec = jobs_[id];
+      if (rec.job.state() != v1::JOB_RUNNING) {
+        rec.unreachable_backups.clear();
+        continue;
+      }
+      if (rec.unreachable_backups.empty() && !rec.resend_map) continue;
+      v1::ShardMap next = rec.shard_map;
+      std::vector<std::string> dropped;
+      for (const auto& [primary, backup] : rec.unreachable_backups) {
+        auto node = registry_.Get(backup);
+        if (!node.has_value() || !IsLive(*node)) continue;  // A lost server is recovered from.
+        uint32_t shards = 0;
+        for (v1::ShardAssignment& a : *next.mutable_assignments()) {
+          if (a.primary() != primary) continue;
+          auto it = std::find(a.backups().begin(), a.backups().end(), backup);
+          if (it == a.backups().end()) continue;
+          a.mutable_backups()->erase(it);
+          ++shards;
+        }
+        if (shards > 0) {
+          dropped.push_back(absl::StrCat(backup, " as backup of ", shards, " shard(s) of ",
+                                         primary));
+        }
+      }
+      rec.unreachable_backups.clear();
+      if (dropped.empty() && !rec.resend_map) continue;
+      if (!dropped.empty()) {
+        next.set_epoch(next.epoch() + 1);
+        // Servers no assignment names any more leave the map.
+        absl::flat_hash_set<std::string> named;
+        for (const v1::ShardAssignment& a : next.assignments()) {
+          named.insert(a.primary());
+          named.insert(a.backups().begin(), a.backups().end());
+        }
+        auto* servers = next.mutable_servers();
+        for (const v1::ServerEndpoint& ep : *servers) {
+          if (named.contains(ep.node_id())) continue;
+          Cleanup c;  // Its copy is of no use any more.
+          c.drop_job = true;
+          c.stale_copy = true;
+          c.node_id = ep.node_id();
+          c.job_id = id;
+          c.reason = "its primary could not reach it";
+          c.not_before = absl::InfinitePast();
+          cleanups_.push_back(std::move(c));
+        }
+        servers->erase(std::remove_if(servers->begin(), servers->end(),
+                                      [&](const v1::ServerEndpoint& ep) {
+                                        return !named.contains(ep.node_id());
+                                      }),
+                       servers->end());
+        rec.shard_map = next;
+        rec.job.set_shard_map_epoch(next.epoch());
+        rec.job.clear_servers();
+        for (const v1::ServerEndpoint& ep : next.servers()) rec.job.add_servers(ep.node_id());
+        (void)Persist(rec, &next);
+        backups_dropped_->Add(dropped.size());
+      }
+      rec.resend_map = false;
+      work.push_back({id, next, absl::StrJoin(dropped, "; ")});
+    }
+  }
+  for (const Work& w : work) {
+    // Every server of the map at once: the primaries stop waiting for the dropped backups,
+    // which drop their copies; clients at the older epoch refresh their map and retry.
+    std::vector<absl::Status> status(w.map.servers_size());
+    ParallelFor(w.map.servers_size(), [&](size_t i) {
+      v1::UpdateShardMapRequest req;
+      *req.mutable_map() = w.map;
+      req.set_self(w.map.servers(i).node_id());
+      status[i] = rpc_->UpdateShardMap(w.map.servers(i).address(), req);
+    });
+    std::string why;
+    for (int i = 0; i < w.map.servers_size(); ++i) {
+      if (!status[i].ok() && why.empty()) {
+        why = absl::StrCat("server ", w.map.servers(i).node_id(), ": ", status[i].message());
+      }
+    }
+    if (!w.what.empty()) {
+      Log()->warn("job {}: dropped {}: the primary could not deliver copies to it (map epoch {}); "
+                  "those shards have one copy fewer until the job recovers",
+                  w.job_id, w.what, w.map.epoch());
+    }
+    if (!why.empty()) {
+      Log()->warn("job {}: map epoch {} not installed everywhere ({}); sending it again",
+                  w.job_id, w.map.epoch(), why);
+      absl::MutexLock l(&mu_);
+      JobRecord* rec = FindJob(w.job_id);
+      if (rec != nullptr && rec->shard_map.epoch() == w.map.epoch()) rec->resend_map = true;
+    }
+  }
 }
 
 void Scheduler::RejoinRanks() {
@@ -1311,6 +1415,7 @@ void Scheduler::PollServers() {
   struct Poll {
     std::string job_id;
     std::vector<std::string> addresses;
+    std::vector<std::string> nodes;  // node_id of each address
   };
   std::vector<Poll> polls;
   absl::Time now = clock_->Now();
@@ -1319,33 +1424,48 @@ void Scheduler::PollServers() {
     for (const std::string& id : order_) {
       JobRecord& rec = jobs_[id];
       if (rec.job.state() != v1::JOB_RUNNING) continue;
-      if (rec.job.spec().consistency().mode() == v1::ConsistencySpec::ASP) continue;
+      // Who is waited for (BSP, SSP); whether primaries reach their backups (replicas).
+      if (rec.job.spec().consistency().mode() == v1::ConsistencySpec::ASP &&
+          rec.job.spec().replication() <= 1) {
+        continue;
+      }
       if (now - rec.last_poll < options_.status_poll_interval) continue;
       rec.last_poll = now;
-      Poll p{id, {}};
-      for (const v1::ServerEndpoint& ep : rec.shard_map.servers()) p.addresses.push_back(ep.address());
+      Poll p{id, {}, {}};
+      for (const v1::ServerEndpoint& ep : rec.shard_map.servers()) {
+        p.addresses.push_back(ep.address());
+        p.nodes.push_back(ep.node_id());
+      }
       polls.push_back(std::move(p));
     }
   }
   ParallelFor(polls.size(), [&](size_t i) {
     const Poll& p = polls[i];
     std::set<uint32_t> waiting;
+    std::set<std::pair<std::string, std::string>> unreachable;  // (primary, backup address)
     bool any = false;
-    for (const std::string& addr : p.addresses) {
-      auto st = rpc_->ServerStatus(addr, p.job_id);
+    for (size_t k = 0; k < p.addresses.size(); ++k) {
+      auto st = rpc_->ServerStatus(p.addresses[k], p.job_id);
       if (!st.ok()) {
         Log()->debug("job {}: {}", p.job_id, st.status());
         continue;
       }
       any = true;
       for (const v1::JobOnServer& j : st->jobs()) {
-        if (j.job_id() == p.job_id) waiting.insert(j.waiting_for().begin(), j.waiting_for().end());
+        if (j.job_id() != p.job_id) continue;
+        waiting.insert(j.waiting_for().begin(), j.waiting_for().end());
+        for (const std::string& b : j.unreachable_backups()) unreachable.emplace(p.nodes[k], b);
       }
     }
     if (!any) return;
     absl::MutexLock l(&mu_);
     JobRecord* rec = FindJob(p.job_id);
     if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING) return;
+    for (const auto& [primary, address] : unreachable) {
+      for (const v1::ServerEndpoint& ep : rec->shard_map.servers()) {
+        if (ep.address() == address) rec->unreachable_backups.emplace(primary, ep.node_id());
+      }
+    }
     rec->server_waiting_for.assign(waiting.begin(), waiting.end());
     Summarize(rec->job.spec(), rec->server_waiting_for, rec->job.mutable_progress());
   });

@@ -127,6 +127,9 @@ void Scheduler::RegisterMetrics() {
   rejoins_ = metrics_.AddCounter(
       "pscluster_scheduler_rank_rejoins_total",
       "Ranks that had left their job and came back on an idle worker, with no rollback.");
+  backups_dropped_ = metrics_.AddCounter(
+      "pscluster_scheduler_unreachable_backups_dropped_total",
+      "Backups dropped from a job's shard map because their primary could not reach them.");
   moves_done_ = metrics_.AddCounter(
       "pscluster_scheduler_shard_moves_total",
       "Virtual shards moved live to another server (MoveShard and the rebalancer).");

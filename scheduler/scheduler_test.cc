@@ -848,6 +848,58 @@ TEST_F(SchedulerTest, ARankThatLeftRejoinsOnAWorkerThatBecomesIdle) {
   EXPECT_EQ(Get(*id).progress().workers(1).step(), 60);
 }
 
+// A primary that cannot deliver copies to its backup (a partition between the two servers, both
+// alive) says so in its status; the scheduler drops that backup from the map, so that the
+// primary's pushes go through again, and no task stops.
+TEST_F(SchedulerTest, ABackupItsPrimaryCannotReachIsDroppedFromTheMap) {
+  AddCluster(2, 2);
+  auto id = Submit(absl::StrCat(kJob, "replication: 2\n"));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const v1::ShardMap before = MapOf(*id);
+  const std::string p = job.servers(0), b = job.servers(1);
+  size_t of_p = 0;
+  for (const v1::ShardAssignment& a : before.assignments()) {
+    ASSERT_THAT(a.backups(), SizeIs(1));
+    of_p += a.primary() == p ? 1 : 0;
+  }
+  ASSERT_GT(of_p, 0u);
+  Node(p)->server()->SetUnreachableBackups({Node(b)->address()});
+  clock_.Advance(options_.status_poll_interval);
+  BeatAll();
+  sched_->RunOnce();  // The poll sees it.
+  sched_->RunOnce();  // The control pass acts on it.
+
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const v1::ShardMap after = MapOf(*id);
+  EXPECT_EQ(after.epoch(), before.epoch() + 1);
+  EXPECT_EQ(job.shard_map_epoch(), after.epoch());
+  for (const v1::ShardAssignment& a : after.assignments()) {
+    EXPECT_EQ(a.primary(), before.assignments(a.shard()).primary());
+    if (a.primary() == p) {
+      EXPECT_THAT(a.backups(), IsEmpty()) << "shard " << a.shard();
+    } else {
+      EXPECT_THAT(a.backups(), ElementsAre(p)) << "shard " << a.shard();
+    }
+  }
+  for (const std::string& s : {p, b}) {
+    const v1::UpdateShardMapRequest u = Node(s)->server()->updates().back();
+    EXPECT_EQ(u.map().epoch(), after.epoch()) << s;
+    EXPECT_EQ(u.min_attempt(), 0u) << "no task is fenced";
+  }
+  for (const std::string& w : job.workers()) EXPECT_THAT(Node(w)->worker()->stopped(), IsEmpty());
+  EXPECT_EQ(job.recovery().recoveries(), 0u);
+  // Reported again (the status lags): nothing more to drop, no new map.
+  clock_.Advance(options_.status_poll_interval);
+  BeatAll();
+  sched_->RunOnce();
+  sched_->RunOnce();
+  EXPECT_EQ(MapOf(*id).epoch(), after.epoch());
+}
+
 // min_workers: below it, a lost rank with no idle worker rolls the job back instead (and the
 // job waits to be placed again on num_workers workers).
 TEST_F(SchedulerTest, BelowMinWorkersALostRankRollsTheJobBackInstead) {

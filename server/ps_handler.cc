@@ -1054,6 +1054,9 @@ absl::Status PsHandler::Status(const v1::ServerStatusRequest& req, v1::ServerSta
     j->FillStatus(js);
     std::shared_ptr<Replication> rep = FindReplication(j->id());
     if (rep == nullptr) continue;
+    for (const auto& [address, queue] : rep->queues) {
+      if (queue->broken()) js->add_unreachable_backups(address);
+    }
     for (const auto& [primary, copy] : rep->replicas) {
       v1::ReplicaOnServer* r = js->add_replicas();
       r->set_primary(primary);

@@ -881,6 +881,23 @@ TEST(ReplicationTest, APushIsNotAcknowledgedUntilItsBackupHasIt) {
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
   EXPECT_NE(st.message().find("replicating to the backup at 127.0.0.1:1"), std::string::npos)
       << st;
+  // Status names the backup it cannot reach (the scheduler drops it from the map on that).
+  v1::ServerStatus status;
+  ASSERT_TRUE(cluster.server(0)->handler()->Status(v1::ServerStatusRequest(), &status).ok());
+  ASSERT_EQ(status.jobs_size(), 1);
+  ASSERT_EQ(status.jobs(0).unreachable_backups_size(), 1);
+  EXPECT_EQ(status.jobs(0).unreachable_backups(0), "127.0.0.1:1");
+  // The map without it: the push goes through, and the server reports nothing unreachable.
+  v1::ShardMap without = RoundRobinMap("job", 1, cluster.addresses());
+  without.set_epoch(map.epoch() + 1);
+  *req.mutable_map() = without;
+  ASSERT_TRUE(cluster.server(0)->handler()->UpdateShardMap(req, &resp).ok());
+  ASSERT_TRUE((*client)->SetShardMap(without).ok());
+  st = (*client)->Push(1, {{{"w", g.data()}}, {}});
+  EXPECT_TRUE(st.ok()) << st;
+  status.Clear();
+  ASSERT_TRUE(cluster.server(0)->handler()->Status(v1::ServerStatusRequest(), &status).ok());
+  EXPECT_EQ(status.jobs(0).unreachable_backups_size(), 0);
 }
 
 // A push that fails after one server applied its part, retried by the caller once the map is

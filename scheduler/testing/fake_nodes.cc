@@ -52,6 +52,7 @@ grpc::ServerUnaryReactor* FakeParameterServer::Status(grpc::CallbackServerContex
       c->set_worker(w);
       c->set_clock(clocks_[w]);
     }
+    for (const std::string& b : unreachable_) j->add_unreachable_backups(b);
     if (!copy_of_.empty()) {
       v1::ReplicaOnServer* r = j->add_replicas();
       r->set_primary(copy_of_);
@@ -61,6 +62,11 @@ grpc::ServerUnaryReactor* FakeParameterServer::Status(grpc::CallbackServerContex
     break;
   }
   return Done(ctx, grpc::Status::OK);
+}
+
+void FakeParameterServer::SetUnreachableBackups(std::vector<std::string> addresses) {
+  absl::MutexLock l(&mu_);
+  unreachable_ = std::move(addresses);
 }
 
 void FakeParameterServer::SetCopyOf(const std::string& primary, bool caught_up) {

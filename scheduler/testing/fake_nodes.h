@@ -64,6 +64,8 @@ class FakeParameterServer final : public v1::ParameterServer::CallbackService {
   void SetWaitingFor(std::vector<uint32_t> ranks);
   // Clocks reported in Status, by worker (none by default).
   void SetClocks(std::vector<int64_t> clocks);
+  // Status reports these backups (addresses) as ones this primary cannot deliver copies to.
+  void SetUnreachableBackups(std::vector<std::string> addresses);
   // Status reports a live copy of `primary`'s shards here, caught up or not.
   void SetCopyOf(const std::string& primary, bool caught_up);
 
@@ -77,6 +79,7 @@ class FakeParameterServer final : public v1::ParameterServer::CallbackService {
   grpc::Status fail_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> waiting_for_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> clocks_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> unreachable_ ABSL_GUARDED_BY(mu_);
   std::string copy_of_ ABSL_GUARDED_BY(mu_);
   bool copy_caught_up_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<v1::UpdateShardMapRequest> updates_ ABSL_GUARDED_BY(mu_);
