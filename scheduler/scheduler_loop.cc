@@ -141,6 +141,7 @@ v1::AssignTaskRequest Scheduler::TaskFor(const std::string& job_id, const v1::Jo
   req.set_start_step(recovery.start_step());
   req.set_attempt(RankAttempt(recovery, rank));
   req.set_lead_rank(LeadRank(recovery, num_workers));
+  req.set_training_ranks(num_workers - std::min<uint32_t>(num_workers, recovery.left_size()));
   return req;
 }
 
@@ -519,10 +520,12 @@ void Scheduler::FinishLeaving(const std::string& job_id, uint32_t rank, const st
   std::string adopted = "nobody (every other rank had finished)";
   if (why.empty()) {
     std::vector<std::pair<uint32_t, std::string>> remaining;
+    bool aggregate = false;
     {
       absl::MutexLock l(&mu_);
       JobRecord* rec = FindJob(job_id);
       if (rec != nullptr) {
+        aggregate = rec->job.spec().consistency().aggregate();
         for (int q = 0; q < rec->job.workers_size(); ++q) {
           if (rec->job.workers(q).empty()) continue;
           auto node = registry_.Get(rec->job.workers(q));
@@ -538,17 +541,19 @@ void Scheduler::FinishLeaving(const std::string& job_id, uint32_t rank, const st
         break;
       }
     }
-    const bool lead_changed = LeadRank(before, num_workers) != lead;
+    // Aggregate steps average over the ranks training: every rank learns their count.
+    const bool everyone = LeadRank(before, num_workers) != lead || aggregate;
     std::vector<absl::Status> updated(remaining.size());
     ParallelFor(remaining.size(), [&](size_t i) {
       const uint32_t q = remaining[i].first;
-      if (q != adopter && !lead_changed) return;  // Neither its data nor the lead changes.
+      if (q != adopter && !everyone) return;  // Neither its data nor the lead changes.
       v1::UpdatePartitionRequest up;
       up.set_job_id(job_id);
       up.set_rank(q);
       up.set_attempt(RankAttempt(recovery, q));
       *up.mutable_partition() = PartitionFor(recovery, q, num_workers);
       up.set_lead_rank(lead);
+      up.set_training_ranks(num_workers - recovery.left_size());
       updated[i] = rpc_->UpdatePartition(q == adopter ? adopter_address : remaining[i].second,
                                          up);
     });
@@ -806,7 +811,10 @@ void Scheduler::RejoinRanks() {
         for (int q = 0; rec != nullptr && q < rec->job.workers_size(); ++q) {
           const std::string& node = rec->job.workers(q);
           if (node.empty() || static_cast<uint32_t>(q) == w.rank) continue;
-          if (static_cast<uint32_t>(q) != w.adopter && lead == w.lead_before) continue;
+          if (static_cast<uint32_t>(q) != w.adopter && lead == w.lead_before &&
+              !w.spec.consistency().aggregate()) {
+            continue;
+          }
           auto n = registry_.Get(node);
           if (n.has_value()) tell.emplace_back(q, n->info().address());
         }
@@ -818,6 +826,7 @@ void Scheduler::RejoinRanks() {
         up.set_attempt(RankAttempt(w.recovery, tell[i].first));
         *up.mutable_partition() = PartitionFor(w.recovery, tell[i].first, w.num_workers);
         up.set_lead_rank(lead);
+        up.set_training_ranks(w.num_workers - w.recovery.left_size());
         absl::Status s = rpc_->UpdatePartition(tell[i].second, up);
         if (!s.ok()) {
           Log()->warn("job {}: rank {} was not told of its new data partition: {}", w.job_id,

@@ -733,6 +733,7 @@ TEST_F(SchedulerTest, ALostRankWithNoIdleWorkerLeavesTheJobAndAnotherReadsItsDat
   EXPECT_EQ(updates[0].partition().count(), 3u);
   EXPECT_THAT(updates[0].partition().also(), ElementsAre(1u));
   EXPECT_EQ(updates[0].lead_rank(), 0u);
+  EXPECT_EQ(updates[0].training_ranks(), 2u);
   EXPECT_THAT(Node(workers[2])->worker()->partition_updates(), IsEmpty());
   for (const std::string& w : {workers[0], workers[2]}) {
     EXPECT_THAT(Node(w)->worker()->stopped(), IsEmpty());
@@ -772,6 +773,7 @@ TEST_F(SchedulerTest, ALostRankWithNoIdleWorkerLeavesTheJobAndAnotherReadsItsDat
   EXPECT_EQ(assigned[0].start_step(), 42);
   EXPECT_THAT(assigned[0].partition().also(), ::testing::UnorderedElementsAre(0u, 1u));
   EXPECT_EQ(assigned[0].lead_rank(), 2u);
+  EXPECT_EQ(assigned[0].training_ranks(), 1u);
 
   // The last rank finishes: the job succeeds with the model rank 2 exported.
   auto done = Report(*id, 2, 10, true, "", "/tmp/m.safetensors", assigned[0].attempt());
@@ -783,6 +785,32 @@ TEST_F(SchedulerTest, ALostRankWithNoIdleWorkerLeavesTheJobAndAnotherReadsItsDat
   // The record survives a scheduler restart.
   StartScheduler();
   EXPECT_THAT(Get(*id).recovery().left(), SizeIs(2));
+}
+
+// With aggregate steps every remaining rank learns how many ranks train, so that each step still
+// applies the mean of their gradients.
+TEST_F(SchedulerTest, WithAggregateStepsEveryRemainingRankLearnsHowManyTrain) {
+  AddCluster(2, 3);
+  auto id = Submit(absl::StrReplaceAll(
+      kJob, {{"num_workers: 2", "num_workers: 3"}, {"{mode: bsp}", "{mode: bsp, aggregate: true}"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  ASSERT_TRUE(job.spec().consistency().aggregate());
+  const std::vector<std::string> workers(job.workers().begin(), job.workers().end());
+  Leave(workers[1]);
+  sched_->RunOnce();
+  ASSERT_THAT(Get(*id).recovery().left(), SizeIs(1));
+  for (const std::string& w : {workers[0], workers[2]}) {
+    auto updates = Node(w)->worker()->partition_updates();
+    ASSERT_THAT(updates, SizeIs(1)) << w;
+    EXPECT_EQ(updates[0].training_ranks(), 2u);
+    EXPECT_EQ(updates[0].lead_rank(), 0u);
+  }
+  EXPECT_THAT(Node(workers[0])->worker()->partition_updates()[0].partition().also(),
+              ElementsAre(1u));
+  EXPECT_THAT(Node(workers[2])->worker()->partition_updates()[0].partition().also(), IsEmpty());
 }
 
 // A worker becomes idle (a new one, or the lost one restarted): a rank that left the job comes
@@ -830,6 +858,7 @@ TEST_F(SchedulerTest, ARankThatLeftRejoinsOnAWorkerThatBecomesIdle) {
   EXPECT_GT(assigned[1].attempt(), 1u) << "above the attempt it left with";
   EXPECT_THAT(assigned[1].partition().also(), IsEmpty());
   EXPECT_EQ(assigned[1].lead_rank(), 0u);
+  EXPECT_EQ(assigned[1].training_ranks(), 2u);
   for (const std::string& s : job.servers()) {
     auto fences = Node(s)->server()->fences();
     ASSERT_THAT(fences, SizeIs(2)) << s;

@@ -42,10 +42,10 @@ class TaskRunner {
   virtual void Cancel(absl::string_view reason) = 0;
   // A newer shard map pushed by the scheduler. Thread-safe.
   virtual void UpdateShardMap(const v1::ShardMap& map) = 0;
-  // The task's data partition and lead rank change (a rank left the job and this task reads
-  // its part from now on); INVALID_ARGUMENT, changing nothing, when the partition does not fit
+  // The task's data partition, lead rank and count of training ranks change (a rank left the
+  // job and this task reads its part from now on, or came back); INVALID_ARGUMENT, changing nothing, when the partition does not fit
   // the task. Thread-safe.
-  virtual absl::Status UpdatePartition(const v1::DataPartition& partition, uint32_t lead_rank) {
+  virtual absl::Status UpdatePartition(const v1::UpdatePartitionRequest& update) {
     return absl::UnimplementedError("this task cannot change its data partition");
   }
   // Thread-safe.

@@ -125,6 +125,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::AssignTaskReq
     return absl::InvalidArgumentError("spec.dataset.name: missing");
   }
   if (task.start_step() < 0) return absl::InvalidArgumentError("start_step: must be >= 0");
+  if (task.training_ranks() > task.num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat("training_ranks: ", task.training_ranks(),
+                                                   " is above num_workers ", task.num_workers()));
+  }
   if (task.lead_rank() >= std::max(1u, task.num_workers())) {
     return absl::InvalidArgumentError(absl::StrCat("lead_rank: ", task.lead_rank(),
                                                    " is not below num_workers ",
@@ -166,7 +170,9 @@ data::PartitionSpec PartitionSpecOf(const v1::DataPartition& p, uint32_t rank,
 
 }  // namespace
 
-absl::Status Trainer::UpdatePartition(const v1::DataPartition& partition, uint32_t lead_rank) {
+absl::Status Trainer::UpdatePartition(const v1::UpdatePartitionRequest& update) {
+  const v1::DataPartition& partition = update.partition();
+  const uint32_t lead_rank = update.lead_rank();
   const data::PartitionSpec now = PartitionSpecOf(task_.partition(), task_.rank(),
                                                   task_.num_workers());
   const data::PartitionSpec next = PartitionSpecOf(partition, task_.rank(), task_.num_workers());
@@ -183,9 +189,15 @@ absl::Status Trainer::UpdatePartition(const v1::DataPartition& partition, uint32
     return absl::InvalidArgumentError(absl::StrCat("lead_rank: ", lead_rank, " is not below ",
                                                    task_.num_workers()));
   }
+  if (update.training_ranks() > task_.num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat("training_ranks: ", update.training_ranks(),
+                                                   " is above num_workers ",
+                                                   task_.num_workers()));
+  }
   absl::MutexLock l(&mu_);
   new_partition_ = partition;
   lead_rank_.store(lead_rank);
+  training_ranks_.store(update.training_ranks());
   return absl::OkStatus();
 }
 
@@ -313,7 +325,12 @@ absl::Status Trainer::RunImpl(State* st) {
   st->test_batcher = st->data->TestBatcher();
   const bool aggregate = spec.consistency().mode() == v1::ConsistencySpec::BSP &&
                          spec.consistency().aggregate();
-  const float grad_scale = aggregate ? 1.0f / num_workers : 1.0f;
+  // Aggregate steps apply the mean of the training ranks' gradients (fewer once ranks left).
+  auto grad_scale = [&]() -> float {
+    if (!aggregate) return 1.0f;
+    const uint32_t ranks = training_ranks_.load();
+    return 1.0f / static_cast<float>(ranks > 0 ? ranks : num_workers);
+  };
 
   // Test-set evaluation of the model as the servers hold it at `clock`.
   State::Slot eval_slot;
@@ -533,9 +550,9 @@ absl::Status Trainer::RunImpl(State* st) {
         drain();
         return cs;
       }
-      if (grad_scale != 1.0f) {
+      if (const float scale = grad_scale(); scale != 1.0f) {
         for (auto& g : slot.grads) {
-          for (float& v : g) v *= grad_scale;
+          for (float& v : g) v *= scale;
         }
       }
       absl::Time t2 = absl::Now();

@@ -268,7 +268,7 @@ absl::Status WorkerNode::UpdatePartition(const v1::UpdatePartitionRequest& reque
                                                       " attempt ", attempt_, ")")
                                       : std::string(" (idle)")));
   }
-  absl::Status s = runner_->UpdatePartition(request.partition(), request.lead_rank());
+  absl::Status s = runner_->UpdatePartition(request);
   if (s.ok()) {
     Logger("worker")->info("job {} rank {}: partition now also has parts [{}] (lead rank {})",
                            job_id_, rank_, absl::StrJoin(request.partition().also(), ", "),

@@ -91,8 +91,8 @@ class StepRunner final : public TaskRunner {
   void Cancel(absl::string_view) override { cancelled_.store(true); }
   void UpdateShardMap(const v1::ShardMap& map) override { epoch_.store(map.epoch()); }
   // Refuses more than three extra parts, as a real task refuses a partition that does not fit.
-  absl::Status UpdatePartition(const v1::DataPartition& p, uint32_t) override {
-    if (p.also_size() > 3) return absl::InvalidArgumentError("partition.also: too many");
+  absl::Status UpdatePartition(const v1::UpdatePartitionRequest& u) override {
+    if (u.partition().also_size() > 3) return absl::InvalidArgumentError("partition.also: too many");
     return absl::OkStatus();
   }
   TaskSnapshot Snapshot() const override {

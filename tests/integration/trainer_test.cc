@@ -229,13 +229,20 @@ TEST_F(TrainerTest, WhenTheOtherRankLeavesTheJobTheRemainingOneReadsItsDataAndLe
   ASSERT_TRUE(t.ok()) << t.status();
   Trainer* trainer = t->get();
   // What cannot be done is refused and changes nothing.
+  auto update = [](const v1::DataPartition& p, uint32_t lead, uint32_t training = 1) {
+    v1::UpdatePartitionRequest u;
+    *u.mutable_partition() = p;
+    u.set_lead_rank(lead);
+    u.set_training_ranks(training);
+    return u;
+  };
   v1::DataPartition bad;
   bad.set_index(0);
   bad.set_count(2);
-  EXPECT_EQ(trainer->UpdatePartition(bad, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(trainer->UpdatePartition(update(bad, 1)).code(), absl::StatusCode::kInvalidArgument);
   bad.set_index(1);
   bad.add_also(1);
-  absl::Status own = trainer->UpdatePartition(bad, 1);
+  absl::Status own = trainer->UpdatePartition(update(bad, 1));
   EXPECT_EQ(own.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(own.message().find("partition.also[0]: part 1 is not another part"),
             std::string::npos)
@@ -244,7 +251,10 @@ TEST_F(TrainerTest, WhenTheOtherRankLeavesTheJobTheRemainingOneReadsItsDataAndLe
   both.set_index(1);
   both.set_count(2);
   both.add_also(0);
-  EXPECT_EQ(trainer->UpdatePartition(both, 2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(trainer->UpdatePartition(update(both, 2)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(trainer->UpdatePartition(update(both, 1, 3)).code(),
+            absl::StatusCode::kInvalidArgument);
 
   absl::Status st;
   std::thread run([&] { st = trainer->Run(); });
@@ -267,7 +277,7 @@ TEST_F(TrainerTest, WhenTheOtherRankLeavesTheJobTheRemainingOneReadsItsDataAndLe
     ASSERT_TRUE(gs.ok()) << gs.error_message();
     EXPECT_EQ(resp.clock(), 0);
   }
-  ASSERT_TRUE(trainer->UpdatePartition(both, 1).ok());
+  ASSERT_TRUE(trainer->UpdatePartition(update(both, 1)).ok());
   run.join();
   ASSERT_TRUE(st.ok()) << st;
 
