@@ -71,55 +71,47 @@ absl::StatusOr<v1::CheckpointResponse> GrpcClusterRpc::Checkpoint(const std::str
   return resp;
 }
 
-absl::StatusOr<int64_t> GrpcClusterRpc::FenceWorker(const std::string& address,
-                                                    const std::string& job_id, uint32_t worker,
-                                                    uint32_t attempt) {
+absl::StatusOr<int64_t> GrpcClusterRpc::Fence(const std::string& address,
+                                              const v1::FenceWorkerRequest& req,
+                                              absl::string_view what) {
   auto s = Get(address);
   if (!s.ok()) return s.status();
   auto ctx = CallContext(options_.timeout, options_.channel);
-  v1::FenceWorkerRequest req;
-  req.set_job_id(job_id);
-  req.set_worker(worker);
-  req.set_attempt(attempt);
   v1::FenceWorkerResponse resp;
   absl::Status st = FromGrpcStatus((*s)->server->FenceWorker(ctx.get(), req, &resp),
-                                   absl::StrCat("FenceWorker to ", address));
+                                   absl::StrCat(what, " to ", address));
   if (!st.ok()) return st;
   return resp.clock();
 }
 
+absl::StatusOr<int64_t> GrpcClusterRpc::FenceWorker(const std::string& address,
+                                                    const std::string& job_id, uint32_t worker,
+                                                    uint32_t attempt) {
+  v1::FenceWorkerRequest req;
+  req.set_job_id(job_id);
+  req.set_worker(worker);
+  req.set_attempt(attempt);
+  return Fence(address, req, "FenceWorker");
+}
+
 absl::StatusOr<int64_t> GrpcClusterRpc::LeaveJob(const std::string& address,
                                                  const std::string& job_id, uint32_t worker) {
-  auto s = Get(address);
-  if (!s.ok()) return s.status();
-  auto ctx = CallContext(options_.timeout, options_.channel);
   v1::FenceWorkerRequest req;
   req.set_job_id(job_id);
   req.set_worker(worker);
   req.set_leave(true);
-  v1::FenceWorkerResponse resp;
-  absl::Status st = FromGrpcStatus((*s)->server->FenceWorker(ctx.get(), req, &resp),
-                                   absl::StrCat("FenceWorker (leave) to ", address));
-  if (!st.ok()) return st;
-  return resp.clock();
+  return Fence(address, req, "FenceWorker (leave)");
 }
 
 absl::StatusOr<int64_t> GrpcClusterRpc::RejoinJob(const std::string& address,
                                                   const std::string& job_id, uint32_t worker,
                                                   uint32_t attempt) {
-  auto s = Get(address);
-  if (!s.ok()) return s.status();
-  auto ctx = CallContext(options_.timeout, options_.channel);
   v1::FenceWorkerRequest req;
   req.set_job_id(job_id);
   req.set_worker(worker);
   req.set_attempt(attempt);
   req.set_rejoin(true);
-  v1::FenceWorkerResponse resp;
-  absl::Status st = FromGrpcStatus((*s)->server->FenceWorker(ctx.get(), req, &resp),
-                                   absl::StrCat("FenceWorker (rejoin) to ", address));
-  if (!st.ok()) return st;
-  return resp.clock();
+  return Fence(address, req, "FenceWorker (rejoin)");
 }
 
 absl::Status GrpcClusterRpc::AssignTask(const std::string& address,

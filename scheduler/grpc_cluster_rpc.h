@@ -57,6 +57,9 @@ class GrpcClusterRpc final : public ClusterRpc {
     std::unique_ptr<v1::WorkerControl::Stub> worker;
   };
   absl::StatusOr<Stubs*> Get(const std::string& address);
+  // FenceWorker with `req`; returns the rank's clock. `what` names the call in errors.
+  absl::StatusOr<int64_t> Fence(const std::string& address, const v1::FenceWorkerRequest& req,
+                                absl::string_view what);
 
   const GrpcClusterRpcOptions options_;
   absl::Mutex mu_;

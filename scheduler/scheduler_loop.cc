@@ -30,6 +30,32 @@ std::shared_ptr<spdlog::logger> Log() { return Logger("scheduler"); }
 
 int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
 
+// Calls `call` on every server of `map` at once; returns each one's clock, and in *why the first
+// failure, naming its server (empty: none).
+std::vector<int64_t> ClockOnEveryServer(
+    const v1::ShardMap& map,
+    const std::function<absl::StatusOr<int64_t>(const v1::ServerEndpoint&)>& call,
+    std::string* why) {
+  std::vector<int64_t> clocks(map.servers_size(), -1);
+  std::vector<std::string> errors(map.servers_size());
+  ParallelFor(map.servers_size(), [&](size_t i) {
+    const v1::ServerEndpoint& ep = map.servers(i);
+    auto clock = call(ep);
+    if (clock.ok() && *clock >= 0) {
+      clocks[i] = *clock;
+    } else {
+      errors[i] = clock.ok() ? absl::StrCat("server ", ep.node_id(), " reports no clock for it")
+                             : absl::StrCat("server ", ep.node_id(), ": ",
+                                            clock.status().message());
+    }
+  });
+  why->clear();
+  for (const std::string& e : errors) {
+    if (why->empty()) *why = e;
+  }
+  return clocks;
+}
+
 bool IsLive(const v1::NodeStatus& n) {
   return n.state() == v1::NODE_ALIVE || n.state() == v1::NODE_SUSPECT;
 }
@@ -440,24 +466,14 @@ void Scheduler::HandOverRanks() {
     // cannot advance the rank's clock. The new worker resumes the rank at its slowest clock on
     // the servers: each server's exactly-once tags drop the part of that step the old task had
     // already pushed there.
-    std::vector<int64_t> clocks(w.map.servers_size(), -1);
-    std::vector<std::string> errors(w.map.servers_size());
-    ParallelFor(w.map.servers_size(), [&](size_t i) {
-      const v1::ServerEndpoint& ep = w.map.servers(i);
-      auto clock =
-          rpc_->FenceWorker(ep.address(), w.job_id, w.rank, RankAttempt(w.recovery, w.rank));
-      if (clock.ok() && *clock >= 0) {
-        clocks[i] = *clock;
-      } else {
-        errors[i] = clock.ok() ? absl::StrCat("server ", ep.node_id(), " reports no clock for it")
-                               : absl::StrCat("server ", ep.node_id(), ": ",
-                                              clock.status().message());
-      }
-    });
     std::string why;
-    for (const std::string& e : errors) {
-      if (why.empty()) why = e;
-    }
+    std::vector<int64_t> clocks = ClockOnEveryServer(
+        w.map,
+        [&](const v1::ServerEndpoint& ep) {
+          return rpc_->FenceWorker(ep.address(), w.job_id, w.rank,
+                                   RankAttempt(w.recovery, w.rank));
+        },
+        &why);
     int64_t start = clocks.empty() ? 0 : *std::min_element(clocks.begin(), clocks.end());
     if (why.empty()) {
       v1::JobRecovery at = w.recovery;
@@ -500,21 +516,11 @@ void Scheduler::FinishLeaving(const std::string& job_id, uint32_t rank, const st
                               uint32_t num_workers, const v1::JobRecovery& recovery,
                               uint32_t adopter, const std::string& adopter_address) {
   // 1. Every server takes the rank out of the job's barrier (and refuses it from then on).
-  std::vector<int64_t> clocks(map.servers_size(), -1);
-  std::vector<std::string> errors(map.servers_size());
-  ParallelFor(map.servers_size(), [&](size_t i) {
-    const v1::ServerEndpoint& ep = map.servers(i);
-    auto clock = rpc_->LeaveJob(ep.address(), job_id, rank);
-    if (clock.ok()) {
-      clocks[i] = *clock;
-    } else {
-      errors[i] = absl::StrCat("server ", ep.node_id(), ": ", clock.status().message());
-    }
-  });
   std::string why;
-  for (const std::string& e : errors) {
-    if (why.empty()) why = e;
-  }
+  std::vector<int64_t> clocks = ClockOnEveryServer(
+      map,
+      [&](const v1::ServerEndpoint& ep) { return rpc_->LeaveJob(ep.address(), job_id, rank); },
+      &why);
   // 2. The rank that takes its data reads it from its next batch on (and every remaining rank
   //    learns the lead rank, which changes when rank 0 leaves).
   std::string adopted = "nobody (every other rank had finished)";
@@ -777,21 +783,14 @@ void Scheduler::RejoinRanks() {
   for (const Work& w : work) {
     // 1. Every server lets the rank back in at the slowest clock of the ranks training there,
     //    refusing its older attempts; the task resumes at the lowest of those.
-    std::vector<int64_t> clocks(w.map.servers_size(), -1);
-    std::vector<std::string> errors(w.map.servers_size());
-    ParallelFor(w.map.servers_size(), [&](size_t i) {
-      const v1::ServerEndpoint& ep = w.map.servers(i);
-      auto clock = rpc_->RejoinJob(ep.address(), w.job_id, w.rank, RankAttempt(w.recovery, w.rank));
-      if (clock.ok()) {
-        clocks[i] = *clock;
-      } else {
-        errors[i] = absl::StrCat("server ", ep.node_id(), ": ", clock.status().message());
-      }
-    });
     std::string why;
-    for (const std::string& e : errors) {
-      if (why.empty()) why = e;
-    }
+    std::vector<int64_t> clocks = ClockOnEveryServer(
+        w.map,
+        [&](const v1::ServerEndpoint& ep) {
+          return rpc_->RejoinJob(ep.address(), w.job_id, w.rank,
+                                 RankAttempt(w.recovery, w.rank));
+        },
+        &why);
     const int64_t start = clocks.empty() ? 0 : *std::min_element(clocks.begin(), clocks.end());
     // 2. Its task on the worker, reading its own part again; the rank that read that part
     //    meanwhile drops it (and every rank learns the lead rank if it changed).

@@ -25,38 +25,48 @@ using ::testing::SizeIs;
 constexpr int kEpochs = 4;               // 300 steps per epoch and worker.
 constexpr int kCheckpointEvery = 150;
 
-TEST(E2eLeaveTest, AWorkerLostWithNoneIdleLeavesTheJobWhichSucceedsWithTheOtherAlone) {
+E2eClusterOptions TwoByTwo() {
   E2eClusterOptions o;
   o.servers = 2;
   o.workers = 2;
-  auto cluster = E2eCluster::Start("leave", o);
+  return o;
+}
+
+// Submits the job (checkpoints under <dir>/ckpt), kills the worker of `rank` with SIGKILL once
+// the job is past step 200, and waits until the rank has left the job (no idle worker).
+void KillARankUntilItLeaves(E2eCluster& c, const std::string& name, int epochs,
+                            const std::string& model, int rank, std::string* dead, v1::Job* seen) {
+  std::string yaml = absl::StrCat(FashionJobYaml(name, epochs, model),
+                                  "checkpoint_every_steps: ", kCheckpointEvery, "\n",
+                                  "checkpoint_dir: ", c.dir(), "/ckpt\n");
+  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
+    auto j = c.GetJob("job-1");
+    if (j.ok()) *seen = *j;
+    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= 200;
+  })) << seen->DebugString() << c.LogTails();
+  ASSERT_THAT(seen->workers(), SizeIs(2));
+  *dead = seen->workers(rank);
+  ASSERT_TRUE(c.processes().Signal(*dead, SIGKILL).ok()) << *dead;
+  ASSERT_TRUE(WaitFor(absl::Seconds(60), [&] {
+    auto j = c.GetJob("job-1");
+    if (j.ok()) *seen = *j;
+    return j.ok() && j->recovery().left_size() == 1 && j->recovery().left(0).step() > 0;
+  })) << seen->DebugString() << c.LogTails();
+}
+
+TEST(E2eLeaveTest, AWorkerLostWithNoneIdleLeavesTheJobWhichSucceedsWithTheOtherAlone) {
+  auto cluster = E2eCluster::Start("leave", TwoByTwo());
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   E2eCluster& c = **cluster;
   const std::string ckpt = c.dir() + "/ckpt";
   const std::string model = c.dir() + "/out/model.safetensors";
-  std::string yaml = absl::StrCat(FashionJobYaml("shrinks", kEpochs, model),
-                                  "checkpoint_every_steps: ", kCheckpointEvery, "\n",
-                                  "checkpoint_dir: ", ckpt, "\n");
-  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
-  ASSERT_EQ(submit.exit_code, 0) << submit.output;
   const std::string id = "job-1";
-
+  std::string dead;
   v1::Job seen;
-  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
-    auto j = c.GetJob(id);
-    if (j.ok()) seen = *j;
-    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= 200;
-  })) << seen.DebugString() << c.LogTails();
-  ASSERT_THAT(seen.workers(), SizeIs(2));
-  const std::string dead = seen.workers(0);
-  ASSERT_TRUE(c.processes().Signal(dead, SIGKILL).ok()) << dead;
-
   // Rank 0 leaves the job; rank 1 trains on alone.
-  ASSERT_TRUE(WaitFor(absl::Seconds(60), [&] {
-    auto j = c.GetJob(id);
-    if (j.ok()) seen = *j;
-    return j.ok() && j->recovery().left_size() == 1 && j->recovery().left(0).step() > 0;
-  })) << seen.DebugString() << c.LogTails();
+  ASSERT_NO_FATAL_FAILURE(KillARankUntilItLeaves(c, "shrinks", kEpochs, model, 0, &dead, &seen));
   EXPECT_EQ(seen.state(), v1::JOB_RUNNING);
   const v1::LeftRank left = seen.recovery().left(0);
   EXPECT_EQ(left.rank(), 0u);
@@ -111,32 +121,15 @@ TEST(E2eLeaveTest, AWorkerLostWithNoneIdleLeavesTheJobWhichSucceedsWithTheOtherA
 // at the slowest step of the rank training, and reads its own data again; the job ends with both
 // ranks and the model as good.
 TEST(E2eLeaveTest, ARankThatLeftRejoinsWhenAWorkerComesBack) {
-  E2eClusterOptions o;
-  o.servers = 2;
-  o.workers = 2;
-  auto cluster = E2eCluster::Start("rejoin", o);
+  auto cluster = E2eCluster::Start("rejoin", TwoByTwo());
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   E2eCluster& c = **cluster;
   const std::string ckpt = c.dir() + "/ckpt";
-  std::string yaml = absl::StrCat(FashionJobYaml("regrows", 6, c.dir() + "/model.safetensors"),
-                                  "checkpoint_every_steps: ", kCheckpointEvery, "\n",
-                                  "checkpoint_dir: ", ckpt, "\n");
-  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
-  ASSERT_EQ(submit.exit_code, 0) << submit.output;
   const std::string id = "job-1";
+  std::string dead;
   v1::Job seen;
-  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
-    auto j = c.GetJob(id);
-    if (j.ok()) seen = *j;
-    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= 200;
-  })) << seen.DebugString() << c.LogTails();
-  const std::string dead = seen.workers(1);
-  ASSERT_TRUE(c.processes().Signal(dead, SIGKILL).ok()) << dead;
-  ASSERT_TRUE(WaitFor(absl::Seconds(60), [&] {
-    auto j = c.GetJob(id);
-    if (j.ok()) seen = *j;
-    return j.ok() && j->recovery().left_size() == 1 && j->recovery().left(0).step() > 0;
-  })) << seen.DebugString() << c.LogTails();
+  ASSERT_NO_FATAL_FAILURE(
+      KillARankUntilItLeaves(c, "regrows", 6, c.dir() + "/model.safetensors", 1, &dead, &seen));
   const int64_t left_at = seen.recovery().left(0).step();
 
   auto back = c.StartWorker("worker-9", c.scheduler_address());
