@@ -329,6 +329,7 @@ void Scheduler::HandOverRanks() {
       left->set_node_id(old);
       left->set_cause(cause);
       left->set_adopted_by(takes);
+      left->set_step(-1);  // Known once every server has taken it out (FinishLeaving).
       left->set_unix_ms(UnixMs(clock_->Now()));
       // Its attempt moves on: reports of a task of it still running (a worker cut off) are
       // ignored, and the servers refuse every attempt of it once it has left.
@@ -340,7 +341,6 @@ void Scheduler::HandOverRanks() {
       job.set_workers(rank, "");  // No node runs it any more.
       if (static_cast<int>(rank) < job.progress().workers_size()) {
         v1::WorkerProgress* p = job.mutable_progress()->mutable_workers(rank);
-        left->set_step(p->step());
         p->set_left(true);
         p->set_done(true);
         p->set_samples_per_sec(0);

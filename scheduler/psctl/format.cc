@@ -256,7 +256,9 @@ std::string JobDetail(const v1::Job& j, const std::vector<v1::NodeStatus>& nodes
     std::vector<std::string> left;
     for (const v1::LeftRank& l : j.recovery().left()) {
       left.push_back(absl::StrCat(
-          "rank ", l.rank(), " at step ", l.step(), " (", named(l.node_id()), " lost ",
+          "rank ", l.rank(),
+          l.step() >= 0 ? absl::StrCat(" at step ", l.step()) : std::string(" (leaving)"),
+          " (", named(l.node_id()), " lost ",
           Ago(l.unix_ms(), now_ms), "), its data to ",
           l.adopted_by() == l.rank() ? std::string("nobody") : absl::StrCat("rank ", l.adopted_by())));
     }

@@ -47,9 +47,10 @@ TEST(E2eSchedulerRestartTest, KillNineMidJobThenRestartTheJobCarriesOnToSucceede
   const std::vector<std::string> ids = NodeIds(*before);
   ASSERT_THAT(ids, ElementsAre("server-1", "server-2", "worker-1", "worker-2"));
 
-  // job-1 trains for 40 epochs (15-30 s here), followed by `psctl submit --wait` across the
+  // job-1 trains for 100 epochs (20-75 s here: longer than the outage below even on an idle
+  // machine), followed by `psctl submit --wait` across the
   // restart; job-2 waits in the queue for its workers.
-  auto follow = c.StartPsctl({"submit", c.WriteFile("long.yaml", FashionJobYaml("long", 40, "")),
+  auto follow = c.StartPsctl({"submit", c.WriteFile("long.yaml", FashionJobYaml("long", 100, "")),
                               "--wait", "--timeout=2s"});
   ASSERT_TRUE(follow.ok()) << follow.status();
   ASSERT_TRUE(WaitFor(absl::Seconds(20), [&] { return c.GetJob("job-1").ok(); }))
@@ -108,7 +109,7 @@ TEST(E2eSchedulerRestartTest, KillNineMidJobThenRestartTheJobCarriesOnToSucceede
     return NodeIds(*st) == ids;
   })) << c.ClusterStatus()->DebugString();
 
-  auto done = c.WaitForEnd("job-1", absl::Seconds(150));
+  auto done = c.WaitForEnd("job-1", absl::Seconds(240));
   ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
   // psctl followed job-1 through the outage to the end.
   EXPECT_EQ((*follow)->Wait(absl::Seconds(10)), 0) << (*follow)->Output();
