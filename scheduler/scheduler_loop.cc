@@ -273,6 +273,10 @@ void Scheduler::HandOverRanks() {
     bool any = false;
     for (const auto& [id, rec] : jobs_) {
       any = any || !rec.lost_ranks.empty();
+      // A rank whose leaving did not finish (the scheduler stopped half-way).
+      for (const v1::LeftRank& left : rec.job.recovery().left()) {
+        any = any || (rec.job.state() == v1::JOB_RUNNING && left.step() < 0);
+      }
       // Also workers of running jobs found dead without an event (after a scheduler restart).
       if (rec.job.state() != v1::JOB_RUNNING) continue;
       for (const std::string& w : rec.job.workers()) {
@@ -373,6 +377,28 @@ void Scheduler::HandOverRanks() {
       if (job.state() != v1::JOB_RUNNING) {
         rec.lost_ranks.clear();
         continue;
+      }
+      // Leavings recorded but not finished (every leaving finishes, or rolls the job back,
+      // within the pass that records it): the scheduler stopped half-way. Again, with the same
+      // adopter; a server that has already taken the rank out answers the same.
+      for (const v1::LeftRank& left : job.recovery().left()) {
+        if (left.step() >= 0) continue;
+        Work w;
+        w.job_id = id;
+        w.rank = left.rank();
+        w.cause = left.cause();
+        w.lost = left.node_id();
+        w.spec = job.spec();
+        w.map = rec.shard_map;
+        w.num_workers = job.workers_size();
+        w.recovery = job.recovery();
+        w.leave = true;
+        w.adopter = left.adopted_by();
+        if (w.adopter < static_cast<uint32_t>(job.workers_size())) {
+          auto it = by_id.find(job.workers(w.adopter));
+          if (it != by_id.end()) w.adopter_address = it->second->info().address();
+        }
+        work.push_back(std::move(w));
       }
       for (int r = 0; r < job.workers_size(); ++r) {
         auto it = by_id.find(job.workers(r));

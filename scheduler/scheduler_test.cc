@@ -787,6 +787,41 @@ TEST_F(SchedulerTest, ALostRankWithNoIdleWorkerLeavesTheJobAndAnotherReadsItsDat
   EXPECT_THAT(Get(*id).recovery().left(), SizeIs(2));
 }
 
+// The scheduler stops after recording that a rank leaves and before the servers were told: at
+// its next start it tells them (the barrier would otherwise wait for the rank for ever).
+TEST_F(SchedulerTest, ALeavingInterruptedByARestartIsFinishedAtTheNextStart) {
+  AddCluster(2, 2);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  for (const std::string& s : job.servers()) Node(s)->server()->SetClocks({80, 77});
+  Leave(job.workers(1));
+  sched_->RunOnce();
+  job = Get(*id);
+  ASSERT_THAT(job.recovery().left(), SizeIs(1));
+  ASSERT_EQ(job.recovery().left(0).step(), 77);
+  // As the record stood half-way: leaving recorded, servers not told yet.
+  job.mutable_recovery()->mutable_left(0)->set_step(-1);
+  const v1::ShardMap map = MapOf(*id);
+  sched_.reset();
+  ASSERT_THAT(store_->PutJob(job, "", &map), IsOk());
+  StartScheduler();
+  BeatAll();
+  sched_->RunOnce();
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  ASSERT_THAT(job.recovery().left(), SizeIs(1));
+  EXPECT_EQ(job.recovery().left(0).step(), 77);
+  for (const std::string& s : job.servers()) {
+    auto fences = Node(s)->server()->fences();
+    ASSERT_THAT(fences, SizeIs(2)) << s;
+    EXPECT_TRUE(fences[1].leave());
+    EXPECT_EQ(fences[1].worker(), 1u);
+  }
+}
+
 // With aggregate steps every remaining rank learns how many ranks train, so that each step still
 // applies the mean of their gradients.
 TEST_F(SchedulerTest, WithAggregateStepsEveryRemainingRankLearnsHowManyTrain) {
