@@ -768,6 +768,11 @@ absl::StatusOr<int64_t> Job::Rejoin(uint32_t worker, uint32_t attempt) {
   return clock;
 }
 
+bool Job::HasLeft(uint32_t worker) const {
+  absl::MutexLock c(&clock_mu_);
+  return worker < left_.size() && left_[worker];
+}
+
 std::vector<uint32_t> Job::LeftWorkers() const {
   absl::MutexLock c(&clock_mu_);
   std::vector<uint32_t> out;

@@ -182,6 +182,8 @@ class Job {
   // becomes the slowest clock of the workers in the job (where its new task resumes), returned.
   // FAILED_PRECONDITION when it has not left.
   absl::StatusOr<int64_t> Rejoin(uint32_t worker, uint32_t attempt);
+  // Whether `worker` left the job (false for a rank outside it).
+  bool HasLeft(uint32_t worker) const;
   // The ranks that left, ascending.
   std::vector<uint32_t> LeftWorkers() const;
   // ABORTED when `attempt` of `worker` is fenced off. `field` names the attempt's field.

@@ -692,7 +692,10 @@ absl::Status PsHandler::FenceWorker(const v1::FenceWorkerRequest& req,
   }
   int64_t clock;
   uint32_t fence;
-  if (req.rejoin()) {
+  // A plain fence of a rank that left comes from a scheduler that stopped half-way through the
+  // rank's return (it hands the rank over as if its worker had no task): it rejoins too.
+  const bool rejoin = req.rejoin() || (!req.leave() && (*job)->HasLeft(req.worker()));
+  if (rejoin) {
     auto back = (*job)->Rejoin(req.worker(), req.attempt());
     if (!back.ok()) return back.status();
     clock = *back;
@@ -708,7 +711,7 @@ absl::Status PsHandler::FenceWorker(const v1::FenceWorkerRequest& req,
   }
   if (auto rep = FindReplication(req.job_id()); rep != nullptr) {
     for (auto& [primary, copy] : rep->replicas) {
-      if (req.rejoin()) {
+      if (rejoin) {
         (void)copy->Rejoin(req.worker(), req.attempt());
         continue;
       }
@@ -721,7 +724,7 @@ absl::Status PsHandler::FenceWorker(const v1::FenceWorkerRequest& req,
   if (req.leave()) {
     Logger("server")->warn("job '{}': rank {} left the job at clock {}; no step waits for it any "
                            "more", req.job_id(), req.worker(), clock);
-  } else if (req.rejoin()) {
+  } else if (rejoin) {
     Logger("server")->warn("job '{}': rank {} rejoined the job at clock {} (attempt {})",
                            req.job_id(), req.worker(), clock, fence);
   } else {

@@ -630,6 +630,15 @@ TEST_F(HandlerTest, ARankThatLeavesTheJobNoLongerHoldsTheOthersBack) {
         << in;
     rj.set_leave(true);
     EXPECT_EQ(h_->FenceWorker(rj, &resp).code(), absl::StatusCode::kInvalidArgument);
+    // A plain fence of a rank that left (a scheduler that stopped half-way through its return
+    // hands it over) lets it back in as well.
+    v1::FenceWorkerRequest plain;
+    plain.set_job_id(job);
+    plain.set_worker(1);
+    plain.set_attempt(9);
+    ASSERT_TRUE(h_->FenceWorker(plain, &resp).ok());
+    EXPECT_EQ(resp.attempt(), 9u);
+    EXPECT_EQ(Status(job).jobs(0).left_workers_size(), 0);
   }
 }
 
