@@ -165,6 +165,7 @@ data::PartitionSpec PartitionSpecOf(const v1::DataPartition& p, uint32_t rank,
   part.begin = p.begin();
   part.end = p.end();
   part.also.assign(p.also().begin(), p.also().end());
+  part.shares.assign(p.shares().begin(), p.shares().end());
   return part;
 }
 
@@ -180,10 +181,10 @@ absl::Status Trainer::UpdatePartition(const v1::UpdatePartitionRequest& update) 
       next.end != now.end) {
     return absl::InvalidArgumentError(absl::StrCat(
         "partition: part ", next.index, " of ", next.count, " is not this task's (part ",
-        now.index, " of ", now.count, "); only `also` may change"));
+        now.index, " of ", now.count, "); only `also` and `shares` may change"));
   }
   // The same checks as when the data is cut (they do not depend on its size).
-  absl::Status extra = data::CheckExtraParts(next);
+  absl::Status extra = data::CheckPartition(next);
   if (!extra.ok()) return extra;
   if (lead_rank >= task_.num_workers()) {
     return absl::InvalidArgumentError(absl::StrCat("lead_rank: ", lead_rank, " is not below ",
@@ -197,7 +198,6 @@ absl::Status Trainer::UpdatePartition(const v1::UpdatePartitionRequest& update) 
   absl::MutexLock l(&mu_);
   new_partition_ = partition;
   lead_rank_.store(lead_rank);
-  training_ranks_.store(update.training_ranks());
   return absl::OkStatus();
 }
 
@@ -263,9 +263,11 @@ absl::Status Trainer::RunImpl(State* st) {
   auto partition = data::PartitionExamples(st->data->train_size(), spec.seed(), part);
   if (!partition.ok()) return partition.status();
   st->partition = std::move(*partition);
-  const int64_t batch = spec.batch_size();
+  // The job's schedule: steps per epoch as for equal parts of the job's batch. This rank's batch
+  // is its parts' share of the job's examples per step (the job's batch for one equal part).
   const int64_t smallest_part = st->data->train_size() / part.count;
-  const int64_t steps_per_epoch = std::max<int64_t>(1, smallest_part / batch);
+  const int64_t steps_per_epoch = std::max<int64_t>(1, smallest_part / spec.batch_size());
+  int64_t batch = data::RankBatch(part, spec.batch_size());
   const int64_t total_steps = steps_per_epoch * spec.epochs();
   auto tables = TableSpecsFor(*st->model, spec, total_steps);
   if (!tables.ok()) return tables.status();
@@ -325,11 +327,13 @@ absl::Status Trainer::RunImpl(State* st) {
   st->test_batcher = st->data->TestBatcher();
   const bool aggregate = spec.consistency().mode() == v1::ConsistencySpec::BSP &&
                          spec.consistency().aggregate();
-  // Aggregate steps apply the mean of the training ranks' gradients (fewer once ranks left).
-  auto grad_scale = [&]() -> float {
+  // Aggregate steps apply the mean over the step's examples: each rank weighs its gradient (a
+  // mean over its batch) by its batch's share of the job's examples per step. Equal batches:
+  // 1 / num_workers; a rank that reads the part of a rank that left has twice the batch.
+  const double step_examples = static_cast<double>(spec.batch_size()) * num_workers;
+  auto grad_scale = [&](int64_t examples) -> float {
     if (!aggregate) return 1.0f;
-    const uint32_t ranks = training_ranks_.load();
-    return 1.0f / static_cast<float>(ranks > 0 ? ranks : num_workers);
+    return static_cast<float>(examples / step_examples);
   };
 
   // Test-set evaluation of the model as the servers hold it at `clock`.
@@ -373,6 +377,7 @@ absl::Status Trainer::RunImpl(State* st) {
   progress.set_rank(rank);
   progress.set_total_steps(total_steps);
   progress.set_examples(st->partition.size());
+  progress.set_batch_size(static_cast<uint32_t>(batch));
   progress.set_test_accuracy(-1);
   progress.set_test_loss(-1);
   double win_loss = 0;
@@ -395,6 +400,9 @@ absl::Status Trainer::RunImpl(State* st) {
     progress.set_pull_wait_sec(Seconds(win_pull));
     progress.set_compute_sec(Seconds(win_compute));
     progress.set_push_sec(Seconds(win_push));
+    progress.set_compute_rate(win_compute > absl::ZeroDuration()
+                                  ? win_examples / Seconds(win_compute)
+                                  : 0.0);
     {
       absl::MutexLock l(&mu_);
       snapshot_.step = done_steps;
@@ -440,11 +448,15 @@ absl::Status Trainer::RunImpl(State* st) {
       auto more = data::PartitionExamples(st->data->train_size(), spec.seed(),
                                           PartitionSpecOf(*changed, rank, num_workers));
       if (more.ok()) {
-        log->info("job {} rank {}: now reads {} examples (parts {} and {} more of {})",
+        const data::PartitionSpec next = PartitionSpecOf(*changed, rank, num_workers);
+        batch = data::RankBatch(next, spec.batch_size());
+        log->info("job {} rank {}: now reads {} examples (part {} and {} more of {}{}), {} per "
+                  "step",
                   task_.job_id(), rank, more->size(), part.index, changed->also_size(),
-                  part.count);
+                  part.count, next.shares.empty() ? "" : ", sized by speed", batch);
         st->partition = std::move(*more);
         progress.set_examples(st->partition.size());
+        progress.set_batch_size(static_cast<uint32_t>(batch));
         order_epoch[0] = order_epoch[1] = -1;
       } else {
         log->warn("job {} rank {}: partition update not applied: {}", task_.job_id(), rank,
@@ -456,6 +468,7 @@ absl::Status Trainer::RunImpl(State* st) {
       order = data::EpochOrder(st->partition, spec.seed(), static_cast<uint32_t>(epoch), part.index);
       order_epoch[epoch & 1] = epoch;
     }
+    ids.resize(static_cast<size_t>(batch));
     for (int64_t i = 0; i < batch; ++i) {
       ids[i] = order[static_cast<size_t>((j * batch + i) % static_cast<int64_t>(order.size()))];
     }
@@ -550,7 +563,7 @@ absl::Status Trainer::RunImpl(State* st) {
         drain();
         return cs;
       }
-      if (const float scale = grad_scale(); scale != 1.0f) {
+      if (const float scale = grad_scale(r.examples); scale != 1.0f) {
         for (auto& g : slot.grads) {
           for (float& v : g) v *= scale;
         }

@@ -99,7 +99,6 @@ class Trainer final : public TaskRunner {
   Trainer(v1::AssignTaskRequest task, TrainerOptions options, ProgressSink* sink)
       : task_(std::move(task)), options_(std::move(options)), sink_(sink) {
     lead_rank_.store(task_.lead_rank());
-    training_ranks_.store(task_.training_ranks());
   }
   struct State;
   absl::Status RunImpl(State* st);
@@ -117,7 +116,6 @@ class Trainer final : public TaskRunner {
   // Set by UpdatePartition, taken by the training loop before its next batch.
   std::optional<v1::DataPartition> new_partition_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint32_t> lead_rank_{0};
-  std::atomic<uint32_t> training_ranks_{0};  // 0 = num_workers.
 };
 
 }  // namespace pscluster::worker

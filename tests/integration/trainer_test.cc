@@ -292,6 +292,100 @@ TEST_F(TrainerTest, WhenTheOtherRankLeavesTheJobTheRemainingOneReadsItsDataAndLe
   EXPECT_TRUE(SafetensorsFile::Read(export_path).ok());
 }
 
+// Data balancing: parts sized by shares, and each rank's batch the same share of the job's
+// examples per step, so that both ranks still take the job's 300 steps per epoch.
+TEST_F(TrainerTest, SharesSizeEachRanksPartAndBatch) {
+  TestSink sinks[2];
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  std::vector<v1::AssignTaskRequest> tasks;
+  for (uint32_t r = 0; r < 2; ++r) {
+    tasks.push_back(Task("job-shares", r, 2));
+    tasks.back().mutable_partition()->set_index(r);
+    tasks.back().mutable_partition()->set_count(2);
+    for (uint32_t share : {1500u, 500u}) tasks.back().mutable_partition()->add_shares(share);
+  }
+  ASSERT_NO_FATAL_FAILURE(RunAll(tasks, sinks, &trainers));
+  const uint32_t want_examples[2] = {45000, 15000}, want_batch[2] = {150, 50};
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(trainers[r]->result().steps, 300) << "rank " << r;
+    auto reports = sinks[r].reports();
+    ASSERT_FALSE(reports.empty());
+    EXPECT_EQ(reports.back().examples(), want_examples[r]) << "rank " << r;
+    EXPECT_EQ(reports.back().batch_size(), want_batch[r]) << "rank " << r;
+    bool rated = false;
+    for (const auto& p : reports) rated = rated || p.compute_rate() > 0;
+    EXPECT_TRUE(rated) << "rank " << r << " reports its compute rate";
+  }
+  EXPECT_GT(trainers[0]->result().test_accuracy, 0.78);
+
+  // New shares reach a task through UpdatePartition (taken before its next batch); a change of
+  // its own part's index is refused, and so are bad shares.
+  auto task = Task("job-shares-2", 1, 2);
+  task.mutable_spec()->set_epochs(1);
+  TestSink sink;
+  auto t = Trainer::Create(task, Options(), &sink);
+  ASSERT_TRUE(t.ok()) << t.status();
+  v1::UpdatePartitionRequest u;
+  u.mutable_partition()->set_index(1);
+  u.mutable_partition()->set_count(2);
+  u.mutable_partition()->add_shares(1);
+  EXPECT_EQ((*t)->UpdatePartition(u).code(), absl::StatusCode::kInvalidArgument)
+      << "one share for two parts";
+  u.mutable_partition()->add_shares(3);
+  ASSERT_TRUE((*t)->UpdatePartition(u).ok());
+  u.mutable_partition()->set_index(0);
+  EXPECT_EQ((*t)->UpdatePartition(u).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Aggregate steps weigh each rank's gradient by its batch: one step over the whole training set
+// split 3:1 applies the same update as one split evenly (the mean gradient over all 60,000
+// examples), up to float rounding.
+TEST_F(TrainerTest, AggregateStepsWeighTheRanksByTheirBatches) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  auto run = [&](const std::string& job, std::vector<uint32_t> shares)
+      -> absl::StatusOr<SafetensorsFile> {
+    TestSink sinks[2];
+    std::vector<std::unique_ptr<Trainer>> trainers;
+    std::vector<v1::AssignTaskRequest> tasks;
+    for (uint32_t r = 0; r < 2; ++r) {
+      tasks.push_back(Task(job, r, 2));
+      v1::JobSpec* spec = tasks.back().mutable_spec();
+      spec->mutable_consistency()->set_aggregate(true);
+      spec->set_batch_size(30000);  // One step per epoch: every example once.
+      spec->mutable_optimizer()->set_learning_rate(0.5f);
+      spec->set_eval_batch_size(10000);
+      spec->set_export_path(absl::StrCat(dir, "/", job, ".safetensors"));
+      tasks.back().mutable_partition()->set_index(r);
+      tasks.back().mutable_partition()->set_count(2);
+      for (uint32_t share : shares) tasks.back().mutable_partition()->add_shares(share);
+    }
+    RunAll(tasks, sinks, &trainers);
+    if (::testing::Test::HasFatalFailure()) return absl::InternalError("run failed");
+    if (trainers[0]->result().steps != 1) return absl::InternalError("not one step");
+    return SafetensorsFile::Read(absl::StrCat(dir, "/", job, ".safetensors"));
+  };
+  auto even = run("job-agg-even", {});
+  ASSERT_TRUE(even.ok()) << even.status();
+  auto skewed = run("job-agg-skewed", {1500, 500});
+  ASSERT_TRUE(skewed.ok()) << skewed.status();
+  ASSERT_EQ(even->entries().size(), skewed->entries().size());
+  double max_diff = 0, max_abs = 0;
+  for (const auto& e : even->entries()) {
+    const auto* o = skewed->Find(e.name);
+    ASSERT_NE(o, nullptr) << e.name;
+    absl::string_view a = even->Data(e), b = skewed->Data(*o);
+    ASSERT_EQ(a.size(), b.size());
+    const float* x = reinterpret_cast<const float*>(a.data());
+    const float* y = reinterpret_cast<const float*>(b.data());
+    for (size_t i = 0; i < a.size() / sizeof(float); ++i) {
+      max_diff = std::max(max_diff, static_cast<double>(std::abs(x[i] - y[i])));
+      max_abs = std::max(max_abs, static_cast<double>(std::abs(x[i])));
+    }
+  }
+  EXPECT_GT(max_abs, 1e-3) << "the step moved the weights";
+  EXPECT_LT(max_diff, 1e-5 + 1e-4 * max_abs) << "largest weight " << max_abs;
+}
+
 TEST_F(TrainerTest, SinkCanStopTheTask) {
   TestSink sink;
   sink.Stop();

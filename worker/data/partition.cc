@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/sharding.h"
@@ -20,9 +22,43 @@ void Shuffle(std::vector<int64_t>* v, uint64_t seed) {
   }
 }
 
+// Share of part `a` (1 each when the parts are equal).
+uint64_t ShareOf(const PartitionSpec& spec, uint32_t a) {
+  return spec.shares.empty() ? 1 : spec.shares[a];
+}
+
+// Examples [begin, end) of part `a` of `n`.
+std::pair<uint64_t, uint64_t> PartBounds(uint64_t n, const PartitionSpec& spec, uint32_t a) {
+  if (spec.shares.empty()) return {n * a / spec.count, n * (a + 1) / spec.count};
+  unsigned __int128 before = 0, total = 0;
+  for (uint32_t i = 0; i < spec.count; ++i) {
+    if (i < a) before += spec.shares[i];
+    total += spec.shares[i];
+  }
+  return {static_cast<uint64_t>(n * before / total),
+          static_cast<uint64_t>(n * (before + spec.shares[a]) / total)};
+}
+
 }  // namespace
 
-absl::Status CheckExtraParts(const PartitionSpec& spec) {
+absl::Status CheckPartition(const PartitionSpec& spec) {
+  if (!spec.shares.empty()) {
+    if (spec.end > 0) {
+      return absl::InvalidArgumentError("partition.shares: shares size parts of index/count, not "
+                                        "a range");
+    }
+    if (spec.shares.size() != spec.count) {
+      return absl::InvalidArgumentError(absl::StrCat("partition.shares: ", spec.shares.size(),
+                                                     " shares for ", spec.count, " parts"));
+    }
+    for (size_t i = 0; i < spec.shares.size(); ++i) {
+      if (spec.shares[i] == 0 || spec.shares[i] > kMaxShare) {
+        return absl::InvalidArgumentError(absl::StrCat("partition.shares[", i, "]: ",
+                                                       spec.shares[i], " is not in [1, ",
+                                                       kMaxShare, "]"));
+      }
+    }
+  }
   for (size_t i = 0; i < spec.also.size(); ++i) {
     const uint32_t a = spec.also[i];
     if (spec.end > 0) {
@@ -42,7 +78,7 @@ absl::Status CheckExtraParts(const PartitionSpec& spec) {
 absl::StatusOr<std::vector<int64_t>> PartitionExamples(int64_t n, uint64_t seed,
                                                        const PartitionSpec& spec) {
   if (n <= 0) return absl::InvalidArgumentError("the training set is empty");
-  uint64_t begin, end;
+  uint64_t begin = 0, end = 0;
   if (spec.end > 0) {
     if (spec.begin >= spec.end || spec.end > static_cast<uint64_t>(n)) {
       return absl::InvalidArgumentError(absl::StrCat("partition: range [", spec.begin, ", ",
@@ -59,20 +95,44 @@ absl::StatusOr<std::vector<int64_t>> PartitionExamples(int64_t n, uint64_t seed,
       return absl::InvalidArgumentError(absl::StrCat("partition: ", spec.count,
                                                      " parts for only ", n, " examples"));
     }
-    begin = static_cast<uint64_t>(n) * spec.index / spec.count;
-    end = static_cast<uint64_t>(n) * (spec.index + 1) / spec.count;
   }
-  absl::Status extra = CheckExtraParts(spec);
+  absl::Status extra = CheckPartition(spec);
   if (!extra.ok()) return extra;
+  if (spec.end == 0) {
+    std::tie(begin, end) = PartBounds(n, spec, spec.index);
+    std::vector<uint32_t> parts = spec.also;
+    parts.push_back(spec.index);
+    for (uint32_t a : parts) {
+      auto [b, e] = PartBounds(n, spec, a);
+      if (b >= e) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "partition: part ", a, " of ", spec.count, " holds none of the ", n,
+            " examples (its share is too small)"));
+      }
+    }
+  }
   std::vector<int64_t> perm(n);
   std::iota(perm.begin(), perm.end(), 0);
   Shuffle(&perm, Mix64(seed ^ 0x9a27));
   std::vector<int64_t> out(perm.begin() + begin, perm.begin() + end);
   for (uint32_t a : spec.also) {
-    out.insert(out.end(), perm.begin() + static_cast<uint64_t>(n) * a / spec.count,
-               perm.begin() + static_cast<uint64_t>(n) * (a + 1) / spec.count);
+    auto [b, e] = PartBounds(n, spec, a);
+    out.insert(out.end(), perm.begin() + b, perm.begin() + e);
   }
   return out;
+}
+
+uint32_t RankBatch(const PartitionSpec& spec, uint32_t batch) {
+  if (spec.end > 0 || (spec.shares.empty() && spec.also.empty()) || spec.count == 0) {
+    return batch;
+  }
+  uint64_t total = 0, read = ShareOf(spec, spec.index);
+  for (uint32_t i = 0; i < spec.count; ++i) total += ShareOf(spec, i);
+  for (uint32_t a : spec.also) read += ShareOf(spec, a);
+  // batch * count * read / total, rounded to the nearest.
+  const unsigned __int128 num = static_cast<unsigned __int128>(batch) * spec.count * read;
+  const uint64_t b = static_cast<uint64_t>((num + total / 2) / total);
+  return static_cast<uint32_t>(std::clamp<uint64_t>(b, 1, UINT32_MAX));
 }
 
 std::vector<int64_t> EpochOrder(const std::vector<int64_t>& part, uint64_t seed, uint32_t epoch,

@@ -75,6 +75,78 @@ TEST(PartitionTest, ExtraPartsOfRanksThatLeftFollowTheOwnPart) {
   EXPECT_EQ(PartitionExamples(kN, 9, range).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Data balancing: parts sized by shares still cut the same permutation into disjoint parts that
+// cover it, and each rank's batch is its share of the job's examples per step.
+TEST(PartitionTest, SharesSizeThePartsAndTheBatches) {
+  constexpr int64_t kN = 60000;
+  const std::vector<uint32_t> shares = {1500, 500, 1000};
+  std::set<int64_t> seen;
+  size_t sizes[3];
+  uint32_t batches = 0;
+  for (uint32_t i = 0; i < 3; ++i) {
+    PartitionSpec spec{i, 3, 0, 0};
+    spec.shares = shares;
+    auto part = PartitionExamples(kN, 5, spec);
+    ASSERT_TRUE(part.ok()) << part.status();
+    sizes[i] = part->size();
+    seen.insert(part->begin(), part->end());
+    batches += RankBatch(spec, 128);
+  }
+  EXPECT_EQ(sizes[0], 30000u);
+  EXPECT_EQ(sizes[1], 10000u);
+  EXPECT_EQ(sizes[2], 20000u);
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kN));
+  EXPECT_EQ(batches, 3u * 128) << "the job's examples per step are unchanged";
+  PartitionSpec fast{0, 3, 0, 0};
+  fast.shares = shares;
+  EXPECT_EQ(RankBatch(fast, 128), 192u);
+  // The same permutation as equal parts: equal shares give the equal parts exactly.
+  PartitionSpec even{1, 3, 0, 0};
+  even.shares = {7, 7, 7};
+  EXPECT_EQ(*PartitionExamples(kN, 5, even), *PartitionExamples(kN, 5, {1, 3, 0, 0}));
+  EXPECT_EQ(RankBatch(even, 128), 128u);
+  // A rank that took over a part reads it with its share, in a batch that grows to match.
+  PartitionSpec adopter{1, 3, 0, 0};
+  adopter.shares = shares;
+  adopter.also = {0};
+  auto both = PartitionExamples(kN, 5, adopter);
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->size(), 40000u);
+  EXPECT_EQ(RankBatch(adopter, 128), 256u);
+  // Equal parts: the job's batch, times the parts read.
+  EXPECT_EQ(RankBatch({2, 3, 0, 0}, 100), 100u);
+  PartitionSpec two{2, 3, 0, 0};
+  two.also = {1};
+  EXPECT_EQ(RankBatch(two, 100), 200u);
+  PartitionSpec tiny{1, 2, 0, 0};
+  tiny.shares = {kMaxShare, 1};
+  EXPECT_EQ(RankBatch(tiny, 10), 1u) << "at least one example per step";
+}
+
+TEST(PartitionTest, BadSharesAreInvalidArgument) {
+  auto message = [](PartitionSpec spec) {
+    return std::string(PartitionExamples(1000, 1, spec).status().message());
+  };
+  PartitionSpec spec{0, 2, 0, 0};
+  spec.shares = {1, 2, 3};
+  EXPECT_NE(message(spec).find("partition.shares: 3 shares for 2 parts"), std::string::npos)
+      << message(spec);
+  spec.shares = {0, 1};
+  EXPECT_NE(message(spec).find("partition.shares[0]: 0 is not in"), std::string::npos);
+  spec.shares = {1, kMaxShare + 1};
+  EXPECT_NE(message(spec).find("partition.shares[1]"), std::string::npos);
+  PartitionSpec range{0, 2, 0, 500};
+  range.shares = {1, 1};
+  EXPECT_NE(message(range).find("partition.shares: shares size parts"), std::string::npos);
+  // A share so small that its part holds no example.
+  PartitionSpec empty{1, 2, 0, 0};
+  empty.shares = {1, kMaxShare};
+  empty.also = {0};
+  EXPECT_NE(message(empty).find("part 0 of 2 holds none of the 1000 examples"),
+            std::string::npos)
+      << message(empty);
+}
+
 TEST(PartitionTest, EpochOrderIsAPermutationThatChangesPerEpoch) {
   auto part = *PartitionExamples(500, 7, {1, 2, 0, 0});
   auto e0 = EpochOrder(part, 7, 0, 1);
