@@ -37,7 +37,8 @@ absl::Status CheckWorkerProgress(const v1::WorkerProgress& p, uint32_t num_worke
   const std::pair<const char*, double> rates[] = {{"samples_per_sec", p.samples_per_sec()},
                                                   {"pull_wait_sec", p.pull_wait_sec()},
                                                   {"compute_sec", p.compute_sec()},
-                                                  {"push_sec", p.push_sec()}};
+                                                  {"push_sec", p.push_sec()},
+                                                  {"compute_rate", p.compute_rate()}};
   for (const auto& [name, v] : rates) {
     if (!std::isfinite(v) || v < 0) return bad(name, "must be a finite number >= 0");
   }
@@ -77,8 +78,8 @@ void Summarize(const v1::JobSpec& spec, const std::vector<uint32_t>& server_wait
     if (w.total_steps() <= 0 || w.samples_per_sec() <= 0) {
       eta_known = false;
     } else {
-      eta = std::max(eta, left * static_cast<double>(std::max(1u, spec.batch_size())) /
-                              w.samples_per_sec());
+      const uint32_t batch = w.batch_size() > 0 ? w.batch_size() : spec.batch_size();
+      eta = std::max(eta, left * static_cast<double>(std::max(1u, batch)) / w.samples_per_sec());
     }
   }
   p->set_step(min_step == INT64_MAX ? 0 : min_step);

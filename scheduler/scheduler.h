@@ -45,6 +45,7 @@
 #include "common/metrics.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/cluster_rpc.h"
+#include "scheduler/data_balance.h"
 #include "scheduler/node_registry.h"
 #include "scheduler/placement.h"
 #include "scheduler/rebalance.h"
@@ -75,6 +76,8 @@ struct SchedulerOptions {
   // server counts as overloaded (see rebalance.h). A job moves at most one shard per look.
   absl::Duration rebalance_every = absl::ZeroDuration();
   RebalanceOptions rebalance;
+  // Data balancing of jobs with balance_data (every = 0: never).
+  DataBalanceOptions data_balance;
   std::string version = "0.1.0";
 };
 
@@ -151,6 +154,9 @@ class Scheduler {
     std::set<std::pair<std::string, std::string>> unreachable_backups;
     // The map in force did not reach every server: the control loop sends it again.
     bool resend_map = false;
+    // Ranks not yet told of the job's data shares (their UpdatePartition failed): BalanceData
+    // tells them again.
+    std::set<uint32_t> shares_unsent;
   };
   // A call to make once a job has ended: stop a worker's task or drop a job on a server.
   struct Cleanup {
@@ -219,8 +225,12 @@ class Scheduler {
   // server lets the rank in again at the slowest clock of the ranks training, its task starts
   // there on the worker, and the rank that read its part meanwhile drops it.
   void RejoinRanks();
-  // The data partition of `rank`: its own part of `num_workers`, and the parts of the ranks that
-  // left the job whose data it took over.
+  // Data balancing (JobSpec.balance_data): from the ranks' measured compute rates, new data
+  // shares for running jobs whose ranks are out of balance (data_balance.h); every rank gets its
+  // new partition (a larger or smaller part and batch) from its next batch on.
+  void BalanceData();
+  // The data partition of `rank`: its own part of `num_workers` (sized by the job's data shares,
+  // if any), and the parts of the ranks that left the job whose data it took over.
   static v1::DataPartition PartitionFor(const v1::JobRecovery& recovery, uint32_t rank,
                                         uint32_t num_workers);
   // The rank that evaluates and exports: the lowest one that has not left the job.
@@ -316,6 +326,7 @@ class Scheduler {
   Counter* leaves_ = nullptr;
   Counter* rejoins_ = nullptr;
   Counter* backups_dropped_ = nullptr;
+  Counter* data_rebalances_ = nullptr;
   Counter* moves_done_ = nullptr;
   Counter* moves_failed_ = nullptr;
 };

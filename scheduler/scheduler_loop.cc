@@ -126,6 +126,7 @@ void Scheduler::ControlPass() {
   RecoverJobs();
   for (const PlacementWork& w : PlaceQueuedJobs()) ExecutePlacement(w);
   RejoinRanks();
+  BalanceData();
   RunCleanups();
   PersistProgress();
 }
@@ -176,6 +177,9 @@ v1::DataPartition Scheduler::PartitionFor(const v1::JobRecovery& recovery, uint3
   v1::DataPartition p;
   p.set_index(rank);
   p.set_count(num_workers);
+  if (recovery.data_shares_size() == static_cast<int>(num_workers)) {
+    *p.mutable_shares() = recovery.data_shares();
+  }
   for (const v1::LeftRank& l : recovery.left()) {
     if (l.adopted_by() == rank && l.rank() != rank) p.add_also(l.rank());
   }
@@ -1143,6 +1147,10 @@ void Scheduler::RecoverJobs() {
     }
     r->set_start_step(point->step);
     r->clear_left();  // Placed again with all its ranks.
+    // Possibly on other workers: equal parts until their rates are measured again.
+    r->clear_data_shares();
+    r->set_balanced_unix_ms(0);
+    rec->shares_unsent.clear();
     r->clear_restore_from();
     for (v1::RestoreFile& f : point->files) *r->add_restore_from() = std::move(f);
     v1::Rollback* rb = r->add_rollbacks();

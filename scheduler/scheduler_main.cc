@@ -41,6 +41,12 @@ ABSL_FLAG(double, rebalance_imbalance, 1.5,
           "a server is overloaded when its bytes/s exceed this many times its job's mean");
 ABSL_FLAG(double, rebalance_min_mb_per_sec, 1.0,
           "below this difference (MB/s) between a job's busiest and idlest server nothing moves");
+ABSL_FLAG(int64_t, data_balance_every_ms, 30000,
+          "jobs with balance_data: how often their data shares may change to follow the ranks' "
+          "compute rates (0 = never)");
+ABSL_FLAG(double, data_balance_tolerance, 0.15,
+          "jobs with balance_data: shares change when a rank's fraction of the data would change "
+          "by more than this fraction of itself");
 ABSL_FLAG(int64_t, move_copy_timeout_ms, 60000,
           "a shard move is given up when the target's copy has not caught up within this long");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
@@ -109,6 +115,16 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError("--rebalance_min_mb_per_sec: must be >= 0"));
   }
   options.scheduler.rebalance.min_bytes_per_sec = min_mb * 1e6;
+  const int64_t balance_ms = absl::GetFlag(FLAGS_data_balance_every_ms);
+  if (balance_ms < 0) {
+    return Fail(absl::InvalidArgumentError("--data_balance_every_ms: must be >= 0"));
+  }
+  options.scheduler.data_balance.every = absl::Milliseconds(balance_ms);
+  const double tolerance = absl::GetFlag(FLAGS_data_balance_tolerance);
+  if (!(tolerance >= 0 && tolerance < 10)) {
+    return Fail(absl::InvalidArgumentError("--data_balance_tolerance: must be in [0, 10)"));
+  }
+  options.scheduler.data_balance.tolerance = tolerance;
   const int64_t copy_ms = absl::GetFlag(FLAGS_move_copy_timeout_ms);
   if (copy_ms < 100) return Fail(absl::InvalidArgumentError("--move_copy_timeout_ms: must be >= 100"));
   options.scheduler.move_copy_timeout = absl::Milliseconds(copy_ms);

@@ -130,6 +130,9 @@ void Scheduler::RegisterMetrics() {
   backups_dropped_ = metrics_.AddCounter(
       "pscluster_scheduler_unreachable_backups_dropped_total",
       "Backups dropped from a job's shard map because their primary could not reach them.");
+  data_rebalances_ = metrics_.AddCounter(
+      "pscluster_scheduler_data_rebalances_total",
+      "Times a job's data shares changed to follow its ranks' compute rates (balance_data).");
   moves_done_ = metrics_.AddCounter(
       "pscluster_scheduler_shard_moves_total",
       "Virtual shards moved live to another server (MoveShard and the rebalancer).");

@@ -912,6 +912,167 @@ TEST_F(SchedulerTest, ARankThatLeftRejoinsOnAWorkerThatBecomesIdle) {
   EXPECT_EQ(Get(*id).progress().workers(1).step(), 60);
 }
 
+// Data balancing: a job with balance_data gives its faster rank a larger part once both ranks
+// have reported their compute rates, tells every rank, keeps the shares for a rank handed to
+// another worker and across a scheduler restart, pauses while a rank has left, and starts again
+// from equal parts after a rollback.
+TEST_F(SchedulerTest, DataSharesFollowTheRanksComputeRates) {
+  AddCluster(2, 2);
+  auto id = Submit(absl::StrCat(kJob, "balance_data: true\n"));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  auto report = [&](uint32_t rank, int64_t step, double rate) {
+    v1::ReportProgressRequest req;
+    req.set_job_id(*id);
+    v1::WorkerProgress* p = req.mutable_progress();
+    p->set_rank(rank);
+    p->set_attempt(Get(*id).recovery().rank_attempts_size() > static_cast<int>(rank)
+                       ? Get(*id).recovery().rank_attempts(rank)
+                       : Get(*id).recovery().recoveries());
+    p->set_step(step);
+    p->set_total_steps(1000);
+    p->set_compute_rate(rate);
+    v1::ReportProgressResponse resp;
+    ASSERT_THAT(sched_->ReportProgress(req, &resp), IsOk());
+    ASSERT_FALSE(resp.cancel());
+  };
+  auto updates = [&](int rank) {
+    return Node(Get(*id).workers(rank))->worker()->partition_updates();
+  };
+  // Not before the job has run `every`.
+  report(0, 5, 3000);
+  report(1, 5, 1000);
+  clock_.Advance(options_.data_balance.every / 2);
+  BeatAll();
+  sched_->RunOnce();
+  EXPECT_THAT(updates(0), IsEmpty());
+  clock_.Advance(options_.data_balance.every / 2);
+  BeatAll();
+  sched_->RunOnce();
+  job = Get(*id);
+  EXPECT_THAT(job.recovery().data_shares(), ElementsAre(1500, 500));
+  EXPECT_EQ(job.recovery().rebalances(), 1u);
+  for (int q = 0; q < 2; ++q) {
+    auto u = updates(q);
+    ASSERT_THAT(u, SizeIs(1)) << "rank " << q;
+    EXPECT_EQ(u[0].rank(), static_cast<uint32_t>(q));
+    EXPECT_EQ(u[0].partition().index(), static_cast<uint32_t>(q));
+    EXPECT_EQ(u[0].partition().count(), 2u);
+    EXPECT_THAT(u[0].partition().shares(), ElementsAre(1500, 500));
+    EXPECT_THAT(u[0].partition().also(), IsEmpty());
+    EXPECT_EQ(u[0].training_ranks(), 2u);
+  }
+  EXPECT_THAT(sched_->RenderMetrics(), HasSubstr("pscluster_scheduler_data_rebalances_total 1"));
+  // No report since the change: nothing is measured yet with the new parts.
+  clock_.Advance(options_.data_balance.every);
+  BeatAll();
+  sched_->RunOnce();
+  EXPECT_THAT(updates(0), SizeIs(1));
+  // Rates that the new parts fit: nothing changes.
+  report(0, 50, 3100);
+  report(1, 50, 1000);
+  clock_.Advance(options_.data_balance.every);
+  BeatAll();
+  sched_->RunOnce();
+  EXPECT_THAT(updates(0), SizeIs(1));
+  EXPECT_EQ(Get(*id).recovery().rebalances(), 1u);
+
+  // The shares survive a restart, and a rank handed to another worker keeps its part.
+  StartScheduler();
+  EXPECT_THAT(Get(*id).recovery().data_shares(), ElementsAre(1500, 500));
+  const std::string spare = AddNode(v1::ROLE_WORKER);
+  clock_.Advance(options_.startup_grace);
+  BeatAll();
+  sched_->RunOnce();
+  job = Get(*id);
+  for (const std::string& srv : job.servers()) Node(srv)->server()->SetClocks({60, 50});
+  Leave(job.workers(1));
+  sched_->RunOnce();
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  ASSERT_EQ(job.workers(1), spare);
+  EXPECT_EQ(job.recovery().handovers(), 1u);
+  auto assigned = Node(spare)->worker()->assigned();
+  ASSERT_THAT(assigned, SizeIs(1));
+  EXPECT_THAT(assigned[0].partition().shares(), ElementsAre(1500, 500));
+
+  // A rank that leaves: its part, with its share, goes to the other rank, and the shares stay
+  // as they are while it is away, whatever the rates say.
+  Leave(job.workers(1));
+  sched_->RunOnce();
+  job = Get(*id);
+  ASSERT_THAT(job.recovery().left(), SizeIs(1));
+  auto u0 = updates(0);
+  ASSERT_THAT(u0, SizeIs(2));
+  EXPECT_THAT(u0[1].partition().shares(), ElementsAre(1500, 500));
+  EXPECT_THAT(u0[1].partition().also(), ElementsAre(1));
+  report(0, 80, 500);
+  clock_.Advance(options_.data_balance.every);
+  BeatAll();
+  sched_->RunOnce();
+  EXPECT_THAT(updates(0), SizeIs(2));
+  EXPECT_THAT(Get(*id).recovery().data_shares(), ElementsAre(1500, 500));
+
+  // A rollback places the job again, possibly elsewhere: equal parts until measured again.
+  Leave(job.servers(0));
+  for (int i = 0; i < 5 && Get(*id).state() != v1::JOB_RUNNING; ++i) {
+    clock_.Advance(absl::Seconds(3));
+    BeatAll();
+    sched_->RunOnce();
+  }
+  AddNode(v1::ROLE_SERVER);
+  AddNode(v1::ROLE_WORKER);
+  for (int i = 0; i < 5 && Get(*id).state() != v1::JOB_RUNNING; ++i) {
+    clock_.Advance(absl::Seconds(3));
+    BeatAll();
+    sched_->RunOnce();
+  }
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().recoveries(), 1u);
+  EXPECT_THAT(job.recovery().data_shares(), IsEmpty());
+  for (int q = 0; q < 2; ++q) {
+    auto a = Node(job.workers(q))->worker()->assigned();
+    ASSERT_FALSE(a.empty());
+    EXPECT_THAT(a.back().partition().shares(), IsEmpty()) << "rank " << q;
+  }
+}
+
+// Without balance_data the parts stay equal, whatever the rates.
+TEST_F(SchedulerTest, DataSharesStayEqualWithoutBalanceData) {
+  AddCluster(2, 2);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  for (uint32_t q = 0; q < 2; ++q) {
+    v1::ReportProgressRequest req;
+    req.set_job_id(*id);
+    req.mutable_progress()->set_rank(q);
+    req.mutable_progress()->set_step(5);
+    req.mutable_progress()->set_compute_rate(q == 0 ? 5000 : 100);
+    v1::ReportProgressResponse resp;
+    ASSERT_THAT(sched_->ReportProgress(req, &resp), IsOk());
+  }
+  clock_.Advance(options_.data_balance.every * 2);
+  BeatAll();
+  sched_->RunOnce();
+  EXPECT_THAT(Get(*id).recovery().data_shares(), IsEmpty());
+  for (const std::string& w : job.workers()) {
+    EXPECT_THAT(Node(w)->worker()->partition_updates(), IsEmpty());
+  }
+  // A bad rate is refused, naming the field.
+  v1::ReportProgressRequest bad;
+  bad.set_job_id(*id);
+  bad.mutable_progress()->set_compute_rate(-1);
+  v1::ReportProgressResponse resp;
+  EXPECT_THAT(sched_->ReportProgress(bad, &resp),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("progress.compute_rate")));
+}
+
 // A primary that cannot deliver copies to its backup (a partition between the two servers, both
 // alive) says so in its status; the scheduler drops that backup from the map, so that the
 // primary's pushes go through again, and no task stops.

@@ -266,6 +266,24 @@ std::string JobDetail(const v1::Job& j, const std::vector<v1::NodeStatus>& nodes
                                           j.workers_size() - j.recovery().left_size(), " of ",
                                           j.workers_size(), " ranks train on")});
   }
+  if (j.spec().balance_data()) {
+    const v1::JobRecovery& r = j.recovery();
+    std::string shares = "equal parts";
+    if (r.data_shares_size() > 0) {
+      double total = 0;
+      for (uint32_t s : r.data_shares()) total += s;
+      std::vector<std::string> parts;
+      for (int q = 0; q < r.data_shares_size(); ++q) {
+        parts.push_back(absl::StrFormat("rank %d %.0f%%", q, 100.0 * r.data_shares(q) / total));
+      }
+      shares = absl::StrJoin(parts, ", ");
+    }
+    kv.Add({"Data balance:",
+            absl::StrCat(shares, r.rebalances() > 0
+                                     ? absl::StrCat(" (changed ", r.rebalances(), "x, the last ",
+                                                    Ago(r.balanced_unix_ms(), now_ms), ")")
+                                     : std::string(" (by compute rate, not changed yet)"))});
+  }
   if (!j.moves().empty()) {
     const v1::ShardMove& m = *j.moves().rbegin();
     std::string state;
@@ -307,8 +325,8 @@ std::string JobDetail(const v1::Job& j, const std::vector<v1::NodeStatus>& nodes
   }
   std::string out = kv.ToString();
   if (p.workers_size() > 0) {
-    Table w({"RANK", "NODE", "STEP", "EPOCH", "LOSS", "TRAIN ACC", "TEST ACC", "SAMPLES/S",
-             "PULL WAIT", "COMPUTE", "PUSH", "STATE"});
+    Table w({"RANK", "NODE", "STEP", "EPOCH", "BATCH", "LOSS", "TRAIN ACC", "TEST ACC",
+             "SAMPLES/S", "PULL WAIT", "COMPUTE", "PUSH", "STATE"});
     for (const v1::WorkerProgress& wp : p.workers()) {
       double busy = wp.pull_wait_sec() + wp.compute_sec() + wp.push_sec();
       auto share = [&](double v) {
@@ -322,7 +340,9 @@ std::string JobDetail(const v1::Job& j, const std::vector<v1::NodeStatus>& nodes
                               : "starting";
       bool reported = wp.updated_unix_ms() > 0;
       w.Add({absl::StrCat(wp.rank()), named(wp.node_id()), absl::StrCat(wp.step()),
-             absl::StrCat(wp.epoch()), reported ? Metric(wp.loss()) : "-",
+             absl::StrCat(wp.epoch()),
+             wp.batch_size() > 0 ? absl::StrCat(wp.batch_size()) : std::string("-"),
+             reported ? Metric(wp.loss()) : "-",
              reported ? Metric(wp.train_accuracy()) : "-", Metric(wp.test_accuracy()),
              absl::StrFormat("%.0f", wp.samples_per_sec()), share(wp.pull_wait_sec()),
              share(wp.compute_sec()), share(wp.push_sec()), state});
