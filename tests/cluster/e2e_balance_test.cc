@@ -22,7 +22,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
-constexpr int kEpochs = 20;  // 300 steps per epoch.
+constexpr int kEpochs = 40;  // 300 steps per epoch.
 
 TEST(E2eBalanceTest, AStragglerGetsTheSmallerPartAndTheJobSucceeds) {
   E2eClusterOptions o;
