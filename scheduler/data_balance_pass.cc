@@ -106,15 +106,8 @@ void Scheduler::BalanceData() {
   for (const Work& w : work) {
     std::vector<absl::Status> told(w.tell.size());
     ParallelFor(w.tell.size(), [&](size_t i) {
-      const uint32_t q = w.tell[i].first;
-      v1::UpdatePartitionRequest up;
-      up.set_job_id(w.job_id);
-      up.set_rank(q);
-      up.set_attempt(RankAttempt(w.recovery, q));
-      *up.mutable_partition() = PartitionFor(w.recovery, q, w.num_workers);
-      up.set_lead_rank(LeadRank(w.recovery, w.num_workers));
-      up.set_training_ranks(w.num_workers - w.recovery.left_size());
-      told[i] = rpc_->UpdatePartition(w.tell[i].second, up);
+      told[i] = rpc_->UpdatePartition(
+          w.tell[i].second, PartitionUpdate(w.job_id, w.recovery, w.tell[i].first, w.num_workers));
     });
     absl::MutexLock l(&mu_);
     JobRecord* rec = FindJob(w.job_id);

@@ -233,6 +233,10 @@ class Scheduler {
   // if any), and the parts of the ranks that left the job whose data it took over.
   static v1::DataPartition PartitionFor(const v1::JobRecovery& recovery, uint32_t rank,
                                         uint32_t num_workers);
+  // What tells `rank`'s current task its partition, the lead rank and the ranks training.
+  static v1::UpdatePartitionRequest PartitionUpdate(const std::string& job_id,
+                                                    const v1::JobRecovery& recovery,
+                                                    uint32_t rank, uint32_t num_workers);
   // The rank that evaluates and exports: the lowest one that has not left the job.
   static uint32_t LeadRank(const v1::JobRecovery& recovery, uint32_t num_workers);
   // The attempt of `rank`'s current task (JobRecovery.rank_attempts).

@@ -186,6 +186,19 @@ v1::DataPartition Scheduler::PartitionFor(const v1::JobRecovery& recovery, uint3
   return p;
 }
 
+v1::UpdatePartitionRequest Scheduler::PartitionUpdate(const std::string& job_id,
+                                                     const v1::JobRecovery& recovery,
+                                                     uint32_t rank, uint32_t num_workers) {
+  v1::UpdatePartitionRequest up;
+  up.set_job_id(job_id);
+  up.set_rank(rank);
+  up.set_attempt(RankAttempt(recovery, rank));
+  *up.mutable_partition() = PartitionFor(recovery, rank, num_workers);
+  up.set_lead_rank(LeadRank(recovery, num_workers));
+  up.set_training_ranks(num_workers - std::min<uint32_t>(num_workers, recovery.left_size()));
+  return up;
+}
+
 uint32_t Scheduler::LeadRank(const v1::JobRecovery& recovery, uint32_t num_workers) {
   for (uint32_t r = 0; r < num_workers; ++r) {
     bool left = false;
@@ -583,15 +596,8 @@ void Scheduler::FinishLeaving(const std::string& job_id, uint32_t rank, const st
     ParallelFor(remaining.size(), [&](size_t i) {
       const uint32_t q = remaining[i].first;
       if (q != adopter && !everyone) return;  // Neither its data nor the lead changes.
-      v1::UpdatePartitionRequest up;
-      up.set_job_id(job_id);
-      up.set_rank(q);
-      up.set_attempt(RankAttempt(recovery, q));
-      *up.mutable_partition() = PartitionFor(recovery, q, num_workers);
-      up.set_lead_rank(lead);
-      up.set_training_ranks(num_workers - recovery.left_size());
       updated[i] = rpc_->UpdatePartition(q == adopter ? adopter_address : remaining[i].second,
-                                         up);
+                                         PartitionUpdate(job_id, recovery, q, num_workers));
     });
     for (size_t i = 0; i < remaining.size(); ++i) {
       if (updated[i].ok()) continue;
@@ -849,14 +855,8 @@ void Scheduler::RejoinRanks() {
         }
       }
       ParallelFor(tell.size(), [&](size_t i) {
-        v1::UpdatePartitionRequest up;
-        up.set_job_id(w.job_id);
-        up.set_rank(tell[i].first);
-        up.set_attempt(RankAttempt(w.recovery, tell[i].first));
-        *up.mutable_partition() = PartitionFor(w.recovery, tell[i].first, w.num_workers);
-        up.set_lead_rank(lead);
-        up.set_training_ranks(w.num_workers - w.recovery.left_size());
-        absl::Status s = rpc_->UpdatePartition(tell[i].second, up);
+        absl::Status s = rpc_->UpdatePartition(
+            tell[i].second, PartitionUpdate(w.job_id, w.recovery, tell[i].first, w.num_workers));
         if (!s.ok()) {
           Log()->warn("job {}: rank {} was not told of its new data partition: {}", w.job_id,
                       tell[i].first, s.message());
