@@ -17,14 +17,15 @@ std::optional<ShardMove> PickShardMove(const v1::ShardMap& map,
   absl::flat_hash_map<uint32_t, double> shard_load;
   for (const v1::ShardLoad& report : loads) {
     const double bytes = report.load().bytes_per_sec();
+    const double requests = report.load().requests_per_sec();
     if (report.job_id() != map.job_id() || report.shard() >= num_shards ||
-        !std::isfinite(bytes) || bytes < 0) {
+        !std::isfinite(bytes) || bytes < 0 || !std::isfinite(requests) || requests < 0) {
       continue;
     }
-    shard_load[report.shard()] += bytes;
+    shard_load[report.shard()] += bytes + requests * std::max(0.0, options.bytes_per_request);
   }
 
-  std::map<std::string, double> server_load;  // node_id -> bytes/s; ordered for determinism.
+  std::map<std::string, double> server_load;  // node_id -> load; ordered for determinism.
   for (const v1::ServerEndpoint& server : map.servers()) server_load.emplace(server.node_id(), 0);
   if (server_load.size() < 2) return std::nullopt;
 

@@ -198,6 +198,31 @@ TEST(PickShardMoveTest, NonFiniteAndNegativeLoadsAreIgnored) {
   EXPECT_DOUBLE_EQ(move->bytes_per_sec, 1 * kMiB);
 }
 
+// A shard of many small requests (sparse rows) makes its server hot at few bytes/s: requests
+// count as bytes_per_request each. With bytes_per_request = 0, bytes/s alone decide.
+TEST(PickShardMoveTest, RequestsCountTowardsTheLoad) {
+  auto map = Map({"a", "b"}, {{"a", 0}, {"a", 0}, {"b", 0}});
+  std::vector<v1::ShardLoad> loads = {Load(0, 0.1 * kMiB), Load(1, 0.1 * kMiB),
+                                      Load(2, 0.3 * kMiB)};
+  loads[0].mutable_load()->set_requests_per_sec(200);
+  loads[1].mutable_load()->set_requests_per_sec(100);
+  RebalanceOptions o;
+  o.bytes_per_request = 32 << 10;  // Shard 0: 0.1 MiB + 6.25 MiB; shard 1: 0.1 + 3.1.
+  auto move = PickShardMove(map, loads, o);
+  ASSERT_TRUE(move.has_value());
+  EXPECT_EQ(move->from, "a");
+  EXPECT_EQ(move->to, "b");
+  EXPECT_EQ(move->shard, 1u) << "moving shard 0 would only swap the imbalance";
+  EXPECT_NEAR(move->bytes_per_sec, 0.1 * kMiB + 100.0 * (32 << 10), 1);
+  o.bytes_per_request = 0;
+  EXPECT_FALSE(PickShardMove(map, loads, o).has_value()) << "0.2 MiB/s against 0.3";
+  // A report with a bad request rate counts for nothing.
+  loads[0].mutable_load()->set_requests_per_sec(std::numeric_limits<double>::quiet_NaN());
+  loads[1].mutable_load()->set_requests_per_sec(-5);
+  o.bytes_per_request = 32 << 10;
+  EXPECT_FALSE(PickShardMove(map, loads, o).has_value());
+}
+
 TEST(PickShardMoveTest, FewerThanTwoServersGivesNullopt) {
   EXPECT_EQ(Pick({"a"}, {{"a", 100}, {"a", 1}}), std::nullopt);
   EXPECT_EQ(Pick({}, {}), std::nullopt);

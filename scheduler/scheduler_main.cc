@@ -41,6 +41,8 @@ ABSL_FLAG(double, rebalance_imbalance, 1.5,
           "a server is overloaded when its bytes/s exceed this many times its job's mean");
 ABSL_FLAG(double, rebalance_min_mb_per_sec, 1.0,
           "below this difference (MB/s) between a job's busiest and idlest server nothing moves");
+ABSL_FLAG(double, rebalance_bytes_per_request, 32768,
+          "what one data-plane request counts for in a shard's load, in bytes (0 = bytes/s alone)");
 ABSL_FLAG(int64_t, data_balance_every_ms, 30000,
           "jobs with balance_data: how often their data shares may change to follow the ranks' "
           "compute rates (0 = never)");
@@ -115,6 +117,11 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError("--rebalance_min_mb_per_sec: must be >= 0"));
   }
   options.scheduler.rebalance.min_bytes_per_sec = min_mb * 1e6;
+  const double per_request = absl::GetFlag(FLAGS_rebalance_bytes_per_request);
+  if (!(per_request >= 0 && per_request < 1e12)) {
+    return Fail(absl::InvalidArgumentError("--rebalance_bytes_per_request: must be >= 0"));
+  }
+  options.scheduler.rebalance.bytes_per_request = per_request;
   const int64_t balance_ms = absl::GetFlag(FLAGS_data_balance_every_ms);
   if (balance_ms < 0) {
     return Fail(absl::InvalidArgumentError("--data_balance_every_ms: must be >= 0"));
