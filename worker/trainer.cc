@@ -118,7 +118,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::AssignTaskReq
                                                          const TrainerOptions& options,
                                                          ProgressSink* sink) {
   const v1::JobSpec& spec = task.spec();
-  if (spec.batch_size() == 0) return absl::InvalidArgumentError("spec.batch_size: must be >= 1");
+  if (spec.batch_size() == 0 || spec.batch_size() > (1u << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.batch_size: ", spec.batch_size(), " is not in [1, 1048576]"));
+  }
   if (spec.epochs() == 0) return absl::InvalidArgumentError("spec.epochs: must be >= 1");
   if (spec.model().kind().empty()) return absl::InvalidArgumentError("spec.model.kind: missing");
   if (spec.dataset().name().empty()) {
@@ -267,7 +270,13 @@ absl::Status Trainer::RunImpl(State* st) {
   // is its parts' share of the job's examples per step (the job's batch for one equal part).
   const int64_t smallest_part = st->data->train_size() / part.count;
   const int64_t steps_per_epoch = std::max<int64_t>(1, smallest_part / spec.batch_size());
-  int64_t batch = data::RankBatch(part, spec.batch_size());
+  // Never more than its partition in one step (shares sent by a caller other than the scheduler
+  // could ask for any size), nor less than the job's batch when that is larger.
+  auto rank_batch = [&](const data::PartitionSpec& p, size_t examples) -> int64_t {
+    return std::min<int64_t>(data::RankBatch(p, spec.batch_size()),
+                             std::max<int64_t>(spec.batch_size(), examples));
+  };
+  int64_t batch = rank_batch(part, st->partition.size());
   const int64_t total_steps = steps_per_epoch * spec.epochs();
   auto tables = TableSpecsFor(*st->model, spec, total_steps);
   if (!tables.ok()) return tables.status();
@@ -449,7 +458,7 @@ absl::Status Trainer::RunImpl(State* st) {
                                           PartitionSpecOf(*changed, rank, num_workers));
       if (more.ok()) {
         const data::PartitionSpec next = PartitionSpecOf(*changed, rank, num_workers);
-        batch = data::RankBatch(next, spec.batch_size());
+        batch = rank_batch(next, more->size());
         log->info("job {} rank {}: now reads {} examples (part {} and {} more of {}{}), {} per "
                   "step",
                   task_.job_id(), rank, more->size(), part.index, changed->also_size(),

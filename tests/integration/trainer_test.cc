@@ -337,6 +337,27 @@ TEST_F(TrainerTest, SharesSizeEachRanksPartAndBatch) {
   EXPECT_EQ((*t)->UpdatePartition(u).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Shares that ask for more than a part holds per step (from a caller other than the scheduler,
+// which keeps them within 4x of an equal part): the rank's batch is its whole part, no more.
+TEST_F(TrainerTest, ARanksBatchIsNeverLargerThanItsPart) {
+  TestSink sink;
+  auto task = Task("job-huge-share", 0, 1000);
+  task.mutable_spec()->set_batch_size(1000);
+  task.mutable_partition()->set_index(0);
+  task.mutable_partition()->set_count(1000);
+  task.mutable_partition()->add_shares(1u << 20);
+  for (int i = 1; i < 1000; ++i) task.mutable_partition()->add_shares(1);
+  sink.Stop();  // The first report ends the task.
+  auto t = Trainer::Create(task, Options(), &sink);
+  ASSERT_TRUE(t.ok()) << t.status();
+  (void)(*t)->Run();
+  auto reports = sink.reports();
+  ASSERT_FALSE(reports.empty());
+  // 60,000 * 2^20 / (2^20 + 999) examples, where the shares alone would ask for 999,000.
+  EXPECT_EQ(reports.front().examples(), 59942u);
+  EXPECT_EQ(reports.front().batch_size(), 59942u);
+}
+
 // Aggregate steps weigh each rank's gradient by its batch: one step over the whole training set
 // split 3:1 applies the same update as one split evenly (the mean gradient over all 60,000
 // examples), up to float rounding.
@@ -403,6 +424,10 @@ TEST_F(TrainerTest, BadTasksAreRefusedWithTheFieldNamed) {
   auto t = Trainer::Create(task, Options(), &sink);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(t.status().message().find("batch_size"), std::string::npos);
+  task.mutable_spec()->set_batch_size((1u << 20) + 1);
+  t = Trainer::Create(task, Options(), &sink);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("spec.batch_size: 1048577 is not in"), std::string::npos);
 
   task = Task("job-bad", 0, 1);
   task.mutable_spec()->mutable_dataset()->set_path("/nonexistent/fashion");
