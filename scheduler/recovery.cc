@@ -140,8 +140,9 @@ std::vector<std::string> RestoreFilesFor(
   return out;
 }
 
-std::optional<v1::ShardMap> AddBackups(const v1::ShardMap& map, uint32_t replication,
-                                       const std::vector<std::string>& servers) {
+std::optional<v1::ShardMap> AddBackups(
+    const v1::ShardMap& map, uint32_t replication, const std::vector<std::string>& servers,
+    const std::set<std::pair<std::string, std::string>>& avoid) {
   if (replication <= 1 || servers.empty()) return std::nullopt;
   v1::ShardMap next = map;
   next.set_epoch(map.epoch() + 1);
@@ -151,7 +152,7 @@ std::optional<v1::ShardMap> AddBackups(const v1::ShardMap& map, uint32_t replica
     for (size_t k = 0; k < servers.size() && static_cast<uint32_t>(a.backups_size()) + 1 <
                                                   replication; ++k) {
       const std::string& s = servers[(a.shard() + k) % servers.size()];
-      if (s == a.primary() ||
+      if (s == a.primary() || avoid.count({a.primary(), s}) > 0 ||
           std::find(a.backups().begin(), a.backups().end(), s) != a.backups().end()) {
         continue;
       }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,10 +45,12 @@ absl::StatusOr<v1::ShardMap> PromoteBackups(const v1::ShardMap& map, const std::
                                             const absl::flat_hash_set<std::string>& live);
 
 // `map` with every shard given backups up to `replication - 1`, from `servers` (node_ids, each
-// named in the map's servers), never its primary or one of its backups twice; epoch + 1. Returns
-// nullopt when no shard gained one.
-std::optional<v1::ShardMap> AddBackups(const v1::ShardMap& map, uint32_t replication,
-                                       const std::vector<std::string>& servers);
+// named in the map's servers), never its primary or one of its backups twice, nor a server
+// paired with the shard's primary in `avoid` ((primary, server): one the primary cannot reach);
+// epoch + 1. Returns nullopt when no shard gained one.
+std::optional<v1::ShardMap> AddBackups(
+    const v1::ShardMap& map, uint32_t replication, const std::vector<std::string>& servers,
+    const std::set<std::pair<std::string, std::string>>& avoid = {});
 // The primaries whose shards `server` backs up in `after` but not all of them in `before`: it
 // needs a fresh copy of each (UpdateShardMapRequest.copy_from).
 std::vector<std::string> NewlyBacked(const v1::ShardMap& before, const v1::ShardMap& after,

@@ -157,6 +157,10 @@ class Scheduler {
     // Ranks not yet told of the job's data shares (their UpdatePartition failed): BalanceData
     // tells them again.
     std::set<uint32_t> shares_unsent;
+    // (primary, backup) pairs dropped from the map because the primary could not reach the
+    // backup: ReplaceBackups never pairs them again (until a rollback places the job afresh).
+    std::set<std::pair<std::string, std::string>> cut_backups;
+    absl::Time replace_backups_after;  // After a failed try: not before this.
   };
   // A call to make once a job has ended: stop a worker's task or drop a job on a server.
   struct Cleanup {
@@ -221,6 +225,9 @@ class Scheduler {
   // Backups that their primary cannot reach (a partition between two servers) leave the
   // job's map, so that the primary's pushes go through again with fewer copies.
   void DropUnreachableBackups();
+  // Shards that lost a backup that way get a new one, live, on another live server of the job's
+  // map that their primary has not been cut from (none: they go on with a copy fewer).
+  void ReplaceBackups();
   // Ranks that left running jobs come back on idle workers (while no job is queued): every
   // server lets the rank in again at the slowest clock of the ranks training, its task starts
   // there on the worker, and the rank that read its part meanwhile drops it.
@@ -331,6 +338,7 @@ class Scheduler {
   Counter* rejoins_ = nullptr;
   Counter* backups_dropped_ = nullptr;
   Counter* data_rebalances_ = nullptr;
+  Counter* backups_replaced_ = nullptr;
   Counter* moves_done_ = nullptr;
   Counter* moves_failed_ = nullptr;
 };

@@ -123,6 +123,7 @@ void Scheduler::ControlPass() {
   VerifyTasksAfterRestart();
   HandOverRanks();
   DropUnreachableBackups();
+  ReplaceBackups();
   RecoverJobs();
   for (const PlacementWork& w : PlaceQueuedJobs()) ExecutePlacement(w);
   RejoinRanks();
@@ -660,6 +661,7 @@ void Scheduler::DropUnreachableBackups() {
           if (it == a.backups().end()) continue;
           a.mutable_backups()->erase(it);
           ++shards;
+          rec.cut_backups.insert({primary, backup});
         }
         if (shards > 0) {
           dropped.push_back(absl::StrCat(backup, " as backup of ", shards, " shard(s) of ",
@@ -721,8 +723,7 @@ void Scheduler::DropUnreachableBackups() {
       }
     }
     if (!w.what.empty()) {
-      Log()->warn("job {}: dropped {}: the primary could not deliver copies to it (map epoch {}); "
-                  "those shards have one copy fewer until the job recovers",
+      Log()->warn("job {}: dropped {}: the primary could not deliver copies to it (map epoch {})",
                   w.job_id, w.what, w.map.epoch());
     }
     if (!why.empty()) {
@@ -732,6 +733,90 @@ void Scheduler::DropUnreachableBackups() {
       JobRecord* rec = FindJob(w.job_id);
       if (rec != nullptr && rec->shard_map.epoch() == w.map.epoch()) rec->resend_map = true;
     }
+  }
+}
+
+void Scheduler::ReplaceBackups() {
+  struct Work {
+    std::string job_id;
+    v1::ShardMap before, after;
+  };
+  std::vector<Work> work;
+  {
+    absl::MutexLock l(&mu_);
+    for (const std::string& id : order_) {
+      JobRecord& rec = jobs_[id];
+      const v1::JobSpec& spec = rec.job.spec();
+      if (rec.job.state() != v1::JOB_RUNNING || spec.replication() <= 1 || rec.resend_map ||
+          rec.cut_backups.empty() || clock_->Now() < rec.replace_backups_after) {
+        continue;
+      }
+      std::vector<std::string> candidates;
+      for (const v1::ServerEndpoint& ep : rec.shard_map.servers()) {
+        auto node = registry_.Get(ep.node_id());
+        if (node.has_value() && node->state() == v1::NODE_ALIVE) candidates.push_back(ep.node_id());
+      }
+      std::optional<v1::ShardMap> after =
+          AddBackups(rec.shard_map, spec.replication(), candidates, rec.cut_backups);
+      if (!after.has_value()) continue;
+      work.push_back({id, rec.shard_map, *after});
+      rec.shard_map = *after;
+      rec.job.set_shard_map_epoch(after->epoch());
+      (void)Persist(rec, &*after);
+    }
+  }
+  for (const Work& w : work) {
+    // Every server at once, as after a promotion: each new backup waits for its primary's
+    // snapshot, which the primary takes as the map takes effect there and sends ahead of every
+    // update it forwards from then on (its pushes are acknowledged once the copies have them).
+    std::vector<absl::Status> status(w.after.servers_size());
+    ParallelFor(w.after.servers_size(), [&](size_t i) {
+      v1::UpdateShardMapRequest req;
+      *req.mutable_map() = w.after;
+      req.set_self(w.after.servers(i).node_id());
+      req.set_seed_new_backups(true);
+      for (const std::string& p : NewlyBacked(w.before, w.after, req.self())) {
+        v1::ReplicaSeed* seed = req.add_copy_from();
+        seed->set_primary(p);
+        seed->set_live(true);
+      }
+      status[i] = rpc_->UpdateShardMap(w.after.servers(i).address(), req);
+    });
+    std::string why;
+    for (int i = 0; i < w.after.servers_size(); ++i) {
+      if (!status[i].ok() && why.empty()) {
+        why = absl::StrCat("server ", w.after.servers(i).node_id(), ": ", status[i].message());
+      }
+    }
+    std::vector<std::string> added;
+    for (const v1::ServerEndpoint& ep : w.after.servers()) {
+      std::vector<std::string> of = NewlyBacked(w.before, w.after, ep.node_id());
+      if (!of.empty()) {
+        added.push_back(absl::StrCat(ep.node_id(), " for ", absl::StrJoin(of, ", ")));
+      }
+    }
+    absl::MutexLock l(&mu_);
+    JobRecord* rec = FindJob(w.job_id);
+    if (rec == nullptr || rec->shard_map.epoch() != w.after.epoch()) continue;
+    if (why.empty()) {
+      backups_replaced_->Add();
+      Log()->info("job {}: new backup(s) {} in place of unreachable ones (map epoch {})",
+                  w.job_id, absl::StrJoin(added, "; "), w.after.epoch());
+      continue;
+    }
+    // A server that missed the map would take it later without its seed: take the new copies
+    // back out instead (a map without them, sent again until every server has it).
+    v1::ShardMap undo = w.before;
+    undo.set_epoch(w.after.epoch() + 1);
+    rec->shard_map = undo;
+    rec->job.set_shard_map_epoch(undo.epoch());
+    (void)Persist(*rec, &undo);
+    rec->resend_map = true;
+    rec->replace_backups_after = clock_->Now() + options_.placement_backoff;
+    Log()->warn("job {}: new backup(s) {} not installed everywhere ({}); taken out again (map "
+                "epoch {}), tried again in {}",
+                w.job_id, absl::StrJoin(added, "; "), why, undo.epoch(),
+                absl::FormatDuration(options_.placement_backoff));
   }
 }
 
@@ -1151,6 +1236,7 @@ void Scheduler::RecoverJobs() {
     r->clear_data_shares();
     r->set_balanced_unix_ms(0);
     rec->shares_unsent.clear();
+    rec->cut_backups.clear();  // Placed again: every server starts afresh.
     r->clear_restore_from();
     for (v1::RestoreFile& f : point->files) *r->add_restore_from() = std::move(f);
     v1::Rollback* rb = r->add_rollbacks();

@@ -130,6 +130,9 @@ void Scheduler::RegisterMetrics() {
   backups_dropped_ = metrics_.AddCounter(
       "pscluster_scheduler_unreachable_backups_dropped_total",
       "Backups dropped from a job's shard map because their primary could not reach them.");
+  backups_replaced_ = metrics_.AddCounter(
+      "pscluster_scheduler_backups_replaced_total",
+      "Maps that gave shards a new live backup in place of one dropped as unreachable.");
   data_rebalances_ = metrics_.AddCounter(
       "pscluster_scheduler_data_rebalances_total",
       "Times a job's data shares changed to follow its ranks' compute rates (balance_data).");

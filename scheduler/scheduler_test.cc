@@ -1076,6 +1076,74 @@ TEST_F(SchedulerTest, DataSharesStayEqualWithoutBalanceData) {
 // A primary that cannot deliver copies to its backup (a partition between the two servers, both
 // alive) says so in its status; the scheduler drops that backup from the map, so that the
 // primary's pushes go through again, and no task stops.
+// With a third server, the shards that lost their backup get a new one there: a live copy that
+// the primary seeds, with no task stopped; the server the primary cannot reach is never paired
+// with it again.
+TEST_F(SchedulerTest, ADroppedBackupIsReplacedOnAServerThePrimaryReaches) {
+  AddCluster(3, 2);
+  auto id = Submit(absl::StrReplaceAll(absl::StrCat(kJob, "replication: 2\n"),
+                                       {{"num_servers: 2", "num_servers: 3"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const v1::ShardMap before = MapOf(*id);
+  ASSERT_EQ(before.servers_size(), 3);
+  const std::string p = before.assignments(0).primary();
+  ASSERT_THAT(before.assignments(0).backups(), SizeIs(1));
+  const std::string b = before.assignments(0).backups(0);
+  std::string c;
+  for (const v1::ServerEndpoint& ep : before.servers()) {
+    if (ep.node_id() != p && ep.node_id() != b) c = ep.node_id();
+  }
+  ASSERT_FALSE(c.empty());
+  const size_t c_updates = Node(c)->server()->updates().size();
+  Node(p)->server()->SetUnreachableBackups({Node(b)->address()});
+  clock_.Advance(options_.status_poll_interval);
+  BeatAll();
+  sched_->RunOnce();  // The poll sees it.
+  sched_->RunOnce();  // The control pass drops b and gives p's shards a new backup.
+
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const v1::ShardMap after = MapOf(*id);
+  EXPECT_EQ(after.epoch(), before.epoch() + 2) << "one map drops, one adds";
+  EXPECT_EQ(job.shard_map_epoch(), after.epoch());
+  for (const v1::ShardAssignment& a : after.assignments()) {
+    EXPECT_EQ(a.primary(), before.assignments(a.shard()).primary());
+    ASSERT_THAT(a.backups(), SizeIs(1)) << "shard " << a.shard();
+    if (a.primary() == p) {
+      EXPECT_EQ(a.backups(0), c) << "shard " << a.shard();
+    } else {
+      EXPECT_EQ(a.backups(0), before.assignments(a.shard()).backups(0)) << "shard " << a.shard();
+    }
+  }
+  // c takes the map with a live seed from p; every server learns to seed its new backups.
+  auto updates = Node(c)->server()->updates();
+  ASSERT_GT(updates.size(), c_updates);
+  const v1::UpdateShardMapRequest& to_c = updates.back();
+  EXPECT_EQ(to_c.map().epoch(), after.epoch());
+  ASSERT_EQ(to_c.copy_from_size(), 1);
+  EXPECT_EQ(to_c.copy_from(0).primary(), p);
+  EXPECT_TRUE(to_c.copy_from(0).live());
+  for (const std::string& s : {p, b, c}) {
+    const v1::UpdateShardMapRequest u = Node(s)->server()->updates().back();
+    EXPECT_EQ(u.map().epoch(), after.epoch()) << s;
+    EXPECT_TRUE(u.seed_new_backups()) << s;
+    EXPECT_EQ(u.min_attempt(), 0u) << "no task is fenced";
+    if (s != c) EXPECT_THAT(u.copy_from(), IsEmpty()) << s;
+  }
+  for (const std::string& w : job.workers()) EXPECT_THAT(Node(w)->worker()->stopped(), IsEmpty());
+  EXPECT_EQ(job.recovery().recoveries(), 0u);
+  EXPECT_THAT(sched_->RenderMetrics(), HasSubstr("pscluster_scheduler_backups_replaced_total 1"));
+  // Nothing more to do: no new map.
+  clock_.Advance(options_.status_poll_interval);
+  BeatAll();
+  sched_->RunOnce();
+  sched_->RunOnce();
+  EXPECT_EQ(MapOf(*id).epoch(), after.epoch());
+}
+
 TEST_F(SchedulerTest, ABackupItsPrimaryCannotReachIsDroppedFromTheMap) {
   AddCluster(2, 2);
   auto id = Submit(absl::StrCat(kJob, "replication: 2\n"));

@@ -637,6 +637,119 @@ TEST(ReplicationTest, NewCopiesFromACheckpointSurviveASecondLoss) {
   EXPECT_EQ(got, expected);
 }
 
+// The scheduler's answer to a backup its primary cannot reach (ReplaceBackups): the backup
+// leaves the map, then another server of the job backs the primary's shards with a live copy
+// while the worker goes on training. Each server gets that map with seed_new_backups, the new
+// backup with a live seed; here the primary takes it first, so its snapshot reaches the new
+// backup before the backup has the map (its queue retries). Then the primary is lost and the
+// new copy takes over: the weights are those of the same run on one server with no loss.
+TEST(ReplicationTest, ALiveReplacementBackupTakesOverWithTheWholeRun) {
+  InProcessCluster cluster(3);
+  ASSERT_TRUE(cluster.status().ok());
+  const std::vector<std::string>& addr = cluster.addresses();
+  for (int i = 0; i < 3; ++i) cluster.server(i)->handler()->set_node_id("s" + std::to_string(i));
+  auto w = DenseSpec("w", {16, 500}, Optimizer(v1::OptimizerSpec::ADAM, 0.01f), 500);
+  v1::ShardMap map1 = RoundRobinMap("job", 1, addr);
+  for (auto& a : *map1.mutable_assignments()) {
+    a.add_backups("s" + std::to_string((a.shard() + 1) % 3));
+  }
+  absl::Mutex map_mu;
+  v1::ShardMap current = map1;
+  PsClientOptions opts;
+  opts.job_id = "job";
+  opts.call_timeout = absl::Seconds(30);
+  opts.refresh_shard_map = [&]() -> absl::StatusOr<v1::ShardMap> {
+    absl::MutexLock l(&map_mu);
+    return current;
+  };
+  auto client = PsClient::Create(opts, map1, {w});
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->InstallShardMap().ok());
+  ASSERT_TRUE((*client)->CreateTables(Mode(v1::ConsistencySpec::BSP), 1).ok());
+  std::vector<float> g(8000), got(8000);
+  auto grad = [&](int step) {
+    for (size_t i = 0; i < g.size(); ++i) g[i] = std::cos(0.002f * i + step);
+  };
+  PushSources src{{{"w", g.data()}}, {}};
+  auto train = [&](PsClient* c, int from, int to) {
+    for (int step = from; step < to; ++step) {
+      grad(step);
+      ASSERT_TRUE(c->Push(step, src).ok()) << step;
+    }
+  };
+  auto update = [&](int server, const v1::ShardMap& map, bool seed_new, const std::string& from) {
+    v1::UpdateShardMapRequest req;
+    *req.mutable_map() = map;
+    req.set_self("s" + std::to_string(server));
+    req.set_seed_new_backups(seed_new);
+    if (!from.empty()) {
+      v1::ReplicaSeed* sd = req.add_copy_from();
+      sd->set_primary(from);
+      sd->set_live(true);
+    }
+    v1::UpdateShardMapResponse resp;
+    return cluster.server(server)->handler()->UpdateShardMap(req, &resp);
+  };
+  train(client->get(), 0, 3);
+  // s0 cannot reach s1: s0's shards lose their backup (map 2).
+  v1::ShardMap map2 = map1;
+  map2.set_epoch(2);
+  for (auto& a : *map2.mutable_assignments()) {
+    if (a.primary() == "s0") a.clear_backups();
+  }
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(update(i, map2, false, "").ok()) << i;
+  {
+    absl::MutexLock l(&map_mu);
+    current = map2;
+  }
+  train(client->get(), 3, 5);
+  // Map 3: s2 backs s0's shards, seeded live by s0 (s0 first, s2 last).
+  v1::ShardMap map3 = map2;
+  map3.set_epoch(3);
+  for (auto& a : *map3.mutable_assignments()) {
+    if (a.primary() == "s0") a.add_backups("s2");
+  }
+  ASSERT_TRUE(update(0, map3, true, "").ok());
+  ASSERT_TRUE(update(1, map3, true, "").ok());
+  absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(update(2, map3, true, "s0").ok());
+  {
+    absl::MutexLock l(&map_mu);
+    current = map3;
+  }
+  train(client->get(), 5, 8);
+
+  // s0 lost: s2 takes over its copy of s0's shards.
+  v1::ShardMap map4 = map3;
+  map4.set_epoch(4);
+  map4.clear_servers();
+  for (int i : {1, 2}) {
+    auto* e = map4.add_servers();
+    e->set_node_id("s" + std::to_string(i));
+    e->set_address(addr[i]);
+  }
+  for (auto& a : *map4.mutable_assignments()) {
+    if (a.primary() == "s0") a.set_primary("s2");
+    a.clear_backups();
+  }
+  ASSERT_TRUE(update(1, map4, false, "").ok());
+  ASSERT_TRUE(update(2, map4, false, "").ok());
+  opts.attempt = 1;
+  opts.refresh_shard_map = nullptr;
+  auto last = PsClient::Create(opts, map4, {w});
+  ASSERT_TRUE(last.ok());
+  ASSERT_TRUE((*last)->Pull(8, {{{"w", got.data()}}, {}}).ok());
+
+  InProcessCluster single(1);
+  auto ref = single.Client("job", {w});
+  ASSERT_TRUE(ref.ok());
+  ASSERT_TRUE((*ref)->CreateTables(Mode(v1::ConsistencySpec::BSP), 1).ok());
+  train(ref->get(), 0, 8);
+  std::vector<float> expected(8000);
+  ASSERT_TRUE((*ref)->Pull(8, {{{"w", expected.data()}}, {}}).ok());
+  EXPECT_EQ(got, expected);
+}
+
 // A live shard move: while two workers train (BSP push-pulls), shard 0 moves from s0 to s1.
 // Map 2 gives it a live copy on s1 (a snapshot s0 takes as the map takes effect there, then every
 // update forwarded); once the copy has caught up, map 3 makes s1 its primary. The workers only
