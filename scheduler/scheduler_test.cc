@@ -1131,7 +1131,9 @@ TEST_F(SchedulerTest, ADroppedBackupIsReplacedOnAServerThePrimaryReaches) {
     EXPECT_EQ(u.map().epoch(), after.epoch()) << s;
     EXPECT_TRUE(u.seed_new_backups()) << s;
     EXPECT_EQ(u.min_attempt(), 0u) << "no task is fenced";
-    if (s != c) EXPECT_THAT(u.copy_from(), IsEmpty()) << s;
+    if (s != c) {
+      EXPECT_THAT(u.copy_from(), IsEmpty()) << s;
+    }
   }
   for (const std::string& w : job.workers()) EXPECT_THAT(Node(w)->worker()->stopped(), IsEmpty());
   EXPECT_EQ(job.recovery().recoveries(), 0u);
