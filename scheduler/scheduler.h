@@ -157,9 +157,6 @@ class Scheduler {
     // Ranks not yet told of the job's data shares (their UpdatePartition failed): BalanceData
     // tells them again.
     std::set<uint32_t> shares_unsent;
-    // (primary, backup) pairs dropped from the map because the primary could not reach the
-    // backup: ReplaceBackups never pairs them again (until a rollback places the job afresh).
-    std::set<std::pair<std::string, std::string>> cut_backups;
     absl::Time replace_backups_after;  // After a failed try: not before this.
   };
   // A call to make once a job has ended: stop a worker's task or drop a job on a server.

@@ -661,7 +661,15 @@ void Scheduler::DropUnreachableBackups() {
           if (it == a.backups().end()) continue;
           a.mutable_backups()->erase(it);
           ++shards;
-          rec.cut_backups.insert({primary, backup});
+          bool known = false;
+          for (const v1::BackupCut& c : rec.job.recovery().cut_backups()) {
+            known = known || (c.primary() == primary && c.backup() == backup);
+          }
+          if (!known) {
+            v1::BackupCut* cut = rec.job.mutable_recovery()->add_cut_backups();
+            cut->set_primary(primary);
+            cut->set_backup(backup);
+          }
         }
         if (shards > 0) {
           dropped.push_back(absl::StrCat(backup, " as backup of ", shards, " shard(s) of ",
@@ -748,8 +756,13 @@ void Scheduler::ReplaceBackups() {
       JobRecord& rec = jobs_[id];
       const v1::JobSpec& spec = rec.job.spec();
       if (rec.job.state() != v1::JOB_RUNNING || spec.replication() <= 1 || rec.resend_map ||
-          rec.cut_backups.empty() || clock_->Now() < rec.replace_backups_after) {
+          rec.job.recovery().cut_backups().empty() ||
+          clock_->Now() < rec.replace_backups_after) {
         continue;
+      }
+      std::set<std::pair<std::string, std::string>> cut;
+      for (const v1::BackupCut& c : rec.job.recovery().cut_backups()) {
+        cut.insert({c.primary(), c.backup()});
       }
       std::vector<std::string> candidates;
       for (const v1::ServerEndpoint& ep : rec.shard_map.servers()) {
@@ -757,7 +770,7 @@ void Scheduler::ReplaceBackups() {
         if (node.has_value() && node->state() == v1::NODE_ALIVE) candidates.push_back(ep.node_id());
       }
       std::optional<v1::ShardMap> after =
-          AddBackups(rec.shard_map, spec.replication(), candidates, rec.cut_backups);
+          AddBackups(rec.shard_map, spec.replication(), candidates, cut);
       if (!after.has_value()) continue;
       work.push_back({id, rec.shard_map, *after});
       rec.shard_map = *after;
@@ -1236,7 +1249,7 @@ void Scheduler::RecoverJobs() {
     r->clear_data_shares();
     r->set_balanced_unix_ms(0);
     rec->shares_unsent.clear();
-    rec->cut_backups.clear();  // Placed again: every server starts afresh.
+    r->clear_cut_backups();  // Placed again: every server starts afresh.
     r->clear_restore_from();
     for (v1::RestoreFile& f : point->files) *r->add_restore_from() = std::move(f);
     v1::Rollback* rb = r->add_rollbacks();

@@ -1144,6 +1144,42 @@ TEST_F(SchedulerTest, ADroppedBackupIsReplacedOnAServerThePrimaryReaches) {
   sched_->RunOnce();
   sched_->RunOnce();
   EXPECT_EQ(MapOf(*id).epoch(), after.epoch());
+  ASSERT_EQ(job.recovery().cut_backups_size(), 1);
+  EXPECT_EQ(job.recovery().cut_backups(0).primary(), p);
+  EXPECT_EQ(job.recovery().cut_backups(0).backup(), b);
+}
+
+// With two servers there is no other server: the shards go on with a copy fewer, and the
+// server the primary was cut from is not given back to it, not even by a restarted scheduler.
+TEST_F(SchedulerTest, ACutBackupIsNotGivenBackAfterARestart) {
+  AddCluster(2, 2);
+  auto id = Submit(absl::StrCat(kJob, "replication: 2\n"));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  ASSERT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+  const v1::ShardMap before = MapOf(*id);
+  const std::string p = before.assignments(0).primary();
+  const std::string b = before.assignments(0).backups(0);
+  Node(p)->server()->SetUnreachableBackups({Node(b)->address()});
+  clock_.Advance(options_.status_poll_interval);
+  BeatAll();
+  sched_->RunOnce();
+  sched_->RunOnce();
+  Node(p)->server()->SetUnreachableBackups({});
+  const uint64_t dropped = MapOf(*id).epoch();
+  EXPECT_EQ(dropped, before.epoch() + 1);
+  StartScheduler();
+  clock_.Advance(options_.startup_grace + options_.status_poll_interval);
+  BeatAll();
+  for (int i = 0; i < 3; ++i) sched_->RunOnce();
+  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+  EXPECT_EQ(MapOf(*id).epoch(), dropped) << "no map gives b back to p";
+  const v1::ShardMap now = MapOf(*id);
+  for (const v1::ShardAssignment& a : now.assignments()) {
+    if (a.primary() == p) {
+      EXPECT_THAT(a.backups(), IsEmpty()) << "shard " << a.shard();
+    }
+  }
 }
 
 TEST_F(SchedulerTest, ABackupItsPrimaryCannotReachIsDroppedFromTheMap) {
