@@ -454,10 +454,9 @@ absl::Status Trainer::RunImpl(State* st) {
     if (changed.has_value()) {
       // A rank left the job and its part comes here: this epoch's order is drawn again from
       // the whole new partition (the positions already trained stay counted).
-      auto more = data::PartitionExamples(st->data->train_size(), spec.seed(),
-                                          PartitionSpecOf(*changed, rank, num_workers));
+      const data::PartitionSpec next = PartitionSpecOf(*changed, rank, num_workers);
+      auto more = data::PartitionExamples(st->data->train_size(), spec.seed(), next);
       if (more.ok()) {
-        const data::PartitionSpec next = PartitionSpecOf(*changed, rank, num_workers);
         batch = rank_batch(next, more->size());
         log->info("job {} rank {}: now reads {} examples (part {} and {} more of {}{}), {} per "
                   "step",
