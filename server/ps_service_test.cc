@@ -517,6 +517,37 @@ TEST(ReplicationTest, ARolledBackJobsCopiesStartFromTheCheckpoints) {
   EXPECT_EQ(got, at3);
 }
 
+// A single worker's BSP run over the 8,000 weights of `w` (Adam), with gradients that change
+// every step: what the replication tests train, and the same run on one server with no loss,
+// the weights they must end with.
+struct CosineRun {
+  v1::TableSpec w = DenseSpec("w", {16, 500}, Optimizer(v1::OptimizerSpec::ADAM, 0.01f), 500);
+  std::vector<float> g = std::vector<float>(8000);
+  PushSources src{{{"w", g.data()}}, {}};
+
+  void Grad(int step) {
+    for (size_t i = 0; i < g.size(); ++i) g[i] = std::cos(0.002f * i + step);
+  }
+  void Train(PsClient* c, int from, int to) {
+    for (int step = from; step < to; ++step) {
+      Grad(step);
+      ASSERT_TRUE(c->Push(step, src).ok()) << step;
+    }
+  }
+  // The weights after `steps` steps on one server.
+  std::vector<float> Reference(int steps) {
+    InProcessCluster single(1);
+    auto ref = single.Client("job", {w});
+    EXPECT_TRUE(ref.ok());
+    if (!ref.ok()) return {};
+    EXPECT_TRUE((*ref)->CreateTables(Mode(v1::ConsistencySpec::BSP), 1).ok());
+    Train(ref->get(), 0, steps);
+    std::vector<float> expected(g.size());
+    EXPECT_TRUE((*ref)->Pull(steps, {{{"w", expected.data()}}, {}}).ok());
+    return expected;
+  }
+};
+
 // Three servers, each shard backed up on the next one. s0 is lost: its shards go to s1, and the
 // shards that lost a copy get a new one on the other survivor, started from a checkpoint of their
 // primary (copy_from). Training goes on; then s1 is lost too, and s2 holds every shard: the
@@ -526,7 +557,8 @@ TEST(ReplicationTest, NewCopiesFromACheckpointSurviveASecondLoss) {
   ASSERT_TRUE(cluster.status().ok());
   const std::vector<std::string>& addr = cluster.addresses();
   for (int i = 0; i < 3; ++i) cluster.server(i)->handler()->set_node_id("s" + std::to_string(i));
-  auto w = DenseSpec("w", {16, 500}, Optimizer(v1::OptimizerSpec::ADAM, 0.01f), 500);
+  CosineRun run;
+  const v1::TableSpec& w = run.w;
   v1::ShardMap map1 = RoundRobinMap("job", 1, addr);
   for (auto& a : *map1.mutable_assignments()) {
     a.add_backups("s" + std::to_string((a.shard() + 1) % 3));
@@ -537,22 +569,12 @@ TEST(ReplicationTest, NewCopiesFromACheckpointSurviveASecondLoss) {
   ASSERT_TRUE(client.ok());
   ASSERT_TRUE((*client)->InstallShardMap().ok());
   ASSERT_TRUE((*client)->CreateTables(Mode(v1::ConsistencySpec::BSP), 1).ok());
-  std::vector<float> g(8000), got(8000);
-  auto grad = [&](int step) {
-    for (size_t i = 0; i < g.size(); ++i) g[i] = std::cos(0.002f * i + step);
-  };
-  PushSources src{{{"w", g.data()}}, {}};
-  auto train = [&](PsClient* c, int from, int to) {
-    for (int step = from; step < to; ++step) {
-      grad(step);
-      ASSERT_TRUE(c->Push(step, src).ok()) << step;
-    }
-  };
-  train(client->get(), 0, 4);
+  std::vector<float> got(8000);
+  run.Train(client->get(), 0, 4);
   // Step 4 half done when s0 is lost: pushed everywhere, its end never sent. The worker pushes
   // it again after the losses; a copy seeded meanwhile must not apply it twice.
-  grad(4);
-  ASSERT_TRUE((*client)->Push(4, src, /*end_of_step=*/false).ok());
+  run.Grad(4);
+  ASSERT_TRUE((*client)->Push(4, run.src, /*end_of_step=*/false).ok());
 
   auto update = [&](int server, const v1::ShardMap& map, std::vector<v1::ReplicaSeed> seeds) {
     v1::UpdateShardMapRequest req;
@@ -612,7 +634,7 @@ TEST(ReplicationTest, NewCopiesFromACheckpointSurviveASecondLoss) {
   opts.attempt = 3;
   auto resumed = PsClient::Create(opts, map3, {w});
   ASSERT_TRUE(resumed.ok());
-  train(resumed->get(), 4, 7);  // Step 4 again, then 5 and 6.
+  run.Train(resumed->get(), 4, 7);  // Step 4 again, then 5 and 6.
 
   // s1 lost too: s2 takes over its copy of everything s1 held.
   v1::ShardMap map4 = survivors(map3, {2});
@@ -626,15 +648,7 @@ TEST(ReplicationTest, NewCopiesFromACheckpointSurviveASecondLoss) {
   auto last = PsClient::Create(opts, map4, {w});
   ASSERT_TRUE(last.ok());
   ASSERT_TRUE((*last)->Pull(7, {{{"w", got.data()}}, {}}).ok());
-
-  InProcessCluster single(1);
-  auto ref = single.Client("job", {w});
-  ASSERT_TRUE(ref.ok());
-  ASSERT_TRUE((*ref)->CreateTables(Mode(v1::ConsistencySpec::BSP), 1).ok());
-  train(ref->get(), 0, 7);
-  std::vector<float> expected(8000);
-  ASSERT_TRUE((*ref)->Pull(7, {{{"w", expected.data()}}, {}}).ok());
-  EXPECT_EQ(got, expected);
+  EXPECT_EQ(got, run.Reference(7));
 }
 
 // The scheduler's answer to a backup its primary cannot reach (ReplaceBackups): the backup
@@ -648,7 +662,8 @@ TEST(ReplicationTest, ALiveReplacementBackupTakesOverWithTheWholeRun) {
   ASSERT_TRUE(cluster.status().ok());
   const std::vector<std::string>& addr = cluster.addresses();
   for (int i = 0; i < 3; ++i) cluster.server(i)->handler()->set_node_id("s" + std::to_string(i));
-  auto w = DenseSpec("w", {16, 500}, Optimizer(v1::OptimizerSpec::ADAM, 0.01f), 500);
+  CosineRun run;
+  const v1::TableSpec& w = run.w;
   v1::ShardMap map1 = RoundRobinMap("job", 1, addr);
   for (auto& a : *map1.mutable_assignments()) {
     a.add_backups("s" + std::to_string((a.shard() + 1) % 3));
@@ -666,17 +681,7 @@ TEST(ReplicationTest, ALiveReplacementBackupTakesOverWithTheWholeRun) {
   ASSERT_TRUE(client.ok());
   ASSERT_TRUE((*client)->InstallShardMap().ok());
   ASSERT_TRUE((*client)->CreateTables(Mode(v1::ConsistencySpec::BSP), 1).ok());
-  std::vector<float> g(8000), got(8000);
-  auto grad = [&](int step) {
-    for (size_t i = 0; i < g.size(); ++i) g[i] = std::cos(0.002f * i + step);
-  };
-  PushSources src{{{"w", g.data()}}, {}};
-  auto train = [&](PsClient* c, int from, int to) {
-    for (int step = from; step < to; ++step) {
-      grad(step);
-      ASSERT_TRUE(c->Push(step, src).ok()) << step;
-    }
-  };
+  std::vector<float> got(8000);
   auto update = [&](int server, const v1::ShardMap& map, bool seed_new, const std::string& from) {
     v1::UpdateShardMapRequest req;
     *req.mutable_map() = map;
@@ -690,7 +695,7 @@ TEST(ReplicationTest, ALiveReplacementBackupTakesOverWithTheWholeRun) {
     v1::UpdateShardMapResponse resp;
     return cluster.server(server)->handler()->UpdateShardMap(req, &resp);
   };
-  train(client->get(), 0, 3);
+  run.Train(client->get(), 0, 3);
   // s0 cannot reach s1: s0's shards lose their backup (map 2).
   v1::ShardMap map2 = map1;
   map2.set_epoch(2);
@@ -702,7 +707,7 @@ TEST(ReplicationTest, ALiveReplacementBackupTakesOverWithTheWholeRun) {
     absl::MutexLock l(&map_mu);
     current = map2;
   }
-  train(client->get(), 3, 5);
+  run.Train(client->get(), 3, 5);
   // Map 3: s2 backs s0's shards, seeded live by s0 (s0 first, s2 last).
   v1::ShardMap map3 = map2;
   map3.set_epoch(3);
@@ -717,7 +722,7 @@ TEST(ReplicationTest, ALiveReplacementBackupTakesOverWithTheWholeRun) {
     absl::MutexLock l(&map_mu);
     current = map3;
   }
-  train(client->get(), 5, 8);
+  run.Train(client->get(), 5, 8);
 
   // s0 lost: s2 takes over its copy of s0's shards.
   v1::ShardMap map4 = map3;
@@ -739,15 +744,7 @@ TEST(ReplicationTest, ALiveReplacementBackupTakesOverWithTheWholeRun) {
   auto last = PsClient::Create(opts, map4, {w});
   ASSERT_TRUE(last.ok());
   ASSERT_TRUE((*last)->Pull(8, {{{"w", got.data()}}, {}}).ok());
-
-  InProcessCluster single(1);
-  auto ref = single.Client("job", {w});
-  ASSERT_TRUE(ref.ok());
-  ASSERT_TRUE((*ref)->CreateTables(Mode(v1::ConsistencySpec::BSP), 1).ok());
-  train(ref->get(), 0, 8);
-  std::vector<float> expected(8000);
-  ASSERT_TRUE((*ref)->Pull(8, {{{"w", expected.data()}}, {}}).ok());
-  EXPECT_EQ(got, expected);
+  EXPECT_EQ(got, run.Reference(8));
 }
 
 // A live shard move: while two workers train (BSP push-pulls), shard 0 moves from s0 to s1.
