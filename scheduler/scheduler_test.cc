@@ -136,6 +136,16 @@ class SchedulerTest : public ::testing::Test {
     }
   }
 
+  // Submits `yaml` and runs the control loop once: the job must be running (fatal otherwise).
+  void StartJob(const std::string& yaml, std::string* id) {
+    auto submitted = Submit(yaml);
+    ASSERT_THAT(submitted, IsOk());
+    *id = *submitted;
+    sched_->RunOnce();
+    v1::Job job = Get(*id);
+    ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  }
+
   absl::StatusOr<std::string> Submit(const std::string& yaml, const std::string& token = "") {
     v1::SubmitJobRequest req;
     req.set_yaml(yaml);
@@ -918,19 +928,17 @@ TEST_F(SchedulerTest, ARankThatLeftRejoinsOnAWorkerThatBecomesIdle) {
 // from equal parts after a rollback.
 TEST_F(SchedulerTest, DataSharesFollowTheRanksComputeRates) {
   AddCluster(2, 2);
-  auto id = Submit(absl::StrCat(kJob, "balance_data: true\n"));
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrCat(kJob, "balance_data: true\n"), &id));
+  v1::Job job = Get(id);
   auto report = [&](uint32_t rank, int64_t step, double rate) {
     v1::ReportProgressRequest req;
-    req.set_job_id(*id);
+    req.set_job_id(id);
     v1::WorkerProgress* p = req.mutable_progress();
     p->set_rank(rank);
-    p->set_attempt(Get(*id).recovery().rank_attempts_size() > static_cast<int>(rank)
-                       ? Get(*id).recovery().rank_attempts(rank)
-                       : Get(*id).recovery().recoveries());
+    p->set_attempt(Get(id).recovery().rank_attempts_size() > static_cast<int>(rank)
+                       ? Get(id).recovery().rank_attempts(rank)
+                       : Get(id).recovery().recoveries());
     p->set_step(step);
     p->set_total_steps(1000);
     p->set_compute_rate(rate);
@@ -939,7 +947,7 @@ TEST_F(SchedulerTest, DataSharesFollowTheRanksComputeRates) {
     ASSERT_FALSE(resp.cancel());
   };
   auto updates = [&](int rank) {
-    return Node(Get(*id).workers(rank))->worker()->partition_updates();
+    return Node(Get(id).workers(rank))->worker()->partition_updates();
   };
   // Not before the job has run `every`.
   report(0, 5, 3000);
@@ -951,7 +959,7 @@ TEST_F(SchedulerTest, DataSharesFollowTheRanksComputeRates) {
   clock_.Advance(options_.data_balance.every / 2);
   BeatAll();
   sched_->RunOnce();
-  job = Get(*id);
+  job = Get(id);
   EXPECT_THAT(job.recovery().data_shares(), ElementsAre(1500, 500));
   EXPECT_EQ(job.recovery().rebalances(), 1u);
   for (int q = 0; q < 2; ++q) {
@@ -977,20 +985,20 @@ TEST_F(SchedulerTest, DataSharesFollowTheRanksComputeRates) {
   BeatAll();
   sched_->RunOnce();
   EXPECT_THAT(updates(0), SizeIs(1));
-  EXPECT_EQ(Get(*id).recovery().rebalances(), 1u);
+  EXPECT_EQ(Get(id).recovery().rebalances(), 1u);
 
   // The shares survive a restart, and a rank handed to another worker keeps its part.
   StartScheduler();
-  EXPECT_THAT(Get(*id).recovery().data_shares(), ElementsAre(1500, 500));
+  EXPECT_THAT(Get(id).recovery().data_shares(), ElementsAre(1500, 500));
   const std::string spare = AddNode(v1::ROLE_WORKER);
   clock_.Advance(options_.startup_grace);
   BeatAll();
   sched_->RunOnce();
-  job = Get(*id);
+  job = Get(id);
   for (const std::string& srv : job.servers()) Node(srv)->server()->SetClocks({60, 50});
   Leave(job.workers(1));
   sched_->RunOnce();
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   ASSERT_EQ(job.workers(1), spare);
   EXPECT_EQ(job.recovery().handovers(), 1u);
@@ -1002,7 +1010,7 @@ TEST_F(SchedulerTest, DataSharesFollowTheRanksComputeRates) {
   // as they are while it is away, whatever the rates say.
   Leave(job.workers(1));
   sched_->RunOnce();
-  job = Get(*id);
+  job = Get(id);
   ASSERT_THAT(job.recovery().left(), SizeIs(1));
   auto u0 = updates(0);
   ASSERT_THAT(u0, SizeIs(2));
@@ -1013,23 +1021,23 @@ TEST_F(SchedulerTest, DataSharesFollowTheRanksComputeRates) {
   BeatAll();
   sched_->RunOnce();
   EXPECT_THAT(updates(0), SizeIs(2));
-  EXPECT_THAT(Get(*id).recovery().data_shares(), ElementsAre(1500, 500));
+  EXPECT_THAT(Get(id).recovery().data_shares(), ElementsAre(1500, 500));
 
   // A rollback places the job again, possibly elsewhere: equal parts until measured again.
   Leave(job.servers(0));
-  for (int i = 0; i < 5 && Get(*id).state() != v1::JOB_RUNNING; ++i) {
+  for (int i = 0; i < 5 && Get(id).state() != v1::JOB_RUNNING; ++i) {
     clock_.Advance(absl::Seconds(3));
     BeatAll();
     sched_->RunOnce();
   }
   AddNode(v1::ROLE_SERVER);
   AddNode(v1::ROLE_WORKER);
-  for (int i = 0; i < 5 && Get(*id).state() != v1::JOB_RUNNING; ++i) {
+  for (int i = 0; i < 5 && Get(id).state() != v1::JOB_RUNNING; ++i) {
     clock_.Advance(absl::Seconds(3));
     BeatAll();
     sched_->RunOnce();
   }
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   EXPECT_EQ(job.recovery().recoveries(), 1u);
   EXPECT_THAT(job.recovery().data_shares(), IsEmpty());
@@ -1043,14 +1051,12 @@ TEST_F(SchedulerTest, DataSharesFollowTheRanksComputeRates) {
 // Without balance_data the parts stay equal, whatever the rates.
 TEST_F(SchedulerTest, DataSharesStayEqualWithoutBalanceData) {
   AddCluster(2, 2);
-  auto id = Submit(kJob);
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(kJob, &id));
+  v1::Job job = Get(id);
   for (uint32_t q = 0; q < 2; ++q) {
     v1::ReportProgressRequest req;
-    req.set_job_id(*id);
+    req.set_job_id(id);
     req.mutable_progress()->set_rank(q);
     req.mutable_progress()->set_step(5);
     req.mutable_progress()->set_compute_rate(q == 0 ? 5000 : 100);
@@ -1060,13 +1066,13 @@ TEST_F(SchedulerTest, DataSharesStayEqualWithoutBalanceData) {
   clock_.Advance(options_.data_balance.every * 2);
   BeatAll();
   sched_->RunOnce();
-  EXPECT_THAT(Get(*id).recovery().data_shares(), IsEmpty());
+  EXPECT_THAT(Get(id).recovery().data_shares(), IsEmpty());
   for (const std::string& w : job.workers()) {
     EXPECT_THAT(Node(w)->worker()->partition_updates(), IsEmpty());
   }
   // A bad rate is refused, naming the field.
   v1::ReportProgressRequest bad;
-  bad.set_job_id(*id);
+  bad.set_job_id(id);
   bad.mutable_progress()->set_compute_rate(-1);
   v1::ReportProgressResponse resp;
   EXPECT_THAT(sched_->ReportProgress(bad, &resp),
@@ -1081,13 +1087,12 @@ TEST_F(SchedulerTest, DataSharesStayEqualWithoutBalanceData) {
 // with it again.
 TEST_F(SchedulerTest, ADroppedBackupIsReplacedOnAServerThePrimaryReaches) {
   AddCluster(3, 2);
-  auto id = Submit(absl::StrReplaceAll(absl::StrCat(kJob, "replication: 2\n"),
-                                       {{"num_servers: 2", "num_servers: 3"}}));
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
-  const v1::ShardMap before = MapOf(*id);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrReplaceAll(absl::StrCat(kJob, "replication: 2\n"),
+                                                       {{"num_servers: 2", "num_servers: 3"}}),
+                                   &id));
+  v1::Job job = Get(id);
+  const v1::ShardMap before = MapOf(id);
   ASSERT_EQ(before.servers_size(), 3);
   const std::string p = before.assignments(0).primary();
   ASSERT_THAT(before.assignments(0).backups(), SizeIs(1));
@@ -1104,9 +1109,9 @@ TEST_F(SchedulerTest, ADroppedBackupIsReplacedOnAServerThePrimaryReaches) {
   sched_->RunOnce();  // The poll sees it.
   sched_->RunOnce();  // The control pass drops b and gives p's shards a new backup.
 
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
-  const v1::ShardMap after = MapOf(*id);
+  const v1::ShardMap after = MapOf(id);
   EXPECT_EQ(after.epoch(), before.epoch() + 2) << "one map drops, one adds";
   EXPECT_EQ(job.shard_map_epoch(), after.epoch());
   for (const v1::ShardAssignment& a : after.assignments()) {
@@ -1143,7 +1148,7 @@ TEST_F(SchedulerTest, ADroppedBackupIsReplacedOnAServerThePrimaryReaches) {
   BeatAll();
   sched_->RunOnce();
   sched_->RunOnce();
-  EXPECT_EQ(MapOf(*id).epoch(), after.epoch());
+  EXPECT_EQ(MapOf(id).epoch(), after.epoch());
   ASSERT_EQ(job.recovery().cut_backups_size(), 1);
   EXPECT_EQ(job.recovery().cut_backups(0).primary(), p);
   EXPECT_EQ(job.recovery().cut_backups(0).backup(), b);
@@ -1153,11 +1158,9 @@ TEST_F(SchedulerTest, ADroppedBackupIsReplacedOnAServerThePrimaryReaches) {
 // server the primary was cut from is not given back to it, not even by a restarted scheduler.
 TEST_F(SchedulerTest, ACutBackupIsNotGivenBackAfterARestart) {
   AddCluster(2, 2);
-  auto id = Submit(absl::StrCat(kJob, "replication: 2\n"));
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  ASSERT_EQ(Get(*id).state(), v1::JOB_RUNNING);
-  const v1::ShardMap before = MapOf(*id);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrCat(kJob, "replication: 2\n"), &id));
+  const v1::ShardMap before = MapOf(id);
   const std::string p = before.assignments(0).primary();
   const std::string b = before.assignments(0).backups(0);
   Node(p)->server()->SetUnreachableBackups({Node(b)->address()});
@@ -1166,15 +1169,15 @@ TEST_F(SchedulerTest, ACutBackupIsNotGivenBackAfterARestart) {
   sched_->RunOnce();
   sched_->RunOnce();
   Node(p)->server()->SetUnreachableBackups({});
-  const uint64_t dropped = MapOf(*id).epoch();
+  const uint64_t dropped = MapOf(id).epoch();
   EXPECT_EQ(dropped, before.epoch() + 1);
   StartScheduler();
   clock_.Advance(options_.startup_grace + options_.status_poll_interval);
   BeatAll();
   for (int i = 0; i < 3; ++i) sched_->RunOnce();
-  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
-  EXPECT_EQ(MapOf(*id).epoch(), dropped) << "no map gives b back to p";
-  const v1::ShardMap now = MapOf(*id);
+  EXPECT_EQ(Get(id).state(), v1::JOB_RUNNING);
+  EXPECT_EQ(MapOf(id).epoch(), dropped) << "no map gives b back to p";
+  const v1::ShardMap now = MapOf(id);
   for (const v1::ShardAssignment& a : now.assignments()) {
     if (a.primary() == p) {
       EXPECT_THAT(a.backups(), IsEmpty()) << "shard " << a.shard();
