@@ -312,16 +312,14 @@ TEST_F(SchedulerTest, AWorkerErrorFailsTheJobNamingTheWorker) {
 // rollback; past the recovery limit such a failure fails the job like any other.
 TEST_F(SchedulerTest, ARankWhoseWorkerCouldNotReachAServerGoesToAnotherWorker) {
   AddCluster(2, 3);
-  auto id = Submit(kJob);
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(kJob, &id));
+  v1::Job job = Get(id);
   const std::string cut_off = job.workers(1);
   for (const std::string& s : job.servers()) Node(s)->server()->SetClocks({12, 11});
   auto report = [&](uint32_t rank, uint32_t attempt, bool retryable) {
     v1::ReportProgressRequest req;
-    req.set_job_id(*id);
+    req.set_job_id(id);
     req.mutable_progress()->set_rank(rank);
     req.mutable_progress()->set_attempt(attempt);
     req.mutable_progress()->set_step(11);
@@ -332,9 +330,9 @@ TEST_F(SchedulerTest, ARankWhoseWorkerCouldNotReachAServerGoesToAnotherWorker) {
     return resp.cancel();
   };
   EXPECT_TRUE(report(1, 0, true));
-  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+  EXPECT_EQ(Get(id).state(), v1::JOB_RUNNING);
   sched_->RunOnce();
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   EXPECT_EQ(job.recovery().handovers(), 1u);
   EXPECT_EQ(job.recovery().recoveries(), 0u);
@@ -355,7 +353,7 @@ TEST_F(SchedulerTest, ARankWhoseWorkerCouldNotReachAServerGoesToAnotherWorker) {
   // A report of the old attempt changes nothing any more.
   EXPECT_TRUE(report(1, 0, true));
   sched_->RunOnce();
-  EXPECT_EQ(Get(*id).recovery().handovers(), 1u);
+  EXPECT_EQ(Get(id).recovery().handovers(), 1u);
 
 }
 
@@ -363,19 +361,17 @@ TEST_F(SchedulerTest, WithRecoveryOffAWorkerThatCouldNotReachAServerFailsTheJob)
   options_.max_recoveries = 0;
   StartScheduler();
   AddCluster(2, 3);
-  auto id = Submit(kJob);
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(kJob, &id));
+  v1::Job job = Get(id);
   v1::ReportProgressRequest req;
-  req.set_job_id(*id);
+  req.set_job_id(id);
   req.mutable_progress()->set_error("UNAVAILABLE: PushPull to 10.0.0.7:7101: deadline exceeded");
   req.mutable_progress()->set_retryable(true);
   v1::ReportProgressResponse resp;
   ASSERT_THAT(sched_->ReportProgress(req, &resp), IsOk());
   EXPECT_TRUE(resp.cancel());
-  job = Get(*id);
+  job = Get(id);
   EXPECT_EQ(job.state(), v1::JOB_FAILED);
   EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat("worker of rank 0 (", job.workers(0))));
   EXPECT_THAT(job.reason(), HasSubstr("PushPull to 10.0.0.7:7101"));
@@ -617,21 +613,19 @@ std::string WriteCheckpoint(const std::string& dir, const v1::ShardMap& map,
 
 TEST_F(SchedulerTest, ALostWorkersRankIsHandedToAnIdleWorkerWithNoRollback) {
   AddCluster(2, 3);
-  auto id = Submit(kJob);
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(kJob, &id));
+  v1::Job job = Get(id);
   const std::string lost = job.workers(1);
   const std::string kept = job.workers(0);
   // Rank 1 completed step 40 on one server and was half-way through step 41 on the other.
   Node(job.servers(0))->server()->SetClocks({42, 41});
   Node(job.servers(1))->server()->SetClocks({41, 40});
   Leave(lost);
-  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+  EXPECT_EQ(Get(id).state(), v1::JOB_RUNNING);
   sched_->RunOnce();
 
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   EXPECT_EQ(job.recovery().handovers(), 1u);
   EXPECT_EQ(job.recovery().recoveries(), 0u);
@@ -660,13 +654,13 @@ TEST_F(SchedulerTest, ALostWorkersRankIsHandedToAnIdleWorkerWithNoRollback) {
     // task, should it still run, cannot push any more.
     auto fences = Node(s)->server()->fences();
     ASSERT_THAT(fences, SizeIs(1)) << s;
-    EXPECT_EQ(fences[0].job_id(), *id);
+    EXPECT_EQ(fences[0].job_id(), id);
     EXPECT_EQ(fences[0].worker(), 1u);
     EXPECT_EQ(fences[0].attempt(), 1u);
   }
   // The lost node's reports are refused; the spare's count.
   v1::ReportProgressRequest req;
-  req.set_job_id(*id);
+  req.set_job_id(id);
   req.mutable_progress()->set_rank(1);
   req.mutable_progress()->set_node_id(lost);
   req.mutable_progress()->set_error("stale");
@@ -684,8 +678,8 @@ TEST_F(SchedulerTest, ALostWorkersRankIsHandedToAnIdleWorkerWithNoRollback) {
   v1::ReportProgressResponse resp2;
   ASSERT_THAT(sched_->ReportProgress(req, &resp2), IsOk());
   EXPECT_FALSE(resp2.cancel());
-  EXPECT_EQ(Get(*id).progress().workers(1).step(), 45);
-  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+  EXPECT_EQ(Get(id).progress().workers(1).step(), 45);
+  EXPECT_EQ(Get(id).state(), v1::JOB_RUNNING);
 }
 
 // No idle worker to take a lost rank: the rank leaves the job (design section 4: the barrier
@@ -693,21 +687,19 @@ TEST_F(SchedulerTest, ALostWorkersRankIsHandedToAnIdleWorkerWithNoRollback) {
 // rollback; rank 0 leaving makes the next rank the one that evaluates and exports.
 TEST_F(SchedulerTest, ALostRankWithNoIdleWorkerLeavesTheJobAndAnotherReadsItsData) {
   AddCluster(2, 3);
-  auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 3"}}));
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 3"}}), &id));
+  v1::Job job = Get(id);
   const std::vector<std::string> workers(job.workers().begin(), job.workers().end());
   Node(job.servers(0))->server()->SetClocks({42, 41, 42});
   Node(job.servers(1))->server()->SetClocks({42, 40, 42});
-  ASSERT_THAT(Report(*id, 0, 42, false), IsOk());
-  ASSERT_THAT(Report(*id, 1, 40, false), IsOk());
-  ASSERT_THAT(Report(*id, 2, 42, false), IsOk());
+  ASSERT_THAT(Report(id, 0, 42, false), IsOk());
+  ASSERT_THAT(Report(id, 1, 40, false), IsOk());
+  ASSERT_THAT(Report(id, 2, 42, false), IsOk());
   Leave(workers[1]);
   sched_->RunOnce();
 
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   EXPECT_EQ(job.recovery().recoveries(), 0u);
   EXPECT_EQ(job.recovery().handovers(), 0u);
@@ -750,15 +742,15 @@ TEST_F(SchedulerTest, ALostRankWithNoIdleWorkerLeavesTheJobAndAnotherReadsItsDat
     EXPECT_THAT(Node(w)->worker()->assigned(), SizeIs(1));
   }
   // The lost rank's reports are ignored now, whoever sends them.
-  auto stale = Report(*id, 1, 41, false);
+  auto stale = Report(id, 1, 41, false);
   ASSERT_THAT(stale, IsOk());
   EXPECT_TRUE(*stale);
-  EXPECT_TRUE(Get(*id).progress().workers(1).left());
+  EXPECT_TRUE(Get(id).progress().workers(1).left());
 
   // Rank 0 is lost too: its part and rank 1's go to rank 2, which now leads.
   Leave(workers[0]);
   sched_->RunOnce();
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   ASSERT_THAT(job.recovery().left(), SizeIs(2));
   EXPECT_EQ(job.recovery().left(0).adopted_by(), 2u);
@@ -773,7 +765,7 @@ TEST_F(SchedulerTest, ALostRankWithNoIdleWorkerLeavesTheJobAndAnotherReadsItsDat
   const std::string spare = AddNode(v1::ROLE_WORKER);
   Leave(workers[2]);
   sched_->RunOnce();
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   EXPECT_EQ(job.recovery().handovers(), 1u);
   EXPECT_EQ(job.workers(2), spare);
@@ -786,41 +778,39 @@ TEST_F(SchedulerTest, ALostRankWithNoIdleWorkerLeavesTheJobAndAnotherReadsItsDat
   EXPECT_EQ(assigned[0].training_ranks(), 1u);
 
   // The last rank finishes: the job succeeds with the model rank 2 exported.
-  auto done = Report(*id, 2, 10, true, "", "/tmp/m.safetensors", assigned[0].attempt());
+  auto done = Report(id, 2, 10, true, "", "/tmp/m.safetensors", assigned[0].attempt());
   ASSERT_THAT(done, IsOk());
-  job = Get(*id);
+  job = Get(id);
   EXPECT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.reason();
   EXPECT_EQ(job.export_path(), "/tmp/m.safetensors");
 
   // The record survives a scheduler restart.
   StartScheduler();
-  EXPECT_THAT(Get(*id).recovery().left(), SizeIs(2));
+  EXPECT_THAT(Get(id).recovery().left(), SizeIs(2));
 }
 
 // The scheduler stops after recording that a rank leaves and before the servers were told: at
 // its next start it tells them (the barrier would otherwise wait for the rank for ever).
 TEST_F(SchedulerTest, ALeavingInterruptedByARestartIsFinishedAtTheNextStart) {
   AddCluster(2, 2);
-  auto id = Submit(kJob);
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(kJob, &id));
+  v1::Job job = Get(id);
   for (const std::string& s : job.servers()) Node(s)->server()->SetClocks({80, 77});
   Leave(job.workers(1));
   sched_->RunOnce();
-  job = Get(*id);
+  job = Get(id);
   ASSERT_THAT(job.recovery().left(), SizeIs(1));
   ASSERT_EQ(job.recovery().left(0).step(), 77);
   // As the record stood half-way: leaving recorded, servers not told yet.
   job.mutable_recovery()->mutable_left(0)->set_step(-1);
-  const v1::ShardMap map = MapOf(*id);
+  const v1::ShardMap map = MapOf(id);
   sched_.reset();
   ASSERT_THAT(store_->PutJob(job, "", &map), IsOk());
   StartScheduler();
   BeatAll();
   sched_->RunOnce();
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   ASSERT_THAT(job.recovery().left(), SizeIs(1));
   EXPECT_EQ(job.recovery().left(0).step(), 77);
@@ -862,15 +852,13 @@ TEST_F(SchedulerTest, WithAggregateStepsEveryRemainingRankLearnsHowManyTrain) {
 // back on it, at the slowest clock of the ranks training, reading its own part again.
 TEST_F(SchedulerTest, ARankThatLeftRejoinsOnAWorkerThatBecomesIdle) {
   AddCluster(2, 2);
-  auto id = Submit(kJob);
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(kJob, &id));
+  v1::Job job = Get(id);
   const std::string kept = job.workers(0);
   Leave(job.workers(1));
   sched_->RunOnce();
-  job = Get(*id);
+  job = Get(id);
   ASSERT_THAT(job.recovery().left(), SizeIs(1));
   ASSERT_THAT(Node(kept)->worker()->partition_updates(), SizeIs(1));
   for (const std::string& s : job.servers()) Node(s)->server()->SetClocks({57, 30});
@@ -881,12 +869,12 @@ TEST_F(SchedulerTest, ARankThatLeftRejoinsOnAWorkerThatBecomesIdle) {
   const std::string spare = AddNode(v1::ROLE_WORKER);
   sched_->RunOnce();
   EXPECT_EQ(Get(*queued).state(), v1::JOB_RUNNING);
-  EXPECT_THAT(Get(*id).recovery().left(), SizeIs(1)) << "no idle worker was left for it";
+  EXPECT_THAT(Get(id).recovery().left(), SizeIs(1)) << "no idle worker was left for it";
   ASSERT_THAT(Report(*queued, 0, 10, true, "", "/tmp/m.safetensors"), IsOk());
   FinishTasks(*queued);
   sched_->RunOnce();
 
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   EXPECT_THAT(job.recovery().left(), IsEmpty());
   EXPECT_EQ(job.workers(1), spare);
@@ -896,7 +884,7 @@ TEST_F(SchedulerTest, ARankThatLeftRejoinsOnAWorkerThatBecomesIdle) {
   EXPECT_EQ(job.recovery().rejoins(), 1u);
   auto assigned = Node(spare)->worker()->assigned();
   ASSERT_THAT(assigned, SizeIs(2));  // The queued job's task, then rank 1's.
-  EXPECT_EQ(assigned[1].job_id(), *id);
+  EXPECT_EQ(assigned[1].job_id(), id);
   EXPECT_EQ(assigned[1].rank(), 1u);
   EXPECT_EQ(assigned[1].start_step(), 57) << "the slowest clock of the ranks training";
   EXPECT_EQ(assigned[1].attempt(), job.recovery().rank_attempts(1));
@@ -916,10 +904,10 @@ TEST_F(SchedulerTest, ARankThatLeftRejoinsOnAWorkerThatBecomesIdle) {
   ASSERT_THAT(updates, SizeIs(2));
   EXPECT_THAT(updates[1].partition().also(), IsEmpty());
   // Its reports count again.
-  auto on = Report(*id, 1, 60, false, "", "", assigned[1].attempt());
+  auto on = Report(id, 1, 60, false, "", "", assigned[1].attempt());
   ASSERT_THAT(on, IsOk());
   EXPECT_FALSE(*on);
-  EXPECT_EQ(Get(*id).progress().workers(1).step(), 60);
+  EXPECT_EQ(Get(id).progress().workers(1).step(), 60);
 }
 
 // Data balancing: a job with balance_data gives its faster rank a larger part once both ranks
@@ -1187,12 +1175,10 @@ TEST_F(SchedulerTest, ACutBackupIsNotGivenBackAfterARestart) {
 
 TEST_F(SchedulerTest, ABackupItsPrimaryCannotReachIsDroppedFromTheMap) {
   AddCluster(2, 2);
-  auto id = Submit(absl::StrCat(kJob, "replication: 2\n"));
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
-  const v1::ShardMap before = MapOf(*id);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrCat(kJob, "replication: 2\n"), &id));
+  v1::Job job = Get(id);
+  const v1::ShardMap before = MapOf(id);
   const std::string p = job.servers(0), b = job.servers(1);
   size_t of_p = 0;
   for (const v1::ShardAssignment& a : before.assignments()) {
@@ -1206,9 +1192,9 @@ TEST_F(SchedulerTest, ABackupItsPrimaryCannotReachIsDroppedFromTheMap) {
   sched_->RunOnce();  // The poll sees it.
   sched_->RunOnce();  // The control pass acts on it.
 
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
-  const v1::ShardMap after = MapOf(*id);
+  const v1::ShardMap after = MapOf(id);
   EXPECT_EQ(after.epoch(), before.epoch() + 1);
   EXPECT_EQ(job.shard_map_epoch(), after.epoch());
   for (const v1::ShardAssignment& a : after.assignments()) {
@@ -1231,22 +1217,20 @@ TEST_F(SchedulerTest, ABackupItsPrimaryCannotReachIsDroppedFromTheMap) {
   BeatAll();
   sched_->RunOnce();
   sched_->RunOnce();
-  EXPECT_EQ(MapOf(*id).epoch(), after.epoch());
+  EXPECT_EQ(MapOf(id).epoch(), after.epoch());
 }
 
 // min_workers: below it, a lost rank with no idle worker rolls the job back instead (and the
 // job waits to be placed again on num_workers workers).
 TEST_F(SchedulerTest, BelowMinWorkersALostRankRollsTheJobBackInstead) {
   AddCluster(2, 2);
-  auto id = Submit(absl::StrCat(kJob, "min_workers: 2\n"));
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrCat(kJob, "min_workers: 2\n"), &id));
+  v1::Job job = Get(id);
   const std::string lost = job.workers(1);
   Leave(lost);
   sched_->RunOnce();
-  job = Get(*id);
+  job = Get(id);
   EXPECT_NE(job.state(), v1::JOB_RUNNING);
   EXPECT_EQ(job.recovery().recoveries(), 1u);
   EXPECT_THAT(job.recovery().left(), IsEmpty());
@@ -1290,12 +1274,10 @@ TEST_F(SchedulerTest, ARestartedWorkerTakesItsOwnRankBack) {
 TEST_F(SchedulerTest, ALostRankThatCannotBeHandedOverRollsTheJobBackOntoASpare) {
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/ckpt-worker";
   AddCluster(2, 3);
-  auto id = Submit(CheckpointedJob(dir));
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
-  v1::ShardMap map = MapOf(*id);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(CheckpointedJob(dir), &id));
+  v1::Job job = Get(id);
+  v1::ShardMap map = MapOf(id);
   std::vector<std::string> files;
   for (int64_t step : {10, 20}) {
     for (const std::string& s : job.servers()) files.push_back(WriteCheckpoint(dir, map, s, step));
@@ -1308,7 +1290,7 @@ TEST_F(SchedulerTest, ALostRankThatCannotBeHandedOverRollsTheJobBackOntoASpare) 
   ASSERT_EQ(sched_->registry().Get(lost)->state(), v1::NODE_DEAD);
 
   // One control pass stopped the job, rolled it back and placed it again.
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   EXPECT_EQ(job.recovery().recoveries(), 1u);
   EXPECT_EQ(job.recovery().start_step(), 20);
@@ -1338,7 +1320,7 @@ TEST_F(SchedulerTest, ALostRankThatCannotBeHandedOverRollsTheJobBackOntoASpare) 
   std::vector<std::string> restored;
   for (const std::string& s : job.servers()) {
     FakeParameterServer* ps = Node(s)->server();
-    EXPECT_THAT(ps->dropped(), ElementsAre(*id));
+    EXPECT_THAT(ps->dropped(), ElementsAre(id));
     const v1::UpdateShardMapRequest u = ps->updates().back();
     EXPECT_EQ(u.map().epoch(), job.shard_map_epoch());
     EXPECT_EQ(u.restore_step(), 20);
@@ -1351,43 +1333,41 @@ TEST_F(SchedulerTest, ALostRankThatCannotBeHandedOverRollsTheJobBackOntoASpare) 
   EXPECT_THAT(restored, ::testing::UnorderedElementsAre(files[2], files[3]));
 
   // The replaced task's reports are moot; the new ones count.
-  auto cancel = Report(*id, 0, 25, false, "lost its server");
+  auto cancel = Report(id, 0, 25, false, "lost its server");
   ASSERT_THAT(cancel, IsOk());
   EXPECT_TRUE(*cancel);
-  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
-  cancel = Report(*id, 0, 25, false, "", "", 2);
+  EXPECT_EQ(Get(id).state(), v1::JOB_RUNNING);
+  cancel = Report(id, 0, 25, false, "", "", 2);
   ASSERT_THAT(cancel, IsOk());
   EXPECT_FALSE(*cancel);
-  EXPECT_EQ(Get(*id).progress().workers(0).step(), 25);
+  EXPECT_EQ(Get(id).progress().workers(0).step(), 25);
 }
 
 TEST_F(SchedulerTest, ALostServersShardsAreRestoredOnASpareServer) {
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/ckpt-server";
   AddCluster(3, 2);
-  auto id = Submit(CheckpointedJob(dir));
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
-  v1::ShardMap map = MapOf(*id);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(CheckpointedJob(dir), &id));
+  v1::Job job = Get(id);
+  v1::ShardMap map = MapOf(id);
   for (const std::string& s : job.servers()) WriteCheckpoint(dir, map, s, 30);
   // The first server dies; the second one got as far as step 40 (its file is not enough).
   WriteCheckpoint(dir, map, job.servers(1), 40);
   const std::string lost = job.servers(0);
   Leave(lost);
-  EXPECT_EQ(Get(*id).state(), v1::JOB_RECOVERING);
-  EXPECT_THAT(Get(*id).reason(), HasSubstr("left the cluster"));
+  EXPECT_EQ(Get(id).state(), v1::JOB_RECOVERING);
+  EXPECT_THAT(Get(id).reason(), HasSubstr("left the cluster"));
 
   // A scheduler restart in the middle of a recovery carries it on.
   StartScheduler();
-  EXPECT_EQ(Get(*id).state(), v1::JOB_RECOVERING);
+  EXPECT_EQ(Get(id).state(), v1::JOB_RECOVERING);
   BeatAll();
   sched_->RunOnce();
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   EXPECT_EQ(job.recovery().start_step(), 30);
   EXPECT_THAT(job.servers(), ::testing::Not(::testing::Contains(lost)));
-  map = MapOf(*id);
+  map = MapOf(id);
   EXPECT_GT(map.epoch(), 1u);
   for (const auto& a : map.assignments()) EXPECT_NE(a.primary(), lost);
   // Each server restores exactly the files holding a shard it holds now, all of step 30.
@@ -1409,22 +1389,20 @@ TEST_F(SchedulerTest, ALostServersShardsAreRestoredOnASpareServer) {
 // its worker at its lowest clock on the servers, fenced at a new attempt.
 TEST_F(SchedulerTest, ALostServersBackupsTakeOverWithNoRollback) {
   AddCluster(2, 2);
-  auto id = Submit(absl::StrCat(kJob, "replication: 2\n"));
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
-  v1::ShardMap map = MapOf(*id);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrCat(kJob, "replication: 2\n"), &id));
+  v1::Job job = Get(id);
+  v1::ShardMap map = MapOf(id);
   for (const auto& a : map.assignments()) ASSERT_THAT(a.backups(), SizeIs(1));
   const std::string lost = job.servers(0), kept = job.servers(1);
   // The survivor: rank 0 finished step 12, rank 1 is half-way through step 12.
   Node(kept)->server()->SetClocks({12, 11});
   const std::vector<std::string> workers(job.workers().begin(), job.workers().end());
   Leave(lost);
-  EXPECT_EQ(Get(*id).state(), v1::JOB_RECOVERING);
+  EXPECT_EQ(Get(id).state(), v1::JOB_RECOVERING);
   sched_->RunOnce();
 
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   EXPECT_EQ(job.recovery().promotions(), 1u);
   EXPECT_EQ(job.recovery().recoveries(), 0u);
@@ -1436,7 +1414,7 @@ TEST_F(SchedulerTest, ALostServersBackupsTakeOverWithNoRollback) {
   EXPECT_THAT(std::vector<std::string>(job.workers().begin(), job.workers().end()),
               ::testing::ElementsAreArray(workers));
   // The survivor got the map that makes it primary of everything, and kept the job.
-  const v1::ShardMap next = MapOf(*id);
+  const v1::ShardMap next = MapOf(id);
   EXPECT_EQ(next.epoch(), map.epoch() + 1);
   for (const auto& a : next.assignments()) {
     EXPECT_EQ(a.primary(), kept);
@@ -1460,10 +1438,10 @@ TEST_F(SchedulerTest, ALostServersBackupsTakeOverWithNoRollback) {
     EXPECT_EQ(assigned[1].attempt(), 1u);
     EXPECT_EQ(assigned[1].shard_map().epoch(), next.epoch());
   }
-  auto cancel = Report(*id, 1, 13, false, "", "", 1);
+  auto cancel = Report(id, 1, 13, false, "", "", 1);
   ASSERT_THAT(cancel, IsOk());
   EXPECT_FALSE(*cancel);
-  EXPECT_TRUE(*Report(*id, 1, 13, false, "", "", 0)) << "the old attempt is moot";
+  EXPECT_TRUE(*Report(id, 1, 13, false, "", "", 0)) << "the old attempt is moot";
   EXPECT_THAT(sched_->RenderMetrics(), HasSubstr("pscluster_scheduler_backup_promotions_total 1"));
 }
 
@@ -1538,18 +1516,16 @@ TEST_F(SchedulerTest, WithoutALiveBackupALostServersJobRollsBack) {
 
 TEST_F(SchedulerTest, AServerThatComesBackAfterItsJobMovedAwayDropsItsCopy) {
   AddCluster(3, 2);
-  auto id = Submit(kJob);
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(kJob, &id));
+  v1::Job job = Get(id);
   const std::string away = job.servers(0);
   size_t index = 0;
   while (ids_[index] != away) ++index;
   // It stops answering (paused): its lease lapses and the job moves to the spare server.
   AdvanceWithout(away, absl::Seconds(6));
   AdvanceWithout(away, absl::Seconds(6));
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   ASSERT_THAT(job.servers(), ::testing::Not(::testing::Contains(away)));
   EXPECT_THAT(Node(away)->server()->dropped(), IsEmpty());  // It was not reachable then.
@@ -1566,11 +1542,11 @@ TEST_F(SchedulerTest, AServerThatComesBackAfterItsJobMovedAwayDropsItsCopy) {
   ASSERT_THAT(sched_->RegisterNode(req, &resp), IsOk());
   ASSERT_EQ(resp.node_id(), away);
   sched_->RunOnce();
-  EXPECT_THAT(Node(away)->server()->dropped(), ElementsAre(*id));
+  EXPECT_THAT(Node(away)->server()->dropped(), ElementsAre(id));
   for (const std::string& s : job.servers()) {
     EXPECT_EQ(Node(s)->server()->dropped().size(), drops[s]) << s;
   }
-  EXPECT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+  EXPECT_EQ(Get(id).state(), v1::JOB_RUNNING);
 }
 
 // A rank whose task is gone without a word (here: the scheduler died between recording a
@@ -1578,21 +1554,19 @@ TEST_F(SchedulerTest, AServerThatComesBackAfterItsJobMovedAwayDropsItsCopy) {
 TEST_F(SchedulerTest, AfterARestartARankWhoseWorkerRunsNoTaskIsHandedOver) {
   options_.startup_grace = absl::Seconds(1);
   AddCluster(1, 2);
-  auto id = Submit(absl::StrReplaceAll(kJob, {{"num_servers: 2", "num_servers: 1"}}));
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrReplaceAll(kJob, {{"num_servers: 2", "num_servers: 1"}}), &id));
+  v1::Job job = Get(id);
   Node(job.workers(1))->worker()->FinishTask();  // Its task ended, and nobody heard.
   Node(job.servers(0))->server()->SetClocks({12, 11});
   StartScheduler();
   BeatAll();
   sched_->RunOnce();  // Within the start-up grace: nodes may still be coming back.
-  EXPECT_EQ(Get(*id).recovery().handovers(), 0u);
+  EXPECT_EQ(Get(id).recovery().handovers(), 0u);
   clock_.Advance(absl::Seconds(2));
   BeatAll();
   sched_->RunOnce();
-  job = Get(*id);
+  job = Get(id);
   ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
   EXPECT_EQ(job.recovery().handovers(), 1u);
   EXPECT_THAT(job.recovery().last_cause(),
