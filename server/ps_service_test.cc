@@ -517,6 +517,18 @@ TEST(ReplicationTest, ARolledBackJobsCopiesStartFromTheCheckpoints) {
   EXPECT_EQ(got, at3);
 }
 
+// Names the servers s0, s1, ... and returns map epoch 1 of "job" over them, each shard backed
+// up on the server after its primary.
+v1::ShardMap RingMap(InProcessCluster& cluster) {
+  const size_t n = cluster.addresses().size();
+  for (size_t i = 0; i < n; ++i) cluster.server(i)->handler()->set_node_id("s" + std::to_string(i));
+  v1::ShardMap map = RoundRobinMap("job", 1, cluster.addresses());
+  for (auto& a : *map.mutable_assignments()) {
+    a.add_backups("s" + std::to_string((a.shard() + 1) % n));
+  }
+  return map;
+}
+
 // A single worker's BSP run over the 8,000 weights of `w` (Adam), with gradients that change
 // every step: what the replication tests train, and the same run on one server with no loss,
 // the weights they must end with.
@@ -556,13 +568,9 @@ TEST(ReplicationTest, NewCopiesFromACheckpointSurviveASecondLoss) {
   InProcessCluster cluster(3);
   ASSERT_TRUE(cluster.status().ok());
   const std::vector<std::string>& addr = cluster.addresses();
-  for (int i = 0; i < 3; ++i) cluster.server(i)->handler()->set_node_id("s" + std::to_string(i));
   CosineRun run;
   const v1::TableSpec& w = run.w;
-  v1::ShardMap map1 = RoundRobinMap("job", 1, addr);
-  for (auto& a : *map1.mutable_assignments()) {
-    a.add_backups("s" + std::to_string((a.shard() + 1) % 3));
-  }
+  const v1::ShardMap map1 = RingMap(cluster);
   PsClientOptions opts;
   opts.job_id = "job";
   auto client = PsClient::Create(opts, map1, {w});
@@ -661,13 +669,9 @@ TEST(ReplicationTest, ALiveReplacementBackupTakesOverWithTheWholeRun) {
   InProcessCluster cluster(3);
   ASSERT_TRUE(cluster.status().ok());
   const std::vector<std::string>& addr = cluster.addresses();
-  for (int i = 0; i < 3; ++i) cluster.server(i)->handler()->set_node_id("s" + std::to_string(i));
   CosineRun run;
   const v1::TableSpec& w = run.w;
-  v1::ShardMap map1 = RoundRobinMap("job", 1, addr);
-  for (auto& a : *map1.mutable_assignments()) {
-    a.add_backups("s" + std::to_string((a.shard() + 1) % 3));
-  }
+  const v1::ShardMap map1 = RingMap(cluster);
   absl::Mutex map_mu;
   v1::ShardMap current = map1;
   PsClientOptions opts;
