@@ -394,6 +394,7 @@ absl::Status Trainer::RunImpl(State* st) {
   absl::Duration win_pull, win_compute, win_push, tot_pull, tot_compute, tot_push;
   absl::Time win_start = absl::Now();
   absl::Duration train_time;  // In the step loop, evaluation excluded.
+  absl::Time train_start, train_end;
   int64_t run_examples = 0;
   auto report = [&](int64_t done_steps, bool force) -> bool {
     absl::Time now = absl::Now();
@@ -542,6 +543,7 @@ absl::Status Trainer::RunImpl(State* st) {
   }
   for (int64_t epoch = step / steps_per_epoch; epoch < spec.epochs(); ++epoch) {
     const absl::Time epoch_start = absl::Now();
+    if (train_start == absl::Time()) train_start = epoch_start;
     for (int64_t j = step - epoch * steps_per_epoch; j < steps_per_epoch; ++j, ++step) {
       if (cancelled_.load()) {
         drain();
@@ -623,7 +625,8 @@ absl::Status Trainer::RunImpl(State* st) {
       drain();
       return prev;
     }
-    train_time += absl::Now() - epoch_start;
+    train_end = absl::Now();
+    train_time += train_end - epoch_start;
     const bool last_epoch = epoch + 1 == spec.epochs();
     if (lead() && (options_.eval_every_epoch || last_epoch)) {
       auto ev = evaluate(step);
@@ -695,6 +698,8 @@ absl::Status Trainer::RunImpl(State* st) {
   result_.test_loss = progress.test_loss();
   result_.train_loss = progress.loss();
   result_.train_sec = Seconds(train_time);
+  result_.train_start = train_start;
+  result_.train_end = train_end;
   result_.samples_per_sec = run_examples / std::max(1e-9, Seconds(train_time));
   result_.pull_wait_sec = Seconds(tot_pull);
   result_.compute_sec = Seconds(tot_compute);

@@ -69,6 +69,9 @@ struct TrainerResult {
   double samples_per_sec = 0;     // Training examples per second of the step loop (evaluation
                                   // and export excluded).
   double train_sec = 0;           // Time in the step loop.
+  // When the first epoch's step loop began and the last one's ended (evaluation between epochs
+  // falls inside; benchmarks read the machine's CPU use over this window).
+  absl::Time train_start, train_end;
   double pull_wait_sec = 0;
   double compute_sec = 0;
   double push_wait_sec = 0;

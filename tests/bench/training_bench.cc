@@ -30,6 +30,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "scheduler/psctl/subprocess.h"
 #include "server/optimizer.h"
+#include "tests/bench/cpu_usage.h"
 #include "worker/batcher.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/data/partition.h"
@@ -98,7 +99,24 @@ struct Row {
   // The server's data-plane phases per step (server/data_stream.h), for the cluster rows.
   v1::DataPlaneTimes server;
   double plan = 0, send = 0, wait = 0, copy = 0;  // The workers' PsClient, seconds per step.
+  // CPU over the training window: cores busy on the whole machine, and CPU-seconds per 1,000
+  // samples of the machine, of this process (the workers, or the single process) and of the
+  // servers.
+  double cores = 0, cpu = 0, cpu_self = 0, cpu_servers = 0;
 };
+
+// Fills the CPU columns of `row` from `samples` trained between `from` and `to`.
+void SetCpu(bench::CpuSampler& sampler, absl::Time from, absl::Time to, int64_t samples,
+            Row* row) {
+  bench::CpuSampler::Usage u = sampler.Between(from, to);
+  const double k = 1e6 / std::max<int64_t>(1, samples);  // CPU-ms per 1,000 samples.
+  row->cores = u.cores_busy();
+  row->cpu = u.machine_busy_sec * k;
+  row->cpu_self = u.process_sec.empty() ? 0 : u.process_sec[0] * k;
+  double servers = 0;
+  for (size_t i = 1; i < u.process_sec.size(); ++i) servers += u.process_sec[i];
+  row->cpu_servers = servers * k;
+}
 
 // The server's cumulative data-plane phase times (zeros when the Status call fails).
 v1::DataPlaneTimes ServerTimes(const std::string& address) {
@@ -113,7 +131,7 @@ v1::DataPlaneTimes ServerTimes(const std::string& address) {
 }
 
 // The model trained in this process: batch -> TrainStep -> Adam on host buffers.
-absl::StatusOr<Row> SingleProcess(const data::FashionMnist& fm) {
+absl::StatusOr<Row> SingleProcess(const data::FashionMnist& fm, bench::CpuSampler& sampler) {
   v1::JobSpec spec = Spec();
   kernels::BackendOptions bo;
   bo.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
@@ -164,10 +182,12 @@ absl::StatusOr<Row> SingleProcess(const data::FashionMnist& fm) {
       }
     }
   }
-  double secs = absl::ToDoubleSeconds(absl::Now() - start);
+  const absl::Time end = absl::Now();
+  double secs = absl::ToDoubleSeconds(end - start);
   Row row;
   row.name = "single process (no PS)";
   row.samples_per_sec = t * batch / secs;
+  SetCpu(sampler, start, end, t * batch, &row);
   row.compute = absl::ToDoubleSeconds(compute) / t;
   // Test accuracy of the trained model, for comparison with the cluster runs.
   worker::Batcher test(&fm.test);
@@ -329,7 +349,7 @@ v1::DataPlaneTimes ServerTimes(const std::vector<std::string>& addresses) {
 
 absl::StatusOr<Row> Cluster(const std::vector<std::string>& server_addresses, int workers,
                             int run, v1::ConsistencySpec::Mode mode, int replication,
-                            bool moving = false) {
+                            bench::CpuSampler& sampler, bool moving = false) {
   std::vector<std::unique_ptr<worker::Trainer>> trainers;
   std::unique_ptr<ShardMover> sink;
   worker::TrainerOptions to;
@@ -392,10 +412,14 @@ absl::StatusOr<Row> Cluster(const std::vector<std::string>& server_addresses, in
                             absl::StrFormat("%.0f", sink->copy_ms()), " ms + switch ",
                             absl::StrFormat("%.1f", sink->switch_ms()), " ms each");
   }
-  int64_t steps = 0;
+  int64_t steps = 0, samples = 0;
+  absl::Time from = absl::InfiniteFuture(), until = absl::InfinitePast();
   for (int r = 0; r < workers; ++r) {
     if (!st[r].ok()) return st[r];
     TrainerResult res = trainers[r]->result();
+    samples += static_cast<int64_t>(res.samples_per_sec * res.train_sec + 0.5);
+    from = std::min(from, res.train_start);
+    until = std::max(until, res.train_end);
     row.samples_per_sec += res.samples_per_sec;
     steps += res.steps;
     row.pull += res.pull_wait_sec;
@@ -420,6 +444,7 @@ absl::StatusOr<Row> Cluster(const std::vector<std::string>& server_addresses, in
   row.compute /= steps;
   row.push /= steps;
   row.accuracy = trainers[0]->result().test_accuracy;
+  SetCpu(sampler, from, until, samples, &row);
   return row;
 }
 
@@ -506,12 +531,15 @@ int Main(int argc, char** argv) {
     configs.push_back({{address, second}, 1, v1::ConsistencySpec::BSP, 2});
     configs.push_back({{address, second}, 1, v1::ConsistencySpec::BSP, 1, true});
   }
+  std::vector<pid_t> watched = {0};  // This process, then the servers.
+  for (const auto& server : servers) watched.push_back(server->pid());
+  bench::CpuSampler sampler(watched);
   std::vector<std::vector<Row>> runs(configs.size() + 1);
   std::vector<std::vector<double>> ratios(configs.size() + 1);
   int run = 0;
   for (int rep = 0; rep < repeats; ++rep) {
     std::fprintf(stderr, "repeat %d/%d: training in one process...\n", rep + 1, repeats);
-    auto single = SingleProcess(*fm);
+    auto single = SingleProcess(*fm, sampler);
     if (!single.ok()) {
       std::fprintf(stderr, "single process: %s\n", single.status().ToString().c_str());
       return 1;
@@ -524,7 +552,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "repeat %d/%d: training through %zu server(s) with %d worker(s)...\n",
                    rep + 1, repeats, config.servers.size(), workers);
       auto row = Cluster(config.servers, workers, run++, config.mode, config.replication,
-                         config.moving);
+                         sampler, config.moving);
       if (!row.ok()) {
         std::fprintf(stderr, "%d workers: %s\n", workers, row.status().ToString().c_str());
         return 1;
@@ -581,6 +609,25 @@ int Main(int argc, char** argv) {
                 med(rs, [](const Row& r) { return r.server.apply_sec(); }) * 1e3,
                 med(rs, [](const Row& r) { return r.server.read_sec(); }) * 1e3,
                 med(rs, [](const Row& r) { return r.server.park_sec(); }) * 1e3);
+  }
+  const double single_cpu = med(runs[0], [](const Row& r) { return r.cpu; });
+  std::printf(
+      "\nCPU over the training window (evaluation excluded): cores busy on the whole machine "
+      "(of %u), and CPU ms per 1,000 samples of the machine, of the process that trains (the "
+      "workers, or the single process) and of the server(s). The last column is the ratio the "
+      "row would reach with as many cores busy as the single process: its CPU per sample "
+      "against the single process'.\n\n"
+      "| run | cores busy | CPU ms / 1k samples (machine) | training process | server(s) | rest "
+      "| single process' CPU per sample / this row's |\n|---|---|---|---|---|---|---|\n",
+      std::thread::hardware_concurrency());
+  for (size_t c = 0; c < runs.size(); ++c) {
+    const auto& rs = runs[c];
+    const double cpu = med(rs, [](const Row& r) { return r.cpu; });
+    const double self = med(rs, [](const Row& r) { return r.cpu_self; });
+    const double srv = med(rs, [](const Row& r) { return r.cpu_servers; });
+    std::printf("| %s | %.2f | %.1f | %.1f | %.1f | %.1f | %.2f |\n", rs[0].name.c_str(),
+                med(rs, [](const Row& r) { return r.cores; }), cpu, self, srv,
+                std::max(0.0, cpu - self - srv), cpu > 0 ? single_cpu / cpu : 0);
   }
   for (size_t c = 0; c < configs.size(); ++c) {
     if (configs[c].workers == 2 && configs[c].servers.size() == 1) {
