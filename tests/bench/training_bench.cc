@@ -8,7 +8,9 @@
 //   1 server x 1     a real ps_server process on loopback + one worker training loop
 //   1 server x 2     the same server + two workers (samples/s summed)
 // The ratio column divides by the single-process rate. A per-step breakdown (pull wait,
-// compute, push wait) shows where the cluster's time goes.
+// compute, push wait) shows where the cluster's time goes; a CPU table (tests/bench/cpu_usage.h)
+// shows how many cores each row kept busy and how much CPU it spent per sample, which bounds the
+// ratio a row can reach on the same cores.
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
