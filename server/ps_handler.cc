@@ -1105,6 +1105,7 @@ absl::Status PsHandler::Status(const v1::ServerStatusRequest& req, v1::ServerSta
   t->set_park_sec(sec(Phase::kPark));
   t->set_chunks_in(chunks_in_.load());
   t->set_chunks_out(chunks_out_.load());
+  t->set_copies_on_write(DenseCopiesOnWrite());
   return absl::OkStatus();
 }
 

@@ -67,6 +67,10 @@ void RegisterServerMetrics(PsHandler* handler, MetricsRegistry* r) {
                         one([](const v1::ServerStatus& s) { return double(s.bytes_in_total()); }));
   r->AddCounterCallback("pscluster_server_bytes_out_total", "Payload bytes sent.",
                         one([](const v1::ServerStatus& s) { return double(s.bytes_out_total()); }));
+  r->AddCounterCallback(
+      "pscluster_server_copies_on_write_total",
+      "Dense blocks copied before an update because a reply in flight still held their weights.",
+      one([](const v1::ServerStatus& s) { return double(s.times().copies_on_write()); }));
   r->AddGaugeCallback("pscluster_server_queue_depth", "Requests accepted and not finished.",
                       one([](const v1::ServerStatus& s) { return double(s.queue_depth()); }));
   MemoryBudget* budget = handler->budget();

@@ -1125,6 +1125,7 @@ TEST(ServiceMetricsTest, ServesPrometheusText) {
   EXPECT_NE(page.find("200 OK"), std::string::npos) << page;
   EXPECT_NE(page.find("# TYPE pscluster_server_push_chunks_total counter"), std::string::npos);
   EXPECT_NE(page.find("pscluster_server_push_chunks_total 1\n"), std::string::npos) << page;
+  EXPECT_NE(page.find("# TYPE pscluster_server_copies_on_write_total counter"), std::string::npos);
   EXPECT_NE(page.find("pscluster_job_worker_clock{job=\"job\",worker=\"0\"} 1\n"),
             std::string::npos) << page;
   EXPECT_NE(page.find("pscluster_table_bytes{job=\"job\",table=\"w\"} 400\n"),

@@ -1,6 +1,7 @@
 #include "server/table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -37,6 +38,12 @@ std::shared_ptr<float> NewWeights(size_t n) {
 
 }  // namespace
 
+namespace {
+std::atomic<uint64_t> copies_on_write_total{0};
+}  // namespace
+
+uint64_t DenseCopiesOnWrite() { return copies_on_write_total.load(std::memory_order_relaxed); }
+
 DenseBlock::DenseBlock(size_t n, int num_slots) : elems(n), slots(num_slots) {}
 
 float* DenseBlock::MutableWeights() {
@@ -45,6 +52,7 @@ float* DenseBlock::MutableWeights() {
     std::memcpy(fresh.get(), weights.get(), elems * sizeof(float));
     weights = std::move(fresh);
     ++copies_on_write;
+    copies_on_write_total.fetch_add(1, std::memory_order_relaxed);
   }
   return weights.get();
 }

@@ -66,6 +66,9 @@ struct DenseBlock {
   uint64_t copies_on_write ABSL_GUARDED_BY(mu) = 0;
 };
 
+// Dense blocks this process copied before an update because lent weights were still held.
+uint64_t DenseCopiesOnWrite();
+
 // Weights lent out without a copy: `data` points into memory `owner` keeps unchanged.
 struct LentBytes {
   std::shared_ptr<const void> owner;

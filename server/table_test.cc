@@ -25,6 +25,7 @@ TEST(DenseTableTest, LentWeightsStayUnchangedWhileAPushCopiesOnWrite) {
   MemoryBudget budget(0);
   ASSERT_TRUE(t.SetHeldShards({true, true, true, true}, &budget).ok());
   DenseBlock* b = t.block(1);
+  const uint64_t process_copies = DenseCopiesOnWrite();
   LentBytes lent = t.Lend(b, 0, 500);
   std::vector<float> before(500);
   std::memcpy(before.data(), lent.data, 2000);
@@ -45,6 +46,7 @@ TEST(DenseTableTest, LentWeightsStayUnchangedWhileAPushCopiesOnWrite) {
   absl::MutexLock l(&b->mu);
   EXPECT_EQ(b->copies_on_write, 1u);
   EXPECT_EQ(b->updates, 2);
+  EXPECT_EQ(DenseCopiesOnWrite(), process_copies + 1);  // What the server's Status reports.
 }
 
 TEST(DenseTableTest, AChunkCountsAsAnOptimizerStepOnlyWhenItStartsTheSlice) {

@@ -31,6 +31,7 @@
 #include "server/table.h"
 #include "server/wire.h"
 #include "common/sharding.h"
+#include "tests/bench/cpu_usage.h"
 #include "tests/bench/ps_bench_baselines.h"
 #include "tests/bench/ps_bench_process.h"
 
@@ -60,6 +61,8 @@ namespace bench {
 namespace {
 
 std::string self_path;
+// The whole machine's CPU use, for the scaling table (set by Main).
+CpuSampler* g_cpu = nullptr;
 
 std::vector<std::pair<std::string, int>> EchoGrpcArgs() {
   std::vector<std::pair<std::string, int>> out;
@@ -181,6 +184,8 @@ struct DenseResult {
   std::vector<double> one_pushpull;  // With `ref_1x1`: 1 client on the first server alone.
   // With `ref_1x1` and a TCP echo address: one echo connection, and two at once (per round).
   std::vector<double> tcp_one, tcp_two;
+  // With `ref_1x1`: cores busy on the whole machine during each of those four measurements.
+  std::vector<double> cores_tcp_one, cores_tcp_two, cores_one, cores_pushpull;
   PsClient::Stats client;     // Client 0, push-pull phases only.
   v1::DataPlaneTimes server;  // Summed over servers, push-pull phases only.
   int pushpull_rounds = 0;
@@ -204,6 +209,7 @@ v1::DataPlaneTimes ServerTimes(PsClient* c) {
     t.set_apply_sec(t.apply_sec() + s.times().apply_sec());
     t.set_read_sec(t.read_sec() + s.times().read_sec());
     t.set_chunks_in(t.chunks_in() + s.times().chunks_in());
+    t.set_copies_on_write(t.copies_on_write() + s.times().copies_on_write());
   }
   return t;
 }
@@ -214,6 +220,7 @@ void AddDelta(const v1::DataPlaneTimes& a, const v1::DataPlaneTimes& b, v1::Data
   sum->set_apply_sec(sum->apply_sec() + b.apply_sec() - a.apply_sec());
   sum->set_read_sec(sum->read_sec() + b.read_sec() - a.read_sec());
   sum->set_chunks_in(sum->chunks_in() + b.chunks_in() - a.chunks_in());
+  sum->set_copies_on_write(sum->copies_on_write() + b.copies_on_write() - a.copies_on_write());
 }
 
 // `echo` (1x1 only): also measures the TCP and gRPC echo baselines, interleaved.
@@ -304,6 +311,13 @@ DenseResult BenchDense(const std::vector<std::string>& addrs, int clients, size_
     return absl::ToDoubleSeconds(absl::Now() - t0);
   };
   DenseResult r;
+  // Runs `f` and records the machine's cores busy meanwhile into `cores`; returns f's value.
+  auto busy = [&](std::vector<double>* cores, bool keep, auto f) {
+    const absl::Time t0 = absl::Now();
+    const double v = f();
+    if (keep && g_cpu != nullptr) cores->push_back(g_cpu->Between(t0, absl::Now()).cores_busy());
+    return v;
+  };
   const int runs = absl::GetFlag(FLAGS_runs);
   for (int run = 0; run <= runs; ++run) {  // Run 0 warms every path up.
     double te = 0, tg = 0;
@@ -313,15 +327,15 @@ DenseResult BenchDense(const std::vector<std::string>& addrs, int clients, size_
     }
     double te1 = 0, te2 = 0;
     if (!scaling_echo.empty()) {
-      te1 = echo_rounds(scaling_echo[0].get());
-      te2 = echo_two() / rounds;
+      te1 = busy(&r.cores_tcp_one, run > 0, [&] { return echo_rounds(scaling_echo[0].get()); });
+      te2 = busy(&r.cores_tcp_two, run > 0, [&] { return echo_two(); }) / rounds;
     }
     double tpush = ps_rounds(0);
     double tpull = ps_rounds(1);
     auto c0 = cs[0]->stats();
     auto s0 = ServerTimes(cs[0].get());
-    const double tref = ref ? ref_rounds() : 0;
-    double tpp = ps_rounds(2);
+    const double tref = ref ? busy(&r.cores_one, run > 0, ref_rounds) : 0;
+    double tpp = ref ? busy(&r.cores_pushpull, run > 0, [&] { return ps_rounds(2); }) : ps_rounds(2);
     auto c1 = cs[0]->stats();
     auto s1 = ServerTimes(cs[0].get());
     if (run == 0) continue;
@@ -574,6 +588,8 @@ int Main() {
   Check(a0.status(), absl::StrCat("ps_server ", server_bin).c_str());
   Check(a1.status(), "second ps_server");
 
+  CpuSampler cpu({});
+  g_cpu = &cpu;
   std::string out;
   auto line = [&](const std::string& s) {
     out += s + "\n";
@@ -619,9 +635,18 @@ int Main() {
        "| aggregate / 1x1 push-pull (same runs) | against the 1x1 table above "
        "| raw TCP echo: 1 connection | 2 at once (aggregate) | TCP echo: 2 / 1 |");
   line("|---|---|---|---|---|---|---|---|---|---|---|");
+  std::vector<std::string> busy_rows;
+  auto busy_text = [](const std::vector<double>& v) { return absl::StrFormat("%.2f", Med(v)); };
   for (size_t b : sizes) {
     Progress(absl::StrCat("dense 2x2, ", Size(b)));
     DenseResult d = BenchDense({*a0, *a1}, 2, b, *tcp_addr, "", false, /*ref_1x1=*/true);
+    busy_rows.push_back(absl::StrCat("| ", Size(b), " | ", busy_text(d.cores_tcp_one), " | ",
+                                     busy_text(d.cores_tcp_two), " | ", busy_text(d.cores_one),
+                                     " | ", busy_text(d.cores_pushpull), " | ",
+                                     absl::StrFormat("%.2f", static_cast<double>(
+                                                                 d.server.copies_on_write()) /
+                                                                 std::max(1, d.pushpull_rounds)),
+                                     " |"));
     const double pp = Med(d.pushpull);
     // Per run: (2b / 2x2 round) / (b / 1x1 round).
     std::vector<double> twice(d.one_pushpull.size());
@@ -634,6 +659,15 @@ int Main() {
                       Gbs(b / Med(d.tcp_one)), " | ", Gbs(2.0 * b / Med(d.tcp_two)), " | ",
                       absl::StrFormat("%.2f", 2 * MedRatio(d.tcp_one, d.tcp_two)), " |"));
   }
+  line("");
+  line(absl::StrCat("Cores busy on the whole machine (of ", cores, ") during each of those "
+                    "measurements, medians over the runs: a measurement that already keeps every "
+                    "core busy cannot gain from more connections or processes."));
+  line("");
+  line("| payload | raw TCP echo: 1 connection | 2 at once | ps push-pull 1 x 1 | ps push-pull 2 x 2 "
+       "| blocks copied on write per 2 x 2 round (both servers) |");
+  line("|---|---|---|---|---|---|");
+  for (const std::string& row : busy_rows) line(row);
   line("");
   Progress("sparse: Zipf keys");
   Zipf zipf(kKeySpace, 1.1);
