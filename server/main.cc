@@ -51,6 +51,9 @@ ABSL_FLAG(uint64_t, inline_bytes, 64 << 10,
 ABSL_FLAG(bool, data_unix, true,
           "with the TCP data port, also serve the data plane on an abstract Unix socket for "
           "workers on the same host (false = TCP only)");
+ABSL_FLAG(uint64_t, data_shm_mib, 256,
+          "largest shared memory, in MiB, a worker on this host may attach to its Unix data "
+          "connection so that payloads bypass the socket (0 = none)");
 ABSL_FLAG(uint64_t, data_inline_bytes, 4 << 20,
           "TCP data plane: chunks up to this size are applied on the connection's reader thread "
           "when its call has nothing queued (0 = always hand off to a data thread)");
@@ -91,6 +94,12 @@ int main(int argc, char** argv) {
   o.data_plane.inline_bytes = absl::GetFlag(FLAGS_inline_bytes);
   o.data_inline_bytes = absl::GetFlag(FLAGS_data_inline_bytes);
   o.data_unix = absl::GetFlag(FLAGS_data_unix);
+  if (absl::GetFlag(FLAGS_data_shm_mib) > 64 * 1024) {
+    log->error("--data_shm_mib: {} MiB is more than the 64 GiB allowed",
+               absl::GetFlag(FLAGS_data_shm_mib));
+    return 2;
+  }
+  o.data_shm_max_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_data_shm_mib)) << 20;
   auto grpc_args = pscluster::DataPlaneChannelArgs(absl::GetFlag(FLAGS_grpc_args));
   if (!grpc_args.ok()) {
     log->error("--grpc_args: {}", grpc_args.status().message());

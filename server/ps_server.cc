@@ -191,6 +191,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
     }
     to.port = options.data_port;
     to.spin = options.data_spin;
+    to.shm_max_bytes = options.data_shm_max_bytes;
     if (options.data_unix) {
       // Unique per process and server (tests run several servers in one process).
       static std::atomic<int> next{0};

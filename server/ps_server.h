@@ -52,6 +52,9 @@ struct PsServerOptions {
   // --data_unix: with the TCP data port, also serve the data plane on an abstract Unix socket for
   // workers on the same host (they check its peer is this process).
   bool data_unix = true;
+  // --data_shm_mib: shared memory a worker on this host may attach to its Unix data connection
+  // for the payloads (both rings together; 0 = none, payloads go over the socket).
+  size_t data_shm_max_bytes = 256u << 20;
   absl::Duration register_timeout = absl::Seconds(30);  // --register_timeout
   std::string metrics_listen;          // --metrics_listen (empty = no /metrics endpoint)
   DataPlaneOptions data_plane;
@@ -76,6 +79,10 @@ class PsServer {
   // The data plane's abstract Unix socket name (empty: none) and its open connections.
   std::string data_unix() const { return tcp_ ? tcp_->unix_name() : std::string(); }
   int data_unix_connections() const { return tcp_ ? tcp_->unix_connections() : 0; }
+  int data_shm_connections() const { return tcp_ ? tcp_->shm_connections() : 0; }
+  // Payload bytes received and sent through shared memory.
+  uint64_t data_shm_bytes_received() const { return tcp_ ? tcp_->shm_bytes_received() : 0; }
+  uint64_t data_shm_bytes_sent() const { return tcp_ ? tcp_->shm_bytes_sent() : 0; }
   int data_connections() const { return tcp_ ? tcp_->connections() : 0; }
   // host:port of the Prometheus endpoint (empty when off).
   std::string metrics_address() const {

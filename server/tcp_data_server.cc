@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -15,10 +16,51 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "server/shm_ring.h"
 #include "server/tcp_frame.h"
 
 namespace pscluster {
 namespace {
+
+// Reads a frame header (blocking) with recvmsg(), taking a file descriptor passed with it
+// (`*passed`, -1 when none). Only the first frame of a Unix connection may carry one.
+absl::Status ReadHeaderWithFd(int fd, unsigned char* header, int* passed) {
+  *passed = -1;
+  size_t got = 0;
+  while (got < kFrameHeaderBytes) {
+    iovec v{header + got, kFrameHeaderBytes - got};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    msghdr m{};
+    m.msg_iov = &v;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof(control);
+    ssize_t r = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return absl::UnavailableError(absl::StrCat("recv: ", std::strerror(errno)));
+    }
+    for (cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(&m, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < n; ++i) {
+        int f;
+        std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        if (*passed < 0) {
+          *passed = f;
+        } else {
+          close(f);
+        }
+      }
+    }
+    if (r == 0) {
+      if (got == 0) return absl::OutOfRangeError("end of stream");
+      return absl::UnavailableError("recv: connection closed inside a frame");
+    }
+    got += static_cast<size_t>(r);
+  }
+  return absl::OkStatus();
+}
 
 std::string PeerName(int fd) {
   sockaddr_storage a{};
@@ -49,12 +91,13 @@ std::string PeerName(int fd) {
 class TcpDataServer::Conn {
  public:
   Conn(int fd, std::string peer, bool is_unix, const TcpDataServerOptions& options,
-       std::shared_ptr<BufferPool> pool)
+       std::shared_ptr<BufferPool> pool, ShmCounters* counters)
       : fd_(fd),
         peer_(std::move(peer)),
         is_unix_(is_unix),
         options_(options),
-        pool_(std::move(pool)) {}
+        pool_(std::move(pool)),
+        counters_(counters) {}
   ~Conn() { close(fd_); }
 
   void Start(PsHandler* handler, Executor* executor, const DataPlaneOptions& data_plane) {
@@ -78,6 +121,10 @@ class TcpDataServer::Conn {
   }
 
   bool is_unix() const { return is_unix_; }
+  bool has_shm() const {
+    absl::MutexLock l(&mu_);
+    return shm_attached_;
+  }
 
   bool ended() const {
     absl::MutexLock l(&mu_);
@@ -97,12 +144,15 @@ class TcpDataServer::Conn {
   }
 
   void StartWrite(const grpc::ByteBuffer* buf) {
-    auto frame = OutFrame::Message(*buf);
+    // The stream has one write in flight at a time, so reply-ring space is reserved in the
+    // order the frames go out.
+    auto frame = OutFrame::Message(*buf, shm_ != nullptr ? &shm_->reply() : nullptr);
     if (!frame.ok()) {
       Logger("server")->warn("data connection {}: {}", peer_, frame.status());
       stream_->OnWriteDone(false);
       return;
     }
+    counters_->sent += frame->shm_bytes();
     // Most messages fit in the socket buffer: send them here, without a thread hand-off.
     auto all = frame->SendSome(fd_);
     if (!all.ok()) {
@@ -128,8 +178,81 @@ class TcpDataServer::Conn {
   }
 
   // ------------------------------------------------ threads
+  // The client's attach frame (header `h` read, the memfd `passed`): maps the area and answers.
+  // A refusal is answered too and the connection goes on without shared memory; only a
+  // malformed frame ends it.
+  absl::Status Attach(FrameReader* reader, const FrameHeader& h, int passed) {
+    if (h.length != 16) {
+      if (passed >= 0) close(passed);
+      return absl::InvalidArgumentError(
+          absl::StrCat("attach frame of ", h.length, " bytes (16 expected)"));
+    }
+    unsigned char body[16];
+    absl::Status st = reader->Read(body, sizeof(body), false, absl::Seconds(30));
+    if (!st.ok()) {
+      if (passed >= 0) close(passed);
+      return st;
+    }
+    const uint64_t request = GetU64(body), reply = GetU64(body + 8);
+    absl::StatusOr<std::unique_ptr<ShmArea>> area;
+    if (passed < 0) {
+      area = absl::InvalidArgumentError("shared memory refused: no memory passed");
+    } else if (options_.shm_max_bytes == 0) {
+      close(passed);
+      area = absl::FailedPreconditionError(
+          "shared memory refused: off on this server (--data_shm_mib=0)");
+    } else {
+      area = ShmArea::Attach(passed, request, reply, options_.shm_max_bytes);
+    }
+    if (area.ok()) {
+      shm_ = std::move(*area);
+      absl::MutexLock l(&mu_);
+      shm_attached_ = true;
+    } else {
+      Logger("server")->info("data connection {}: {}", peer_, area.status().message());
+    }
+    OutFrame answer = OutFrame::Raw(kFrameAttach, shm_ != nullptr ? 1 : 0, "");
+    return answer.SendRest(fd_);
+  }
+
+  // A kind-3 frame's message: its bytes from the socket, its payload from the request ring, put
+  // together as one message whose payload starts on a cache line.
+  absl::Status ReadShmMessage(FrameReader* reader, const FrameHeader& h, grpc::ByteBuffer* out) {
+    if (shm_ == nullptr) {
+      return absl::InvalidArgumentError("a payload in shared memory, but none is attached");
+    }
+    const size_t message = h.length - kShmPositionBytes;
+    const size_t payload = h.aux;
+    if (message + payload > options_.max_frame_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("frame of ", message + payload,
+                                                     " bytes exceeds the limit of ",
+                                                     options_.max_frame_bytes));
+    }
+    const size_t pad = (64 - message % 64) % 64;
+    BufferPool::Buffer b =
+        pool_->Acquire(pad + message + std::max<size_t>(payload, kShmPositionBytes));
+    absl::Status st = reader->Read(b.data + pad, h.length, false, absl::Seconds(30));
+    if (st.ok()) {
+      const uint64_t position =
+          GetU64(reinterpret_cast<const unsigned char*>(b.data + pad + message));
+      absl::StatusOr<const char*> src = shm_->request().Locate(position, payload);
+      if (src.ok()) {
+        std::memcpy(b.data + pad + message, *src, payload);
+        shm_->request().Release(position, payload);
+        counters_->received += payload;
+        grpc::Slice s = pool_->ToSlice(b, message + payload, pad);
+        *out = grpc::ByteBuffer(&s, 1);
+        return absl::OkStatus();
+      }
+      st = src.status();
+    }
+    pool_->Release(b);
+    return st;
+  }
+
   void ReadLoop() {
     FrameReader reader(fd_, options_.spin);
+    bool first = true;
     while (true) {
       grpc::ByteBuffer* target = nullptr;
       bool finished, closed;
@@ -150,8 +273,26 @@ class TcpDataServer::Conn {
         break;
       }
       unsigned char hb[kFrameHeaderBytes];
-      absl::Status hs = reader.Read(hb, sizeof(hb), /*eof_ok=*/true, absl::Seconds(30));
+      int passed = -1;
+      // The first frame on a Unix socket may pass the shared memory along (nothing is buffered
+      // yet, so it is read from the socket itself).
+      absl::Status hs = is_unix_ && first
+                            ? ReadHeaderWithFd(fd_, hb, &passed)
+                            : reader.Read(hb, sizeof(hb), /*eof_ok=*/true, absl::Seconds(30));
       absl::StatusOr<FrameHeader> h = hs.ok() ? ParseFrameHeader(hb) : hs;
+      if (h.ok() && is_unix_ && first && h->kind == kFrameAttach) {
+        first = false;
+        absl::Status as = Attach(&reader, *h, passed);
+        if (as.ok()) {
+          absl::MutexLock l(&mu_);
+          read_target_ = target;  // Still wanted: the next frame fills it.
+          continue;
+        }
+        h = as;
+      } else if (passed >= 0) {
+        close(passed);  // Memory passed with anything but an attach frame: not taken.
+      }
+      first = false;
       if (!h.ok() && absl::IsOutOfRange(h.status())) {
         // The client closed its side. It does so only when it has no round pending (retiring
         // the connection) or when it gave up (cancelled, timed out): either way nothing it
@@ -161,8 +302,16 @@ class TcpDataServer::Conn {
         break;
       }
       absl::Status st = h.status();
-      if (st.ok() && h->kind != kFrameMessage) {
-        st = absl::InvalidArgumentError("a client sent a status frame");
+      if (st.ok() && h->kind == kFrameShmMessage) {
+        st = ReadShmMessage(&reader, *h, target);
+        if (st.ok()) {
+          stream_->OnReadDone(true);
+          continue;
+        }
+      } else if (st.ok() && h->kind != kFrameMessage) {
+        st = absl::InvalidArgumentError(
+            h->kind == kFrameAttach ? "an attach frame that is not the first on a Unix socket"
+                                    : "a client sent a status frame");
       } else if (st.ok() && h->length > options_.max_frame_bytes) {
         st = absl::InvalidArgumentError(absl::StrCat("frame of ", h->length,
                                                      " bytes exceeds the limit of ",
@@ -266,7 +415,10 @@ class TcpDataServer::Conn {
   const bool is_unix_;
   const TcpDataServerOptions options_;
   const std::shared_ptr<BufferPool> pool_;
+  ShmCounters* const counters_;
   std::shared_ptr<DataStream> stream_;
+  // Attached by the reader before the stream's first message, then read-only.
+  std::unique_ptr<ShmArea> shm_;
   std::thread reader_;
   std::thread writer_;
 
@@ -278,6 +430,7 @@ class TcpDataServer::Conn {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
   bool writer_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool shm_attached_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 absl::StatusOr<std::unique_ptr<TcpDataServer>> TcpDataServer::Start(
@@ -373,7 +526,7 @@ void TcpDataServer::AcceptLoop(int listen_fd, bool is_unix) {
     }
     TuneDataSocket(c, options_.send_timeout);
     if (is_unix) TuneUnixDataSocket(c);
-    auto conn = std::make_shared<Conn>(c, peer, is_unix, options_, pool_);
+    auto conn = std::make_shared<Conn>(c, peer, is_unix, options_, pool_, &shm_counters_);
     conn->Start(handler_, executor_, data_plane_);
     conns_.push_back(std::move(conn));
   }
@@ -407,6 +560,13 @@ int TcpDataServer::unix_connections() const {
   absl::MutexLock l(&mu_);
   int n = 0;
   for (const auto& c : conns_) n += c->is_unix() && !c->ended();
+  return n;
+}
+
+int TcpDataServer::shm_connections() const {
+  absl::MutexLock l(&mu_);
+  int n = 0;
+  for (const auto& c : conns_) n += c->has_shm() && !c->ended();
   return n;
 }
 

@@ -43,6 +43,9 @@ struct TcpDataServerOptions {
   // Also listen on this abstract Unix socket (clients on the same host; empty = none). A name
   // already taken is logged and skipped: the TCP port still serves.
   std::string unix_name;
+  // Largest shared memory a Unix connection may attach (both rings and the control page; 0:
+  // none, payloads then go over the socket).
+  size_t shm_max_bytes = 256u << 20;
 };
 
 class TcpDataServer {
@@ -58,6 +61,15 @@ class TcpDataServer {
   // Open connections: all, and those that came through the Unix socket.
   int connections() const;
   int unix_connections() const;
+  // Open connections whose payloads go through shared memory, and the payload bytes that went
+  // through it (received, sent) since the start.
+  int shm_connections() const;
+  uint64_t shm_bytes_received() const { return shm_counters_.received.load(); }
+  uint64_t shm_bytes_sent() const { return shm_counters_.sent.load(); }
+  struct ShmCounters {
+    std::atomic<uint64_t> received{0};
+    std::atomic<uint64_t> sent{0};
+  };
   // Stops accepting, ends every connection (pending waits are cancelled) and joins the threads.
   void Shutdown();
 
@@ -79,6 +91,7 @@ class TcpDataServer {
   std::string unix_name_;
   std::thread unix_acceptor_;
   std::atomic<bool> stopping_{false};
+  ShmCounters shm_counters_;
   mutable absl::Mutex mu_;
   std::vector<std::shared_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
 };

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -24,6 +25,20 @@ uint32_t GetU32(const unsigned char* p) {
   return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
          static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
 }
+
+}  // namespace
+
+uint64_t GetU64(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
+  return v;
+}
+
+void PutU64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+namespace {
 
 absl::Status Errno(const char* what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
@@ -61,6 +76,49 @@ absl::StatusOr<OutFrame> OutFrame::Message(const grpc::ByteBuffer& msg) {
   PutU32(f.head_.get() + 4, kFrameMessage);
   PutU32(f.head_.get() + 8, static_cast<uint32_t>(total));
   PutU32(f.head_.get() + 12, static_cast<uint32_t>(tail));
+  f.BuildIov();
+  return f;
+}
+
+absl::StatusOr<OutFrame> OutFrame::Message(const grpc::ByteBuffer& msg, ShmRing* ring) {
+  if (ring == nullptr) return Message(msg);
+  OutFrame f;
+  grpc::Status st = msg.Dump(&f.slices_);
+  if (!st.ok()) return absl::InternalError("cannot read an outgoing message's slices");
+  size_t total = 0;
+  for (const auto& s : f.slices_) total += s.size();
+  const size_t tail = f.slices_.size() > 1 ? total - f.slices_[0].size() : 0;
+  if (tail < kShmMinPayloadBytes || total > kMaxFrameBytes) return Message(msg);
+  std::optional<uint64_t> position = ring->Reserve(tail);
+  if (!position.has_value()) return Message(msg);  // No room: inline.
+  char* dst = ring->At(*position);
+  for (size_t i = 1; i < f.slices_.size(); ++i) {
+    std::memcpy(dst, f.slices_[i].begin(), f.slices_[i].size());
+    dst += f.slices_[i].size();
+  }
+  f.slices_.resize(1);  // Lets go of the payload's memory.
+  f.shm_bytes_ = tail;
+  f.head_len_ = kFrameHeaderBytes;
+  f.head_.reset(new char[kFrameHeaderBytes + kShmPositionBytes]);
+  PutU32(f.head_.get(), kTcpFrameMagic);
+  PutU32(f.head_.get() + 4, kFrameShmMessage);
+  PutU32(f.head_.get() + 8, static_cast<uint32_t>(f.slices_[0].size() + kShmPositionBytes));
+  PutU32(f.head_.get() + 12, static_cast<uint32_t>(tail));
+  PutU64(f.head_.get() + kFrameHeaderBytes, *position);
+  f.BuildIov();
+  f.iov_.push_back({f.head_.get() + kFrameHeaderBytes, kShmPositionBytes});
+  return f;
+}
+
+OutFrame OutFrame::Raw(uint32_t kind, uint32_t aux, std::string body) {
+  OutFrame f;
+  f.head_len_ = kFrameHeaderBytes + body.size();
+  f.head_.reset(new char[f.head_len_]);
+  PutU32(f.head_.get(), kTcpFrameMagic);
+  PutU32(f.head_.get() + 4, kind);
+  PutU32(f.head_.get() + 8, static_cast<uint32_t>(body.size()));
+  PutU32(f.head_.get() + 12, aux);
+  if (!body.empty()) std::memcpy(f.head_.get() + kFrameHeaderBytes, body.data(), body.size());
   f.BuildIov();
   return f;
 }
@@ -165,8 +223,14 @@ absl::StatusOr<FrameHeader> ParseFrameHeader(const unsigned char* h) {
   f.kind = GetU32(h + 4);
   f.length = GetU32(h + 8);
   f.aux = GetU32(h + 12);
-  if (f.kind != kFrameMessage && f.kind != kFrameStatus) {
+  if (f.kind != kFrameMessage && f.kind != kFrameStatus && f.kind != kFrameShmMessage &&
+      f.kind != kFrameAttach) {
     return absl::InvalidArgumentError(absl::StrCat("unknown frame kind ", f.kind));
+  }
+  if (f.kind == kFrameShmMessage &&
+      (f.length < kShmPositionBytes || f.aux > kMaxFrameBytes - (f.length - kShmPositionBytes))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad shared-memory frame (", f.length, " bytes, payload ", f.aux, ")"));
   }
   if (f.length > kMaxFrameBytes) {
     return absl::InvalidArgumentError(absl::StrCat("frame of ", f.length,

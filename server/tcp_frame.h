@@ -10,6 +10,16 @@
 //               can place them straight into their destination); status: the gRPC status code,
 //               the text being the status message
 //
+// Over a Unix socket with shared memory attached (server/shm_ring.h) two more kinds:
+//
+//   kind 3  a message whose payload lies in the sender's ring: `length` counts the message
+//           without its payload and then the payload's u64 ring position; `aux` is the payload's
+//           size (not part of `length`). The receiver puts the payload back behind the message.
+//   kind 4  attach: from the client, the first frame on the socket, with the memfd as SCM_RIGHTS
+//           and a 16-byte body (the request and reply rings' sizes, u64 each); the server
+//           answers with a kind-4 header whose `aux` is 1 (attached) or 0 (refused: the
+//           connection goes on without shared memory).
+//
 // All integers little-endian. Frames larger than kMaxFrameBytes, unknown kinds and a wrong magic
 // are protocol errors: the receiver closes the connection.
 #ifndef PSCLUSTER_SERVER_TCP_FRAME_H_
@@ -27,12 +37,16 @@
 #include "absl/time/time.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
+#include "server/shm_ring.h"
 
 namespace pscluster {
 
 inline constexpr uint32_t kTcpFrameMagic = 0x31445350;
 inline constexpr uint32_t kFrameMessage = 1;
 inline constexpr uint32_t kFrameStatus = 2;
+inline constexpr uint32_t kFrameShmMessage = 3;
+inline constexpr uint32_t kFrameAttach = 4;
+inline constexpr size_t kShmPositionBytes = 8;
 inline constexpr uint32_t kMaxFrameBytes = 80u << 20;
 inline constexpr size_t kFrameHeaderBytes = 16;
 
@@ -49,6 +63,14 @@ class OutFrame {
   // A message frame; `msg` as built by EncodeWithPayload / SerializeSmall (a payload, if any, is
   // every slice after the first).
   static absl::StatusOr<OutFrame> Message(const grpc::ByteBuffer& msg);
+  // The same message with its payload copied into `ring` when it is large enough and the ring
+  // has room (a kind-3 frame); otherwise as Message(). Frames must be sent in the order they
+  // are built, as the reader releases ring space in that order.
+  static absl::StatusOr<OutFrame> Message(const grpc::ByteBuffer& msg, ShmRing* ring);
+  // A header of `kind` with `length` and `aux` and the given body.
+  static OutFrame Raw(uint32_t kind, uint32_t aux, std::string body);
+  // Payload bytes this frame placed in a ring (0: none, the payload goes inline).
+  size_t shm_bytes() const { return shm_bytes_; }
   // A status frame.
   static OutFrame Status(int code, const std::string& message);
 
@@ -70,6 +92,8 @@ class OutFrame {
   // Header (and a status frame's text): on the heap, so iov_ stays valid when the frame moves.
   std::unique_ptr<char[]> head_;
   size_t head_len_ = 0;
+  // A kind-3 frame's ring position is sent after the message: in head_, after the header.
+  size_t shm_bytes_ = 0;
   std::vector<grpc::Slice> slices_;
   std::vector<iovec> iov_;
   size_t iov_pos_ = 0;
@@ -107,6 +131,9 @@ class FrameReader {
   size_t pos_ = 0;
   size_t end_ = 0;
 };
+
+uint64_t GetU64(const unsigned char* p);
+void PutU64(char* p, uint64_t v);
 
 // Reads `n` bytes and throws them away.
 absl::Status Discard(int fd, size_t n, absl::Duration stall);

@@ -53,6 +53,9 @@ ABSL_FLAG(std::string, data_transport, "auto",
 ABSL_FLAG(int, data_spin_us, 50,
           "TCP data plane: a thread waiting for a server's reply checks the socket this long "
           "before it sleeps (0 = never)");
+ABSL_FLAG(int, data_shm_mib, 16,
+          "Unix data socket: offer the server shared memory with two rings of this many MiB "
+          "(requests, replies) so that payloads bypass the socket (0 = never)");
 ABSL_FLAG(int, register_timeout_sec, 60,
           "give up registering with --scheduler after this long (exit 138, retryable)");
 ABSL_FLAG(std::string, metrics_listen, "",
@@ -171,6 +174,10 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError("--data_spin_us: must be in [0, 100000]"), 2);
   }
   topts.data_spin = absl::Microseconds(absl::GetFlag(FLAGS_data_spin_us));
+  if (absl::GetFlag(FLAGS_data_shm_mib) < 0 || absl::GetFlag(FLAGS_data_shm_mib) > 4096) {
+    return Fail(absl::InvalidArgumentError("--data_shm_mib: must be in [0, 4096]"), 2);
+  }
+  topts.data_shm_ring_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_data_shm_mib)) << 20;
   const std::string device = topts.device;
   if (device != "auto" && device != "cpu" && device.rfind("cuda", 0) != 0) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(

@@ -51,6 +51,8 @@ struct TrainerOptions {
   DataTransport data_transport = DataTransport::kAuto;
   // TCP data plane: how long a waiting thread checks the socket before it sleeps.
   absl::Duration data_spin = absl::Microseconds(50);
+  // Unix data socket: shared memory rings of this size for the payloads (0: none).
+  size_t data_shm_ring_bytes = 16 << 20;
   // Deadline of each pull/push (waiting for slow workers under BSP/SSP included).
   absl::Duration call_timeout = absl::Seconds(120);
   // Send the shard map to the servers before creating tables (standalone runs, with no

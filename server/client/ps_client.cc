@@ -120,7 +120,8 @@ struct Connection {
         unix_st = absl::UnavailableError(
             absl::StrCat(address, " is not on this host: no Unix data socket"));
       } else {
-        auto c = TcpConn::OpenUnix(resp.data_unix(), resp.pid(), address, pool, o.spin);
+        auto c = TcpConn::OpenUnix(resp.data_unix(), resp.pid(), address, pool, o.spin,
+                                   o.shm_ring_bytes);
         if (c.ok()) return std::shared_ptr<DataConn>(std::move(*c));
         unix_st = c.status();
       }

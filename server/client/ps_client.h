@@ -77,6 +77,9 @@ struct PsClientOptions {
   // sleeps (0: sleep at once). Small round trips then avoid waking an idle core; waits longer
   // than this cost this much CPU each.
   absl::Duration spin = absl::Microseconds(50);
+  // Unix data socket: offer the server shared memory with two rings of this size (requests and
+  // replies), so that payloads bypass the socket (0: never; server/shm_ring.h).
+  size_t shm_ring_bytes = 16 << 20;
 };
 
 // Read a whole dense table into `data` (TableSpec elements, row-major).

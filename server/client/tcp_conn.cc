@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/logging.h"
 #include "common/status_convert.h"
 #include "server/wire.h"
 
@@ -99,10 +100,86 @@ absl::StatusOr<std::shared_ptr<TcpConn>> TcpConn::Open(const std::string& host, 
   return std::shared_ptr<TcpConn>(new TcpConn(*fd, wake, peer, std::move(pool), spin));
 }
 
+namespace {
+
+// Offers the server `area` as the first frame on the fresh socket `fd` and reads its answer:
+// true when it attached the memory, false when it refused.
+absl::StatusOr<bool> OfferSharedMemory(int fd, const ShmArea& area, const std::string& peer) {
+  char frame[kFrameHeaderBytes + 16];
+  const uint32_t words[4] = {kTcpFrameMagic, kFrameAttach, 16, 0};
+  for (int i = 0; i < 4; ++i) {
+    for (int b = 0; b < 4; ++b) frame[4 * i + b] = static_cast<char>((words[i] >> (8 * b)) & 0xff);
+  }
+  PutU64(frame + kFrameHeaderBytes, area.request_bytes());
+  PutU64(frame + kFrameHeaderBytes + 8, area.reply_bytes());
+  iovec v{frame, sizeof(frame)};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  m.msg_iov = &v;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  const int memfd = area.fd();
+  std::memcpy(CMSG_DATA(c), &memfd, sizeof(int));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  auto wait_for = [&](short events) -> absl::Status {
+    pollfd p{fd, events, 0};
+    const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (ms <= 0 || poll(&p, 1, static_cast<int>(ms)) <= 0) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "data socket of ", peer, ": no answer to the shared-memory offer within 10 s"));
+    }
+    return absl::OkStatus();
+  };
+  // A fresh socket takes the 32 bytes at once; all or nothing, so the memfd goes with the header.
+  while (sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof(frame))) {
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return absl::UnavailableError(absl::StrCat("data socket of ", peer,
+                                                 ": shared-memory offer: ", std::strerror(errno)));
+    }
+    absl::Status st = wait_for(POLLOUT);
+    if (!st.ok()) return st;
+  }
+  unsigned char answer[kFrameHeaderBytes];
+  size_t got = 0;
+  while (got < sizeof(answer)) {
+    ssize_t r = recv(fd, answer + got, sizeof(answer) - got, MSG_DONTWAIT);
+    if (r > 0) {
+      got += static_cast<size_t>(r);
+      continue;
+    }
+    if (r == 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "data socket of ", peer, ": closed by the server after the shared-memory offer"));
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return absl::UnavailableError(absl::StrCat("data socket of ", peer, ": ",
+                                                 std::strerror(errno)));
+    }
+    absl::Status st = wait_for(POLLIN);
+    if (!st.ok()) return st;
+  }
+  auto h = ParseFrameHeader(answer);
+  if (!h.ok() || h->kind != kFrameAttach || h->length != 0) {
+    return absl::InternalError(absl::StrCat("data socket of ", peer,
+                                            ": unexpected answer to the shared-memory offer"));
+  }
+  return h->aux == 1;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<TcpConn>> TcpConn::OpenUnix(const std::string& name, uint32_t pid,
                                                            const std::string& peer,
                                                            std::shared_ptr<BufferPool> pool,
-                                                           absl::Duration spin) {
+                                                           absl::Duration spin,
+                                                           size_t shm_ring_bytes) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (name.empty() || name.size() > sizeof(a.sun_path) - 1) {
@@ -131,12 +208,32 @@ absl::StatusOr<std::shared_ptr<TcpConn>> TcpConn::OpenUnix(const std::string& na
                                                     " is served by process ", cred.pid,
                                                     ", not by the server (process ", pid, ")"));
   }
+  std::unique_ptr<ShmArea> shm;
+  if (shm_ring_bytes > 0) {
+    auto area = ShmArea::Create(shm_ring_bytes, shm_ring_bytes);
+    if (!area.ok()) {
+      Logger("worker")->info("data socket of {}: no shared memory: {}", peer,
+                             area.status().message());
+    } else {
+      auto taken = OfferSharedMemory(fd, **area, peer);
+      if (!taken.ok()) {
+        close(fd);
+        return taken.status();
+      }
+      if (*taken) {
+        shm = std::move(*area);
+      } else {
+        Logger("worker")->info("data socket of {}: the server refused shared memory", peer);
+      }
+    }
+  }
   int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake < 0) {
     close(fd);
     return absl::ResourceExhaustedError(absl::StrCat("eventfd: ", std::strerror(errno)));
   }
-  return std::shared_ptr<TcpConn>(new TcpConn(fd, wake, peer, std::move(pool), spin, true));
+  return std::shared_ptr<TcpConn>(
+      new TcpConn(fd, wake, peer, std::move(pool), spin, true, std::move(shm)));
 }
 
 bool IsLocalHost(const std::string& host) {
@@ -202,15 +299,31 @@ void TcpConn::Disown() {
 
 absl::Status TcpConn::Send(const std::shared_ptr<Round>& round,
                            std::vector<grpc::ByteBuffer> messages) {
-  std::vector<OutFrame> frames;
-  frames.reserve(messages.size());
-  for (auto& m : messages) {
-    auto f = OutFrame::Message(m);
-    if (!f.ok()) return f.status();
-    frames.push_back(std::move(*f));
-  }
-  messages.clear();  // The frames hold the payload now.
-  {
+  if (shm_ != nullptr) {
+    // Request-ring space is reserved in the order frames join writes_ (the server hands it back
+    // in that order), so the frames are built under the lock.
+    absl::MutexLock l(&mu_);
+    if (closing_) {
+      return absl::UnavailableError(absl::StrCat("data connection to ", peer_, " is closed"));
+    }
+    std::vector<OutFrame> frames;
+    frames.reserve(messages.size());
+    for (auto& m : messages) {
+      auto f = OutFrame::Message(m, &shm_->request());
+      // Ring space of frames dropped here is reclaimed with the next frame the server reads.
+      if (!f.ok()) return f.status();
+      frames.push_back(std::move(*f));
+    }
+    rounds_[round->request_id()] = round;
+    for (auto& f : frames) writes_.push_back(std::move(f));
+  } else {
+    std::vector<OutFrame> frames;
+    frames.reserve(messages.size());
+    for (auto& m : messages) {
+      auto f = OutFrame::Message(m);
+      if (!f.ok()) return f.status();
+      frames.push_back(std::move(*f));
+    }
     absl::MutexLock l(&mu_);
     if (closing_) {
       return absl::UnavailableError(absl::StrCat("data connection to ", peer_, " is closed"));
@@ -218,6 +331,7 @@ absl::Status TcpConn::Send(const std::shared_ptr<Round>& round,
     rounds_[round->request_id()] = round;
     for (auto& f : frames) writes_.push_back(std::move(f));
   }
+  messages.clear();  // The frames hold the payload now.
   if (TryOwn()) {
     // Writes what the socket takes now and returns: a call to several servers fills every
     // server's socket before it waits on the first, so they all work at once.
@@ -467,8 +581,15 @@ absl::Status TcpConn::ReadAvailable(absl::FunctionRef<bool()> stop) {
               absl::StrCat("reply from ", peer_, ": ", h.status().message()));
         }
         in_.h = *h;
-        in_.prefix.resize(in_.h.kind == kFrameStatus ? in_.h.length
-                                                     : in_.h.length - in_.h.aux);
+        if (in_.h.kind == kFrameShmMessage ? shm_ == nullptr
+                                           : in_.h.kind != kFrameMessage &&
+                                                 in_.h.kind != kFrameStatus) {
+          return absl::InternalError(absl::StrCat("reply from ", peer_, ": unexpected frame kind ",
+                                                  in_.h.kind));
+        }
+        // A message without its payload (kind 3: followed by the payload's ring position).
+        in_.prefix.resize(in_.h.kind == kFrameMessage ? in_.h.length - in_.h.aux
+                                                      : in_.h.length);
         in_.got = 0;
         in_.stage = Incoming::Stage::kPrefix;
         break;
@@ -499,6 +620,11 @@ absl::Status TcpConn::ReadAvailable(absl::FunctionRef<bool()> stop) {
 absl::Status TcpConn::OnPrefix() {
   const uint32_t payload = in_.h.aux;
   size_t header_len = in_.prefix.size();
+  const bool in_ring = in_.h.kind == kFrameShmMessage;
+  if (in_ring) {  // The length is at least the position's 8 bytes (ParseFrameHeader).
+    header_len -= kShmPositionBytes;
+    in_.position = GetU64(reinterpret_cast<const unsigned char*>(in_.prefix.data()) + header_len);
+  }
   if (payload > 0) {
     // The prefix ends with the `values` field's tag and length.
     const size_t trailer = 1 + VarintSize(payload);
@@ -535,6 +661,18 @@ absl::Status TcpConn::OnPrefix() {
   }
   in_.remaining = payload;
   in_.stage = Incoming::Stage::kPayload;
+  if (in_ring) {
+    // The payload is in the reply ring: copied out whole, and its space handed back.
+    auto src = shm_->reply().Locate(in_.position, payload);
+    if (!src.ok()) {
+      return absl::InternalError(absl::StrCat("reply from ", peer_, ": ", src.status().message()));
+    }
+    if (in_.dst != nullptr) std::memcpy(in_.dst, *src, payload);
+    shm_->reply().Release(in_.position, payload);
+    in_.remaining = 0;
+    FinishFrame();
+    return absl::OkStatus();
+  }
   if (payload == 0) FinishFrame();
   return absl::OkStatus();
 }

@@ -28,6 +28,7 @@
 #include "proto/ps.pb.h"
 #include "server/buffer_pool.h"
 #include "server/client/data_conn.h"
+#include "server/shm_ring.h"
 #include "server/tcp_frame.h"
 
 namespace pscluster {
@@ -44,11 +45,14 @@ class TcpConn : public DataConn {
                                                        absl::Duration spin);
   // Connects to the server's abstract Unix socket `name` (same host and network namespace) and
   // checks that the peer is process `pid` (the server's, from its Status); the same frames as
-  // over TCP follow.
+  // over TCP follow. With `shm_ring_bytes` > 0 it first offers the server shared memory with two
+  // rings of that size (server/shm_ring.h): if the server takes it, payloads go through it
+  // instead of the socket; if it refuses, or the memory cannot be made, the socket carries them.
   static absl::StatusOr<std::shared_ptr<TcpConn>> OpenUnix(const std::string& name, uint32_t pid,
                                                            const std::string& peer,
                                                            std::shared_ptr<BufferPool> pool,
-                                                           absl::Duration spin);
+                                                           absl::Duration spin,
+                                                           size_t shm_ring_bytes = 0);
   ~TcpConn() override;
 
   absl::Status Send(const std::shared_ptr<Round>& round,
@@ -69,7 +73,11 @@ class TcpConn : public DataConn {
   bool done() const override;
   bool usable() const override;
   absl::Time opened() const override { return opened_; }
-  const char* transport() const override { return is_unix_ ? "unix" : "tcp"; }
+  const char* transport() const override {
+    return is_unix_ ? (shm_ != nullptr ? "unix+shm" : "unix") : "tcp";
+  }
+  // Whether payloads go through shared memory.
+  bool shared_memory() const { return shm_ != nullptr; }
 
  private:
   // The frame being received (owned by the I/O owner).
@@ -85,11 +93,13 @@ class TcpConn : public DataConn {
     char* dst = nullptr;
     BufferPool::Buffer buf;        // Or into this pooled buffer.
     size_t remaining = 0;
+    uint64_t position = 0;         // Kind 3: the payload's place in the reply ring.
   };
 
   TcpConn(int fd, int wake_fd, std::string peer, std::shared_ptr<BufferPool> pool,
-          absl::Duration spin, bool is_unix = false)
+          absl::Duration spin, bool is_unix = false, std::unique_ptr<ShmArea> shm = nullptr)
       : is_unix_(is_unix),
+        shm_(std::move(shm)),
         fd_(fd),
         wake_fd_(wake_fd),
         peer_(std::move(peer)),
@@ -129,6 +139,10 @@ class TcpConn : public DataConn {
   void Break(const absl::Status& st);
 
   const bool is_unix_;
+  // Shared memory the server attached (Unix sockets only): frames are built into its request
+  // ring under mu_, in the order they join writes_; replies are copied out of its reply ring by
+  // the I/O owner.
+  const std::unique_ptr<ShmArea> shm_;
   const int fd_;
   const int wake_fd_;  // eventfd: frames were queued for the I/O owner to send.
   const std::string peer_;

@@ -54,6 +54,8 @@ ABSL_FLAG(std::string, transport, "tcp",
           "data plane of the ps clients: tcp (the server's TCP data port), grpc (PushPull), unix "
           "(its Unix socket) or auto");
 ABSL_FLAG(int, spin_us, 50, "TCP data plane: client spin before sleeping, microseconds");
+ABSL_FLAG(int, shm_mib, 16,
+          "--transport=unix: shared-memory rings of this many MiB (0 = payloads over the socket)");
 ABSL_FLAG(int, sparse_threads, 4, "client threads (requests in flight) for the sparse benchmark");
 
 namespace pscluster {
@@ -145,6 +147,7 @@ std::unique_ptr<PsClient> MakeClient(const std::string& job, const std::vector<s
   }
   o.data_transport = *transport;
   o.spin = absl::Microseconds(absl::GetFlag(FLAGS_spin_us));
+  o.shm_ring_bytes = static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_shm_mib))) << 20;
   o.channel.int_args = *DataPlaneChannelArgs(absl::GetFlag(FLAGS_ps_grpc_args));
   if (absl::GetFlag(FLAGS_copy_below_bytes) >= 0) {
     o.copy_below_bytes = absl::GetFlag(FLAGS_copy_below_bytes);

@@ -49,6 +49,8 @@ ABSL_FLAG(std::string, data_transport, "tcp",
           "for a network), unix (its Unix socket: server and worker on one host), grpc or auto");
 ABSL_FLAG(std::string, server_flags, "", "extra ps_server flags, space separated (experiments)");
 ABSL_FLAG(int, data_spin_us, 50, "workers: spin before sleeping on the TCP data plane, microseconds");
+ABSL_FLAG(int, data_shm_mib, 16,
+          "workers over the Unix socket: shared-memory rings of this many MiB (0 = none)");
 ABSL_FLAG(int, repeats, 1, "measure every row this many times, interleaved; medians are shown");
 ABSL_FLAG(bool, skip_two_workers, false, "measure only the 1 x 1 cluster");
 ABSL_FLAG(bool, two_servers, false,
@@ -363,6 +365,8 @@ absl::StatusOr<Row> Cluster(const std::vector<std::string>& server_addresses, in
   if (!transport.ok()) return transport.status();
   to.data_transport = *transport;
   to.data_spin = absl::Microseconds(absl::GetFlag(FLAGS_data_spin_us));
+  to.data_shm_ring_bytes = static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_data_shm_mib)))
+                           << 20;
   for (int r = 0; r < workers; ++r) {
     v1::AssignTaskRequest task;
     task.set_job_id(absl::StrCat("bench-", server_addresses.size(), "s-", workers, "x-", run));

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -28,6 +31,44 @@ int Connect(int port) {
   timeval tv{10, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   return fd;
+}
+
+int ConnectUnix(const std::string& name) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path + 1, name.data(), std::min(name.size(), sizeof(a.sun_path) - 1));
+  const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 +
+                                               std::min(name.size(), sizeof(a.sun_path) - 1));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), len) != 0) {
+    ADD_FAILURE() << "connect to @" << name << ": " << std::strerror(errno);
+    close(fd);
+    return -1;
+  }
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+void SendAttach(int fd, int memfd, uint64_t request, uint64_t reply) {
+  std::string frame = Header(kTcpFrameMagic, kFrameAttach, 16, 0) + std::string(16, '\0');
+  PutU64(frame.data() + kFrameHeaderBytes, request);
+  PutU64(frame.data() + kFrameHeaderBytes + 8, reply);
+  iovec v{frame.data(), frame.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  m.msg_iov = &v;
+  m.msg_iovlen = 1;
+  if (memfd >= 0) {
+    m.msg_control = control;
+    m.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &memfd, sizeof(int));
+  }
+  ASSERT_EQ(sendmsg(fd, &m, MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
 }
 
 void SendRaw(int fd, const std::string& bytes) {

@@ -13,6 +13,14 @@ namespace pscluster::testing {
 // A TCP connection to 127.0.0.1:`port` with a 10 s receive timeout (-1 after a test failure).
 int Connect(int port);
 
+// A connection to the abstract Unix socket `name` with a 10 s receive timeout (-1 after a test
+// failure).
+int ConnectUnix(const std::string& name);
+
+// Sends an attach frame (server/tcp_frame.h, kind 4) announcing rings of `request` and `reply`
+// bytes, with `memfd` passed along (none when -1); a test failure if the socket does not take it.
+void SendAttach(int fd, int memfd, uint64_t request, uint64_t reply);
+
 // Writes all of `bytes`; a test failure if the socket does not take them.
 void SendRaw(int fd, const std::string& bytes);
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "common/channel.h"
 #include "common/status_convert.h"
 #include "server/client/tcp_conn.h"
+#include "server/shm_ring.h"
 #include "server/tcp_frame.h"
 #include "server/testing/cluster.h"
 #include "server/wire.h"
@@ -51,10 +53,12 @@ class TcpDataPlaneTest : public ::testing::Test {
                                               const std::vector<v1::TableSpec>& tables,
                                               DataTransport transport,
                                               v1::ConsistencySpec::Mode mode, uint32_t workers,
-                                              absl::Duration timeout = absl::Seconds(20)) {
+                                              absl::Duration timeout = absl::Seconds(20),
+                                              size_t shm_ring_bytes = 16 << 20) {
     PsClientOptions o;
     o.data_transport = transport;
     o.call_timeout = timeout;
+    o.shm_ring_bytes = shm_ring_bytes;
     auto client = cluster.Client("job", tables, 0, o);
     if (!client.ok()) {
       ADD_FAILURE() << client.status();
@@ -104,16 +108,25 @@ class TcpDataPlaneTest : public ::testing::Test {
     EXPECT_TRUE(absl::StrContains(st.message(), why)) << st;
   }
 
+  // What the server of a Train() run passed through shared memory.
+  struct ShmUse {
+    int connections = 0;
+    uint64_t received = 0;  // Payload bytes.
+    uint64_t sent = 0;
+  };
+
   // Runs the same 5 steps of push-pull against `servers` fresh servers with `transport`;
   // returns the final dense (`dense` values in blocks of `block`) and sparse values.
   static std::vector<float> Train(DataTransport transport, bool* used_ok, int servers = 1,
                                   uint64_t dense = 3000, uint64_t block = 512,
-                                  PsClient::Stats* stats = nullptr) {
+                                  PsClient::Stats* stats = nullptr,
+                                  size_t shm_ring_bytes = 16 << 20, ShmUse* shm = nullptr) {
     InProcessCluster cluster(servers);
     EXPECT_TRUE(cluster.status().ok()) << cluster.status();
     auto w = DenseSpec("w", {dense}, kAdam, block);
     auto e = SparseSpec("e", 8, 1000, kAdam);
-    auto client = ClientWith(cluster, {w, e}, transport, v1::ConsistencySpec::BSP, 1);
+    auto client = ClientWith(cluster, {w, e}, transport, v1::ConsistencySpec::BSP, 1,
+                             absl::Seconds(20), shm_ring_bytes);
     *used_ok = client != nullptr;
     if (client == nullptr) return {};
     std::vector<float> wv(dense), g(dense);
@@ -131,6 +144,11 @@ class TcpDataPlaneTest : public ::testing::Test {
     }
     wv.insert(wv.end(), rows.begin(), rows.end());
     if (stats != nullptr) *stats = client->stats();
+    if (shm != nullptr) {
+      shm->connections = cluster.server(0)->data_shm_connections();
+      shm->received = cluster.server(0)->data_shm_bytes_received();
+      shm->sent = cluster.server(0)->data_shm_bytes_sent();
+    }
     return wv;
   }
 };
@@ -522,6 +540,150 @@ TEST_F(TcpDataPlaneTest, AUnixSocketNotServedByTheServerIsRefused) {
                                 absl::ZeroDuration());
   ASSERT_FALSE(none.ok());
   EXPECT_TRUE(absl::IsUnavailable(none.status())) << none.status();
+}
+
+// A worker on the server's host passes payloads through shared memory (the default): the same
+// values bit for bit as over TCP, with rings big enough for a whole round, with rings too small
+// for one (the rest goes over the socket), and without shared memory.
+TEST_F(TcpDataPlaneTest, SharedMemoryOnTheSameHostMatchesTcpBitForBit) {
+  const uint64_t dense = 30000, block = 8192;  // 4 blocks of 32 KiB per round.
+  const uint64_t pushed = 5 * dense * 4;       // Dense payload bytes over the 5 steps.
+  bool ok_shm, ok_small, ok_sock, ok_tcp;
+  ShmUse shm, small, sock;
+  std::vector<float> over_shm =
+      Train(DataTransport::kUnix, &ok_shm, 1, dense, block, nullptr, 16 << 20, &shm);
+  std::vector<float> over_small =
+      Train(DataTransport::kUnix, &ok_small, 1, dense, block, nullptr, 64 << 10, &small);
+  std::vector<float> over_sock =
+      Train(DataTransport::kUnix, &ok_sock, 1, dense, block, nullptr, 0, &sock);
+  std::vector<float> over_tcp = Train(DataTransport::kTcp, &ok_tcp, 1, dense, block);
+  ASSERT_TRUE(ok_shm && ok_small && ok_sock && ok_tcp);
+  EXPECT_EQ(shm.connections, 1);
+  EXPECT_EQ(shm.received, pushed) << "every dense gradient through the request ring";
+  EXPECT_EQ(shm.sent, pushed) << "every dense reply through the reply ring";
+  EXPECT_EQ(small.connections, 1);
+  EXPECT_GT(small.received, 0u);
+  EXPECT_LT(small.received, pushed) << "a 64 KiB ring cannot hold a 128 KiB round";
+  EXPECT_EQ(sock.connections, 0);
+  EXPECT_EQ(sock.received, 0u);
+  for (const auto* v : {&over_shm, &over_small, &over_sock}) {
+    ASSERT_EQ(v->size(), over_tcp.size());
+    EXPECT_EQ(std::memcmp(v->data(), over_tcp.data(), over_tcp.size() * 4), 0);
+  }
+}
+
+// --data_shm_mib=0 on the server: the offer is refused and the Unix socket carries the payloads.
+TEST_F(TcpDataPlaneTest, SharedMemoryRefusedByTheServerFallsBackToTheSocket) {
+  PsServerOptions so;
+  so.data_shm_max_bytes = 0;
+  InProcessCluster cluster(1, so);
+  ASSERT_TRUE(cluster.status().ok());
+  auto w = DenseSpec("w", {100000}, kAdam, 25000);
+  AutoClientPulls(cluster, w);  // 100 KB blocks: through the ring, had it been attached.
+  EXPECT_EQ(cluster.server(0)->data_shm_bytes_sent(), 0u);
+  auto conn = TcpConn::OpenUnix(cluster.server(0)->data_unix(), static_cast<uint32_t>(getpid()),
+                                "server-0", BufferPool::Create(), absl::ZeroDuration(), 1 << 20);
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  EXPECT_FALSE((*conn)->shared_memory());
+  EXPECT_STREQ((*conn)->transport(), "unix");
+}
+
+// Shared-memory frames a client has no right to send, or that point outside its ring, and
+// memory the server must not map: refused with a status naming the fault (or, for the memory,
+// an answer that the connection goes on without it); nothing changes and the server serves on.
+TEST_F(TcpDataPlaneTest, HostileSharedMemoryIsRefusedAndChangesNothing) {
+  InProcessCluster cluster(1);
+  ASSERT_TRUE(cluster.status().ok());
+  auto client =
+      TcpClient(cluster, DenseSpec("w", {1000}, kAdam, 256), v1::ConsistencySpec::ASP, 1);
+  ASSERT_NE(client, nullptr);
+  std::vector<float> before(1000);
+  ASSERT_TRUE(client->Pull(0, {{{"w", before.data()}}, {}}).ok());
+  const std::string name = cluster.server(0)->data_unix();
+  auto position = [](uint64_t p) {
+    std::string s(8, '\0');
+    PutU64(s.data(), p);
+    return s;
+  };
+  // The attach answer: kind 4, aux 1 (attached) or 0 (refused).
+  auto answer = [](int fd) -> int {
+    auto h = ReadFrameHeader(fd);
+    if (!h.ok() || h->kind != kFrameAttach) return -1;
+    return static_cast<int>(h->aux);
+  };
+
+  {  // A payload in shared memory with none attached.
+    int fd = ConnectUnix(name);
+    SendRaw(fd, Header(kTcpFrameMagic, kFrameShmMessage, 5 + 8, 100) + "junk!" + position(0));
+    absl::Status st = ReadUntilStatus(fd);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), "none is attached")) << st;
+    close(fd);
+  }
+  {  // Memory that is not sealed (it could shrink under the server): refused, and the
+     // connection goes on without it.
+    int memfd = memfd_create("hostile", MFD_CLOEXEC);
+    ASSERT_EQ(ftruncate(memfd, 4096 + 2 * 65536), 0);
+    int fd = ConnectUnix(name);
+    SendAttach(fd, memfd, 65536, 65536);
+    close(memfd);
+    EXPECT_EQ(answer(fd), 0);
+    SendRaw(fd, Header(kTcpFrameMagic, kFrameShmMessage, 5 + 8, 100) + "junk!" + position(0));
+    EXPECT_TRUE(absl::StrContains(ReadUntilStatus(fd).message(), "none is attached"));
+    close(fd);
+  }
+  {  // An attach frame without memory, and one whose sizes disagree with the memory.
+    int fd = ConnectUnix(name);
+    SendAttach(fd, -1, 65536, 65536);
+    EXPECT_EQ(answer(fd), 0);
+    close(fd);
+    auto area = ShmArea::Create(65536, 65536);
+    ASSERT_TRUE(area.ok());
+    fd = ConnectUnix(name);
+    SendAttach(fd, (*area)->fd(), 65536, 1 << 20);
+    EXPECT_EQ(answer(fd), 0);
+    close(fd);
+  }
+  {  // Attached, then a payload that does not lie in the ring.
+    auto area = ShmArea::Create(65536, 65536);
+    ASSERT_TRUE(area.ok());
+    int fd = ConnectUnix(name);
+    SendAttach(fd, (*area)->fd(), 65536, 65536);
+    EXPECT_EQ(answer(fd), 1);
+    EXPECT_EQ(cluster.server(0)->data_shm_connections(), 1);
+    SendRaw(fd, Header(kTcpFrameMagic, kFrameShmMessage, 5 + 8, 40000) + "junk!" +
+                    position(30000));
+    absl::Status st = ReadUntilStatus(fd);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), "does not lie in the ring")) << st;
+    close(fd);
+  }
+  {  // A malformed attach frame, and one on the TCP port (not the first frame of a Unix socket).
+    int fd = ConnectUnix(name);
+    SendRaw(fd, Header(kTcpFrameMagic, kFrameAttach, 3, 0) + "abc");
+    absl::Status st = ReadUntilStatus(fd);
+    EXPECT_TRUE(absl::StrContains(st.message(), "attach frame of 3 bytes")) << st;
+    close(fd);
+    fd = Connect(cluster.server(0)->data_port());
+    SendRaw(fd, Header(kTcpFrameMagic, kFrameAttach, 16, 0) + std::string(16, '\0'));
+    st = ReadUntilStatus(fd);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), "not the first on a Unix socket")) << st;
+    close(fd);
+  }
+  {  // A shared-memory frame announcing more than a frame may hold.
+    int fd = ConnectUnix(name);
+    SendRaw(fd, Header(kTcpFrameMagic, kFrameShmMessage, 8, 0xfffffff0u) + position(0));
+    EXPECT_TRUE(absl::IsInvalidArgument(ReadUntilStatus(fd)));
+    close(fd);
+  }
+  // Nothing changed, and the server still serves, shared memory included.
+  std::vector<float> after(1000);
+  ASSERT_TRUE(client->Pull(0, {{{"w", after.data()}}, {}}).ok());
+  EXPECT_EQ(before, after);
+  auto w = DenseSpec("w2", {100000}, kAdam, 25000);
+  AutoClientPulls(cluster, w);
+  EXPECT_GT(cluster.server(0)->data_shm_bytes_sent(), 0u);
 }
 
 TEST(IsLocalHostTest, LoopbackAndOwnAddressesOnly) {
