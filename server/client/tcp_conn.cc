@@ -299,31 +299,16 @@ void TcpConn::Disown() {
 
 absl::Status TcpConn::Send(const std::shared_ptr<Round>& round,
                            std::vector<grpc::ByteBuffer> messages) {
-  if (shm_ != nullptr) {
-    // Request-ring space is reserved in the order frames join writes_ (the server hands it back
-    // in that order), so the frames are built under the lock.
-    absl::MutexLock l(&mu_);
-    if (closing_) {
-      return absl::UnavailableError(absl::StrCat("data connection to ", peer_, " is closed"));
-    }
-    std::vector<OutFrame> frames;
-    frames.reserve(messages.size());
-    for (auto& m : messages) {
-      auto f = OutFrame::Message(m, &shm_->request());
-      // Ring space of frames dropped here is reclaimed with the next frame the server reads.
-      if (!f.ok()) return f.status();
-      frames.push_back(std::move(*f));
-    }
-    rounds_[round->request_id()] = round;
-    for (auto& f : frames) writes_.push_back(std::move(f));
-  } else {
-    std::vector<OutFrame> frames;
-    frames.reserve(messages.size());
-    for (auto& m : messages) {
-      auto f = OutFrame::Message(m);
-      if (!f.ok()) return f.status();
-      frames.push_back(std::move(*f));
-    }
+  if (shm_ != nullptr) return SendThroughRing(round, std::move(messages));
+  std::vector<OutFrame> frames;
+  frames.reserve(messages.size());
+  for (auto& m : messages) {
+    auto f = OutFrame::Message(m);
+    if (!f.ok()) return f.status();
+    frames.push_back(std::move(*f));
+  }
+  messages.clear();  // The frames hold the payload now.
+  {
     absl::MutexLock l(&mu_);
     if (closing_) {
       return absl::UnavailableError(absl::StrCat("data connection to ", peer_, " is closed"));
@@ -331,7 +316,44 @@ absl::Status TcpConn::Send(const std::shared_ptr<Round>& round,
     rounds_[round->request_id()] = round;
     for (auto& f : frames) writes_.push_back(std::move(f));
   }
-  messages.clear();  // The frames hold the payload now.
+  Kick();
+  return absl::OkStatus();
+}
+
+absl::Status TcpConn::SendThroughRing(const std::shared_ptr<Round>& round,
+                                      std::vector<grpc::ByteBuffer> messages) {
+  // Every frame is checked before the first goes out: a round is sent whole or not at all.
+  for (auto& m : messages) {
+    std::vector<grpc::Slice> slices;
+    if (!m.Dump(&slices).ok()) {
+      return absl::InternalError("cannot read an outgoing message's slices");
+    }
+  }
+  {
+    absl::MutexLock l(&mu_);
+    if (closing_) {
+      return absl::UnavailableError(absl::StrCat("data connection to ", peer_, " is closed"));
+    }
+    rounds_[round->request_id()] = round;
+  }
+  // Frame by frame: each payload is copied into the ring and its small frame sent before the
+  // next payload is copied, so the server applies one while this thread copies the next.
+  // Ring space is reserved in the order frames join writes_ (the server hands it back in that
+  // order), hence under the lock.
+  for (size_t i = 0; i < messages.size(); ++i) {
+    {
+      absl::MutexLock l(&mu_);
+      auto f = OutFrame::Message(messages[i], &shm_->request());
+      if (!f.ok()) return f.status();  // Not reached: the slices were read above.
+      writes_.push_back(std::move(*f));
+    }
+    messages[i].Clear();  // The frame (or the ring) holds the payload now.
+    Kick();
+  }
+  return absl::OkStatus();
+}
+
+void TcpConn::Kick() {
   if (TryOwn()) {
     // Writes what the socket takes now and returns: a call to several servers fills every
     // server's socket before it waits on the first, so they all work at once.
@@ -347,7 +369,6 @@ absl::Status TcpConn::Send(const std::shared_ptr<Round>& round,
     uint64_t one = 1;
     (void)!write(wake_fd_, &one, sizeof(one));
   }
-  return absl::OkStatus();
 }
 
 absl::Status TcpConn::Wait(const std::shared_ptr<Round>& round, absl::Time deadline) {

@@ -107,6 +107,13 @@ class TcpConn : public DataConn {
         opened_(absl::Now()),
         spin_(spin) {}
 
+  // Send() with shared memory: payload by payload into the request ring, each frame sent as soon
+  // as its payload is in.
+  absl::Status SendThroughRing(const std::shared_ptr<Round>& round,
+                               std::vector<grpc::ByteBuffer> messages);
+  // Has queued frames written: by this thread if the I/O is free (what the socket takes now),
+  // else by the owner, woken through wake_fd_.
+  void Kick();
   // Becomes the I/O owner if nobody is; false otherwise.
   bool TryOwn();
   void Disown();
