@@ -64,6 +64,7 @@ struct Connection {
   std::shared_ptr<DataConn> stream ABSL_GUARDED_BY(mu);
   std::vector<std::shared_ptr<DataConn>> retired ABSL_GUARDED_BY(mu);  // Still finishing.
   bool warned ABSL_GUARDED_BY(mu) = false;  // Fell back to gRPC once (logged).
+  bool announced ABSL_GUARDED_BY(mu) = false;  // Logged which data plane it uses.
 
   std::shared_ptr<DataConn> GetStream(const PsClientOptions& o) {
     absl::MutexLock l(&mu);
@@ -83,6 +84,10 @@ struct Connection {
       auto tcp = OpenTcp(o);
       if (tcp.ok()) {
         stream = std::move(*tcp);
+        if (!announced) {
+          announced = true;
+          Logger("worker")->info("data plane to {} over {}", address, stream->transport());
+        }
         return stream;
       }
       if (o.data_transport == DataTransport::kTcp || o.data_transport == DataTransport::kUnix) {
