@@ -213,6 +213,26 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   }
   if (!options.metrics_listen.empty()) {
     RegisterServerMetrics(s->handler_.get(), &s->registry_);
+    if (s->tcp_) {
+      // The data server outlives the metrics endpoint (Shutdown() stops the endpoint first).
+      TcpDataServer* t = s->tcp_.get();
+      s->registry_.AddGaugeCallback(
+          "pscluster_server_data_connections",
+          "Open connections of the TCP data plane by how their payloads travel: tcp (the data "
+          "port), unix (the Unix socket), shm (the Unix socket with shared memory).",
+          [t]() {
+            const TcpDataServer::ConnectionCounts n = t->CountConnections();
+            return std::vector<Sample>{{"transport=\"tcp\"", double(n.tcp)},
+                                       {"transport=\"unix\"", double(n.unix_socket)},
+                                       {"transport=\"shm\"", double(n.shm)}};
+          });
+      s->registry_.AddCounterCallback(
+          "pscluster_server_shm_payload_bytes_total",
+          "Payload bytes passed through shared memory with workers on this host.", [t]() {
+            return std::vector<Sample>{{"direction=\"received\"", double(t->shm_bytes_received())},
+                                       {"direction=\"sent\"", double(t->shm_bytes_sent())}};
+          });
+    }
     auto m = MetricsHttpServer::Start(options.metrics_listen, &s->registry_);
     if (!m.ok()) {
       s->grpc_->Shutdown(absl::ZeroDuration());

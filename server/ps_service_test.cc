@@ -1126,6 +1126,14 @@ TEST(ServiceMetricsTest, ServesPrometheusText) {
   EXPECT_NE(page.find("# TYPE pscluster_server_push_chunks_total counter"), std::string::npos);
   EXPECT_NE(page.find("pscluster_server_push_chunks_total 1\n"), std::string::npos) << page;
   EXPECT_NE(page.find("# TYPE pscluster_server_copies_on_write_total counter"), std::string::npos);
+  // The client runs in this process, so it reaches the server through the Unix socket with
+  // shared memory (its 400-byte push went inline).
+  EXPECT_NE(page.find("pscluster_server_data_connections{transport=\"shm\"} 1\n"),
+            std::string::npos) << page;
+  EXPECT_NE(page.find("pscluster_server_data_connections{transport=\"tcp\"} 0\n"),
+            std::string::npos) << page;
+  EXPECT_NE(page.find("pscluster_server_shm_payload_bytes_total{direction=\"received\"} 0\n"),
+            std::string::npos) << page;
   EXPECT_NE(page.find("pscluster_job_worker_clock{job=\"job\",worker=\"0\"} 1\n"),
             std::string::npos) << page;
   EXPECT_NE(page.find("pscluster_table_bytes{job=\"job\",table=\"w\"} 400\n"),

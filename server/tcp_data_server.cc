@@ -570,6 +570,22 @@ int TcpDataServer::shm_connections() const {
   return n;
 }
 
+TcpDataServer::ConnectionCounts TcpDataServer::CountConnections() const {
+  absl::MutexLock l(&mu_);
+  ConnectionCounts n;
+  for (const auto& c : conns_) {
+    if (c->ended()) continue;
+    if (!c->is_unix()) {
+      ++n.tcp;
+    } else if (c->has_shm()) {
+      ++n.shm;
+    } else {
+      ++n.unix_socket;
+    }
+  }
+  return n;
+}
+
 void TcpDataServer::Shutdown() {
   if (stopping_.exchange(true)) return;
   shutdown(listen_fd_, SHUT_RDWR);

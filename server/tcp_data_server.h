@@ -64,6 +64,13 @@ class TcpDataServer {
   // Open connections whose payloads go through shared memory, and the payload bytes that went
   // through it (received, sent) since the start.
   int shm_connections() const;
+  // Open connections by how their payloads travel.
+  struct ConnectionCounts {
+    int tcp = 0;
+    int unix_socket = 0;  // Without shared memory.
+    int shm = 0;
+  };
+  ConnectionCounts CountConnections() const;
   uint64_t shm_bytes_received() const { return shm_counters_.received.load(); }
   uint64_t shm_bytes_sent() const { return shm_counters_.sent.load(); }
   struct ShmCounters {
