@@ -110,6 +110,34 @@ absl::StatusOr<OutFrame> OutFrame::Message(const grpc::ByteBuffer& msg, ShmRing*
   return f;
 }
 
+std::string AttachFrame(uint64_t request, uint64_t reply) {
+  std::string f(kFrameHeaderBytes + 16, '\0');
+  PutU32(f.data(), kTcpFrameMagic);
+  PutU32(f.data() + 4, kFrameAttach);
+  PutU32(f.data() + 8, 16);
+  PutU64(f.data() + kFrameHeaderBytes, request);
+  PutU64(f.data() + kFrameHeaderBytes + 8, reply);
+  return f;
+}
+
+ssize_t SendWithFd(int fd, const std::string& bytes, int passed, int flags) {
+  iovec v{const_cast<char*>(bytes.data()), bytes.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  m.msg_iov = &v;
+  m.msg_iovlen = 1;
+  if (passed >= 0) {
+    m.msg_control = control;
+    m.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &passed, sizeof(int));
+  }
+  return sendmsg(fd, &m, flags);
+}
+
 OutFrame OutFrame::Raw(uint32_t kind, uint32_t aux, std::string body) {
   OutFrame f;
   f.head_len_ = kFrameHeaderBytes + body.size();

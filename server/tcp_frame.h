@@ -135,6 +135,12 @@ class FrameReader {
 uint64_t GetU64(const unsigned char* p);
 void PutU64(char* p, uint64_t v);
 
+// An attach frame (kind 4) announcing rings of `request` and `reply` bytes.
+std::string AttachFrame(uint64_t request, uint64_t reply);
+// sendmsg() of `bytes` with the file descriptor `passed` as SCM_RIGHTS (none when -1); returns
+// sendmsg()'s result.
+ssize_t SendWithFd(int fd, const std::string& bytes, int passed, int flags);
+
 // Reads `n` bytes and throws them away.
 absl::Status Discard(int fd, size_t n, absl::Duration stall);
 

@@ -105,26 +105,7 @@ namespace {
 // Offers the server `area` as the first frame on the fresh socket `fd` and reads its answer:
 // true when it attached the memory, false when it refused.
 absl::StatusOr<bool> OfferSharedMemory(int fd, const ShmArea& area, const std::string& peer) {
-  char frame[kFrameHeaderBytes + 16];
-  const uint32_t words[4] = {kTcpFrameMagic, kFrameAttach, 16, 0};
-  for (int i = 0; i < 4; ++i) {
-    for (int b = 0; b < 4; ++b) frame[4 * i + b] = static_cast<char>((words[i] >> (8 * b)) & 0xff);
-  }
-  PutU64(frame + kFrameHeaderBytes, area.request_bytes());
-  PutU64(frame + kFrameHeaderBytes + 8, area.reply_bytes());
-  iovec v{frame, sizeof(frame)};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr m{};
-  m.msg_iov = &v;
-  m.msg_iovlen = 1;
-  m.msg_control = control;
-  m.msg_controllen = sizeof(control);
-  cmsghdr* c = CMSG_FIRSTHDR(&m);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  const int memfd = area.fd();
-  std::memcpy(CMSG_DATA(c), &memfd, sizeof(int));
+  const std::string frame = AttachFrame(area.request_bytes(), area.reply_bytes());
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   auto wait_for = [&](short events) -> absl::Status {
     pollfd p{fd, events, 0};
@@ -136,7 +117,8 @@ absl::StatusOr<bool> OfferSharedMemory(int fd, const ShmArea& area, const std::s
     return absl::OkStatus();
   };
   // A fresh socket takes the 32 bytes at once; all or nothing, so the memfd goes with the header.
-  while (sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof(frame))) {
+  while (SendWithFd(fd, frame, area.fd(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+         static_cast<ssize_t>(frame.size())) {
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
       return absl::UnavailableError(absl::StrCat("data socket of ", peer,

@@ -51,24 +51,8 @@ int ConnectUnix(const std::string& name) {
 }
 
 void SendAttach(int fd, int memfd, uint64_t request, uint64_t reply) {
-  std::string frame = Header(kTcpFrameMagic, kFrameAttach, 16, 0) + std::string(16, '\0');
-  PutU64(frame.data() + kFrameHeaderBytes, request);
-  PutU64(frame.data() + kFrameHeaderBytes + 8, reply);
-  iovec v{frame.data(), frame.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr m{};
-  m.msg_iov = &v;
-  m.msg_iovlen = 1;
-  if (memfd >= 0) {
-    m.msg_control = control;
-    m.msg_controllen = sizeof(control);
-    cmsghdr* c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &memfd, sizeof(int));
-  }
-  ASSERT_EQ(sendmsg(fd, &m, MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+  const std::string frame = AttachFrame(request, reply);
+  ASSERT_EQ(SendWithFd(fd, frame, memfd, MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
 }
 
 void SendRaw(int fd, const std::string& bytes) {
