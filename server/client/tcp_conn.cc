@@ -304,13 +304,6 @@ absl::Status TcpConn::Send(const std::shared_ptr<Round>& round,
 
 absl::Status TcpConn::SendThroughRing(const std::shared_ptr<Round>& round,
                                       std::vector<grpc::ByteBuffer> messages) {
-  // Every frame is checked before the first goes out: a round is sent whole or not at all.
-  for (auto& m : messages) {
-    std::vector<grpc::Slice> slices;
-    if (!m.Dump(&slices).ok()) {
-      return absl::InternalError("cannot read an outgoing message's slices");
-    }
-  }
   {
     absl::MutexLock l(&mu_);
     if (closing_) {
@@ -323,11 +316,20 @@ absl::Status TcpConn::SendThroughRing(const std::shared_ptr<Round>& round,
   // Ring space is reserved in the order frames join writes_ (the server hands it back in that
   // order), hence under the lock.
   for (size_t i = 0; i < messages.size(); ++i) {
+    absl::Status bad;
     {
       absl::MutexLock l(&mu_);
       auto f = OutFrame::Message(messages[i], &shm_->request());
-      if (!f.ok()) return f.status();  // Not reached: the slices were read above.
-      writes_.push_back(std::move(*f));
+      if (f.ok()) {
+        writes_.push_back(std::move(*f));
+      } else {
+        bad = f.status();
+      }
+    }
+    if (!bad.ok()) {
+      // Part of the round may be out already: end the connection, as a broken one would.
+      Break(bad);
+      return bad;
     }
     messages[i].Clear();  // The frame (or the ring) holds the payload now.
     Kick();

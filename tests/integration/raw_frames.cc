@@ -17,14 +17,12 @@
 
 namespace pscluster::testing {
 
-int Connect(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ADD_FAILURE() << "connect to port " << port << ": " << std::strerror(errno);
+namespace {
+
+// Connects `fd` to `a`, with a 10 s receive timeout; -1 and a test failure naming `what` if not.
+int Connected(int fd, const sockaddr* a, socklen_t len, const std::string& what) {
+  if (connect(fd, a, len) != 0) {
+    ADD_FAILURE() << "connect to " << what << ": " << std::strerror(errno);
     close(fd);
     return -1;
   }
@@ -33,21 +31,24 @@ int Connect(int port) {
   return fd;
 }
 
+}  // namespace
+
+int Connect(int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  return Connected(socket(AF_INET, SOCK_STREAM, 0), reinterpret_cast<sockaddr*>(&a), sizeof(a),
+                   "port " + std::to_string(port));
+}
+
 int ConnectUnix(const std::string& name) {
-  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path + 1, name.data(), std::min(name.size(), sizeof(a.sun_path) - 1));
-  const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 +
-                                               std::min(name.size(), sizeof(a.sun_path) - 1));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), len) != 0) {
-    ADD_FAILURE() << "connect to @" << name << ": " << std::strerror(errno);
-    close(fd);
-    return -1;
-  }
-  timeval tv{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
+  const size_t n = std::min(name.size(), sizeof(a.sun_path) - 1);
+  std::memcpy(a.sun_path + 1, name.data(), n);
+  return Connected(socket(AF_UNIX, SOCK_STREAM, 0), reinterpret_cast<sockaddr*>(&a),
+                   static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n), "@" + name);
 }
 
 void SendAttach(int fd, int memfd, uint64_t request, uint64_t reply) {

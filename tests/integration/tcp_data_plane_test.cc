@@ -94,6 +94,22 @@ class TcpDataPlaneTest : public ::testing::Test {
     EXPECT_TRUE((*client)->Pull(0, {{{table.name(), v.data()}}, {}}).ok());
   }
 
+  // The client whose table hostile connections must leave alone: job "job", table "w" (1000
+  // floats, ASP, over TCP), pulled into `before` (nullptr after a test failure).
+  static std::unique_ptr<PsClient> VictimClient(InProcessCluster& cluster,
+                                                std::vector<float>* before) {
+    auto client =
+        TcpClient(cluster, DenseSpec("w", {1000}, kAdam, 256), v1::ConsistencySpec::ASP, 1);
+    if (client == nullptr) return nullptr;
+    before->assign(1000, 0.f);
+    absl::Status st = client->Pull(0, {{{"w", before->data()}}, {}});
+    if (!st.ok()) {
+      ADD_FAILURE() << st;
+      return nullptr;
+    }
+    return client;
+  }
+
   // A client that requires `transport` fails its pull with a message containing `why`.
   static void RequiredTransportFails(InProcessCluster& cluster, const v1::TableSpec& table,
                                      DataTransport transport, const std::string& why) {
@@ -240,11 +256,9 @@ TEST_F(TcpDataPlaneTest, ServerReportsItsPortAndCountsTheTraffic) {
 TEST_F(TcpDataPlaneTest, HostileBytesAreRefusedAndChangeNothing) {
   InProcessCluster cluster(1);
   ASSERT_TRUE(cluster.status().ok());
-  auto client =
-      TcpClient(cluster, DenseSpec("w", {1000}, kAdam, 256), v1::ConsistencySpec::ASP, 1);
+  std::vector<float> before;
+  auto client = VictimClient(cluster, &before);
   ASSERT_NE(client, nullptr);
-  std::vector<float> before(1000);
-  ASSERT_TRUE(client->Pull(0, {{{"w", before.data()}}, {}}).ok());
   const int port = cluster.server(0)->data_port();
 
   {  // Not our protocol at all: INVALID_ARGUMENT, then the connection is closed.
@@ -594,11 +608,9 @@ TEST_F(TcpDataPlaneTest, SharedMemoryRefusedByTheServerFallsBackToTheSocket) {
 TEST_F(TcpDataPlaneTest, HostileSharedMemoryIsRefusedAndChangesNothing) {
   InProcessCluster cluster(1);
   ASSERT_TRUE(cluster.status().ok());
-  auto client =
-      TcpClient(cluster, DenseSpec("w", {1000}, kAdam, 256), v1::ConsistencySpec::ASP, 1);
+  std::vector<float> before;
+  auto client = VictimClient(cluster, &before);
   ASSERT_NE(client, nullptr);
-  std::vector<float> before(1000);
-  ASSERT_TRUE(client->Pull(0, {{{"w", before.data()}}, {}}).ok());
   const std::string name = cluster.server(0)->data_unix();
   auto position = [](uint64_t p) {
     std::string s(8, '\0');
