@@ -40,18 +40,31 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       BoundedStatusMessage(status.message()));
 }
 
-absl::Status FromGrpcStatus(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  int code = static_cast<int>(status.error_code());
+namespace {
+
+absl::Status FromCode(int64_t code, absl::string_view message) {
+  if (code == 0) return absl::OkStatus();
   if (code < 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
-    return absl::UnknownError(status.error_message());
+    return absl::UnknownError(message);
   }
-  return absl::Status(static_cast<absl::StatusCode>(code), status.error_message());
+  return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+
+}  // namespace
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  return FromCode(static_cast<int>(status.error_code()), status.error_message());
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view context) {
   absl::Status s = FromGrpcStatus(status);
   if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(context, ": ", s.message()));
+}
+
+absl::Status StatusFromWire(uint32_t code, absl::string_view message, absl::string_view context) {
+  absl::Status s = FromCode(code, message);
+  if (s.ok() || context.empty()) return s;
   return absl::Status(s.code(), absl::StrCat(context, ": ", s.message()));
 }
 

@@ -6,6 +6,7 @@
 #define PSCLUSTER_COMMON_STATUS_CONVERT_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -28,6 +29,11 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 // Like FromGrpcStatus, but prefixes the message with what was being called, e.g.
 // "Pull to 127.0.0.1:4000: deadline exceeded".
 absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view context);
+
+// A status whose code came off the wire as a number (the TCP data plane's status frame): a code
+// outside the canonical range becomes UNKNOWN instead of an enum value gRPC does not define. The
+// message is prefixed with `context` as above, unless that is empty.
+absl::Status StatusFromWire(uint32_t code, absl::string_view message, absl::string_view context);
 
 }  // namespace pscluster
 

@@ -19,11 +19,17 @@ TEST(StatusConvertTest, EveryCanonicalCodeRoundTrips) {
   }
 }
 
-TEST(StatusConvertTest, OutOfRangeCodeBecomesUnknown) {
-  grpc::Status g(static_cast<grpc::StatusCode>(99), "weird");
-  absl::Status s = FromGrpcStatus(g);
+TEST(StatusConvertTest, OutOfRangeCodeFromTheWireBecomesUnknown) {
+  absl::Status s = StatusFromWire(99, "weird", "");
   EXPECT_EQ(s.code(), absl::StatusCode::kUnknown);
   EXPECT_EQ(s.message(), "weird");
+  s = StatusFromWire(0xffffffffu, "weirder", "PushPull to 127.0.0.1:1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnknown);
+  EXPECT_EQ(s.message(), "PushPull to 127.0.0.1:1: weirder");
+  s = StatusFromWire(14, "gone", "PushPull to 127.0.0.1:1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "PushPull to 127.0.0.1:1: gone");
+  EXPECT_TRUE(StatusFromWire(0, "", "x").ok());
 }
 
 TEST(StatusConvertTest, ContextPrefixesTheMessage) {

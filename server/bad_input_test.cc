@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/channel.h"
 #include "common/status_convert.h"
@@ -227,6 +228,27 @@ TEST_F(BadInputTest, StaleEpoch) {
   auto r = PullOf("w");
   r.set_epoch(1);
   ExpectError(Pull(r), absl::StatusCode::kFailedPrecondition, "epoch");
+}
+
+TEST_F(BadInputTest, StepsAndClocksOutOfRange) {
+  // Negative, or so large that the consistency rules' step + 1 would overflow: refused, naming
+  // the field, whether the chunk ends a step or not.
+  for (int64_t bad : {int64_t{-1}, std::numeric_limits<int64_t>::min(),
+                      std::numeric_limits<int64_t>::max(), (int64_t{1} << 62) + 1}) {
+    for (bool end : {false, true}) {
+      auto c = Dense(0, std::vector<float>(1000, 1.f));
+      c.mutable_tag()->set_step(bad);
+      c.set_end_of_step(end);
+      ExpectError(Push(c), absl::StatusCode::kInvalidArgument, "tag.step");
+    }
+    auto c = Dense(0, std::vector<float>(1000, 1.f));
+    c.set_pull_after(true);
+    c.set_pull_clock(bad);
+    ExpectError(Push(c), absl::StatusCode::kInvalidArgument, "pull_clock");
+    auto r = PullOf("w");
+    r.set_clock(bad);
+    ExpectError(Pull(r), absl::StatusCode::kInvalidArgument, "clock");
+  }
 }
 
 TEST_F(BadInputTest, OversizedMessage) {

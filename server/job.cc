@@ -13,6 +13,19 @@ namespace {
 
 std::string DName(v1::DataType t) { return std::string(DTypeName(t)); }
 
+// Steps and clocks a caller sends: never negative, and far enough from the int64 limit that the
+// step + 1 and clock - staleness the consistency rules compute cannot overflow.
+constexpr int64_t kMaxStep = int64_t{1} << 62;
+
+absl::Status CheckStep(int64_t v, absl::string_view field) {
+  if (v < 0) return absl::InvalidArgumentError(absl::StrCat(field, ": ", v, " is negative"));
+  if (v > kMaxStep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", v, " is beyond the largest step, ", kMaxStep, " (2^62)"));
+  }
+  return absl::OkStatus();
+}
+
 bool IsFloatTransport(v1::DataType t) {
   return t == v1::DT_FLOAT32 || t == v1::DT_FLOAT16 || t == v1::DT_BFLOAT16;
 }
@@ -373,9 +386,8 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
                                                    " is outside job '", id(), "' (",
                                                    config_.num_workers, " workers)"));
   }
-  if (tag.step() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("tag.step: ", tag.step(), " is negative"));
-  }
+  st = CheckStep(tag.step(), "tag.step");
+  if (!st.ok()) return st;
   st = CheckAttempt(tag.worker(), tag.attempt(), "tag.attempt");
   if (!st.ok()) return st;
   const v1::DataType dtype = TransportType(chunk.dtype());
@@ -389,9 +401,9 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
         "values: ", values.size(), " bytes exceed the limit of ", limits_.max_chunk_bytes,
         " bytes per chunk; split tensors into chunks of about 4 MiB"));
   }
-  if (chunk.pull_after() && chunk.pull_clock() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("pull_clock: ", chunk.pull_clock(),
-                                                   " is negative"));
+  if (chunk.pull_after()) {
+    st = CheckStep(chunk.pull_clock(), "pull_clock");
+    if (!st.ok()) return st;
   }
   const bool has_slice = !chunk.slice().table().empty();
   SliceRef s;
@@ -700,7 +712,8 @@ absl::Status Job::CheckReader(uint32_t worker, uint32_t attempt, int64_t clock,
   }
   absl::Status st = CheckAttempt(worker, attempt, "attempt");
   if (!st.ok()) return st;
-  if (clock < 0) return absl::InvalidArgumentError(absl::StrCat("clock: ", clock, " is negative"));
+  st = CheckStep(clock, "clock");
+  if (!st.ok()) return st;
   if (!IsFloatTransport(TransportType(dtype))) {
     return absl::InvalidArgumentError(absl::StrCat(
         dtype_field, ": pulls return float32, float16 or bfloat16, not ", DName(dtype), " (",

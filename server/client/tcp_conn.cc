@@ -601,8 +601,8 @@ absl::Status TcpConn::ReadAvailable(absl::FunctionRef<bool()> stop) {
       }
       case Incoming::Stage::kPrefix: {
         if (in_.h.kind == kFrameStatus) {
-          grpc::Status gs(static_cast<grpc::StatusCode>(in_.h.aux), in_.prefix);
-          absl::Status end = FromGrpcStatus(gs, absl::StrCat("PushPull to ", peer_));
+          absl::Status end =
+              StatusFromWire(in_.h.aux, in_.prefix, absl::StrCat("PushPull to ", peer_));
           if (end.ok()) end = absl::UnavailableError(absl::StrCat("stream to ", peer_, " ended"));
           return end;
         }

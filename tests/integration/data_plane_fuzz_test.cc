@@ -286,10 +286,11 @@ class ChunkFuzzer {
       }
       case 9: {  // Non-finite and huge gradients.
         std::vector<float> v(values->size() / 4);
+        if (v.empty()) break;  // memcpy of nothing from an empty vector's null data is undefined.
         std::memcpy(v.data(), values->data(), v.size() * 4);
         const float odd[] = {std::numeric_limits<float>::quiet_NaN(),
                              std::numeric_limits<float>::infinity(), -3e38f, 1e-45f};
-        for (int i = 0; i < 1 + Pick(4) && !v.empty(); ++i) v[rng_() % v.size()] = odd[Pick(4)];
+        for (int i = 0; i < 1 + Pick(4); ++i) v[rng_() % v.size()] = odd[Pick(4)];
         std::memcpy(values->data(), v.data(), v.size() * 4);
         break;
       }

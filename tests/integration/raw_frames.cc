@@ -75,7 +75,7 @@ absl::Status ReadUntilStatus(int fd) {
     std::string body(h->length, '\0');
     if (!ReadFull(fd, body.data(), body.size()).ok()) return absl::UnavailableError("closed");
     if (h->kind == kFrameStatus) {
-      return FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(h->aux), body), "");
+      return StatusFromWire(h->aux, body, "");
     }
   }
 }
