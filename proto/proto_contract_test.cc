@@ -47,7 +47,8 @@ void Fill(Message* m, int seed, int depth) {
           repeated ? r->AddInt32(m, f, -v) : r->SetInt32(m, f, -v);
           break;
         case FieldDescriptor::CPPTYPE_INT64:
-          repeated ? r->AddInt64(m, f, -(int64_t{v} << 33)) : r->SetInt64(m, f, -(int64_t{v} << 33));
+          repeated ? r->AddInt64(m, f, -(int64_t{v} << 33))
+                   : r->SetInt64(m, f, -(int64_t{v} << 33));
           break;
         case FieldDescriptor::CPPTYPE_UINT32:
           repeated ? r->AddUInt32(m, f, 4000000000u - v) : r->SetUInt32(m, f, 4000000000u - v);
