@@ -50,6 +50,11 @@ absl::Status FromCode(int64_t code, absl::string_view message) {
   return absl::Status(static_cast<absl::StatusCode>(code), message);
 }
 
+absl::Status WithContext(absl::Status s, absl::string_view context) {
+  if (s.ok() || context.empty()) return s;
+  return absl::Status(s.code(), absl::StrCat(context, ": ", s.message()));
+}
+
 }  // namespace
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
@@ -57,15 +62,11 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view context) {
-  absl::Status s = FromGrpcStatus(status);
-  if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(context, ": ", s.message()));
+  return WithContext(FromGrpcStatus(status), context);
 }
 
 absl::Status StatusFromWire(uint32_t code, absl::string_view message, absl::string_view context) {
-  absl::Status s = FromCode(code, message);
-  if (s.ok() || context.empty()) return s;
-  return absl::Status(s.code(), absl::StrCat(context, ": ", s.message()));
+  return WithContext(FromCode(code, message), context);
 }
 
 }  // namespace pscluster

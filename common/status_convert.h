@@ -27,7 +27,7 @@ std::string BoundedStatusMessage(absl::string_view message);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
 // Like FromGrpcStatus, but prefixes the message with what was being called, e.g.
-// "Pull to 127.0.0.1:4000: deadline exceeded".
+// "Pull to 127.0.0.1:4000: deadline exceeded" (no prefix when `context` is empty).
 absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view context);
 
 // A status whose code came off the wire as a number (the TCP data plane's status frame): a code
