@@ -390,6 +390,19 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
   if (!st.ok()) return st;
   st = CheckAttempt(tag.worker(), tag.attempt(), "tag.attempt");
   if (!st.ok()) return st;
+  {
+    // A worker pushes its current step (its clock) or, at most, the next one. A push further
+    // ahead would move the clock past steps the worker has not pushed yet, and its real pushes
+    // of those steps would then be taken for duplicates: refused in every consistency mode.
+    absl::MutexLock c(&clock_mu_);
+    const int64_t clock = clocks_[tag.worker()];
+    if (tag.step() > clock + 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tag.step: step ", tag.step(), " is more than one step ahead of rank ", tag.worker(),
+          "'s clock ", clock, " in job '", id(), "' (it has completed steps below ", clock,
+          "); push step ", clock, " first"));
+    }
+  }
   const v1::DataType dtype = TransportType(chunk.dtype());
   if (!IsFloatTransport(dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -510,8 +523,7 @@ absl::Status Job::ApplyValues(const SliceRef& s, const v1::PushChunk& chunk,
   if (s.dense) {
     DenseBlock* b = t.dense->block(s.block);
     if (chunk.indices().empty()) {
-      t.dense->ApplyPayload(b, chunk.offset(), n, values, dtype, chunk.offset() == 0,
-                            chunk.tag().step());
+      t.dense->ApplyPayload(b, chunk.offset(), n, values, dtype, chunk.tag().step());
       return absl::OkStatus();
     }
     std::vector<float> sparse_vals(n), g(s.elems, 0.f);
@@ -525,7 +537,7 @@ absl::Status Job::ApplyValues(const SliceRef& s, const v1::PushChunk& chunk,
                    [&](size_t first, size_t k, float* out) {
                      std::memcpy(out, g.data() + first, k * sizeof(float));
                    },
-                   true, chunk.tag().step());
+                   chunk.tag().step());
     return absl::OkStatus();
   }
   const uint32_t width = t.info->width;
@@ -640,7 +652,7 @@ void Job::AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready, in
                        [&](size_t first, size_t k, float* out) {
                          std::memcpy(out, sum.data() + first, k * sizeof(float));
                        },
-                       true, step_no);
+                       step_no);
       }
       for (auto& [table, rows] : step->sparse) {
         const uint32_t width = tables_[table].info->width;

@@ -17,6 +17,13 @@ uint64_t GetLe64(const char* p) {
   return v;
 }
 
+std::vector<StepCounts::Run> StepRunsOf(const v1::CheckpointBlock& cb) {
+  std::vector<StepCounts::Run> runs;
+  runs.reserve(cb.step_runs_size());
+  for (const auto& r : cb.step_runs()) runs.push_back({r.end(), r.updates()});
+  return runs;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------ checkpoints
@@ -79,7 +86,14 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
         cb->set_elems(blk->elems);
         {
           absl::MutexLock bl(&blk->mu);
-          cb->set_updates(blk->updates);
+          cb->set_updates(blk->steps.max());
+          if (!blk->steps.uniform()) {
+            for (const StepCounts::Run& r : blk->steps.Runs()) {
+              auto* sr = cb->add_step_runs();
+              sr->set_end(r.end);
+              sr->set_updates(r.steps);
+            }
+          }
         }
         cb->set_offset(off);
         off += blk->elems * fpe * sizeof(float);
@@ -209,6 +223,18 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::strin
           return corrupt(absl::StrCat("table '", ct.spec().name(), "' block ", cb.block(),
                                       " does not fit the table or the file"));
         }
+        if (cb.updates() < 0) {
+          return corrupt(absl::StrCat("table '", ct.spec().name(), "' block ", cb.block(),
+                                      " has a negative step count"));
+        }
+        if (cb.step_runs_size() > 0) {
+          StepCounts check(cb.elems());
+          absl::Status runs = check.SetRuns(StepRunsOf(cb));
+          if (!runs.ok()) {
+            return corrupt(absl::StrCat("table '", ct.spec().name(), "' block ", cb.block(), " ",
+                                        runs.message()));
+          }
+        }
       }
     } else {
       const uint64_t rows = ct.rows();
@@ -250,7 +276,11 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::strin
         std::memcpy(blk->MutableWeights(), data + cb.offset(), cb.elems() * sizeof(float));
         std::memcpy(blk->slot_data.get(), data + cb.offset() + cb.elems() * sizeof(float),
                     cb.elems() * (fpe - 1) * sizeof(float));
-        blk->updates = cb.updates();
+        if (cb.step_runs_size() > 0) {
+          (void)blk->steps.SetRuns(StepRunsOf(cb));  // Validated above.
+        } else {
+          blk->steps.SetUniform(cb.updates());
+        }
       }
     } else {
       t.sparse->DropShards(replace, budget_);

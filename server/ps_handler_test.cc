@@ -761,6 +761,17 @@ class CheckpointTest : public HandlerTest {
         for (uint64_t b = 0; b < 3; ++b) {
           std::vector<float> g(b < 2 ? 65536 : 140000 - 2 * 65536);
           for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(step * 0.7 + i * 0.01 + w);
+          if (partial_ && b == 0 && step % 2 == 1) {
+            // Only the second half of the block, on odd steps: its elements' step counts differ.
+            v1::PushChunk c = Chunk("j", w, step, b);
+            c.mutable_slice()->set_table("adam");
+            c.mutable_slice()->set_block(b);
+            c.set_offset(g.size() / 2);
+            c.set_last(true);
+            std::vector<float> half(g.begin() + g.size() / 2, g.end());
+            ASSERT_TRUE(h_->Push(c, Payload::FromString(Bytes(half))).ok());
+            continue;
+          }
           ASSERT_TRUE(PushDense("j", w, step, b, "adam", b, g, false).ok());
         }
         ASSERT_TRUE(PushDense("j", w, step, 3, "mom", 0, std::vector<float>(33, 0.3f * step), false).ok());
@@ -793,6 +804,8 @@ class CheckpointTest : public HandlerTest {
     v1::RestoreResponse resp;
     return h_->Restore(req, &resp);
   }
+
+  bool partial_ = false;  // Train pushes only part of a block on odd steps.
 };
 
 TEST_F(CheckpointTest, RestoreReproducesTablesAndOptimizerStateBitForBit) {
@@ -808,6 +821,27 @@ TEST_F(CheckpointTest, RestoreReproducesTablesAndOptimizerStateBitForBit) {
   const auto restored = All();
   ASSERT_EQ(std::memcmp(restored.data(), at_ckpt.data(), restored.size() * 4), 0);
   // The optimizer slots and step counts came back too: the same pushes give the same result.
+  Train(3, 6);
+  const auto retrained = All();
+  EXPECT_EQ(std::memcmp(retrained.data(), trained.data(), trained.size() * 4), 0);
+}
+
+TEST_F(CheckpointTest, PartlyPushedBlocksKeepEachElementsStepCountThroughRestore) {
+  partial_ = true;
+  Train(0, 3);
+  std::string path = Ckpt();
+  auto h = ReadCheckpointHeader(path);
+  ASSERT_TRUE(h.ok()) << h.status();
+  const auto& blk = h->tables(0).blocks(0);  // "adam" block 0: 2 steps whole, 1 in half.
+  ASSERT_EQ(blk.step_runs_size(), 2) << blk.DebugString();
+  EXPECT_EQ(blk.step_runs(0).updates(), 2 * 2);
+  EXPECT_EQ(blk.step_runs(1).updates(), 3 * 2);
+  EXPECT_EQ(blk.step_runs(1).end(), 65536u);
+  const auto at_ckpt = All();
+  Train(3, 6);
+  const auto trained = All();
+  ASSERT_TRUE(Restore(path).ok()) << Restore(path);
+  ASSERT_EQ(std::memcmp(All().data(), at_ckpt.data(), at_ckpt.size() * 4), 0);
   Train(3, 6);
   const auto retrained = All();
   EXPECT_EQ(std::memcmp(retrained.data(), trained.data(), trained.size() * 4), 0);
@@ -1086,6 +1120,91 @@ TEST_F(HandlerTest, MemoryLimitRefusesTablesThatDoNotFit) {
   EXPECT_NE(s.message().find("memory_bytes"), std::string::npos) << s;
   EXPECT_EQ(Status("j").jobs(0).tables_size(), 1);
   EXPECT_EQ(h_->budget()->used(), 1000u * 3 * 4);
+}
+
+// A sparse push whose new rows do not fit changes nothing, and keeps exactly-once: its retry,
+// once memory is free, applies every row exactly once.
+TEST_F(HandlerTest, ASparsePushRefusedForMemoryChangesNothing) {
+  const auto spec = SparseSpec("e", 4, 0, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.1f));
+  const uint64_t row_bytes = 4 * 2 * 4;  // Width 4, Adagrad: weights + one slot.
+  std::vector<uint64_t> old_keys, keys;
+  for (uint64_t k = 0; k < 10; ++k) old_keys.push_back(k);
+  keys = old_keys;  // The old rows first, then 15 new ones.
+  for (uint64_t k = 100; k < 115; ++k) keys.push_back(k);
+  const std::vector<float> g(keys.size() * 4, 0.5f);
+  // What the pushes give with memory to spare.
+  Create(CreateRequest("j", {spec}, v1::ConsistencySpec::ASP, 1));
+  ASSERT_TRUE(PushSparse("j", 0, 0, 0, "e", old_keys, std::vector<float>(40, 1.f), true).ok());
+  ASSERT_TRUE(PushSparse("j", 0, 1, 0, "e", keys, g, true).ok());
+  const std::vector<float> expect = *Pull("j", 0, 2, {Rows("e", keys)});
+
+  PsHandlerOptions o;
+  o.memory_bytes = 30 * row_bytes;
+  Make(o);
+  Create(CreateRequest("k", {spec}, v1::ConsistencySpec::ASP, 1));
+  ASSERT_TRUE(PushSparse("k", 0, 0, 0, "e", old_keys, std::vector<float>(40, 1.f), true).ok());
+  Create(CreateRequest("j", {spec}, v1::ConsistencySpec::ASP, 1));
+  ASSERT_TRUE(PushSparse("j", 0, 0, 0, "e", old_keys, std::vector<float>(40, 1.f), true).ok());
+  const std::vector<float> before = *Pull("j", 0, 1, {Rows("e", old_keys)});
+  const uint64_t used = h_->budget()->used();
+  ASSERT_EQ(used, 20 * row_bytes);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto r = PushSparse("j", 0, 1, 0, "e", keys, g, true);
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+    EXPECT_NE(r.status().message().find("table 'e'"), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find("--memory_bytes"), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find("15 new rows"), std::string::npos) << r.status();
+    EXPECT_EQ(h_->budget()->used(), used);
+    EXPECT_EQ(Status("j").jobs(0).tables(0).rows(), 10u);
+    EXPECT_EQ(Status("j").jobs(0).clocks(0).clock(), 1) << "the step did not complete";
+    EXPECT_EQ(*Pull("j", 0, 1, {Rows("e", old_keys)}), before) << "attempt " << attempt;
+  }
+  // The other job's rows go; the retry applies, each row once, and a further copy of it is a
+  // duplicate.
+  v1::DropJobRequest drop;
+  drop.set_job_id("k");
+  v1::DropJobResponse dropped;
+  ASSERT_TRUE(h_->DropJob(drop, &dropped).ok());
+  auto r = PushSparse("j", 0, 1, 0, "e", keys, g, true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->applied);
+  EXPECT_EQ(*Pull("j", 0, 2, {Rows("e", keys)}), expect);
+  r = PushSparse("j", 0, 1, 0, "e", keys, g, true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->duplicate);
+  EXPECT_EQ(*Pull("j", 0, 2, {Rows("e", keys)}), expect);
+}
+
+// A push more than one step ahead of its worker's clock is refused in every mode, and the
+// worker's real push of its current step is then applied, not taken for a duplicate.
+TEST_F(HandlerTest, APushFarAheadOfTheWorkersClockIsRefused) {
+  for (auto mode : {v1::ConsistencySpec::BSP, v1::ConsistencySpec::SSP,
+                    v1::ConsistencySpec::ASP}) {
+    SCOPED_TRACE(v1::ConsistencySpec::Mode_Name(mode));
+    const std::string job = "j" + std::to_string(static_cast<int>(mode));
+    Create(CreateRequest(job, {DenseSpec("w", {10}, kSgd)}, mode, 1, 1));
+    const std::vector<float> g(10, 1.f);
+    ASSERT_TRUE(PushDense(job, 0, 0, 0, "w", 0, g, true).ok());
+    const std::vector<float> at1 = *Pull(job, 0, 1, {Block("w", 0)});
+    for (int64_t ahead : {int64_t{3}, int64_t{1000}}) {
+      auto r = PushDense(job, 0, ahead, 0, "w", 0, g, true);
+      ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+      EXPECT_NE(r.status().message().find(absl::StrCat("step ", ahead)), std::string::npos)
+          << r.status();
+      EXPECT_NE(r.status().message().find("clock 1"), std::string::npos) << r.status();
+      EXPECT_NE(r.status().message().find("tag.step"), std::string::npos) << r.status();
+      EXPECT_EQ(Status(job).jobs(0).clocks(0).clock(), 1);
+      EXPECT_EQ(*Pull(job, 0, 1, {Block("w", 0)}), at1);
+    }
+    // One step ahead is still taken (a worker may start its next step's push early).
+    auto next = PushDense(job, 0, 2, 5, "w", 0, g, false);
+    ASSERT_TRUE(next.ok()) << next.status();
+    auto r = PushDense(job, 0, 1, 0, "w", 0, g, true);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->applied);
+    EXPECT_FALSE(r->duplicate);
+    EXPECT_EQ(r->clock, 2);
+  }
 }
 
 TEST_F(HandlerTest, StatusReportsRatesAndTotals) {

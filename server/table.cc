@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/sharding.h"
@@ -44,7 +45,7 @@ std::atomic<uint64_t> copies_on_write_total{0};
 
 uint64_t DenseCopiesOnWrite() { return copies_on_write_total.load(std::memory_order_relaxed); }
 
-DenseBlock::DenseBlock(size_t n, int num_slots) : elems(n), slots(num_slots) {}
+DenseBlock::DenseBlock(size_t n, int num_slots) : elems(n), slots(num_slots), steps(n) {}
 
 float* DenseBlock::MutableWeights() {
   if (weights.use_count() > 1) {
@@ -106,41 +107,42 @@ absl::Status DenseTable::SetHeldShards(const std::vector<bool>& held, MemoryBudg
   return absl::OkStatus();
 }
 
-void DenseTable::Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad, bool advance,
+void DenseTable::Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad,
                        int64_t step) {
   const OptimizerParams opt = AtStep(info_->optimizer, step);
   float scratch[kScratchFloats];
   absl::MutexLock l(&b->mu);
-  if (advance || b->updates == 0) ++b->updates;
-  const int64_t t = b->updates;
   float* w = b->MutableWeights();
   float* s0 = b->slots >= 1 ? b->slot_data.get() : nullptr;
   float* s1 = b->slots >= 2 ? b->slot_data.get() + b->elems : nullptr;
-  for (size_t done = 0; done < n;) {
-    size_t k = std::min(kScratchFloats, n - done);
-    grad(done, k, scratch);
-    size_t at = offset + done;
-    ApplyUpdate(opt, t, k, scratch, w + at, s0 ? s0 + at : nullptr, s1 ? s1 + at : nullptr);
-    done += k;
-  }
+  b->steps.Advance(offset, n, [&](uint64_t first, uint64_t count, int64_t t) {
+    for (size_t done = 0; done < count;) {
+      size_t k = std::min<size_t>(kScratchFloats, count - done);
+      const size_t rel = first - offset + done;  // Relative to the start of the update.
+      grad(rel, k, scratch);
+      const size_t at = first + done;
+      ApplyUpdate(opt, t, k, scratch, w + at, s0 ? s0 + at : nullptr, s1 ? s1 + at : nullptr);
+      done += k;
+    }
+  });
 }
 
 void DenseTable::ApplyPayload(DenseBlock* b, uint64_t offset, size_t n, const Payload& grad,
-                              v1::DataType dtype, bool advance, int64_t step) {
+                              v1::DataType dtype, int64_t step) {
   const OptimizerParams opt = AtStep(info_->optimizer, step);
   float scratch[kScratchFloats];
   absl::MutexLock l(&b->mu);
-  if (advance || b->updates == 0) ++b->updates;
-  const int64_t t = b->updates;
   float* w = b->MutableWeights();
   float* s0 = b->slots >= 1 ? b->slot_data.get() : nullptr;
   float* s1 = b->slots >= 2 ? b->slot_data.get() + b->elems : nullptr;
-  grad.ForEachFloatRun(dtype, 0, n, scratch, kScratchFloats,
-                       [&](size_t i, const float* g, size_t k) {
-                         const size_t at = offset + i;
-                         ApplyUpdate(opt, t, k, g, w + at, s0 ? s0 + at : nullptr,
-                                     s1 ? s1 + at : nullptr);
-                       });
+  b->steps.Advance(offset, n, [&](uint64_t first, uint64_t count, int64_t t) {
+    grad.ForEachFloatRun(dtype, first - offset, count, scratch, kScratchFloats,
+                         [&](size_t i, const float* g, size_t k) {
+                           const size_t at = first + i;
+                           ApplyUpdate(opt, t, k, g, w + at, s0 ? s0 + at : nullptr,
+                                       s1 ? s1 + at : nullptr);
+                         });
+  });
 }
 
 void DenseTable::Read(DenseBlock* b, uint64_t offset, size_t n, v1::DataType dtype, char* out) {
@@ -205,13 +207,18 @@ float* SparseTable::RowPtr(Stripe* s, uint32_t id) {
 }
 
 float* SparseTable::FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget,
-                                 int64_t** updates) {
+                                 uint64_t* reserved, int64_t** updates) {
   auto it = s->index.find(key);
   if (it != s->index.end()) {
     *updates = &s->updates[it->second];
     return RowPtr(s, it->second);
   }
-  if (!budget->TryReserve(row_floats_ * sizeof(float))) return nullptr;
+  const uint64_t row_bytes = row_floats_ * sizeof(float);
+  if (*reserved >= row_bytes) {
+    *reserved -= row_bytes;
+  } else if (!budget->TryReserve(row_bytes)) {
+    return nullptr;
+  }
   uint32_t id = static_cast<uint32_t>(s->keys.size());
   if (id / rows_per_page_ >= s->pages.size()) {
     s->pages.emplace_back(new float[rows_per_page_ * row_floats_]);
@@ -242,6 +249,31 @@ absl::Status SparseTable::VisitRows(absl::Span<const uint64_t> keys, MemoryBudge
     std::copy(count, count + kStripes, pos);
     for (size_t i = 0; i < keys.size(); ++i) order[pos[stripe_of[i]]++] = static_cast<uint32_t>(i);
   }
+  // Phase 1: count the rows to create (each key once) and take their memory, all or nothing.
+  // Rows are only ever removed with exclusive access to the table, so the count can only fall
+  // before phase 2 (another call creating some of the same rows); the rest is given back.
+  const uint64_t row_bytes = row_floats_ * sizeof(float);
+  uint64_t absent = 0;
+  {
+    absl::flat_hash_set<uint64_t> counted;
+    for (int s = 0; s < kStripes; ++s) {
+      if (count[s] == count[s + 1]) continue;
+      Stripe* st = &stripes_[s];
+      absl::MutexLock l(&st->mu);
+      for (int j = count[s]; j < count[s + 1]; ++j) {
+        const uint64_t key = keys[order[j]];
+        if (!st->index.contains(key) && counted.insert(key).second) ++absent;
+      }
+    }
+  }
+  uint64_t reserved = absent * row_bytes;
+  if (reserved > 0 && !budget->TryReserve(reserved)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "table '", info_->spec.name(), "': no memory for ", absent, " new rows (", reserved,
+        " bytes); ", budget->used(), " bytes held of the --memory_bytes limit ", budget->limit(),
+        "; nothing was applied"));
+  }
+  // Phase 2: visit, creating rows from the reserved memory.
   for (int s = 0; s < kStripes; ++s) {
     if (count[s] == count[s + 1]) continue;
     Stripe* st = &stripes_[s];
@@ -249,15 +281,17 @@ absl::Status SparseTable::VisitRows(absl::Span<const uint64_t> keys, MemoryBudge
     for (int j = count[s]; j < count[s + 1]; ++j) {
       size_t i = order[j];
       int64_t* updates = nullptr;
-      float* row = FindOrCreate(st, keys[i], budget, &updates);
-      if (row == nullptr) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "table '", info_->spec.name(), "': no memory for new row ", keys[i], "; ",
-            budget->used(), " bytes held of the --memory_bytes limit ", budget->limit()));
+      float* row = FindOrCreate(st, keys[i], budget, &reserved, &updates);
+      if (row == nullptr) {  // Not reached: phase 1 reserved every new row.
+        budget->Release(reserved);
+        return absl::InternalError(absl::StrCat("table '", info_->spec.name(),
+                                                "': row memory reserved for key ", keys[i],
+                                                " was gone"));
       }
       f(i, row, updates);
     }
   }
+  budget->Release(reserved);
   return absl::OkStatus();
 }
 
@@ -355,7 +389,8 @@ absl::Status SparseTable::PutRow(uint64_t key, int64_t updates, const float* row
   Stripe* st = &stripes_[StripeOf(key)];
   absl::MutexLock l(&st->mu);
   int64_t* u = nullptr;
-  float* dst = FindOrCreate(st, key, budget, &u);
+  uint64_t none = 0;
+  float* dst = FindOrCreate(st, key, budget, &none, &u);
   if (dst == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "table '", info_->spec.name(), "': no memory to restore row ", key, " (--memory_bytes ",

@@ -28,6 +28,7 @@
 #include "server/memory_budget.h"
 #include "server/optimizer.h"
 #include "server/payload.h"
+#include "server/step_counts.h"
 
 namespace pscluster {
 
@@ -57,7 +58,7 @@ struct DenseBlock {
   absl::Mutex mu;
   const size_t elems;
   const int slots;
-  int64_t updates ABSL_GUARDED_BY(mu) = 0;                // Optimizer steps applied (Adam's t).
+  StepCounts steps ABSL_GUARDED_BY(mu);                   // Optimizer steps per element (Adam's t).
   std::shared_ptr<float> weights ABSL_GUARDED_BY(mu);      // elems floats.
   std::unique_ptr<float[]> slot_data ABSL_PT_GUARDED_BY(mu);  // slots * elems floats.
   size_t bytes() const { return (1 + static_cast<size_t>(slots)) * elems * sizeof(float); }
@@ -92,15 +93,15 @@ class DenseTable {
   // nullptr when the block is not held here.
   DenseBlock* block(uint64_t b) const { return b < blocks_.size() ? blocks_[b].get() : nullptr; }
 
-  // Applies a gradient for elements [offset, offset + n) of block `b`. `advance` counts this
-  // as a new optimizer step (Adam's t); pass true for the chunk holding the slice's first element.
-  // `step` is the training step the gradient belongs to (it sets a scheduled learning rate).
-  void Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad, bool advance,
-             int64_t step = 0);
+  // Applies a gradient for elements [offset, offset + n) of block `b`: one optimizer step for
+  // each of those elements (Adam's t counts per element, so a block pushed in chunks of any
+  // split and order, or only in part, is updated as if pushed whole). `step` is the training
+  // step the gradient belongs to (it sets a scheduled learning rate).
+  void Apply(DenseBlock* b, uint64_t offset, size_t n, GradientFn grad, int64_t step = 0);
   // The same, with the gradient read in place from a received payload (elements [0, n) of
   // `dtype`) wherever it is aligned float32, so the optimizer streams it without a copy.
   void ApplyPayload(DenseBlock* b, uint64_t offset, size_t n, const Payload& grad,
-                    v1::DataType dtype, bool advance, int64_t step = 0);
+                    v1::DataType dtype, int64_t step = 0);
   // Writes elements [offset, offset + n) of the weights, encoded as `dtype`, to `out`.
   void Read(DenseBlock* b, uint64_t offset, size_t n, v1::DataType dtype, char* out);
   // Lends elements [offset, offset + n) of the float32 weights without copying them.
@@ -130,7 +131,9 @@ class SparseTable {
 
   // Calls f(i, row, updates) for each keys[i] (in stripe order, each under its stripe's lock),
   // creating missing rows with the initializer. `row` points at [weights | slots] of the row.
-  // RESOURCE_EXHAUSTED when a new row does not fit the budget (rows created so far stay).
+  // All or nothing: the memory of every new row is taken from the budget before any row is
+  // touched, and RESOURCE_EXHAUSTED (naming the table, the rows and the limit) when it does not
+  // fit leaves the table as it was.
   absl::Status VisitRows(absl::Span<const uint64_t> keys, MemoryBudget* budget,
                          absl::FunctionRef<void(size_t i, float* row, int64_t* updates)> f);
 
@@ -165,9 +168,11 @@ class SparseTable {
   };
   static int StripeOf(uint64_t key);
   float* RowPtr(Stripe* s, uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
-  // Finds or creates the row of `key`; nullptr when the budget is exhausted.
-  float* FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget, int64_t** updates)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+  // Finds or creates the row of `key`. A new row takes its bytes from `*reserved` (bytes already
+  // taken from the budget for this call) while they last, else from `budget`; nullptr when the
+  // budget is exhausted.
+  float* FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget, uint64_t* reserved,
+                      int64_t** updates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
   void DropIf(absl::FunctionRef<bool(uint64_t key)> drop, MemoryBudget* budget);
 
   const TableInfo* info_;

@@ -1,14 +1,21 @@
-// Table storage: copy-on-write weights lent to pulls, optimizer step counting across chunks,
+// Table storage: copy-on-write weights lent to pulls, optimizer step counts per element,
 // sparse rows and the memory budget.
 #include "server/table.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/sharding.h"
+#include "server/payload.h"
+#include "server/testing/reference_optimizer.h"
 #include "server/testing/test_tables.h"
 
 namespace pscluster {
@@ -31,7 +38,7 @@ TEST(DenseTableTest, LentWeightsStayUnchangedWhileAPushCopiesOnWrite) {
   std::memcpy(before.data(), lent.data, 2000);
   std::vector<float> g(500, 1.f);
   auto grad = [&](size_t f, size_t k, float* out) { std::memcpy(out, g.data() + f, k * 4); };
-  t.Apply(b, 0, 500, grad, true);
+  t.Apply(b, 0, 500, grad);
   EXPECT_EQ(std::memcmp(lent.data, before.data(), 2000), 0) << "lent bytes changed";
   std::vector<float> now(500);
   t.Read(b, 0, 500, v1::DT_FLOAT32, reinterpret_cast<char*>(now.data()));
@@ -42,24 +49,88 @@ TEST(DenseTableTest, LentWeightsStayUnchangedWhileAPushCopiesOnWrite) {
   }
   // Once the loan is returned, updates happen in place again.
   lent = LentBytes();
-  t.Apply(b, 0, 500, grad, true);
+  t.Apply(b, 0, 500, grad);
   absl::MutexLock l(&b->mu);
   EXPECT_EQ(b->copies_on_write, 1u);
-  EXPECT_EQ(b->updates, 2);
+  EXPECT_EQ(b->steps.max(), 2);
   EXPECT_EQ(DenseCopiesOnWrite(), process_copies + 1);  // What the server's Status reports.
 }
 
-TEST(DenseTableTest, AChunkCountsAsAnOptimizerStepOnlyWhenItStartsTheSlice) {
+// Pushes a block's gradients for `steps` steps in the pieces `pieces(step)` gives (offset,
+// length), in that order, through ApplyPayload as the job does, and checks every element against
+// the float64 reference stepped once for each push that covered it.
+void CheckPiecesAgainstReference(
+    const v1::OptimizerSpec& opt, const char* what,
+    const std::function<std::vector<std::pair<uint64_t, uint64_t>>(int)>& pieces) {
+  SCOPED_TRACE(what);
+  const uint64_t n = 1000;
+  const int steps = 20;
+  auto spec = DenseSpec("w", {n}, opt, n);
+  TableInfo info(spec, Params(spec.optimizer()), 1);
+  DenseTable t(&info);
+  MemoryBudget budget(0);
+  ASSERT_TRUE(t.SetHeldShards({true}, &budget).ok());
+  std::vector<float> w(n);
+  t.Read(t.block(0), 0, n, v1::DT_FLOAT32, reinterpret_cast<char*>(w.data()));
+  std::vector<Ref> ref(n);
+  std::vector<int64_t> seen(n, 0);
+  for (uint64_t i = 0; i < n; ++i) ref[i].w = w[i];
+  std::mt19937 rng(5);
+  std::normal_distribution<float> noise(0.f, 1.f);
+  for (int s = 0; s < steps; ++s) {
+    std::vector<float> g(n);
+    for (float& x : g) x = noise(rng);
+    for (auto [off, len] : pieces(s)) {
+      std::string bytes(reinterpret_cast<const char*>(g.data() + off), len * sizeof(float));
+      t.ApplyPayload(t.block(0), off, len, Payload::FromString(std::move(bytes)), v1::DT_FLOAT32,
+                     s);
+      for (uint64_t i = off; i < off + len; ++i) RefStep(info.optimizer, ++seen[i], g[i], &ref[i]);
+    }
+  }
+  t.Read(t.block(0), 0, n, v1::DT_FLOAT32, reinterpret_cast<char*>(w.data()));
+  double max_err = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    max_err = std::max(max_err, std::fabs(w[i] - ref[i].w) / std::max(1e-2, std::fabs(ref[i].w)));
+  }
+  EXPECT_LT(max_err, 1e-5);
+}
+
+TEST(DenseTableTest, EveryElementSeesOneAdamStepPerPushWhateverTheSplit) {
+  using Pieces = std::vector<std::pair<uint64_t, uint64_t>>;
+  v1::OptimizerSpec adam = Optimizer(v1::OptimizerSpec::ADAM, 0.01f);
+  v1::OptimizerSpec adamw = adam;
+  adamw.set_weight_decay(0.1f);
+  adamw.set_decoupled_weight_decay(true);
+  for (const auto& opt : {adam, adamw}) {
+    CheckPiecesAgainstReference(opt, "whole", [](int) { return Pieces{{0, 1000}}; });
+    CheckPiecesAgainstReference(opt, "split in order",
+                                [](int) { return Pieces{{0, 400}, {400, 600}}; });
+    CheckPiecesAgainstReference(opt, "split reversed",
+                                [](int) { return Pieces{{400, 600}, {0, 400}}; });
+    CheckPiecesAgainstReference(opt, "second half only", [](int) { return Pieces{{500, 500}}; });
+    CheckPiecesAgainstReference(opt, "moving partial slices", [](int s) {
+      const uint64_t off = (s * 137) % 900;
+      return Pieces{{off, 100}, {(off + 450) % 900, 50}};
+    });
+  }
+}
+
+TEST(DenseTableTest, AChunkAdvancesTheStepCountOfItsOwnElementsOnly) {
   auto spec = DenseSpec("w", {100}, Optimizer(v1::OptimizerSpec::ADAM, 0.1f));
   TableInfo info(spec, Params(spec.optimizer()), 1);
   DenseTable t(&info);
   MemoryBudget budget(0);
   ASSERT_TRUE(t.SetHeldShards({true}, &budget).ok());
   auto one = [](size_t, size_t k, float* out) { std::fill(out, out + k, 1.f); };
-  t.Apply(t.block(0), 0, 50, one, true);
-  t.Apply(t.block(0), 50, 50, one, false);
+  t.Apply(t.block(0), 50, 50, one);
+  {
+    absl::MutexLock l(&t.block(0)->mu);
+    EXPECT_EQ(t.block(0)->steps.Runs(), (std::vector<StepCounts::Run>{{50, 0}, {100, 1}}));
+  }
+  t.Apply(t.block(0), 0, 50, one);
   absl::MutexLock l(&t.block(0)->mu);
-  EXPECT_EQ(t.block(0)->updates, 1);
+  EXPECT_TRUE(t.block(0)->steps.uniform());
+  EXPECT_EQ(t.block(0)->steps.max(), 1);
 }
 
 TEST(DenseTableTest, HoldsOnlyTheBlocksOfItsShards) {
@@ -126,9 +197,9 @@ TEST(TableScheduleTest, ApplyUsesTheRateOfThePushesStep) {
   auto one = [](size_t, size_t k, float* out) { std::fill(out, out + k, 1.f); };
   std::vector<float> w0(10), w1(10), w2(10);
   t.Read(t.block(0), 0, 10, v1::DT_FLOAT32, reinterpret_cast<char*>(w0.data()));
-  t.Apply(t.block(0), 0, 10, one, true, /*step=*/0);
+  t.Apply(t.block(0), 0, 10, one, /*step=*/0);
   t.Read(t.block(0), 0, 10, v1::DT_FLOAT32, reinterpret_cast<char*>(w1.data()));
-  t.Apply(t.block(0), 0, 10, one, true, /*step=*/50);
+  t.Apply(t.block(0), 0, 10, one, /*step=*/50);
   t.Read(t.block(0), 0, 10, v1::DT_FLOAT32, reinterpret_cast<char*>(w2.data()));
   EXPECT_NEAR(w0[3] - w1[3], 1.0f, 1e-6f);   // Full rate at step 0.
   EXPECT_NEAR(w1[3] - w2[3], 0.5f, 1e-6f);   // Half way down the cosine at step 50.

@@ -535,8 +535,7 @@ ApplyResult BenchApply() {
         if (lo < hi) quarter.push_back(piece.substr(lo - at, hi - lo));
         at += piece.size();
       }
-      table.ApplyPayload(table.block(b), 0, 1 << 20, Payload(quarter, nullptr), v1::DT_FLOAT32,
-                         true);
+      table.ApplyPayload(table.block(b), 0, 1 << 20, Payload(quarter, nullptr), v1::DT_FLOAT32);
     }
     absl::Time t3 = absl::Now();
     if (run == 0) continue;  // Warm-up.
