@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_backend_impl.h"
+#include "kernels/cuda/row_argmax.h"
 
 namespace pscluster::kernels {
 namespace cuda {
@@ -26,24 +27,20 @@ __global__ void SoftmaxCrossEntropyKernel(int64_t rows, int64_t classes, const f
     }
     // Every lane reads what it needs before any lane writes: dlogits may alias logits.
     const float z_label = z[label];
-    // Max and its lowest index: each lane scans its strided elements in increasing order.
-    float best = lane < classes ? z[lane] : -INFINITY;
-    int64_t arg = lane < classes ? lane : classes;
-    for (int64_t j = lane + 32; j < classes; j += 32) {
-      const float v = z[j];
-      if (v > best) {
-        best = v;
-        arg = j;
-      }
-    }
+    const float z0 = z[0];
+    // The CPU backend's argmax, NaN included (row_argmax.h): each lane scans its strided
+    // elements in increasing order, then the lanes combine.
+    argmax::Candidate c = argmax::None(classes);
+    for (int64_t j = lane; j < classes; j += 32) argmax::Offer(&c, z[j], j, classes);
     for (int offset = 16; offset > 0; offset >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, offset);
-      const int64_t oa = __shfl_xor_sync(0xffffffffu, arg, offset);
-      if (ob > best || (ob == best && oa < arg)) {
-        best = ob;
-        arg = oa;
-      }
+      argmax::Candidate o;
+      o.value = __shfl_xor_sync(0xffffffffu, c.value, offset);
+      o.index = __shfl_xor_sync(0xffffffffu, c.index, offset);
+      c = argmax::Better(c, o, classes);
     }
+    // The largest non-NaN logit (a NaN anywhere makes the loss NaN either way).
+    const float best = c.value;
+    const int64_t arg = argmax::Finish(c, z0, classes);
     float sum = 0.0f;
     for (int64_t j = lane; j < classes; j += 32) sum += expf(z[j] - best);
     for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);

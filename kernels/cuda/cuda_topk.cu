@@ -4,8 +4,9 @@
 // the CPU backend's exactly. No host synchronisation in between.
 #include <cstddef>
 
-#include "kernels/cuda/cuda_backend_impl.h"
 #include "common/half_bits.h"
+#include "kernels/cuda/cuda_backend_impl.h"
+#include "kernels/cuda/radix_select.h"
 
 namespace pscluster::kernels {
 namespace cuda {
@@ -18,13 +19,7 @@ constexpr int kTile = kThreads * kItemsPerThread;
 constexpr int kPaddedTile = kTile + kTile / 32;
 __device__ inline int Padded(int i) { return i + i / 32; }
 
-struct TopKState {
-  uint32_t prefix;     // Key bits decided so far.
-  uint32_t mask;       // Which bits those are.
-  uint32_t remaining;  // How many of the keys matching `prefix` must still be taken.
-  uint32_t pad;
-  uint32_t hist[256];
-};
+using radix::TopKState;
 
 __global__ void TopKInitKernel(TopKState* state, uint32_t k) {
   state->prefix = 0;
@@ -48,25 +43,21 @@ __global__ void RadixHistogramKernel(int64_t n, const float* x, int shift, TopKS
   }
 }
 
-// One block of 256 threads: picks the digit holding the remaining-th largest key.
+// One block of kRadixDigits threads: picks the digit holding the remaining-th largest key. The
+// phases live in radix_select.h, where a host emulation tests them in every thread order.
 __global__ void RadixSelectDigitKernel(int shift, TopKState* state) {
-  __shared__ uint32_t suffix[256];  // suffix[t] = keys whose digit is >= t.
+  __shared__ uint32_t suffix[radix::kRadixDigits];  // suffix[t] = keys whose digit is >= t.
   const int t = threadIdx.x;
-  suffix[t] = state->hist[t];
+  radix::DigitThread r;
+  radix::DigitLoad(t, *state, suffix, &r);  // Before any barrier: the decider rewrites state.
   __syncthreads();
-  for (int step = 1; step < 256; step <<= 1) {
-    const uint32_t add = t + step < 256 ? suffix[t + step] : 0u;
+  for (int step = 1; step < radix::kRadixDigits; step <<= 1) {
+    radix::DigitScanRead(t, step, suffix, &r);
     __syncthreads();
-    suffix[t] += add;
+    radix::DigitScanAdd(t, suffix, r);
     __syncthreads();
   }
-  const uint32_t remaining = state->remaining;
-  const uint32_t above = t + 1 < 256 ? suffix[t + 1] : 0u;
-  if (suffix[t] >= remaining && above < remaining) {
-    state->remaining = remaining - above;
-    state->prefix |= static_cast<uint32_t>(t) << shift;
-    state->mask |= 0xffu << shift;
-  }
+  radix::DigitDecide(t, shift, suffix, r, state);
 }
 
 // Exclusive scan of one value per thread across a block of kThreads; *total gets the sum.
@@ -184,9 +175,9 @@ absl::Status CudaBackend::DoTopKAbs(int64_t n, const float* x, int64_t k, int32_
                                     float* out_val) {
   KERNELS_CUDA_ACTIVATE();
   const int64_t blocks = (n + cuda::kTile - 1) / cuda::kTile;
-  const size_t bytes = sizeof(cuda::TopKState) + 2 * sizeof(uint32_t) * blocks;
+  const size_t bytes = sizeof(radix::TopKState) + 2 * sizeof(uint32_t) * blocks;
   KERNELS_ASSIGN_OR_RETURN(void* scratch, Scratch(bytes));
-  auto* state = static_cast<cuda::TopKState*>(scratch);
+  auto* state = static_cast<radix::TopKState*>(scratch);
   auto* block_gt = reinterpret_cast<uint32_t*>(state + 1);
   uint32_t* block_eq = block_gt + blocks;
   cuda::TopKInitKernel<<<1, 1, 0, stream_>>>(state, static_cast<uint32_t>(k));
@@ -195,11 +186,11 @@ absl::Status CudaBackend::DoTopKAbs(int64_t n, const float* x, int64_t k, int32_
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(reinterpret_cast<char*>(state) +
-                                             offsetof(cuda::TopKState, hist),
-                                         0, sizeof(cuda::TopKState::hist), stream_));
+                                             offsetof(radix::TopKState, hist),
+                                         0, sizeof(radix::TopKState::hist), stream_));
     cuda::RadixHistogramKernel<<<grid, cuda::kThreads, 0, stream_>>>(n, x, shift, state);
     CUDA_RETURN_IF_LAUNCH_FAILED("RadixHistogramKernel");
-    cuda::RadixSelectDigitKernel<<<1, 256, 0, stream_>>>(shift, state);
+    cuda::RadixSelectDigitKernel<<<1, radix::kRadixDigits, 0, stream_>>>(shift, state);
     CUDA_RETURN_IF_LAUNCH_FAILED("RadixSelectDigitKernel");
   }
   cuda::TopKCountKernel<<<static_cast<unsigned>(blocks), cuda::kThreads, 0, stream_>>>(
