@@ -1,4 +1,4 @@
-// CudaBackend: creation, memory, copies, synchronisation and cuBLAS GEMM.
+// CudaBackend: creation, stream-ordered memory, copies, synchronisation and cuBLAS GEMM.
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_backend_impl.h"
 
@@ -73,6 +73,19 @@ absl::Status CudaBackend::Init(const BackendOptions& options) {
   name_ = absl::StrCat("cuda:", device_, " (", prop.name, ", sm_", prop.major, prop.minor, ", ",
                        sm_count_, " SMs, TF32 ", options.cuda_allow_tf32 ? "on" : "off", ")");
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // Device memory comes from a pool of this backend's own, allocated and freed in stream order:
+  // a free is queued behind the work that may still use the memory, and nothing waits for the
+  // device. Devices without memory pools fall back to cudaMalloc, and a free waits for the
+  // stream first.
+  int pools = 0;
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device_));
+  if (pools != 0) {
+    cudaMemPoolProps props = {};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device_;
+    CUDA_RETURN_IF_ERROR(cudaMemPoolCreate(&pool_, &props));
+  }
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
   CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
   CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
@@ -91,13 +104,16 @@ absl::Status CudaBackend::Init(const BackendOptions& options) {
 
 CudaBackend::~CudaBackend() {
   // Errors here cannot be reported; the context may already be broken, so each step is tried.
+  // Every Buffer is gone by now (they must not outlive the backend); their queued frees and the
+  // scratch's complete with the stream.
   cudaSetDevice(device_);
+  DeviceFree(scratch_);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
   cudaFree(error_flag_);
-  cudaFree(scratch_);
   if (error_flag_host_ != nullptr) cudaFreeHost(error_flag_host_);
+  if (pool_ != nullptr) cudaMemPoolDestroy(pool_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -119,34 +135,57 @@ absl::Status CudaBackend::Synchronize() {
 
 absl::StatusOr<void*> CudaBackend::Scratch(size_t bytes) {
   if (bytes <= scratch_size_) return scratch_;
-  // cudaFree waits for the device, so no queued kernel still uses the old scratch.
-  CUDA_RETURN_IF_ERROR(cudaFree(scratch_));
+  // Stream-ordered: the old scratch is freed behind the kernels queued to use it.
+  DeviceFree(scratch_);
   scratch_ = nullptr;
   scratch_size_ = 0;
   const size_t rounded = std::max<size_t>(bytes + bytes / 2, size_t{1} << 20);
-  CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch_, rounded));
+  KERNELS_ASSIGN_OR_RETURN(scratch_, DeviceAlloc(rounded));
   scratch_size_ = rounded;
   return scratch_;
 }
 
-absl::StatusOr<void*> CudaBackend::DoAllocate(size_t bytes, bool on_host) {
-  KERNELS_CUDA_ACTIVATE();
+absl::StatusOr<void*> CudaBackend::DeviceAlloc(size_t bytes) {
   void* p = nullptr;
-  if (on_host) {
-    CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, bytes));
+  if (pool_ != nullptr) {
+    CUDA_RETURN_IF_ERROR(cudaMallocFromPoolAsync(&p, bytes, pool_, stream_));
   } else {
     CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
+  }
+  if (reinterpret_cast<uintptr_t>(p) % 256 != 0) {
+    DeviceFree(p);
+    return absl::InternalError("CUDA allocation is not aligned to 256 bytes");
   }
   return p;
 }
 
+void CudaBackend::DeviceFree(void* p) {
+  if (p == nullptr) return;
+  if (pool_ != nullptr) {
+    cudaFreeAsync(p, stream_);
+  } else {
+    cudaStreamSynchronize(stream_);
+    cudaFree(p);
+  }
+}
+
+absl::StatusOr<void*> CudaBackend::DoAllocate(size_t bytes, bool on_host) {
+  KERNELS_CUDA_ACTIVATE();
+  if (!on_host) return DeviceAlloc(bytes);
+  void* p = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, bytes));
+  return p;
+}
+
 void CudaBackend::DoFree(void* ptr, bool on_host) {
-  // The memory may still be read by queued work: cudaFree/cudaFreeHost synchronise first.
+  // Queued copies may still read or write the memory. Device memory is freed in stream order;
+  // page-locked host memory only once the stream has drained.
   cudaSetDevice(device_);
   if (on_host) {
+    cudaStreamSynchronize(stream_);
     cudaFreeHost(ptr);
   } else {
-    cudaFree(ptr);
+    DeviceFree(ptr);
   }
 }
 

@@ -107,11 +107,16 @@ class CudaBackend final : public Backend {
   // Device scratch memory valid until the next call; grows (never shrinks) as needed, so a
   // steady-state training step allocates nothing.
   absl::StatusOr<void*> Scratch(size_t bytes);
+  // Device memory in stream order (see Init): valid for work queued on stream_ after the call;
+  // freed behind the work queued before DeviceFree. DeviceFree(nullptr) does nothing.
+  absl::StatusOr<void*> DeviceAlloc(size_t bytes);
+  void DeviceFree(void* p);
 
   int device_ = 0;
   int sm_count_ = 1;
   std::string name_;
   cudaStream_t stream_ = nullptr;
+  cudaMemPool_t pool_ = nullptr;  // Null where the device has no memory pools.
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   int* error_flag_ = nullptr;       // Device word the kernels report bad index data into.

@@ -31,7 +31,10 @@ int StepIO::AddOutput(void* host, size_t bytes) {
 
 absl::Status StepIO::Reserve(size_t bytes) {
   if (device_arena_.size() >= bytes) return absl::OkStatus();
-  // Freeing waits for queued work on CUDA; grow by half again to make regrowth rare.
+  // No queued work reads the old buffers: a completed step ended with Download()'s synchronise
+  // and Upload() drained one that failed in flight. (The CUDA backend would also free device
+  // memory behind queued work and page-locked memory only once its stream is idle; this does
+  // not lean on that.) Grow by half again to make regrowth rare.
   device_arena_.Reset();
   host_staging_.Reset();
   const size_t want = bytes + bytes / 2;
@@ -93,7 +96,7 @@ absl::Status StepIO::Download() {
 
 absl::Status Workspace::Reserve(size_t bytes) {
   if (buffer_.size() >= bytes) return absl::OkStatus();
-  buffer_.Reset();
+  buffer_.Reset();  // Freed behind queued work on CUDA (stream-ordered), at once on the CPU.
   KERNELS_ASSIGN_OR_RETURN(buffer_, backend_->Allocate(bytes + bytes / 2));
   return absl::OkStatus();
 }

@@ -55,7 +55,8 @@ class StepIO {
 class Workspace {
  public:
   explicit Workspace(Backend* backend) : backend_(backend) {}
-  // REQUIRES: no queued work uses the old memory when it grows (the caller synchronises first).
+  // REQUIRES: no queued work uses the old memory when it grows, unless the backend frees in
+  // stream order (CUDA does; the CPU backend queues nothing).
   absl::Status Reserve(size_t bytes);
   char* base() const { return buffer_.as<char>(); }
 
