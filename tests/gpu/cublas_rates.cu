@@ -56,9 +56,23 @@ struct DeviceMemory {
   }
 };
 
+// Two CUDA events, destroyed however the measurement returns.
+struct EventPair {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ~EventPair() {
+    if (start != nullptr) cudaEventDestroy(start);
+    if (stop != nullptr) cudaEventDestroy(stop);
+  }
+  absl::Status Create() {
+    RETURN_IF_ERROR(Cuda(cudaEventCreate(&start), "cudaEventCreate"));
+    return Cuda(cudaEventCreate(&stop), "cudaEventCreate");
+  }
+};
+
 }  // namespace
 
 absl::StatusOr<double> CublasGemmTflops(GemmType type, int n, int iters, int device) {
+  if (n < 1 || iters < 1) return absl::InvalidArgumentError("n and iters must be >= 1");
   RETURN_IF_ERROR(Cuda(cudaSetDevice(device), "cudaSetDevice"));
   const int64_t elems = int64_t{n} * n;
   const bool bf16 = type == GemmType::kBf16;
@@ -97,21 +111,18 @@ absl::StatusOr<double> CublasGemmTflops(GemmType type, int n, int iters, int dev
                   "cublasSgemm");
   };
   for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(run());
-  cudaEvent_t start, stop;
-  RETURN_IF_ERROR(Cuda(cudaEventCreate(&start), "cudaEventCreate"));
-  RETURN_IF_ERROR(Cuda(cudaEventCreate(&stop), "cudaEventCreate"));
+  EventPair ev;
+  RETURN_IF_ERROR(ev.Create());
   std::vector<float> ms;
   for (int i = 0; i < iters; ++i) {
-    RETURN_IF_ERROR(Cuda(cudaEventRecord(start), "cudaEventRecord"));
+    RETURN_IF_ERROR(Cuda(cudaEventRecord(ev.start), "cudaEventRecord"));
     RETURN_IF_ERROR(run());
-    RETURN_IF_ERROR(Cuda(cudaEventRecord(stop), "cudaEventRecord"));
-    RETURN_IF_ERROR(Cuda(cudaEventSynchronize(stop), "cudaEventSynchronize"));
+    RETURN_IF_ERROR(Cuda(cudaEventRecord(ev.stop), "cudaEventRecord"));
+    RETURN_IF_ERROR(Cuda(cudaEventSynchronize(ev.stop), "cudaEventSynchronize"));
     float t = 0;
-    RETURN_IF_ERROR(Cuda(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime"));
+    RETURN_IF_ERROR(Cuda(cudaEventElapsedTime(&t, ev.start, ev.stop), "cudaEventElapsedTime"));
     ms.push_back(t);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   std::sort(ms.begin(), ms.end());
   const double median_s = ms[ms.size() / 2] / 1e3;
   return 2.0 * n * static_cast<double>(n) * n / median_s / 1e12;
