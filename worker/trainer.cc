@@ -12,6 +12,7 @@
 #include "common/safetensors.h"
 #include "kernels/create_backend.h"
 #include "kernels/models/create_model.h"
+#include "kernels/models/step_io.h"
 #include "server/client/ps_client.h"
 #include "server/executor.h"
 #include "worker/data/partition.h"
@@ -50,16 +51,18 @@ struct Trainer::State {
   std::vector<int64_t> partition;
 
   // Per-step buffers: step n computes with slot n % 3 while the pull of step n + 1 and the push of
-  // step n - 1 use the other two.
+  // step n - 1 use the other two. Values and gradients live in the backend's host memory
+  // (page-locked on CUDA), so the model copies them to and from the device without staging.
   struct Slot {
     std::vector<std::vector<uint64_t>> keys;   // Per parameter (sparse only).
-    std::vector<std::vector<float>> values;    // Per parameter.
-    std::vector<std::vector<float>> grads;     // Per parameter.
+    std::vector<kernels::HostArray> values;    // Per parameter.
+    std::vector<kernels::HostArray> grads;     // Per parameter.
   };
   Slot slots[3];
 
-  // Sizes the slot's buffers for `keys` and builds the pull targets / push sources over it.
-  void Prepare(Slot* slot, std::vector<std::vector<uint64_t>> keys) {
+  // Sizes the slot's buffers for `keys` (keeping what they hold) and builds the pull targets /
+  // push sources over it.
+  absl::Status Prepare(Slot* slot, std::vector<std::vector<uint64_t>> keys) {
     const auto& params = model->params();
     slot->keys = std::move(keys);
     slot->values.resize(params.size());
@@ -67,9 +70,11 @@ struct Trainer::State {
     for (size_t i = 0; i < params.size(); ++i) {
       size_t n = params[i].sparse ? slot->keys[i].size() * params[i].row_width
                                   : static_cast<size_t>(params[i].num_elements());
-      slot->values[i].resize(n);
-      slot->grads[i].resize(n);
+      absl::Status s = slot->values[i].Resize(backend.get(), n);
+      if (s.ok()) s = slot->grads[i].Resize(backend.get(), n);
+      if (!s.ok()) return s;
     }
+    return absl::OkStatus();
   }
 
   PullTargets Targets(Slot* slot, bool dense, bool sparse) {
@@ -361,15 +366,10 @@ absl::Status Trainer::RunImpl(State* st) {
       kernels::Batch b = st->test_batcher->Make(ids);
       auto keys = st->model->SparseKeys(b);
       if (!keys.ok()) return keys.status();
-      // Dense values persist in eval_slot across batches; only sparse rows change.
-      std::vector<std::vector<float>> keep;
-      if (dense_pulled) keep = std::move(eval_slot.values);
-      st->Prepare(&eval_slot, std::move(*keys));
-      if (dense_pulled) {
-        for (size_t i = 0; i < keep.size(); ++i) {
-          if (!st->model->params()[i].sparse) eval_slot.values[i] = std::move(keep[i]);
-        }
-      }
+      // Dense values persist in eval_slot across batches (Prepare keeps them); only sparse
+      // rows change.
+      absl::Status prep = st->Prepare(&eval_slot, std::move(*keys));
+      if (!prep.ok()) return prep;
       absl::Status ps = st->client->Pull(clock, st->Targets(&eval_slot, !dense_pulled, true));
       if (!ps.ok()) return ps;
       dense_pulled = true;
@@ -485,8 +485,7 @@ absl::Status Trainer::RunImpl(State* st) {
     batches[n & 1] = batchers[n & 1]->Make(ids);
     auto keys = st->model->SparseKeys(batches[n & 1]);
     if (!keys.ok()) return keys.status();
-    st->Prepare(&st->slots[n % 3], std::move(*keys));
-    return absl::OkStatus();
+    return st->Prepare(&st->slots[n % 3], std::move(*keys));
   };
   PsClient* psc = st->client.get();
   // Prefetched pulls and background pushes run on two long-lived threads (one call in flight on
@@ -568,16 +567,12 @@ absl::Status Trainer::RunImpl(State* st) {
       }
       absl::Time t1 = absl::Now();
       kernels::StepResult r;
-      absl::Status cs =
-          st->model->TrainStep(batches[step & 1], State::Values(slot), State::Grads(&slot), &r);
+      kernels::Gradients grads = State::Grads(&slot);
+      grads.scale = grad_scale(batches[step & 1].num_examples);  // Applied in the loss kernel.
+      absl::Status cs = st->model->TrainStep(batches[step & 1], State::Values(slot), grads, &r);
       if (!cs.ok()) {
         drain();
         return cs;
-      }
-      if (const float scale = grad_scale(r.examples); scale != 1.0f) {
-        for (auto& g : slot.grads) {
-          for (float& v : g) v *= scale;
-        }
       }
       absl::Time t2 = absl::Now();
       {
@@ -659,8 +654,8 @@ absl::Status Trainer::RunImpl(State* st) {
       all.erase(std::unique(all.begin(), all.end()), all.end());
       keys[i] = std::move(all);
     }
-    st->Prepare(&slot, std::move(keys));
-    absl::Status ps = st->client->Pull(total_steps, st->Targets(&slot, true, true));
+    absl::Status ps = st->Prepare(&slot, std::move(keys));
+    if (ps.ok()) ps = st->client->Pull(total_steps, st->Targets(&slot, true, true));
     if (!ps.ok()) return ps;
     std::vector<SafetensorsTensor> tensors;
     for (size_t i = 0; i < st->model->params().size(); ++i) {

@@ -6,13 +6,14 @@
 //   2. pull every dense table whole, and the rows `keys[i]` of each sparse table i, into host
 //      float buffers (a sparse table's rows as [keys[i].size() x row_width], in key order);
 //   3. model.TrainStep(batch, {values, keys}, grads, &result)
-//      writes d(mean loss)/d(param) into `grads`, laid out exactly like the values;
+//      writes grads.scale * d(mean loss)/d(param) into `grads`, laid out like the values;
 //   4. push the gradients (a sparse table's gradient rows are for the same keys).
 // Evaluate() is step 3 without gradients, for test sets.
 //
 // Parameters, gradients and batches live in host memory. The CUDA path keeps its device buffers
-// across steps (they grow with the largest batch seen) and moves each step's inputs to the
-// device with one copy and its outputs back with one copy.
+// across steps (they grow with the largest batch seen), moves the small inputs to the device in
+// one copy and each large one straight from the caller's memory (a DMA transfer when that memory
+// is page-locked, e.g. a kernels::HostArray), and brings the outputs back the same way.
 //
 // Thread model: a Model is not thread-safe and uses its Backend exclusively while a call runs.
 // Bad input (shapes, labels, CSR offsets, keys) is INVALID_ARGUMENT naming the field; it never
@@ -79,9 +80,12 @@ struct ParamValues {
   std::vector<absl::Span<const uint64_t>> keys;
 };
 
-// Where TrainStep writes d(mean loss)/d(param); same sizes and layout as ParamValues::values.
+// Where TrainStep writes scale * d(mean loss)/d(param); same sizes and layout as
+// ParamValues::values. The scale enters once, in the loss's gradient on the device, so a caller
+// that weighs its gradient (a rank's share of an aggregated step) needs no pass of its own.
 struct Gradients {
   std::vector<absl::Span<float>> values;
+  float scale = 1.0f;
 };
 
 struct StepResult {

@@ -245,9 +245,10 @@ absl::Status SequentialModel::Run(const Batch& batch, const ParamValues& params,
   }
   float* logits = act(num_layers - 1);
   float* row_stats = reinterpret_cast<float*>(ws + row_stats_offset);
-  // The gradient of the mean loss replaces the logits in place.
+  // The gradient of the (scaled) mean loss replaces the logits in place.
+  const float grad_scale = (grads != nullptr ? grads->scale : 1.0f) / static_cast<float>(n);
   KERNELS_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(
-      n, classes, logits, labels, 1.0f / static_cast<float>(n),
+      n, classes, logits, labels, grad_scale,
       grads != nullptr ? logits : nullptr, row_stats));
   if (grads != nullptr) {
     const float* dout = logits;
