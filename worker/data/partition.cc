@@ -27,9 +27,15 @@ uint64_t ShareOf(const PartitionSpec& spec, uint32_t a) {
   return spec.shares.empty() ? 1 : spec.shares[a];
 }
 
-// Examples [begin, end) of part `a` of `n`.
+}  // namespace
+
 std::pair<uint64_t, uint64_t> PartBounds(uint64_t n, const PartitionSpec& spec, uint32_t a) {
-  if (spec.shares.empty()) return {n * a / spec.count, n * (a + 1) / spec.count};
+  if (spec.shares.empty()) {
+    // 128-bit products: n may count bytes of a large set.
+    const unsigned __int128 wide = n;
+    return {static_cast<uint64_t>(wide * a / spec.count),
+            static_cast<uint64_t>(wide * (a + 1) / spec.count)};
+  }
   unsigned __int128 before = 0, total = 0;
   for (uint32_t i = 0; i < spec.count; ++i) {
     if (i < a) before += spec.shares[i];
@@ -38,8 +44,6 @@ std::pair<uint64_t, uint64_t> PartBounds(uint64_t n, const PartitionSpec& spec, 
   return {static_cast<uint64_t>(n * before / total),
           static_cast<uint64_t>(n * (before + spec.shares[a]) / total)};
 }
-
-}  // namespace
 
 absl::Status CheckPartition(const PartitionSpec& spec) {
   if (!spec.shares.empty()) {

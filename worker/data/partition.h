@@ -9,6 +9,7 @@
 #define PSCLUSTER_WORKER_DATA_PARTITION_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,6 +35,11 @@ inline constexpr uint32_t kMaxShare = 1u << 24;
 // fit it: each extra part must be another part below `count`, named once, and not with an
 // explicit range; shares, when given, are `count` values in [1, kMaxShare], not with a range.
 absl::Status CheckPartition(const PartitionSpec& spec);
+
+// Units [begin, end) of part `a` of `n` units (examples, files or bytes): the a-th of `count`
+// equal parts, or sized by `shares`. Ignores `begin`/`end`/`also`.
+// REQUIRES: spec passed CheckPartition, spec.count > 0, a < spec.count.
+std::pair<uint64_t, uint64_t> PartBounds(uint64_t n, const PartitionSpec& spec, uint32_t a);
 
 // Examples per step of the worker reading `spec`, for a job whose `batch` is the equal part's:
 // the same share of the job's `batch * count` examples per step as its parts' share of the

@@ -159,5 +159,24 @@ TEST(PartitionTest, EpochOrderIsAPermutationThatChangesPerEpoch) {
   EXPECT_EQ(sorted0, sorted_part);
 }
 
+// Parts of a count of bytes (a streamed set's size): adjacent, covering [0, n), near n / count,
+// with no overflow of n * part.
+TEST(PartitionTest, PartBoundsOfManyUnitsAreAdjacentAndExact) {
+  const uint64_t n = (uint64_t{1} << 62) + 12345;
+  for (bool shares : {false, true}) {
+    PartitionSpec spec{0, 7, 0, 0};
+    if (shares) spec.shares = {1, 2, 3, 4, 5, 6, 7};
+    uint64_t at = 0;
+    for (uint32_t a = 0; a < spec.count; ++a) {
+      auto [b, e] = PartBounds(n, spec, a);
+      EXPECT_EQ(b, at);
+      const double want = static_cast<double>(n) * (shares ? (a + 1) / 28.0 : 1 / 7.0);
+      EXPECT_NEAR(static_cast<double>(e - b), want, want * 1e-9);
+      at = e;
+    }
+    EXPECT_EQ(at, n);
+  }
+}
+
 }  // namespace
 }  // namespace pscluster::data
