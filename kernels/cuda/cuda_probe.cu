@@ -9,6 +9,7 @@ namespace pscluster::cuda {
 ProbeResult Probe() {
   ProbeResult r;
   cudaRuntimeGetVersion(&r.runtime_version);
+  cudaDriverGetVersion(&r.driver_version);
   int major = 0, minor = 0, patch = 0;
   if (cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
       cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&

@@ -9,6 +9,7 @@ namespace pscluster::cuda {
 
 struct ProbeResult {
   int runtime_version = 0;   // cudaRuntimeGetVersion, e.g. 13000.
+  int driver_version = 0;    // cudaDriverGetVersion: the newest CUDA the driver runs; 0 without one.
   int cublas_version = 0;    // cublasGetProperty major*10000 + minor*100 + patch.
   int device_count = 0;      // 0 when there is no driver or no device.
   std::string device_name;   // Name of device 0.

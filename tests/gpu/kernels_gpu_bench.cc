@@ -3,11 +3,16 @@
 //      Backend::Gemm;
 //   2. every hand-written kernel's achieved GB/s against a device-to-device copy measured in
 //      the same run (bytes = what the kernel must read plus write);
-//   3. one training step (host parameters in, host gradients out) of the MLP and the CNN, as
-//      "STEP <model> <batch> <ms>" lines that the script sets against PyTorch's.
-// Without a usable device it says so and exits 0.
+//   3. one training step (host parameters in, host gradients out) of the MLP and the CNN, with
+//      float32 GEMMs and with TF32 tensor cores, as "STEP <model> <batch> <fp32|tf32> <ms>" lines
+//      that the script sets against PyTorch's.
+// Row ops run on uniform and on Zipf-distributed rows (hot rows: atomics contend).
+// Without a usable device it prints "SKIPPED: ..." and exits 0; run_gpu_checks.sh fails a run
+// whose benchmark does not print "device: cuda...".
+// --probe prints the CUDA runtime, driver and cuBLAS versions and the devices, then exits.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -22,6 +27,7 @@
 #include "kernels/models/host_init.h"
 
 #ifdef PSCLUSTER_HAVE_CUDA
+#include "kernels/cuda/cuda_probe.h"
 #include "tests/gpu/cublas_rates.h"
 #endif
 
@@ -67,6 +73,24 @@ void Upload(Backend* b, T* dst, const std::vector<T>& v) {
   absl::Status s = b->CopyToDevice(v.data(), dst, sizeof(T) * v.size());
   if (s.ok()) s = b->Synchronize();
   if (!s.ok()) Die(s, "upload");
+}
+
+// m row indices in [0, rows) with P(rank r) ~ 1 / (r + 1)^s, ranks scattered over the rows by a
+// fixed permutation (so hot rows are not neighbours).
+std::vector<int32_t> ZipfRows(std::mt19937_64& rng, int64_t m, int64_t rows, double s) {
+  std::vector<double> cdf(rows);
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) cdf[r] = total += std::pow(static_cast<double>(r + 1), -s);
+  std::vector<int32_t> perm(rows);
+  for (int64_t r = 0; r < rows; ++r) perm[r] = static_cast<int32_t>(r);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::uniform_real_distribution<double> u(0.0, total);
+  std::vector<int32_t> idx(m);
+  for (int32_t& i : idx) {
+    const int64_t rank = std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
+    i = perm[std::min(rank, rows - 1)];
+  }
+  return idx;
 }
 
 void KernelTable(Backend* b) {
@@ -123,28 +147,37 @@ void KernelTable(Backend* b) {
   }
   {
     const int64_t width = 64, table_rows = 1 << 20, m = n / width;
-    std::vector<int32_t> idx(m);
-    std::uniform_int_distribution<int32_t> pick(0, table_rows - 1);
-    for (int32_t& i : idx) i = pick(rng);
-    int32_t* di = Alloc<int32_t>(b, &keep, m, "idx");
-    Upload(b, di, idx);
-    row("GatherRows", "1Mi rows of 64 from 1Mi", 8.0 * n + 4.0 * m,
-        Time(b, "gather", [&] { return b->GatherRows(m, width, x, table_rows, di, y); }));
-    row("ScatterAddRows (atomics)", "1Mi rows of 64 into 1Mi", 12.0 * n + 4.0 * m,
-        Time(b, "scatter", [&] { return b->ScatterAddRows(m, width, x, di, table_rows, y); }));
     const int64_t per_bag = 32, bags = m / per_bag;
     std::vector<int32_t> offsets(bags + 1);
     for (int64_t i = 0; i <= bags; ++i) offsets[i] = static_cast<int32_t>(i * per_bag);
     int32_t* doff = Alloc<int32_t>(b, &keep, bags + 1, "offsets");
     Upload(b, doff, offsets);
-    row("EmbeddingBagForward", "32Ki bags x 32 of width 64", 4.0 * n + 8.0 * m + 4.0 * bags * width,
-        Time(b, "bag fwd", [&] {
-          return b->EmbeddingBagForward(bags, width, m, doff, di, z, x, table_rows, y);
-        }));
-    row("EmbeddingBagBackward (atomics)", "32Ki bags x 32 of width 64",
-        8.0 * n + 8.0 * m + 4.0 * bags * width, Time(b, "bag bwd", [&] {
-          return b->EmbeddingBagBackward(bags, width, m, doff, di, z, x, table_rows, y);
-        }));
+    int32_t* di = Alloc<int32_t>(b, &keep, m, "idx");
+    std::uniform_int_distribution<int32_t> pick(0, table_rows - 1);
+    std::vector<int32_t> uniform(m);
+    for (int32_t& i : uniform) i = pick(rng);
+    struct Keys {
+      const char* name;
+      std::vector<int32_t> idx;
+    };
+    // Zipf s = 1.1 over 1Mi rows: the hottest row takes ~7% of the entries, the top 100 ~40%.
+    for (const Keys& keys : {Keys{"uniform", uniform},
+                             Keys{"Zipf 1.1", ZipfRows(rng, m, table_rows, 1.1)}}) {
+      Upload(b, di, keys.idx);
+      const std::string tag = std::string(" (") + keys.name + " rows)";
+      row("GatherRows" + tag, "1Mi rows of 64 from 1Mi", 8.0 * n + 4.0 * m,
+          Time(b, "gather", [&] { return b->GatherRows(m, width, x, table_rows, di, y); }));
+      row("ScatterAddRows, atomics" + tag, "1Mi rows of 64 into 1Mi", 12.0 * n + 4.0 * m,
+          Time(b, "scatter", [&] { return b->ScatterAddRows(m, width, x, di, table_rows, y); }));
+      row("EmbeddingBagForward" + tag, "32Ki bags x 32 of width 64",
+          4.0 * n + 8.0 * m + 4.0 * bags * width, Time(b, "bag fwd", [&] {
+            return b->EmbeddingBagForward(bags, width, m, doff, di, z, x, table_rows, y);
+          }));
+      row("EmbeddingBagBackward, atomics" + tag, "32Ki bags x 32 of width 64",
+          8.0 * n + 8.0 * m + 4.0 * bags * width, Time(b, "bag bwd", [&] {
+            return b->EmbeddingBagBackward(bags, width, m, doff, di, z, x, table_rows, y);
+          }));
+    }
   }
   {
     auto* h = reinterpret_cast<uint16_t*>(z);
@@ -207,7 +240,7 @@ void GemmTable(Backend* b, int device) {
               2.0 * m * m * m / t / 1e12);
 }
 
-void StepTimes(Backend* b) {
+void StepTimes(Backend* b, const char* math) {
   struct Model {
     const char* name;
     v1::ModelSpec spec;
@@ -243,13 +276,33 @@ void StepTimes(Backend* b) {
         StepResult r;
         return (*model)->TrainStep(bt, *values, grads, &r);
       });
-      std::printf("STEP %s %d %.4f\n", m.name, batch, s * 1e3);
+      std::printf("STEP %s %d %s %.4f\n", m.name, batch, math, s * 1e3);
       std::fflush(stdout);
     }
   }
 }
 
-int Main() {
+int Probe() {
+#ifdef PSCLUSTER_HAVE_CUDA
+  const ::pscluster::cuda::ProbeResult p = ::pscluster::cuda::Probe();
+  std::string devices = absl::StrCat(p.device_count, " device(s)");
+  if (!p.device_name.empty()) absl::StrAppend(&devices, ", device 0: ", p.device_name);
+  if (!p.error.empty()) absl::StrAppend(&devices, " (", p.error, ")");
+  std::printf("CUDA runtime %d, driver %d, cuBLAS %d; %s\n", p.runtime_version,
+              p.driver_version, p.cublas_version, devices.c_str());
+  if (p.driver_version != 0 && p.driver_version < p.runtime_version) {
+    std::printf("the driver (CUDA %d) is older than the runtime this was built with (%d)\n",
+                p.driver_version, p.runtime_version);
+  }
+  return p.device_count > 0 ? 0 : 2;
+#else
+  std::printf("built without a CUDA toolkit\n");
+  return 2;
+#endif
+}
+
+int Main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--probe") return Probe();
   BackendOptions options;
   auto backend = CreateBackend("cuda", options);
   if (!backend.ok()) {
@@ -260,11 +313,16 @@ int Main() {
   std::printf("device: %s\n", b->name().c_str());
   GemmTable(b, options.cuda_device);
   KernelTable(b);
-  StepTimes(b);
+  StepTimes(b, "fp32");
+  BackendOptions tf32 = options;
+  tf32.cuda_allow_tf32 = true;
+  auto tf32_backend = CreateBackend("cuda", tf32);
+  if (!tf32_backend.ok()) Die(tf32_backend.status(), "TF32 backend");
+  StepTimes(tf32_backend->get(), "tf32");
   return 0;
 }
 
 }  // namespace
 }  // namespace pscluster::kernels
 
-int main() { return pscluster::kernels::Main(); }
+int main(int argc, char** argv) { return pscluster::kernels::Main(argc, argv); }

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """One training step of the same MLP and CNN as kernels/models, in PyTorch on the same device.
 
-Prints "TORCH <model> <batch> <compute_ms> <with_transfers_ms>" per model and batch:
+Prints "TORCH <model> <batch> <math> <compute_ms> <with_transfers_ms>" per model, batch and
+math (fp32: float32 GEMMs and convolutions; tf32: TF32 tensor cores allowed for both):
   compute_ms          forward, loss, backward on device-resident parameters and batch;
   with_transfers_ms   the same plus what pscluster's TrainStep also does each step: copy the
                       parameters and the batch from host memory and the gradients back to it.
-Float32 throughout (TF32 off), cuDNN autotuning on. Prints "TORCH_UNAVAILABLE <reason>" and
-exits 0 where torch or a CUDA device is missing.
+Float32 tensors throughout, cuDNN autotuning on. Prints "TORCH_UNAVAILABLE <reason>" and exits 0
+where torch or a CUDA device is missing. Run it with the caller's environment: a
+LD_LIBRARY_PATH pointing at other CUDA libraries can break torch's import.
 """
 import statistics
 import sys
@@ -24,11 +26,10 @@ def main():
     if not torch.cuda.is_available():
         print("TORCH_UNAVAILABLE torch not available on CUDA (no device)")
         return 0
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
     dev = torch.device("cuda")
-    print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}", file=sys.stderr)
+    print(f"torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN "
+          f"{torch.backends.cudnn.version()}) on {torch.cuda.get_device_name(0)}", file=sys.stderr)
 
     def mlp():
         # kernels/models: fc1 784->512, relu, fc2 512->256, relu, out 256->10.
@@ -55,6 +56,14 @@ def main():
             per.append((time.perf_counter() - t0) / steps)
         return statistics.median(per) * 1e3
 
+    for math, tf32 in (("fp32", False), ("tf32", True)):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        run_models(torch, nn, F, dev, math, mlp, cnn, timed)
+    return 0
+
+
+def run_models(torch, nn, F, dev, math, mlp, cnn, timed):
     for name, make, shape in (("mlp", mlp, (784,)), ("cnn", cnn, (1, 28, 28))):
         model = make().to(dev)
         params = list(model.parameters())
@@ -85,9 +94,8 @@ def main():
                 loss_value = loss.item()  # Synchronises, as TrainStep returns the loss.
                 return loss_value
 
-            print(f"TORCH {name} {batch} {timed(compute):.4f} {timed(with_transfers):.4f}")
+            print(f"TORCH {name} {batch} {math} {timed(compute):.4f} {timed(with_transfers):.4f}")
             sys.stdout.flush()
-    return 0
 
 
 if __name__ == "__main__":
