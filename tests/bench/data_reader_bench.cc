@@ -13,6 +13,7 @@
 // Memory (--rss_gb=N, a manual, slow run): writes an N GB Criteo file into --rss_dir, streams it
 // through one pass with the default options and prints the process's peak RSS while reading
 // (reset before the pass), then deletes the file.
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -37,7 +38,7 @@
 #include "worker/data/line_reader.h"
 #include "worker/data/streaming_dataset.h"
 
-ABSL_FLAG(double, mb, 128, "Size of each generated text file, in MB.");
+ABSL_FLAG(double, mb, 128, "Size of each generated text file, in MB (0: no speed runs).");
 ABSL_FLAG(int, runs, 3, "Runs of each measurement (the median is reported).");
 ABSL_FLAG(std::string, dir, "", "Where to write the files (default $TEST_TMPDIR or /tmp).");
 ABSL_FLAG(double, rss_gb, 0,
@@ -273,9 +274,12 @@ int RssDemo(FileSystem* fs, double gb) {
     std::remove(path.c_str());
     return 1;
   }
-  // Reset the peak (Linux: 5 to clear_refs resets VmHWM), so it covers the pass only.
+  // Give the writer's freed memory back, then reset the peak (Linux: 5 to clear_refs resets
+  // VmHWM to the current RSS), so that the peak covers the pass only.
+  malloc_trim(0);
   { std::ofstream("/proc/self/clear_refs") << "5"; }
   const double before = StatusMb("VmRSS:");
+  const bool reset = StatusMb("VmHWM:") <= before + 1;
   double mbs = 0, mbs_core = 0;
   uint64_t examples = 0;
   const auto t0 = Clock::now();
@@ -285,9 +289,9 @@ int RssDemo(FileSystem* fs, double gb) {
   std::remove(path.c_str());
   std::printf("  | file | examples | pass | MB/s | RSS before | peak RSS during the pass |\n");
   std::printf("  |---|---|---|---|---|---|\n");
-  std::printf("  | %.2f GB | %lu | %.1f s | %.0f | %.1f MB | %.1f MB |\n",
+  std::printf("  | %.2f GB | %lu | %.1f s | %.0f | %.1f MB | %.1f MB%s |\n",
               (*ds)->layout(Split::kTrain).total_bytes / 1e9, static_cast<unsigned long>(examples),
-              secs, mbs, before, peak);
+              secs, mbs, before, peak, reset ? "" : " (not reset: the peak since the start)");
   std::printf(
       "  options: shuffle_window %u, prefetch_batches %u x %u examples, chunk_bytes %lu, "
       "max_line_bytes %u\n",
@@ -304,6 +308,7 @@ int Main() {
     dir = t != nullptr ? t : "/tmp";
   }
   const double mb = absl::GetFlag(FLAGS_mb);
+  const double gb = absl::GetFlag(FLAGS_rss_gb);
   const int runs = std::max(1, absl::GetFlag(FLAGS_runs));
   struct Format {
     const char* name;
@@ -316,6 +321,7 @@ int Main() {
       {"CSV", DataFormat::kCsv, CsvHeader(), CsvLine},
       {"Criteo", DataFormat::kCriteo, "", CriteoLine},
   };
+  if (mb <= 0) return gb > 0 ? RssDemo(fs.get(), gb) : 0;
   std::printf("Streaming readers, %.0f MB files in %s, median of %d runs, %ld cores\n", mb,
               dir.c_str(), runs, sysconf(_SC_NPROCESSORS_ONLN));
   std::printf(
@@ -346,7 +352,6 @@ int Main() {
                 r.pipeline_mbs_core, static_cast<unsigned long>(r.examples));
   }
   std::printf("Target: parse >= 100 MB/s per core (LibSVM, CSV).\n");
-  const double gb = absl::GetFlag(FLAGS_rss_gb);
   if (gb > 0) return RssDemo(fs.get(), gb);
   return 0;
 }
