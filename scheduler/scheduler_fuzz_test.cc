@@ -5,7 +5,7 @@
 // dropped connection, an INTERNAL error or a message the client refused for its size), keep
 // serving, and restart from its database afterwards with the same jobs in the same states: no
 // hostile request may poison the persisted state. (Requests whose strings are not UTF-8 are
-// refused by gRPC itself before they reach the daemon: UNIMPLEMENTED without a message.)
+// refused at the edge before they reach the handler: INVALID_ARGUMENT naming the method.)
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -8,6 +8,7 @@
 
 #include "common/channel.h"
 #include "common/status_convert.h"
+#include "common/testing/garbage_calls.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "server/testing/cluster.h"
 
@@ -299,6 +300,10 @@ TEST_F(BadInputTest, NaNLearningRate) {
                                          v1::ConsistencySpec::ASP, 2),
                            &resp),
               absl::StatusCode::kInvalidArgument, "tables[1].optimizer.learning_rate");
+}
+
+TEST_F(BadInputTest, BytesThatDoNotParseAreInvalidArgumentNamingTheMethod) {
+  ExpectEveryMethodRefusesGarbage(channel_, "pscluster.v1.ParameterServer");
 }
 
 TEST_F(BadInputTest, MalformedBytes) {

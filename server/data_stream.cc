@@ -179,7 +179,8 @@ void DataStream::OnReadDone(bool ok) {
   auto item = std::make_shared<PushItem>();
   const absl::Time t0 = absl::Now();
   absl::Status st = DecodeWithPayload(read_buf_, kPushChunkValuesField, &item->chunk,
-                                      &item->values, "PushChunk");
+                                      &item->values,
+                                      mode_ == Mode::kPush ? "Push: PushChunk" : "PushPull: PushChunk");
   read_buf_.Clear();
   item->received = absl::Now();
   handler_->AddTime(PsHandler::Phase::kParse, item->received - t0);
@@ -286,7 +287,7 @@ void DataStream::ApplyOne(const std::shared_ptr<PushItem>& item) {
 
 void DataStream::StartPull(const grpc::ByteBuffer& request) {
   v1::PullRequest req;
-  absl::Status st = ParseSmall(request, &req, "PullRequest");
+  absl::Status st = ParseSmall(request, &req, "Pull: PullRequest");
   if (!st.ok()) {
     Fail(st);
     return;

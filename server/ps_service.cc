@@ -63,75 +63,36 @@ class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
 
 }  // namespace
 
+template <typename Req, typename Resp>
+void PsService::Unary(absl::string_view method, absl::Status (PsHandler::*fn)(const Req&, Resp*),
+                      Executor* on) {
+  Serve<Req, Resp>(method, [this, fn, on](grpc::CallbackServerContext*, const Req& req,
+                                          Resp* resp, Done done) {
+    on->Post([this, fn, &req, resp, done = std::move(done)] { done((handler_->*fn)(req, resp)); });
+  });
+}
+
 PsService::PsService(PsHandler* handler, Executor* data_executor, Executor* control_executor,
                      DataPlaneOptions options, Executor* replica_executor)
-    : handler_(handler),
+    : internal::PsServiceBase("pscluster.v1.ParameterServer"),
+      handler_(handler),
       data_(data_executor),
       control_(control_executor),
       replica_(replica_executor != nullptr ? replica_executor : control_executor),
       options_(options),
-      pool_(BufferPool::Create()) {}
-
-template <typename Req, typename Resp>
-grpc::ServerUnaryReactor* PsService::Unary(grpc::CallbackServerContext* ctx, const Req* req,
-                                           Resp* resp,
-                                           absl::Status (PsHandler::*fn)(const Req&, Resp*),
-                                           Executor* on) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  (on != nullptr ? on : control_)->Post([this, reactor, req, resp, fn] {
-    reactor->Finish(ToGrpcStatus((handler_->*fn)(*req, resp)));
-  });
-  return reactor;
-}
-
-grpc::ServerUnaryReactor* PsService::CreateTables(grpc::CallbackServerContext* ctx,
-                                                  const v1::CreateTablesRequest* req,
-                                                  v1::CreateTablesResponse* resp) {
-  return Unary(ctx, req, resp, &PsHandler::CreateTables);
-}
-grpc::ServerUnaryReactor* PsService::UpdateShardMap(grpc::CallbackServerContext* ctx,
-                                                    const v1::UpdateShardMapRequest* req,
-                                                    v1::UpdateShardMapResponse* resp) {
-  return Unary(ctx, req, resp, &PsHandler::UpdateShardMap);
-}
-grpc::ServerUnaryReactor* PsService::Checkpoint(grpc::CallbackServerContext* ctx,
-                                                const v1::CheckpointRequest* req,
-                                                v1::CheckpointResponse* resp) {
-  return Unary(ctx, req, resp, &PsHandler::Checkpoint);
-}
-grpc::ServerUnaryReactor* PsService::Restore(grpc::CallbackServerContext* ctx,
-                                             const v1::RestoreRequest* req,
-                                             v1::RestoreResponse* resp) {
-  return Unary(ctx, req, resp, &PsHandler::Restore);
-}
-grpc::ServerUnaryReactor* PsService::Export(grpc::CallbackServerContext* ctx,
-                                            const v1::ExportRequest* req,
-                                            v1::ExportResponse* resp) {
-  return Unary(ctx, req, resp, &PsHandler::Export);
-}
-grpc::ServerUnaryReactor* PsService::DropJob(grpc::CallbackServerContext* ctx,
-                                             const v1::DropJobRequest* req,
-                                             v1::DropJobResponse* resp) {
-  return Unary(ctx, req, resp, &PsHandler::DropJob);
-}
-grpc::ServerUnaryReactor* PsService::Status(grpc::CallbackServerContext* ctx,
-                                            const v1::ServerStatusRequest* req,
-                                            v1::ServerStatus* resp) {
-  return Unary(ctx, req, resp, &PsHandler::Status);
-}
-
-grpc::ServerUnaryReactor* PsService::FenceWorker(grpc::CallbackServerContext* ctx,
-                                                 const v1::FenceWorkerRequest* req,
-                                                 v1::FenceWorkerResponse* resp) {
-  return Unary(ctx, req, resp, &PsHandler::FenceWorker);
-}
-
-grpc::ServerUnaryReactor* PsService::Replicate(grpc::CallbackServerContext* ctx,
-                                               const v1::ReplicateRequest* req,
-                                               v1::ReplicateResponse* resp) {
+      pool_(BufferPool::Create()) {
+  Unary("CreateTables", &PsHandler::CreateTables, control_);
+  Unary("UpdateShardMap", &PsHandler::UpdateShardMap, control_);
+  Unary("Checkpoint", &PsHandler::Checkpoint, control_);
+  Unary("Restore", &PsHandler::Restore, control_);
+  Unary("Export", &PsHandler::Export, control_);
+  Unary("DropJob", &PsHandler::DropJob, control_);
+  Unary("Status", &PsHandler::Status, control_);
+  Unary("FenceWorker", &PsHandler::FenceWorker, control_);
   // On threads of their own, never data threads: two servers backing each other up wait for
   // their copies from their data threads, and each one's copies must still get applied.
-  return Unary(ctx, req, resp, &PsHandler::Replicate, replica_);
+  Unary("Replicate", &PsHandler::Replicate, replica_);
+  CheckEveryUnaryMethodServed();
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* PsService::Pull(grpc::CallbackServerContext*,

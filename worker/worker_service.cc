@@ -1,49 +1,33 @@
 #include "worker/worker_service.h"
 
-#include "common/status_convert.h"
-
 namespace pscluster::worker {
-namespace {
 
-grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& status) {
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
-}  // namespace
-
-grpc::ServerUnaryReactor* WorkerService::AssignTask(grpc::CallbackServerContext* ctx,
-                                                    const v1::AssignTaskRequest* request,
-                                                    v1::AssignTaskResponse*) {
-  return Done(ctx, node_->AssignTask(*request));
-}
-
-grpc::ServerUnaryReactor* WorkerService::StopTask(grpc::CallbackServerContext* ctx,
-                                                  const v1::StopTaskRequest* request,
-                                                  v1::StopTaskResponse*) {
-  return Done(ctx, node_->StopTask(*request));
-}
-
-grpc::ServerUnaryReactor* WorkerService::UpdateShardMap(grpc::CallbackServerContext* ctx,
-                                                        const v1::WorkerShardMapRequest* request,
-                                                        v1::WorkerShardMapResponse* response) {
-  auto epoch = node_->UpdateShardMap(*request);
-  if (epoch.ok()) response->set_epoch(*epoch);
-  return Done(ctx, epoch.status());
-}
-
-grpc::ServerUnaryReactor* WorkerService::UpdatePartition(
-    grpc::CallbackServerContext* ctx, const v1::UpdatePartitionRequest* request,
-    v1::UpdatePartitionResponse*) {
-  return Done(ctx, node_->UpdatePartition(*request));
-}
-
-grpc::ServerUnaryReactor* WorkerService::Status(grpc::CallbackServerContext* ctx,
-                                                const v1::WorkerStatusRequest*,
-                                                v1::WorkerStatus* response) {
-  *response = node_->Status();
-  return Done(ctx, absl::OkStatus());
+WorkerService::WorkerService(WorkerNode* node)
+    : ParsedUnaryService("pscluster.v1.WorkerControl"), node_(node) {
+  Serve<v1::AssignTaskRequest, v1::AssignTaskResponse>(
+      "AssignTask", [this](grpc::CallbackServerContext*, const v1::AssignTaskRequest& req,
+                           v1::AssignTaskResponse*, Done done) { done(node_->AssignTask(req)); });
+  Serve<v1::StopTaskRequest, v1::StopTaskResponse>(
+      "StopTask", [this](grpc::CallbackServerContext*, const v1::StopTaskRequest& req,
+                         v1::StopTaskResponse*, Done done) { done(node_->StopTask(req)); });
+  Serve<v1::WorkerShardMapRequest, v1::WorkerShardMapResponse>(
+      "UpdateShardMap", [this](grpc::CallbackServerContext*, const v1::WorkerShardMapRequest& req,
+                               v1::WorkerShardMapResponse* resp, Done done) {
+        auto epoch = node_->UpdateShardMap(req);
+        if (epoch.ok()) resp->set_epoch(*epoch);
+        done(epoch.status());
+      });
+  Serve<v1::UpdatePartitionRequest, v1::UpdatePartitionResponse>(
+      "UpdatePartition",
+      [this](grpc::CallbackServerContext*, const v1::UpdatePartitionRequest& req,
+             v1::UpdatePartitionResponse*, Done done) { done(node_->UpdatePartition(req)); });
+  Serve<v1::WorkerStatusRequest, v1::WorkerStatus>(
+      "Status", [this](grpc::CallbackServerContext*, const v1::WorkerStatusRequest&,
+                       v1::WorkerStatus* resp, Done done) {
+        *resp = node_->Status();
+        done(absl::OkStatus());
+      });
+  CheckEveryUnaryMethodServed();
 }
 
 }  // namespace pscluster::worker

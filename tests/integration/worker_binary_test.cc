@@ -7,8 +7,11 @@
 #include <atomic>
 
 #include "absl/synchronization/mutex.h"
+#include "common/channel.h"
 #include "common/grpc_server.h"
+#include "common/testing/garbage_calls.h"
 #include "proto/scheduler.grpc.pb.h"
+#include "proto/worker.pb.h"
 #include "server/testing/daemon.h"
 
 namespace pscluster {
@@ -71,6 +74,11 @@ TEST(WorkerBinaryTest, RegistersWithTheAdvertisedAddressAndStopsCleanly) {
     EXPECT_EQ(sched.node.capacity().cpu_slots(), 3u);
     EXPECT_EQ(sched.node.capacity().gpus(), 0u);  // --device=cpu offers no GPU.
   }
+  // Bytes that parse as no request: INVALID_ARGUMENT naming the method, from every method.
+  (void)v1::AssignTaskRequest::descriptor();  // Links the service's descriptor in.
+  auto channel = MakeChannel("127.0.0.1:" + port);
+  ASSERT_TRUE(channel.ok());
+  testing::ExpectEveryMethodRefusesGarbage(*channel, "pscluster.v1.WorkerControl");
   EXPECT_EQ(d.Signal(SIGTERM), 0) << d.Log();
   absl::MutexLock l(&sched.mu);
   EXPECT_EQ(sched.deregistered, "worker-9");

@@ -1,0 +1,113 @@
+// Unary gRPC methods served from the raw request bytes, parsed here.
+//
+// gRPC's typed callback handler answers a request whose bytes do not parse with UNIMPLEMENTED
+// and no message, the answer for a method that does not exist, so a client suspects version
+// skew. A service built on ParsedUnaryService parses every unary request itself: bytes that do
+// not parse get INVALID_ARGUMENT naming the method and the message type, and every enum field is
+// checked against its declared values (ValidateEnums) before a handler sees the request.
+//
+//   class MyService final : public ParsedUnaryService<v1::Foo::Service> {
+//    public:
+//     MyService() : ParsedUnaryService("pscluster.v1.Foo") {
+//       Serve<v1::BarRequest, v1::BarResponse>("Bar", [this](auto* ctx, auto& req, auto* resp,
+//                                                           Done done) { done(Bar(req, resp)); });
+//       CheckEveryUnaryMethodServed();
+//     }
+//   };
+//
+// Thread model: Serve() and CheckEveryUnaryMethodServed() run in the constructor, before the
+// service is registered; the handlers run on gRPC's callback threads and must not block there
+// (hand long work to an executor and call `done` from it).
+#ifndef PSCLUSTER_COMMON_PARSED_UNARY_H_
+#define PSCLUSTER_COMMON_PARSED_UNARY_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "common/status_convert.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "grpcpp/impl/codegen/server_callback_handlers.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/server_callback.h"
+
+namespace pscluster {
+namespace parsed_unary_internal {
+
+// The unary method `name` of `service`, checked to take `in` and return `out`. A mismatch is a
+// broken invariant of the caller's own code: logged and aborted at construction.
+const google::protobuf::MethodDescriptor* FindUnaryMethod(
+    const google::protobuf::ServiceDescriptor* service, absl::string_view name,
+    const google::protobuf::Descriptor* in, const google::protobuf::Descriptor* out);
+const google::protobuf::ServiceDescriptor* FindService(absl::string_view full_name);
+// Parses `in` into `req` and validates its enums; INVALID_ARGUMENT naming `method` otherwise.
+absl::Status ParseRequest(const grpc::ByteBuffer& in, google::protobuf::Message* req,
+                          const google::protobuf::MethodDescriptor* method);
+absl::Status SerializeResponse(const google::protobuf::Message& resp, grpc::ByteBuffer* out);
+// Aborts naming the unary methods of `service` not in `served`.
+void CheckServed(const google::protobuf::ServiceDescriptor* service,
+                 const std::vector<bool>& served);
+
+}  // namespace parsed_unary_internal
+
+template <typename Base>
+class ParsedUnaryService : public Base {
+ public:
+  // Finishes a call: with `status`, and with the response when the status is OK.
+  using Done = std::function<void(absl::Status)>;
+  template <typename Req, typename Resp>
+  using Handler =
+      std::function<void(grpc::CallbackServerContext* ctx, const Req& req, Resp* resp, Done done)>;
+
+  // `service_full_name`: the service as the .proto declares it, e.g. "pscluster.v1.Scheduler".
+  explicit ParsedUnaryService(absl::string_view service_full_name)
+      : service_(parsed_unary_internal::FindService(service_full_name)),
+        served_(service_->method_count(), false) {}
+
+ protected:
+  // Serves unary method `method` with `handler`, which receives the parsed, enum-checked
+  // request. REQUIRES: called from the constructor of the derived service.
+  template <typename Req, typename Resp>
+  void Serve(absl::string_view method, Handler<Req, Resp> handler) {
+    const google::protobuf::MethodDescriptor* m = parsed_unary_internal::FindUnaryMethod(
+        service_, method, Req::descriptor(), Resp::descriptor());
+    served_[m->index()] = true;
+    this->MarkMethodRawCallback(
+        m->index(),
+        new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+            [m, handler = std::move(handler)](grpc::CallbackServerContext* ctx,
+                                              const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+              grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+              auto call = std::make_shared<std::pair<Req, Resp>>();
+              absl::Status parsed = parsed_unary_internal::ParseRequest(*in, &call->first, m);
+              if (!parsed.ok()) {
+                reactor->Finish(ToGrpcStatus(parsed));
+                return reactor;
+              }
+              handler(ctx, call->first, &call->second, [reactor, call, out](absl::Status s) {
+                if (s.ok()) s = parsed_unary_internal::SerializeResponse(call->second, out);
+                reactor->Finish(ToGrpcStatus(s));
+              });
+              return reactor;
+            }));
+  }
+
+  // Aborts when a unary method of the service was not given to Serve(): it would be answered
+  // by gRPC's typed handler. REQUIRES: the last call of the derived service's constructor.
+  void CheckEveryUnaryMethodServed() const {
+    parsed_unary_internal::CheckServed(service_, served_);
+  }
+
+ private:
+  const google::protobuf::ServiceDescriptor* const service_;
+  std::vector<bool> served_;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_COMMON_PARSED_UNARY_H_
