@@ -90,10 +90,13 @@ void Summarize(const v1::JobSpec& spec, const std::vector<uint32_t>& server_wait
   p->set_samples_per_sec(sps);
   p->set_eta_sec(eta_known ? eta : -1);
 
-  // The latest evaluation: rank 0's if it has one, else the first rank that has.
+  // The latest evaluation: the evaluating rank's (the lowest that has not left the job) if it
+  // has one, else the next rank's that has. A rank that left evaluates no more: what it last
+  // reported is stale.
   p->set_test_accuracy(-1);
   p->set_test_loss(-1);
   for (const v1::WorkerProgress& w : p->workers()) {
+    if (w.left()) continue;
     if (w.test_accuracy() >= 0) {
       p->set_test_accuracy(w.test_accuracy());
       p->set_test_loss(w.test_loss());

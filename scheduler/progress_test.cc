@@ -59,6 +59,25 @@ TEST(ProgressTest, SummaryOfSlowestWorkerMeansAndSums) {
   EXPECT_THAT(p.waiting_for(), IsEmpty());  // ASP never waits.
 }
 
+// A rank that left the job evaluates no more: the job reports the evaluating rank's accuracy
+// (the lowest rank still in the job), not the last one the rank that left gave.
+TEST(ProgressTest, TheEvaluationOfARankThatLeftIsNotTheJobs) {
+  v1::JobProgress p = InitialProgress({"a", "b", "c"});
+  Report(&p, 0, 50);
+  Report(&p, 1, 60);
+  Report(&p, 2, 60);
+  p.mutable_workers(0)->set_test_accuracy(0.86);
+  p.mutable_workers(0)->set_test_loss(0.4);
+  p.mutable_workers(0)->set_left(true);
+  Summarize(Spec(v1::ConsistencySpec::BSP), {}, &p);
+  EXPECT_EQ(p.test_accuracy(), -1) << "rank 1 has not evaluated yet";
+  p.mutable_workers(1)->set_test_accuracy(0.897);
+  p.mutable_workers(1)->set_test_loss(0.3);
+  Summarize(Spec(v1::ConsistencySpec::BSP), {}, &p);
+  EXPECT_DOUBLE_EQ(p.test_accuracy(), 0.897);
+  EXPECT_DOUBLE_EQ(p.test_loss(), 0.3);
+}
+
 TEST(ProgressTest, WaitingForUnderBspAndSsp) {
   v1::JobProgress p = InitialProgress({"a", "b", "c"});
   Report(&p, 0, 10);

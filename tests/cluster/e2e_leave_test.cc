@@ -90,6 +90,11 @@ TEST(E2eLeaveTest, AWorkerLostWithNoneIdleLeavesTheJobWhichSucceedsWithTheOtherA
   // Rank 1 evaluated and exported: the model is as good as an undisturbed run's (0.84 or more
   // after four epochs of this MLP).
   EXPECT_GE(done->progress().test_accuracy(), 0.84);
+  // The job reports the evaluating rank's accuracy, not the last one rank 0 gave before it died.
+  ASSERT_EQ(done->progress().workers_size(), 2);
+  EXPECT_TRUE(done->progress().workers(0).left());
+  EXPECT_EQ(done->progress().test_accuracy(), done->progress().workers(1).test_accuracy());
+  EXPECT_EQ(done->progress().test_loss(), done->progress().workers(1).test_loss());
   EXPECT_EQ(done->export_path(), model);
   EXPECT_TRUE(ReadFile(model).ok()) << model;
   // Exactly once: every block was updated once per step of rank 1, and once per step rank 0
