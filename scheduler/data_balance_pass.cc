@@ -77,7 +77,7 @@ void Scheduler::BalanceData() {
           for (uint32_t s : *next) r.add_data_shares(s);
           r.set_rebalances(r.rebalances() + 1);
           r.set_balanced_unix_ms(now_ms);
-          (void)Persist(rec);
+          if (!Persist(rec).ok()) break;  // Not written: not sent either.
           data_rebalances_->Add();
           std::vector<std::string> rate_text;
           for (double v : rates) rate_text.push_back(absl::StrFormat("%.0f", v));

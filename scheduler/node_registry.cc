@@ -193,6 +193,15 @@ absl::Status NodeRegistry::Deregister(const std::string& node_id) {
   return store_->PutNode(it->second.status);
 }
 
+absl::Status NodeRegistry::PersistAll() {
+  absl::MutexLock l(&mu_);
+  for (const auto& [id, n] : nodes_) {
+    absl::Status s = store_->PutNode(n.status);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::string> NodeRegistry::ExpireLeases() {
   absl::Time now = clock_->Now();
   std::vector<std::string> died;

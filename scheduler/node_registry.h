@@ -56,6 +56,8 @@ class NodeRegistry {
   // Moves nodes to SUSPECT / DEAD by the age of their last heartbeat; returns the ids that
   // became DEAD now.
   std::vector<std::string> ExpireLeases();
+  // Writes every node's record again (after the store failed); the first error stops it.
+  absl::Status PersistAll();
 
   std::vector<v1::NodeStatus> Snapshot() const;
   std::optional<v1::NodeStatus> Get(const std::string& node_id) const;

@@ -54,10 +54,15 @@ Scheduler::~Scheduler() { Stop(); }
 absl::Status Scheduler::Restore() {
   auto stored = store_->LoadJobs();
   if (!stored.ok()) return stored.status();
-  absl::Time now = clock_->Now();
   absl::MutexLock l(&mu_);
+  LoadJobsLocked(std::move(*stored));
+  return absl::OkStatus();
+}
+
+void Scheduler::LoadJobsLocked(std::vector<StoredJob> stored) {
+  absl::Time now = clock_->Now();
   int active = 0;
-  for (StoredJob& sj : *stored) {
+  for (StoredJob& sj : stored) {
     JobRecord rec;
     rec.job = std::move(sj.job);
     rec.client_token = std::move(sj.client_token);
@@ -76,10 +81,9 @@ absl::Status Scheduler::Restore() {
       QueueCleanups(it->second, it->second.job.reason());
     }
   }
-  if (!stored->empty()) {
-    Log()->info("restored {} jobs ({} active) from {}", stored->size(), active, store_->path());
+  if (!stored.empty()) {
+    Log()->info("restored {} jobs ({} active) from {}", stored.size(), active, store_->path());
   }
-  return absl::OkStatus();
 }
 
 Scheduler::JobRecord* Scheduler::FindJob(const std::string& job_id) {
@@ -88,14 +92,71 @@ Scheduler::JobRecord* Scheduler::FindJob(const std::string& job_id) {
 }
 
 absl::Status Scheduler::Persist(JobRecord& rec, const v1::ShardMap* map) {
+  if (!store_error_.ok()) return store_error_;
   absl::Status s = store_->PutJob(rec.job, rec.client_token, map);
   if (!s.ok()) {
     Log()->error("saving job {}: {}", rec.job.job_id(), s);
-    return s;
+    StoreFailed(s);
+    return store_error_;
   }
   rec.last_persist = clock_->Now();
   rec.progress_dirty = false;
   return s;
+}
+
+void Scheduler::StoreFailed(const absl::Status& s) {
+  if (!store_error_.ok()) return;
+  store_error_ = absl::UnavailableError(absl::StrCat(
+      "the scheduler cannot write its state (", s.message(),
+      "); it makes no change until its store works again"));
+  next_store_retry_ = clock_->Now() + options_.store_retry;
+  store_failures_->Add();
+  Log()->error("store {} failed: {}; publishing nothing until it works again", store_->path(), s);
+  if (serving_changed_) serving_changed_(false);
+}
+
+absl::Status Scheduler::RegistryError(const absl::Status& s) {
+  // The registry's own refusals name a field (INVALID_ARGUMENT) or a node (NOT_FOUND); anything
+  // else came from the store.
+  if (s.code() == absl::StatusCode::kInvalidArgument || s.code() == absl::StatusCode::kNotFound) {
+    return s;
+  }
+  absl::MutexLock l(&mu_);
+  StoreFailed(s);
+  return store_error_;
+}
+
+absl::Status Scheduler::store_status() const {
+  absl::MutexLock l(&mu_);
+  return store_error_;
+}
+
+void Scheduler::OnServingChanged(std::function<void(bool)> f) { serving_changed_ = std::move(f); }
+
+bool Scheduler::StoreWorks() {
+  absl::MutexLock l(&mu_);
+  if (store_error_.ok()) return true;
+  if (clock_->Now() < next_store_retry_) return false;
+  next_store_retry_ = clock_->Now() + options_.store_retry;
+  // A write first (every node's record), then the jobs as the store holds them: what a failed
+  // write left out was never published, and is dropped here, as a restart would drop it.
+  absl::Status s = registry_.PersistAll();
+  absl::StatusOr<std::vector<StoredJob>> stored = s.ok() ? store_->LoadJobs() : s;
+  if (!stored.ok()) {
+    Log()->warn("store {} still fails: {}", store_->path(), stored.status());
+    return false;
+  }
+  store_error_ = absl::OkStatus();
+  jobs_.clear();
+  order_.clear();
+  by_token_.clear();
+  cleanups_.clear();
+  LoadJobsLocked(std::move(*stored));
+  Log()->info("store {} works again; carrying on from what it holds, as after a restart",
+              store_->path());
+  if (serving_changed_) serving_changed_(true);
+  Wake();
+  return true;
 }
 
 std::string Scheduler::Describe(const std::string& node_id) const {
@@ -149,7 +210,8 @@ void Scheduler::Finish(JobRecord& rec, v1::JobState state, const std::string& re
   // A finished job waits for no one.
   rec.server_waiting_for.clear();
   rec.job.mutable_progress()->clear_waiting_for();
-  (void)Persist(rec);
+  // Not written: nothing of it is published (the store's recovery reloads the job as it was).
+  if (!Persist(rec).ok()) return;
   if (held) QueueCleanups(rec, reason);
   auto log = state == v1::JOB_SUCCEEDED ? spdlog::level::info : spdlog::level::warn;
   Log()->log(log, "job {} {}{}{}", rec.job.job_id(), JobStateName(state), reason.empty() ? "" : ": ",
@@ -199,7 +261,7 @@ void Scheduler::FailJobsOnNode(const std::string& node_id, const std::string& wh
       rec.placement_pending = false;
       rec.job.clear_workers();
       rec.job.clear_servers();
-      (void)Persist(rec);
+      if (!Persist(rec).ok()) return;
       Wake();
     }
   }
@@ -243,7 +305,7 @@ void Scheduler::StartRecovery(JobRecord& rec, const std::string& reason) {
   job.mutable_recovery()->set_last_cause(reason);
   rec.server_waiting_for.clear();
   job.mutable_progress()->clear_waiting_for();
-  (void)Persist(rec);
+  if (!Persist(rec).ok()) return;
   Log()->warn("job {} recovering: {}", job.job_id(), reason);
   Wake();
 }
@@ -293,8 +355,9 @@ absl::Status Scheduler::CheckClusterSize(const v1::JobSpec& spec,
 
 absl::Status Scheduler::RegisterNode(const v1::RegisterNodeRequest& req,
                                      v1::RegisterNodeResponse* resp) {
+  if (absl::Status s = store_status(); !s.ok()) return s;
   auto reg = registry_.Register(req.node());
-  if (!reg.ok()) return reg.status();
+  if (!reg.ok()) return RegistryError(reg.status());
   registrations_->Add();
   resp->set_node_id(reg->node_id);
   resp->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
@@ -346,8 +409,9 @@ absl::Status Scheduler::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartbeat
 }
 
 absl::Status Scheduler::Deregister(const v1::DeregisterRequest& req) {
+  if (absl::Status s = store_status(); !s.ok()) return s;
   absl::Status s = registry_.Deregister(req.node_id());
-  if (!s.ok()) return s;
+  if (!s.ok()) return RegistryError(s);
   Log()->info("{} left the cluster", req.node_id());
   absl::MutexLock l(&mu_);
   FailJobsOnNode(req.node_id(), "left the cluster (deregistered)");
@@ -389,10 +453,14 @@ absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJob
       return absl::OkStatus();
     }
   }
+  if (!store_error_.ok()) return store_error_;
   absl::Status s = CheckClusterSize(spec, source);
   if (!s.ok()) return s;
   auto n = store_->NextId("job");
-  if (!n.ok()) return n.status();
+  if (!n.ok()) {
+    StoreFailed(n.status());
+    return store_error_;
+  }
   JobRecord rec;
   rec.client_token = req.client_token();
   v1::Job& job = rec.job;
@@ -403,7 +471,10 @@ absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJob
   job.set_submitted_unix_ms(UnixMs(clock_->Now()));
   *job.mutable_progress() = InitialProgress({});
   s = store_->PutJob(job, rec.client_token);
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    StoreFailed(s);
+    return store_error_;
+  }
   rec.last_persist = clock_->Now();
   const std::string id = job.job_id();
   Log()->info("job {} ({}) queued: {} servers, {} workers", id, job.spec().name(),
@@ -445,6 +516,7 @@ absl::Status Scheduler::CancelJob(const v1::CancelJobRequest& req, v1::CancelJob
     return absl::InvalidArgumentError("reason: longer than 4096 bytes");
   }
   absl::MutexLock l(&mu_);
+  if (!store_error_.ok()) return store_error_;
   JobRecord* rec = FindJob(req.job_id());
   if (rec == nullptr) {
     return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
@@ -452,6 +524,7 @@ absl::Status Scheduler::CancelJob(const v1::CancelJobRequest& req, v1::CancelJob
   if (!IsTerminal(rec->job.state())) {
     Finish(*rec, v1::JOB_CANCELLED,
            req.reason().empty() ? "cancelled by a user" : absl::StrCat("cancelled: ", req.reason()));
+    if (!store_error_.ok()) return store_error_;
   }
   resp->set_state(rec->job.state());
   return absl::OkStatus();

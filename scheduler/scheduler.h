@@ -30,6 +30,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -79,6 +80,8 @@ struct SchedulerOptions {
   // Data balancing of jobs with balance_data (every = 0: never).
   DataBalanceOptions data_balance;
   std::string version = "0.1.0";
+  // With the store failed: how often the control loop tries to write its state again.
+  absl::Duration store_retry = absl::Seconds(1);
 };
 
 class Scheduler {
@@ -124,6 +127,19 @@ class Scheduler {
   std::string RenderMetrics() const { return metrics_.Render(); }
 
   const NodeRegistry& registry() const { return registry_; }
+
+  // The store's state. A write that failed is a sticky error (leveldb's bg_error_): from then
+  // on the scheduler publishes nothing (the control loop and the moves stop; SubmitJob,
+  // CancelJob, MoveShard, RegisterNode and Deregister answer UNAVAILABLE naming the store) and
+  // the control loop tries, every store_retry, to write to it again. Once that succeeds it
+  // carries on from what the store holds, as after a restart (tasks verified, placements
+  // redone); what the failed write held was never published. OK while the store works.
+  // Thread-safe.
+  absl::Status store_status() const;
+  // Called with false when the store fails and true once it works again (the daemon sets gRPC
+  // health to NOT_SERVING and back). REQUIRES: set before Start(); must not call back into the
+  // scheduler.
+  void OnServingChanged(std::function<void(bool serving)> f);
 
  private:
   struct JobRecord {
@@ -187,6 +203,9 @@ class Scheduler {
   Scheduler(const SchedulerOptions& options, Store* store, const Clock* clock, ClusterRpc* rpc,
             const PlacementPolicy* placement);
   absl::Status Restore();
+  // Fills the job table from what the store holds (empty table), as at start-up: placements
+  // redone, running jobs' tasks verified, recently ended jobs' cleanups queued again.
+  void LoadJobsLocked(std::vector<StoredJob> stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds the scheduler's families to metrics_ (called once, by the constructor).
   void RegisterMetrics();
   void Loop();
@@ -274,8 +293,19 @@ class Scheduler {
 
   // Under mu_.
   JobRecord* FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Persist(JobRecord& rec, const v1::ShardMap* map = nullptr)
+  // Writes the job (and `map`, if given) before anything about it is published. A failure, or
+  // a store already failed, returns the sticky store error: the caller must then not send what
+  // it was about to send.
+  [[nodiscard]] absl::Status Persist(JobRecord& rec, const v1::ShardMap* map = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a failed write as the sticky store error.
+  void StoreFailed(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A registry call's failure: a store failure becomes the sticky store error (returned).
+  absl::Status RegistryError(const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
+  // With the store failed: when due, writes every node again and, if that works, reloads the
+  // jobs from the store (what was not written was not published either) and clears the error.
+  // Returns whether the store works.
+  bool StoreWorks();
   // Moves a job to a final state, records why, and queues the calls that free its nodes.
   void Finish(JobRecord& rec, v1::JobState state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -320,6 +350,10 @@ class Scheduler {
   std::thread poll_loop_;
   std::thread move_loop_;
   bool moves_wanted_ ABSL_GUARDED_BY(mu_) = false;  // MoveShard queued one: RunMoves now.
+  absl::Status store_error_ ABSL_GUARDED_BY(mu_);   // Sticky: see store_status().
+  absl::Time next_store_retry_ ABSL_GUARDED_BY(mu_);
+  std::function<void(bool)> serving_changed_;
+  Counter* store_failures_ = nullptr;
   absl::Time next_rebalance_ ABSL_GUARDED_BY(mu_);
 
   // Metrics; the counters belong to metrics_ (set by RegisterMetrics(), never null after).

@@ -5,12 +5,15 @@
 namespace pscluster::scheduler {
 
 absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
-    const SchedulerDaemonOptions& options, const Clock* clock) {
+    const SchedulerDaemonOptions& options, const Clock* clock, std::unique_ptr<Store> store) {
   std::unique_ptr<SchedulerDaemon> d(new SchedulerDaemon());
   if (clock == nullptr) clock = &d->real_clock_;
-  auto store = Store::Open(StoreOptions{options.db_path, options.db_full_sync});
-  if (!store.ok()) return store.status();
-  d->store_ = std::move(*store);
+  if (store == nullptr) {
+    auto opened = Store::Open(StoreOptions{options.db_path, options.db_full_sync});
+    if (!opened.ok()) return opened.status();
+    store = std::move(*opened);
+  }
+  d->store_ = std::move(store);
 
   GrpcClusterRpcOptions rpc_options;
   rpc_options.channel.tls = options.tls;
@@ -22,6 +25,12 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   if (!sched.ok()) return sched.status();
   d->scheduler_ = std::move(*sched);
   d->service_ = std::make_unique<SchedulerService>(d->scheduler_.get());
+  SchedulerDaemon* self = d.get();
+  d->scheduler_->OnServingChanged([self](bool serving) {
+    absl::MutexLock l(&self->health_mu_);
+    self->store_serving_ = serving;
+    if (self->health_server_ != nullptr) self->health_server_->SetServing(serving);
+  });
 
   GrpcServerOptions server_options;
   server_options.listen_address = options.listen_address;
@@ -37,6 +46,11 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
     return server.status();
   }
   d->server_ = std::move(*server);
+  {
+    absl::MutexLock l(&d->health_mu_);
+    d->health_server_ = d->server_.get();
+    d->server_->SetServing(d->store_serving_);
+  }
   if (!options.metrics_address.empty()) {
     auto metrics = MetricsHttpServer::Start(options.metrics_address, &d->scheduler_->metrics());
     if (!metrics.ok()) {
@@ -59,6 +73,10 @@ void SchedulerDaemon::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   metrics_.reset();
+  {
+    absl::MutexLock l(&health_mu_);
+    health_server_ = nullptr;
+  }
   if (server_) server_->Shutdown(absl::Seconds(2));
   if (scheduler_) scheduler_->Stop();
 }

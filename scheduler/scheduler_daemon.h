@@ -8,7 +8,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/grpc_server.h"
@@ -36,9 +38,11 @@ struct SchedulerDaemonOptions {
 class SchedulerDaemon {
  public:
   // Opens the database, restores the state, starts listening and the control loop.
-  // `clock` = nullptr uses the real clock. Errors name the flag or file at fault.
+  // `clock` = nullptr uses the real clock; `store` = nullptr opens options.db_path (tests pass
+  // a store that fails on demand). Errors name the flag or file at fault.
   static absl::StatusOr<std::unique_ptr<SchedulerDaemon>> Start(
-      const SchedulerDaemonOptions& options, const Clock* clock = nullptr);
+      const SchedulerDaemonOptions& options, const Clock* clock = nullptr,
+      std::unique_ptr<Store> store = nullptr);
   ~SchedulerDaemon();
 
   // Stops accepting calls, stops the control loop and writes the last progress.
@@ -61,6 +65,11 @@ class SchedulerDaemon {
   std::unique_ptr<GrpcServer> server_;
   std::unique_ptr<MetricsHttpServer> metrics_;
   bool shut_down_ = false;
+  // gRPC health follows the store (Scheduler::OnServingChanged), which may change from the
+  // control loop before the server exists.
+  absl::Mutex health_mu_;
+  GrpcServer* health_server_ ABSL_GUARDED_BY(health_mu_) = nullptr;
+  bool store_serving_ ABSL_GUARDED_BY(health_mu_) = true;
 };
 
 }  // namespace pscluster::scheduler

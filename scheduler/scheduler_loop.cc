@@ -84,7 +84,7 @@ void Scheduler::Stop() {
   // Progress reported since the last write.
   absl::MutexLock l(&mu_);
   for (auto& [id, rec] : jobs_) {
-    if (rec.progress_dirty) (void)Persist(rec);
+    if (rec.progress_dirty && !Persist(rec).ok()) break;  // The store failed: logged.
   }
 }
 
@@ -119,17 +119,23 @@ void Scheduler::RunOnce() {
 
 void Scheduler::ControlPass() {
   absl::MutexLock pass(&loop_mu_);
+  // A failed write stops the pass where it happened, and every pass after it until the store
+  // works again: nothing that was not written is published.
+  if (!StoreWorks()) return;
+  auto works = [this] { return store_status().ok(); };
   CheckLeases();
-  VerifyTasksAfterRestart();
-  HandOverRanks();
-  DropUnreachableBackups();
-  ReplaceBackups();
-  RecoverJobs();
-  for (const PlacementWork& w : PlaceQueuedJobs()) ExecutePlacement(w);
-  RejoinRanks();
-  BalanceData();
-  RunCleanups();
-  PersistProgress();
+  if (works()) VerifyTasksAfterRestart();
+  if (works()) HandOverRanks();
+  if (works()) DropUnreachableBackups();
+  if (works()) ReplaceBackups();
+  if (works()) RecoverJobs();
+  if (works()) {
+    for (const PlacementWork& w : PlaceQueuedJobs()) ExecutePlacement(w);
+  }
+  if (works()) RejoinRanks();
+  if (works()) BalanceData();
+  if (works()) RunCleanups();
+  if (works()) PersistProgress();
 }
 
 void Scheduler::CheckLeases() {
@@ -369,7 +375,7 @@ void Scheduler::HandOverRanks() {
         p->clear_error();
       }
       Summarize(job.spec(), rec.server_waiting_for, job.mutable_progress());
-      (void)Persist(rec);
+      if (!Persist(rec).ok()) return std::nullopt;  // Not written: not sent either.
       Work w;
       w.job_id = job.job_id();
       w.rank = rank;
@@ -482,7 +488,7 @@ void Scheduler::HandOverRanks() {
           p->set_done(false);
           p->clear_error();
         }
-        (void)Persist(rec);
+        if (!Persist(rec).ok()) break;  // Not written: not sent either.
         Work w;
         w.job_id = id;
         w.rank = rank;
@@ -544,7 +550,7 @@ void Scheduler::HandOverRanks() {
         r->set_handovers(r->handovers() + 1);
         r->set_last_cause(w.cause);
         r->set_recovered_unix_ms(UnixMs(clock_->Now()));
-        (void)Persist(*rec);
+        if (!Persist(*rec).ok()) continue;
         handovers_->Add();
         Log()->warn("job {}: rank {} handed over from {} to {}, resuming at step {} with no "
                     "rollback: {}",
@@ -622,7 +628,7 @@ void Scheduler::FinishLeaving(const std::string& job_id, uint32_t rank, const st
   }
   r->set_last_cause(cause);
   r->set_recovered_unix_ms(UnixMs(clock_->Now()));
-  (void)Persist(*rec);
+  if (!Persist(*rec).ok()) return;
   leaves_->Add();
   uint32_t training = 0;
   for (const std::string& w : job.workers()) training += w.empty() ? 0 : 1;
@@ -707,7 +713,7 @@ void Scheduler::DropUnreachableBackups() {
         rec.job.set_shard_map_epoch(next.epoch());
         rec.job.clear_servers();
         for (const v1::ServerEndpoint& ep : next.servers()) rec.job.add_servers(ep.node_id());
-        (void)Persist(rec, &next);
+        if (!Persist(rec, &next).ok()) break;  // Not written: not sent either.
         backups_dropped_->Add(dropped.size());
       }
       rec.resend_map = false;
@@ -772,10 +778,11 @@ void Scheduler::ReplaceBackups() {
       std::optional<v1::ShardMap> after =
           AddBackups(rec.shard_map, spec.replication(), candidates, cut);
       if (!after.has_value()) continue;
-      work.push_back({id, rec.shard_map, *after});
+      Work w{id, rec.shard_map, *after};
       rec.shard_map = *after;
       rec.job.set_shard_map_epoch(after->epoch());
-      (void)Persist(rec, &*after);
+      if (!Persist(rec, &*after).ok()) break;  // Not written: not sent either.
+      work.push_back(std::move(w));
     }
   }
   for (const Work& w : work) {
@@ -823,7 +830,7 @@ void Scheduler::ReplaceBackups() {
     undo.set_epoch(w.after.epoch() + 1);
     rec->shard_map = undo;
     rec->job.set_shard_map_epoch(undo.epoch());
-    (void)Persist(*rec, &undo);
+    if (!Persist(*rec, &undo).ok()) continue;  // Not written: not sent either.
     rec->resend_map = true;
     rec->replace_backups_after = clock_->Now() + options_.placement_backoff;
     Log()->warn("job {}: new backup(s) {} not installed everywhere ({}); taken out again (map "
@@ -899,8 +906,10 @@ void Scheduler::RejoinRanks() {
         p->set_left(false);
         p->set_done(false);
         p->clear_error();
+        p->set_test_accuracy(-1);  // Its evaluation from before it left is stale.
+        p->set_test_loss(-1);
       }
-      (void)Persist(rec);
+      if (!Persist(rec).ok()) break;  // Not written: not sent either.
       w.job_id = id;
       w.rank = back.rank();
       w.adopter = back.adopted_by();
@@ -978,7 +987,7 @@ void Scheduler::RejoinRanks() {
         rejoins_->Add();
         v1::JobRecovery* r = rec->job.mutable_recovery();
         r->set_rejoins(r->rejoins() + 1);
-        (void)Persist(*rec);
+        if (!Persist(*rec).ok()) continue;
         Log()->warn("job {}: rank {} rejoined the job on {} at step {} (it had left; an idle "
                     "worker is back)",
                     w.job_id, w.rank, w.spare, start);
@@ -1027,8 +1036,23 @@ bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
       return false;
     }
   }
+  // Each map is written before any server has it, so that no later map reuses its epoch.
+  auto record = [&](const v1::ShardMap& m) -> bool {
+    absl::MutexLock l(&mu_);
+    JobRecord* rec = FindJob(job_id);
+    if (rec == nullptr || rec->job.state() != v1::JOB_RECOVERING) {
+      *why = "the job changed meanwhile";
+      return false;
+    }
+    rec->shard_map = m;
+    rec->job.set_shard_map_epoch(m.epoch());
+    absl::Status s = Persist(*rec, &m);
+    if (!s.ok()) *why = std::string(s.message());
+    return s.ok();
+  };
   // 1. Every server takes the new map; a backup that becomes primary takes over its copy.
   //    Tasks of the stopped attempts are fenced off.
+  if (!record(*next)) return false;
   const uint32_t attempt = NextAttempt(recovery, n);
   std::vector<absl::Status> status(next->servers_size());
   ParallelFor(next->servers_size(), [&](size_t i) {
@@ -1052,6 +1076,7 @@ bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
     for (const v1::ServerEndpoint& ep : next->servers()) candidates.push_back(ep.node_id());
     std::optional<v1::ShardMap> more = AddBackups(*next, spec.replication(), candidates);
     if (more.has_value()) {
+      if (!record(*more)) return false;
       std::vector<absl::Status> seeded(more->servers_size());
       ParallelFor(more->servers_size(), [&](size_t i) {
         v1::UpdateShardMapRequest req;
@@ -1147,7 +1172,9 @@ bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
   job.set_state(v1::JOB_RUNNING);
   job.set_reason(absl::StrCat("recovered with no rollback from: ", r->last_cause(),
                               "; its shards' backups took over"));
-  (void)Persist(*rec);
+  // Not written: the store's recovery reloads the job as RECOVERING (with the promoted map's
+  // epoch, written before the servers had it) and rolls it back.
+  if (!Persist(*rec).ok()) return true;
   promotions_->Add();
   Log()->warn("job {}: backups of {} took over its shards (map epoch {}); every rank resumed "
               "where the servers had it, no rollback",
@@ -1210,6 +1237,7 @@ void Scheduler::RecoverJobs() {
       std::string why;
       if (promote && !WorkerStillRuns(w.workers, w.job_id)) {
         if (PromoteBackupsOf(w.job_id, &why)) continue;
+        if (!store_status().ok()) return;  // Nothing more until the store works again.
         Log()->warn("job {}: its backups cannot take over ({}); rolling back", w.job_id, why);
       }
     }
@@ -1271,7 +1299,7 @@ void Scheduler::RecoverJobs() {
     job.clear_workers();
     rec->placement_attempts = 0;
     rec->next_attempt = absl::InfinitePast();
-    (void)Persist(*rec);
+    if (!Persist(*rec).ok()) continue;
     recoveries_->Add();
     Log()->warn("job {}: {}", w.job_id, job.reason());
     Wake();
@@ -1353,7 +1381,7 @@ std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
         std::string reason = absl::StrCat("waiting for resources: ", placed.status().message());
         if (job.reason() != reason && job.reason().rfind("placement failed", 0) != 0) {
           job.set_reason(reason);
-          (void)Persist(rec);
+          if (!Persist(rec).ok()) break;
         }
       } else {
         Finish(rec, v1::JOB_FAILED, absl::StrCat("cannot be placed: ", placed.status().message()));
@@ -1374,7 +1402,7 @@ std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
     job.mutable_progress()->set_rolled_back_to_step(rolled_back);
     rec.shard_map = placed->shard_map;
     rec.server_waiting_for.clear();
-    (void)Persist(rec, &rec.shard_map);
+    if (!Persist(rec, &rec.shard_map).ok()) break;  // Not written: not sent either.
     Log()->info("job {} placed: shard map epoch {}, servers [{}], workers [{}]", id, epoch,
                 absl::StrJoin(placed->servers, ", "), absl::StrJoin(placed->workers, ", "));
     // What this job takes is gone for the next ones.
@@ -1423,7 +1451,8 @@ bool Scheduler::WaitForStoppingWorkers(const PlacementWork& w) {
   job.clear_servers();
   job.clear_workers();
   rec->next_attempt = clock_->Now() + kStoppingRetry;
-  (void)Persist(*rec);
+  // Nothing is called either way; a failed write is the sticky store error (logged).
+  if (!Persist(*rec).ok()) return true;
   return true;
 }
 
@@ -1508,7 +1537,8 @@ void Scheduler::ExecutePlacement(const PlacementWork& w) {
       job.set_started_unix_ms(UnixMs(clock_->Now()));
       job.clear_reason();
       rec->placement_attempts = 0;
-      (void)Persist(*rec);
+      // Not written: the store's recovery reloads it as PLACING and places it again.
+      if (!Persist(*rec).ok()) return;
       Log()->info("job {} running", w.job_id);
       MaybeSucceed(*rec);
     } else {
@@ -1529,7 +1559,7 @@ void Scheduler::ExecutePlacement(const PlacementWork& w) {
         job.clear_servers();
         job.clear_workers();
         rec->next_attempt = clock_->Now() + options_.placement_backoff;
-        (void)Persist(*rec);
+        if (!Persist(*rec).ok()) return;  // Not written: nothing rolled back either.
       }
     }
   }
@@ -1684,8 +1714,9 @@ void Scheduler::PersistProgress() {
   absl::Time now = clock_->Now();
   absl::MutexLock l(&mu_);
   for (auto& [id, rec] : jobs_) {
-    if (rec.progress_dirty && now - rec.last_persist >= options_.progress_persist_interval) {
-      (void)Persist(rec);
+    if (rec.progress_dirty && now - rec.last_persist >= options_.progress_persist_interval &&
+        !Persist(rec).ok()) {
+      return;  // The store failed (logged); progress is written again once it works.
     }
   }
 }

@@ -142,6 +142,17 @@ void Scheduler::RegisterMetrics() {
   moves_failed_ = metrics_.AddCounter(
       "pscluster_scheduler_shard_moves_failed_total",
       "Live shard moves given up (the shard stayed on its server).");
+  store_failures_ = metrics_.AddCounter(
+      "pscluster_scheduler_store_failures_total",
+      "Writes to the scheduler's store that failed (each makes the scheduler stop publishing "
+      "changes until the store works again).");
+  metrics_.AddGaugeCallback(
+      "pscluster_scheduler_store_ok",
+      "1 while the scheduler's store takes writes; 0 after a write failed, until it works again.",
+      [this] {
+        absl::MutexLock l(&mu_);
+        return std::vector<Sample>{{"", store_error_.ok() ? 1.0 : 0.0}};
+      });
   metrics_.AddGaugeCallback("pscluster_scheduler_info", "The scheduler's version.", [this] {
     return std::vector<Sample>{{absl::StrCat("version=\"", Escape(options_.version), "\""), 1}};
   });

@@ -10,11 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/channel.h"
+#include "common/testing/garbage_calls.h"
 #include "common/status_convert.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/grpc_health.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
+#include "scheduler/testing/failing_store.h"
 #include "scheduler/testing/fake_nodes.h"
 #include "scheduler/testing/status_matchers.h"
 
@@ -80,11 +82,17 @@ class SchedulerServiceTest : public ::testing::Test {
     o.scheduler.status_poll_interval = absl::Milliseconds(100);
     o.scheduler.startup_grace = absl::Milliseconds(1);
     o.metrics_address = "127.0.0.1:0";
-    auto d = SchedulerDaemon::Start(o);
+    o.scheduler.store_retry = absl::Milliseconds(50);
+    auto store = Store::Open(StoreOptions{db, false});
+    ASSERT_THAT(store, IsOk());
+    auto failing = std::make_unique<testing::FailingStore>(std::move(*store));
+    store_ = failing.get();
+    auto d = SchedulerDaemon::Start(o, nullptr, std::move(failing));
     ASSERT_THAT(d, IsOk());
     daemon_ = std::move(*d);
     auto ch = MakeChannel(daemon_->address());
     ASSERT_THAT(ch, IsOk());
+    channel_ = *ch;
     stub_ = v1::Scheduler::NewStub(*ch);
     health_ = grpc::health::v1::Health::NewStub(*ch);
   }
@@ -148,6 +156,8 @@ class SchedulerServiceTest : public ::testing::Test {
 
   std::string tmp_;
   std::unique_ptr<SchedulerDaemon> daemon_;
+  testing::FailingStore* store_ = nullptr;  // The daemon's store; fails writes on demand.
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Scheduler::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
   std::vector<std::unique_ptr<FakeNode>> nodes_;
@@ -159,6 +169,38 @@ TEST_F(SchedulerServiceTest, ServesHealth) {
   auto ctx = CallContext(absl::Seconds(5));
   ASSERT_TRUE(health_->Check(ctx.get(), req, &resp).ok());
   EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+// A write that fails makes the daemon NOT_SERVING and its changing calls UNAVAILABLE until
+// the store works again.
+TEST_F(SchedulerServiceTest, AFailedStoreWriteShowsInHealthUntilTheStoreWorks) {
+  auto health = [&] {
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    auto ctx = CallContext(absl::Seconds(5));
+    EXPECT_TRUE(health_->Check(ctx.get(), req, &resp).ok());
+    return resp.status();
+  };
+  ASSERT_EQ(health(), grpc::health::v1::HealthCheckResponse::SERVING);
+  Add(v1::ROLE_SERVER);
+  Add(v1::ROLE_SERVER);
+  Add(v1::ROLE_WORKER);
+  Add(v1::ROLE_WORKER);
+  store_->FailWrites(true);
+  EXPECT_THAT(Submit(kJob), StatusIs(absl::StatusCode::kUnavailable,
+                                     HasSubstr("cannot write its state")));
+  EXPECT_EQ(health(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_THAT(Submit(kJob), StatusIs(absl::StatusCode::kUnavailable));
+  store_->FailWrites(false);
+  for (int i = 0; i < 200 && health() != grpc::health::v1::HealthCheckResponse::SERVING; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(health(), grpc::health::v1::HealthCheckResponse::SERVING);
+  v1::ListJobsRequest list;
+  v1::ListJobsResponse jobs;
+  auto ctx = CallContext(absl::Seconds(5));
+  ASSERT_TRUE(stub_->ListJobs(ctx.get(), list, &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 0) << "the refused submissions left nothing";
 }
 
 TEST_F(SchedulerServiceTest, AJobRunsToSuccessOverGrpc) {
@@ -228,6 +270,57 @@ TEST_F(SchedulerServiceTest, ErrorsTravelWithTheirExactCodes) {
   auto ctx = CallContext(absl::Seconds(5));
   EXPECT_THAT(FromGrpcStatus(stub_->Heartbeat(ctx.get(), hb, &resp)),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("register again")));
+}
+
+TEST_F(SchedulerServiceTest, BytesThatDoNotParseAreInvalidArgumentNamingTheMethod) {
+  ::pscluster::testing::ExpectEveryMethodRefusesGarbage(channel_, "pscluster.v1.Scheduler");
+}
+
+// Enum values the .proto does not declare are refused at submission, naming the field, and
+// nothing is queued.
+TEST_F(SchedulerServiceTest, UndeclaredEnumValuesAreRefusedAtSubmission) {
+  Add(v1::ROLE_SERVER);
+  Add(v1::ROLE_WORKER);
+  struct Case {
+    std::function<void(v1::JobSpec*)> damage;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::JobSpec* j) {
+         j->mutable_consistency()->set_mode(static_cast<v1::ConsistencySpec::Mode>(7));
+       },
+       "job.consistency.mode: 7"},
+      {[](v1::JobSpec* j) {
+         j->mutable_optimizer()->set_kind(static_cast<v1::OptimizerSpec::Kind>(42));
+       },
+       "job.optimizer.kind: 42"},
+      {[](v1::JobSpec* j) {
+         j->mutable_optimizer()->set_lr_schedule(static_cast<v1::OptimizerSpec::Schedule>(9));
+       },
+       "job.optimizer.lr_schedule: 9"},
+  };
+  for (const Case& c : cases) {
+    v1::SubmitJobRequest req;
+    v1::JobSpec* job = req.mutable_job();
+    job->set_name("enums");
+    job->mutable_model()->set_kind("softmax");
+    job->mutable_dataset()->set_name("fashion_mnist");
+    job->set_num_servers(1);
+    job->set_num_workers(1);
+    job->set_epochs(1);
+    job->set_batch_size(16);
+    job->mutable_optimizer()->set_learning_rate(0.1f);
+    c.damage(job);
+    v1::SubmitJobResponse resp;
+    auto ctx = CallContext(absl::Seconds(5));
+    EXPECT_THAT(FromGrpcStatus(stub_->SubmitJob(ctx.get(), req, &resp)),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.field)));
+  }
+  v1::ListJobsRequest list;
+  v1::ListJobsResponse jobs;
+  auto ctx = CallContext(absl::Seconds(5));
+  ASSERT_TRUE(stub_->ListJobs(ctx.get(), list, &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 0) << jobs.DebugString();
 }
 
 TEST_F(SchedulerServiceTest, AKilledWorkersRankMovesToASpareWorkerAndTheJobFinishes) {

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/grpc_cluster_rpc.h"
+#include "scheduler/testing/failing_store.h"
 #include "scheduler/testing/fake_nodes.h"
 #include "scheduler/testing/status_matchers.h"
 #include "server/checkpoint_file.h"
@@ -67,6 +68,11 @@ class SchedulerTest : public ::testing::Test {
     auto store = Store::Open(StoreOptions{db_, false});
     ASSERT_THAT(store, IsOk());
     store_ = std::move(*store);
+    if (failing_store_) {
+      auto f = std::make_unique<testing::FailingStore>(std::move(store_));
+      failing_ = f.get();
+      store_ = std::move(f);
+    }
     auto s = Scheduler::Create(options_, store_.get(), &clock_, rpc_.get(), &placement_);
     ASSERT_THAT(s, IsOk());
     sched_ = std::move(*s);
@@ -199,10 +205,75 @@ class SchedulerTest : public ::testing::Test {
   std::unique_ptr<GrpcClusterRpc> rpc_;
   CapacityPlacement placement_;
   std::unique_ptr<Store> store_;
+  bool failing_store_ = false;              // StartScheduler wraps the store in a FailingStore.
+  testing::FailingStore* failing_ = nullptr;  // That store, when it does.
   std::unique_ptr<Scheduler> sched_;
   std::vector<std::unique_ptr<FakeNode>> nodes_;
   std::vector<std::string> ids_;
 };
+
+// Persist before publish: a write that fails keeps what it would have published from every
+// node, makes the scheduler refuse changes (UNAVAILABLE, naming the store) and report itself
+// not serving, until the store works again; then it carries on from what the store holds.
+TEST_F(SchedulerTest, AFailedWriteIsStickyAndNothingUnwrittenIsPublished) {
+  failing_store_ = true;
+  StartScheduler();
+  std::vector<bool> serving;
+  sched_->OnServingChanged([&](bool s) { serving.push_back(s); });
+  AddCluster(2, 2);
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  failing_->FailWrites(true);
+  sched_->RunOnce();  // The placement's map cannot be written: it goes nowhere.
+  sched_->RunOnce();
+  for (const std::string& n : ids_) {
+    FakeNode* node = Node(n);
+    if (node->server() != nullptr) EXPECT_THAT(node->server()->updates(), IsEmpty()) << n;
+    if (node->worker() != nullptr) EXPECT_THAT(node->worker()->assigned(), IsEmpty()) << n;
+  }
+  EXPECT_THAT(sched_->store_status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr(db_)));
+  EXPECT_THAT(serving, ElementsAre(false));
+  EXPECT_THAT(Submit(kJob), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("store")));
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(*id);
+  v1::CancelJobResponse cancelled;
+  EXPECT_THAT(sched_->CancelJob(cancel, &cancelled), StatusIs(absl::StatusCode::kUnavailable));
+  v1::MoveShardRequest move;
+  move.set_job_id(*id);
+  move.set_to(ids_[0]);
+  v1::MoveShardResponse moved;
+  EXPECT_THAT(sched_->MoveShard(move, &moved), StatusIs(absl::StatusCode::kUnavailable));
+  v1::RegisterNodeRequest reg;
+  reg.mutable_node()->set_role(v1::ROLE_WORKER);
+  reg.mutable_node()->set_address("127.0.0.1:1");
+  reg.mutable_node()->mutable_capacity()->set_cpu_slots(1);
+  v1::RegisterNodeResponse registered;
+  EXPECT_THAT(sched_->RegisterNode(reg, &registered), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(sched_->RenderMetrics(), HasSubstr("pscluster_scheduler_store_ok 0"));
+
+  // The store works again: the job, as the store holds it (queued), is placed at epoch 1,
+  // written before it is sent.
+  failing_->FailWrites(false);
+  clock_.Advance(options_.store_retry);
+  BeatAll();
+  sched_->RunOnce();
+  EXPECT_THAT(sched_->store_status(), IsOk());
+  EXPECT_THAT(serving, ElementsAre(false, true));
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.shard_map_epoch(), 1u);
+  for (const std::string& s : job.servers()) {
+    auto updates = Node(s)->server()->updates();
+    ASSERT_THAT(updates, SizeIs(1)) << s;
+    EXPECT_EQ(updates[0].map().epoch(), 1u);
+  }
+  EXPECT_THAT(sched_->RenderMetrics(), HasSubstr("pscluster_scheduler_store_ok 1"));
+  // What the servers hold is what the store holds.
+  failing_store_ = false;
+  StartScheduler();
+  EXPECT_EQ(MapOf(*id).epoch(), 1u);
+}
 
 TEST_F(SchedulerTest, PlacesAJobOnServersAndWorkers) {
   AddCluster(2, 2);

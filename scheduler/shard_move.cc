@@ -100,7 +100,7 @@ absl::Status Scheduler::QueueMove(JobRecord& rec, uint32_t shard, const std::str
   auto* moves = rec.job.mutable_moves();
   *moves->Add() = move;
   if (moves->size() > kMovesKept) moves->DeleteSubrange(0, moves->size() - kMovesKept);
-  (void)Persist(rec);
+  if (absl::Status p = Persist(rec); !p.ok()) return p;
   moves_wanted_ = true;
   *queued = move;
   return absl::OkStatus();
@@ -111,6 +111,7 @@ absl::Status Scheduler::MoveShard(const v1::MoveShardRequest& req, v1::MoveShard
   if (req.to().empty()) return absl::InvalidArgumentError("to: the target server's node id is required");
   if (req.reason().size() > 4096) return absl::InvalidArgumentError("reason: longer than 4096 bytes");
   absl::MutexLock l(&mu_);
+  if (!store_error_.ok()) return store_error_;
   JobRecord* rec = FindJob(req.job_id());
   if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
   absl::Status s = QueueMove(*rec, req.shard(), req.to(),
@@ -146,6 +147,7 @@ void Scheduler::RunMoves() {
   {
     absl::MutexLock l(&mu_);
     moves_wanted_ = false;
+    if (!store_error_.ok()) return;  // Nothing moves until the store works again.
     if (options_.rebalance_every > absl::ZeroDuration() && clock_->Now() >= next_rebalance_) {
       // The first look waits a whole period: loads need a few heartbeats to mean anything.
       if (next_rebalance_ != absl::Time()) rebalance = true;
@@ -165,7 +167,10 @@ void Scheduler::RunMoves() {
       }
     }
   }
-  for (const std::string& id : queued) ExecuteMove(id);
+  for (const std::string& id : queued) {
+    if (!store_status().ok()) return;
+    ExecuteMove(id);
+  }
 }
 
 void Scheduler::Rebalance() {
@@ -217,7 +222,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
       return;
     }
     edit(last);
-    (void)Persist(*rec);
+    if (!Persist(*rec).ok()) return;  // The store failed (logged): nothing more is sent.
   };
   auto give_up = [&](const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     record([&](v1::ShardMove* m) {
@@ -261,7 +266,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
       AssignmentOf(copying, move.shard())->add_backups(move.to());
       rec->shard_map = copying;
       rec->job.set_shard_map_epoch(copying.epoch());
-      (void)Persist(*rec, &copying);
+      if (!Persist(*rec, &copying).ok()) return;  // Not written: not sent either.
       record([&](v1::ShardMove* m) { m->set_state(v1::MOVE_COPYING); });
     }
   }
@@ -376,7 +381,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
       if (s.ok() && running) a->set_primary(move.to());
       rec->shard_map = next;
       rec->job.set_shard_map_epoch(next.epoch());
-      (void)Persist(*rec, &next);
+      if (!Persist(*rec, &next).ok()) return;  // Not written: not sent either.
       if (!running) {
         // A recovery started meanwhile: it sends its own maps, made from this one (the shard
         // where it was, without the copy).
@@ -413,7 +418,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
   });
   if (rec != nullptr) {
     rec->job.set_shard_moves(rec->job.shard_moves() + 1);
-    (void)Persist(*rec);
+    if (!Persist(*rec).ok()) return;  // The store failed (logged).
   }
   moves_done_->Add();
   Log()->info("job {}: shard {} moved from {} to {} (map epoch {}; copy caught up in {:.0f} ms, "

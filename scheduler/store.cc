@@ -2,7 +2,9 @@
 
 #include <sqlite3.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace pscluster::scheduler {
 namespace {
@@ -55,9 +57,38 @@ class Stmt {
   int rc_;
 };
 
+// The SQLite implementation: WAL mode, one connection behind a mutex, every write one
+// transaction.
+class SqliteStore final : public Store {
+ public:
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const StoreOptions& options);
+  ~SqliteStore() override;
+
+  absl::StatusOr<uint64_t> NextId(absl::string_view counter) override;
+  absl::Status PutNode(const v1::NodeStatus& node) override;
+  absl::StatusOr<std::vector<v1::NodeStatus>> LoadNodes() override;
+  absl::Status PutJob(const v1::Job& job, absl::string_view client_token,
+                      const v1::ShardMap* map) override;
+  absl::StatusOr<std::vector<StoredJob>> LoadJobs() override;
+  const std::string& path() const override { return path_; }
+
+ private:
+  SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Error(absl::string_view what) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  sqlite3* db_ ABSL_GUARDED_BY(mu_);
+  const std::string path_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
+  return SqliteStore::Open(options);
+}
+
+absl::StatusOr<std::unique_ptr<Store>> SqliteStore::Open(const StoreOptions& options) {
   if (options.path.empty()) {
     return absl::InvalidArgumentError("--db: a database path is required");
   }
@@ -72,7 +103,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
         "cannot open the scheduler database ", options.path, ": ", msg,
         " (does the directory exist and is it writable?)"));
   }
-  std::unique_ptr<Store> store(new Store(db, options.path));
+  std::unique_ptr<SqliteStore> store(new SqliteStore(db, options.path));
   absl::MutexLock l(&store->mu_);
   sqlite3_busy_timeout(db, 2000);
   // The first statement that reads the file tells a database from anything else.
@@ -103,15 +134,15 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
   s = store->Exec(kSchema);
   if (s.ok()) s = store->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion).c_str());
   if (!s.ok()) return s;
-  return store;
+  return std::unique_ptr<Store>(std::move(store));
 }
 
-Store::~Store() {
+SqliteStore::~SqliteStore() {
   absl::MutexLock l(&mu_);
   sqlite3_close(db_);
 }
 
-absl::Status Store::Exec(const char* sql) {
+absl::Status SqliteStore::Exec(const char* sql) {
   char* err = nullptr;
   int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
   if (rc == SQLITE_OK) return absl::OkStatus();
@@ -129,7 +160,7 @@ absl::Status Store::Exec(const char* sql) {
   return absl::InternalError(absl::StrCat("scheduler database ", path_, ": ", msg));
 }
 
-absl::Status Store::Error(absl::string_view what) const {
+absl::Status SqliteStore::Error(absl::string_view what) const {
   int rc = sqlite3_errcode(db_);
   std::string msg = absl::StrCat("scheduler database ", path_, ": cannot ", what, ": ",
                                  sqlite3_errmsg(db_));
@@ -138,7 +169,7 @@ absl::Status Store::Error(absl::string_view what) const {
   return absl::InternalError(msg);
 }
 
-absl::StatusOr<uint64_t> Store::NextId(absl::string_view counter) {
+absl::StatusOr<uint64_t> SqliteStore::NextId(absl::string_view counter) {
   absl::MutexLock l(&mu_);
   Stmt up(db_,
           "INSERT INTO counters(name, value) VALUES(?1, 1) "
@@ -151,7 +182,7 @@ absl::StatusOr<uint64_t> Store::NextId(absl::string_view counter) {
   return v;
 }
 
-absl::Status Store::PutNode(const v1::NodeStatus& node) {
+absl::Status SqliteStore::PutNode(const v1::NodeStatus& node) {
   absl::MutexLock l(&mu_);
   Stmt st(db_, "INSERT OR REPLACE INTO nodes(node_id, record) VALUES(?1, ?2)");
   if (!st.ok()) return Error("prepare a node write");
@@ -161,7 +192,7 @@ absl::Status Store::PutNode(const v1::NodeStatus& node) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::NodeStatus>> Store::LoadNodes() {
+absl::StatusOr<std::vector<v1::NodeStatus>> SqliteStore::LoadNodes() {
   absl::MutexLock l(&mu_);
   Stmt q(db_, "SELECT node_id, record FROM nodes ORDER BY node_id");
   if (!q.ok()) return Error("prepare a node read");
@@ -179,7 +210,7 @@ absl::StatusOr<std::vector<v1::NodeStatus>> Store::LoadNodes() {
   return out;
 }
 
-absl::Status Store::PutJob(const v1::Job& job, absl::string_view client_token,
+absl::Status SqliteStore::PutJob(const v1::Job& job, absl::string_view client_token,
                            const v1::ShardMap* map) {
   absl::MutexLock l(&mu_);
   absl::Status s = Exec("BEGIN IMMEDIATE");
@@ -219,7 +250,7 @@ absl::Status Store::PutJob(const v1::Job& job, absl::string_view client_token,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<StoredJob>> Store::LoadJobs() {
+absl::StatusOr<std::vector<StoredJob>> SqliteStore::LoadJobs() {
   absl::MutexLock l(&mu_);
   Stmt q(db_,
          "SELECT j.job_id, j.client_token, j.record, "

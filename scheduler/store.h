@@ -12,13 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "proto/scheduler.pb.h"
-
-struct sqlite3;
 
 namespace pscluster::scheduler {
 
@@ -36,38 +32,32 @@ struct StoredJob {
   v1::ShardMap shard_map;    // Latest shard map (empty when the job was never placed).
 };
 
+// What the scheduler keeps durable. Open() gives the SQLite implementation; tests wrap it
+// (scheduler/testing/failing_store.h) to make writes fail on demand.
+//
+// Thread-safe.
 class Store {
  public:
-  // Opens (creating if missing) the database. Errors name the file: a directory that does not
-  // exist, a file that is not a database, a database held by another scheduler, a schema newer
-  // than this build.
+  // Opens (creating if missing) the SQLite database. Errors name the file: a directory that
+  // does not exist, a file that is not a database, a database held by another scheduler, a
+  // schema newer than this build.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const StoreOptions& options);
-  ~Store();
-  Store(const Store&) = delete;
-  Store& operator=(const Store&) = delete;
+  virtual ~Store() = default;
 
   // Next value of a named counter (1, 2, 3, ...), durable across restarts.
-  absl::StatusOr<uint64_t> NextId(absl::string_view counter);
+  virtual absl::StatusOr<uint64_t> NextId(absl::string_view counter) = 0;
 
-  absl::Status PutNode(const v1::NodeStatus& node);
-  absl::StatusOr<std::vector<v1::NodeStatus>> LoadNodes();
+  virtual absl::Status PutNode(const v1::NodeStatus& node) = 0;
+  virtual absl::StatusOr<std::vector<v1::NodeStatus>> LoadNodes() = 0;
 
   // Inserts or replaces a job (and, when `map` is given, records that shard map) atomically.
-  absl::Status PutJob(const v1::Job& job, absl::string_view client_token,
-                      const v1::ShardMap* map = nullptr);
+  virtual absl::Status PutJob(const v1::Job& job, absl::string_view client_token,
+                              const v1::ShardMap* map = nullptr) = 0;
   // Every job, oldest first, with its latest shard map.
-  absl::StatusOr<std::vector<StoredJob>> LoadJobs();
+  virtual absl::StatusOr<std::vector<StoredJob>> LoadJobs() = 0;
 
-  const std::string& path() const { return path_; }
-
- private:
-  Store(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
-  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Error(absl::string_view what) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  absl::Mutex mu_;
-  sqlite3* db_ ABSL_GUARDED_BY(mu_);
-  const std::string path_;
+  // Where the state lives, for messages ("/var/lib/pscluster/scheduler.db").
+  virtual const std::string& path() const = 0;
 };
 
 }  // namespace pscluster::scheduler
