@@ -1,7 +1,10 @@
 #include "scheduler/job_validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -67,6 +70,10 @@ void CheckOptimizer(const v1::OptimizerSpec& o, const std::string& p, Checker& c
             f("initial_accumulator"), "applies only to kind: adagrad");
   c.Require(std::isfinite(o.lr_min_ratio()) && o.lr_min_ratio() >= 0 && o.lr_min_ratio() <= 1,
             f("lr_min_ratio"), "must be in [0, 1]");
+  c.Require(o.lr_decay_steps() <= kMaxScheduleSteps, f("lr_decay_steps"),
+            absl::StrCat("must be at most ", kMaxScheduleSteps));
+  c.Require(o.lr_warmup_steps() <= kMaxScheduleSteps, f("lr_warmup_steps"),
+            absl::StrCat("must be at most ", kMaxScheduleSteps));
   c.Require(o.lr_schedule() == v1::OptimizerSpec::COSINE ||
                 (o.lr_decay_steps() == 0 && o.lr_min_ratio() == 0),
             f(o.lr_decay_steps() != 0 ? "lr_decay_steps" : "lr_min_ratio"),
@@ -77,8 +84,8 @@ void CheckCompression(const v1::CompressionSpec& cs, const std::string& p, Check
   c.Require(cs.transport() == v1::DT_INVALID || cs.transport() == v1::DT_FLOAT32 ||
                 cs.transport() == v1::DT_FLOAT16 || cs.transport() == v1::DT_BFLOAT16,
             p + ".transport", "must be float32, float16 or bfloat16");
-  c.Require(std::isfinite(cs.topk_ratio()) && cs.topk_ratio() >= 0 && cs.topk_ratio() <= 1,
-            p + ".topk_ratio", "must be in (0, 1], or 0 for dense pushes");
+  c.Require(cs.topk_ratio() == 0, p + ".topk_ratio",
+            "top-k compression is not supported yet: workers send dense pushes (leave it 0)");
 }
 
 void CheckModel(const v1::JobSpec& spec, Checker& c) {
@@ -108,6 +115,22 @@ void CheckModel(const v1::JobSpec& spec, Checker& c) {
   }
   c.Require(k != "sparse_linear" || m.embedding_dim() <= 4096, "model.embedding_dim",
             "must be at most 4096");
+  // Each layer's weights are one dense table in blocks of kDefaultBlockElems: the servers hold at
+  // most kMaxBlocks blocks per table.
+  const uint64_t max_elems = std::min(kMaxTableElems, kMaxBlocks * kDefaultBlockElems);
+  std::vector<std::pair<uint64_t, std::string>> widths;
+  if (m.input_dim() != 0 && k != "sparse_linear") widths.push_back({m.input_dim(), "model.input_dim"});
+  for (int i = 0; i < m.hidden_size(); ++i) {
+    widths.push_back({m.hidden(i), absl::StrCat("model.hidden[", i, "]")});
+  }
+  if (m.num_classes() != 0) widths.push_back({m.num_classes(), "model.num_classes"});
+  for (size_t i = 1; i < widths.size(); ++i) {
+    const uint64_t elems = widths[i - 1].first * widths[i].first;
+    c.Require(elems <= max_elems, widths[i].second,
+              absl::StrCat("a layer of ", widths[i - 1].first, " x ", widths[i].first, " = ",
+                           elems, " weights exceeds the ", max_elems,
+                           " elements a server holds in one table"));
+  }
   c.Require(k == "sparse_linear" || m.embedding_dim() == 0, "model.embedding_dim",
             "applies only to sparse_linear models");
 }
@@ -115,29 +138,33 @@ void CheckModel(const v1::JobSpec& spec, Checker& c) {
 void CheckDataset(const v1::JobSpec& spec, Checker& c) {
   const v1::DatasetSpec& d = spec.dataset();
   const std::string& n = d.name();
-  c.Require(!n.empty(), "dataset.name",
-            "is required (fashion_mnist, spam_assassin or synthetic_zipf)");
+  c.Require(!n.empty(), "dataset.name", "is required (fashion_mnist or spam_assassin)");
+  c.Require(n != "synthetic_zipf", "dataset.name",
+            "synthetic_zipf is not supported yet: no worker generates it (use fashion_mnist or "
+            "spam_assassin)");
   c.Require(n.empty() || n == "fashion_mnist" || n == "spam_assassin" || n == "synthetic_zipf",
             "dataset.name",
-            absl::StrCat("must be fashion_mnist, spam_assassin or synthetic_zipf (got '", n, "')"));
-  bool sparse_data = n == "spam_assassin" || n == "synthetic_zipf";
+            absl::StrCat("must be fashion_mnist or spam_assassin (got '", n, "')"));
+  bool sparse_data = n == "spam_assassin";
   const std::string& k = spec.model().kind();
   if (!k.empty() && !n.empty()) {
     c.Require(sparse_data == (k == "sparse_linear"), "model.kind",
               absl::StrCat("model '", k, "' cannot train on dataset '", n, "' (",
                            sparse_data ? "sparse data needs sparse_linear"
-                                       : "sparse_linear needs spam_assassin or synthetic_zipf",
+                                       : "sparse_linear needs spam_assassin",
                            ")"));
   }
   c.Require(d.hash_bits() == 0 || (sparse_data && d.hash_bits() <= 40), "dataset.hash_bits",
-            sparse_data ? "must be at most 40" : "applies only to sparse data sets");
+            sparse_data ? "must be at most 40" : "applies only to spam_assassin");
   c.Require(std::isfinite(d.holdout_fraction()) && d.holdout_fraction() >= 0 &&
                 d.holdout_fraction() < 1,
             "dataset.holdout_fraction", "must be in [0, 1)");
-  c.Require(std::isfinite(d.zipf_exponent()) && d.zipf_exponent() >= 0, "dataset.zipf_exponent",
-            "must be a finite number >= 0");
-  c.Require(n == "synthetic_zipf" || d.num_examples() == 0, "dataset.num_examples",
-            "applies only to synthetic_zipf");
+  c.Require(d.holdout_fraction() == 0 || sparse_data, "dataset.holdout_fraction",
+            "applies only to spam_assassin (fashion_mnist has its own test set)");
+  c.Require(d.num_examples() == 0, "dataset.num_examples",
+            "is not supported yet (it was for synthetic_zipf, which no worker generates)");
+  c.Require(d.zipf_exponent() == 0, "dataset.zipf_exponent",
+            "is not supported yet (it was for synthetic_zipf, which no worker generates)");
 }
 
 }  // namespace

@@ -5,15 +5,16 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/limits.h"
 #include "proto/job.pb.h"
 #include "scheduler/job_source.h"
 
 namespace pscluster::scheduler {
 
-// Upper bounds that keep a typo from asking for absurd resources.
+// Upper bounds that keep a typo from asking for absurd resources. What the servers themselves
+// limit (workers, virtual shards, table sizes) is checked against common/limits.h, the constants
+// the servers enforce.
 inline constexpr uint32_t kMaxServers = 100000;
-inline constexpr uint32_t kMaxWorkers = 100000;
-inline constexpr uint32_t kMaxVirtualShards = 1u << 20;
 inline constexpr uint32_t kMaxGpusPerWorker = 64;
 
 // Checks every field; the first violation is returned as INVALID_ARGUMENT naming the field (and

@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "common/limits.h"
 #include "scheduler/testing/status_matchers.h"
 
 namespace pscluster::scheduler {
@@ -70,7 +71,7 @@ TEST(JobYamlTest, MapsAndEnumSpellings) {
   std::string text = std::string(kGood) + R"(table_optimizers:
   fc1.weight: {kind: SGD, learning_rate: 0.1, weight_decay: 0.0001}
 table_compression:
-  fc1.weight: {transport: fp16, topk_ratio: 0.5}
+  fc1.weight: {transport: fp16}
   fc2.weight:
     transport: DT_BFLOAT16
 )";
@@ -79,6 +80,26 @@ table_compression:
   EXPECT_EQ(spec->table_optimizers().at("fc1.weight").kind(), v1::OptimizerSpec::SGD);
   EXPECT_EQ(spec->table_compression().at("fc1.weight").transport(), v1::DT_FLOAT16);
   EXPECT_EQ(spec->table_compression().at("fc2.weight").transport(), v1::DT_BFLOAT16);
+}
+
+// Options that nothing carries out yet are refused at submission, saying so, never accepted and
+// ignored.
+TEST(JobYamlTest, OptionsNotSupportedYetAreRefused) {
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) + "table_compression:\n  fc1.weight: {topk_ratio: 0.5}\n",
+                          "job.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("job.yaml:19: table_compression[fc1.weight]"
+                                                  ".topk_ratio:"),
+                                       HasSubstr("not supported yet"))));
+  EXPECT_THAT(LoadJobYaml(Replace(Replace(kGood, "name: fashion_mnist", "name: synthetic_zipf"),
+                                  "kind: mlp", "kind: sparse_linear"),
+                          "job.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("job.yaml:6: dataset.name:"),
+                                       HasSubstr("synthetic_zipf is not supported yet"))));
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "name: fashion_mnist",
+                                  "name: fashion_mnist\n  holdout_fraction: 0.1"),
+                          "job.yaml"),
+              StatusIs(kInvalid, HasSubstr("dataset.holdout_fraction: applies only to "
+                                           "spam_assassin")));
 }
 
 TEST(JobYamlTest, NegativeStalenessNamesFileLineAndField) {
@@ -180,6 +201,30 @@ TEST(JobYamlTest, CrossFieldRules) {
                                                "learning_rate: -1}\n",
                           "j.yaml"),
               StatusIs(kInvalid, StartsWith("j.yaml:19: table_optimizers[w].learning_rate:")));
+}
+
+// What the servers limit is refused at submission, from the same constants (common/limits.h):
+// the largest value a server takes passes, one more does not.
+TEST(JobYamlTest, TheServersLimitsAreCheckedAtSubmission) {
+  const std::string shards = absl::StrCat("num_virtual_shards: ", kMaxVirtualShards, "\n");
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) + shards, "j.yaml"), IsOk());
+  EXPECT_THAT(
+      LoadJobYaml(absl::StrCat(kGood, "num_virtual_shards: ", kMaxVirtualShards + 1, "\n"), "j.yaml"),
+      StatusIs(kInvalid, StartsWith(absl::StrCat("j.yaml:18: num_virtual_shards: must be at most ",
+                                                 kMaxVirtualShards))));
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "num_workers: 2", absl::StrCat("num_workers: ",
+                                                                         kMaxWorkers)),
+                          "j.yaml"),
+              IsOk());
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "num_workers: 2",
+                                  absl::StrCat("num_workers: ", kMaxWorkers + 1)),
+                          "j.yaml"),
+              StatusIs(kInvalid, StartsWith(absl::StrCat("j.yaml:14: num_workers: must be at most ",
+                                                         kMaxWorkers))));
+  // A layer whose weights would need more blocks than a server gives one table.
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "hidden: [64, 32]", "hidden: [1000000, 1000000]"),
+                          "j.yaml"),
+              StatusIs(kInvalid, HasSubstr("model.hidden[1]: a layer of 1000000 x 1000000")));
 }
 
 // The scheduler parses job files sent over SubmitJob: hostile text must give a status, never

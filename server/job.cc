@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/logging.h"
 #include "common/sharding.h"
 
 namespace pscluster {
@@ -390,19 +391,6 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
   if (!st.ok()) return st;
   st = CheckAttempt(tag.worker(), tag.attempt(), "tag.attempt");
   if (!st.ok()) return st;
-  {
-    // A worker pushes its current step (its clock) or, at most, the next one. A push further
-    // ahead would move the clock past steps the worker has not pushed yet, and its real pushes
-    // of those steps would then be taken for duplicates: refused in every consistency mode.
-    absl::MutexLock c(&clock_mu_);
-    const int64_t clock = clocks_[tag.worker()];
-    if (tag.step() > clock + 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "tag.step: step ", tag.step(), " is more than one step ahead of rank ", tag.worker(),
-          "'s clock ", clock, " in job '", id(), "' (it has completed steps below ", clock,
-          "); push step ", clock, " first"));
-    }
-  }
   const v1::DataType dtype = TransportType(chunk.dtype());
   if (!IsFloatTransport(dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -419,6 +407,20 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
     if (!st.ok()) return st;
   }
   const bool has_slice = !chunk.slice().table().empty();
+  if (!values.empty() || chunk.end_of_step()) {
+    // A worker pushes its current step (its clock) or, at most, the next one. A push further
+    // ahead would move the clock past steps the worker has not pushed yet, and its real pushes
+    // of those steps would then be taken for duplicates: refused in every consistency mode.
+    // (A chunk with no values that ends no step only asks for a pull: its step is the pull's.)
+    absl::MutexLock c(&clock_mu_);
+    const int64_t clock = clocks_[tag.worker()];
+    if (tag.step() > clock + 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tag.step: step ", tag.step(), " is more than one step ahead of rank ", tag.worker(),
+          "'s clock ", clock, " in job '", id(), "' (it has completed steps below ", clock,
+          "); push step ", clock, " first"));
+    }
+  }
   SliceRef s;
   uint64_t n = 0;
   if (!has_slice) {
@@ -580,6 +582,16 @@ absl::Status Job::ApplyValues(const SliceRef& s, const v1::PushChunk& chunk,
 
 absl::Status Job::Aggregate(const SliceRef& s, const v1::PushChunk& chunk, const Payload& values,
                             v1::DataType dtype, uint64_t n) {
+  if (!s.dense) {
+    // The step's rows are made now, all or nothing, so that applying the step once every worker
+    // ended it never needs memory that may have run out by then: a push that cannot have its
+    // rows is refused here, with nothing aggregated.
+    const uint32_t width = tables_[s.table].info->width;
+    absl::Span<const uint64_t> keys(s.keys.data() + chunk.offset() / width, n / width);
+    absl::Status made =
+        tables_[s.table].sparse->VisitRows(keys, budget_, [](size_t, float*, int64_t*) {});
+    if (!made.ok()) return made;
+  }
   AggStep* step;
   {
     absl::MutexLock c(&clock_mu_);
@@ -664,12 +676,19 @@ void Job::AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready, in
           keys.push_back(k);
           g.insert(g.end(), row.begin(), row.end());
         }
-        (void)tables_[table].sparse->Apply(
+        // The rows were made when their pushes were aggregated (Aggregate), so this needs no
+        // new memory unless a shard moved away and back meanwhile; then what cannot be applied
+        // is named in the log.
+        absl::Status applied = tables_[table].sparse->Apply(
             keys,
             [&](size_t first, size_t k, float* out) {
               std::memcpy(out, g.data() + first, k * sizeof(float));
             },
             budget_, step_no);
+        if (!applied.ok()) {
+          Logger("server")->error("job '{}': aggregated step {} of table '{}' not applied: {}",
+                                  id(), step_no, tables_[table].info->spec.name(), applied);
+        }
       }
     }
     absl::MutexLock c(&clock_mu_);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
 
 namespace pscluster {
 namespace {
@@ -128,8 +129,7 @@ absl::StatusOr<OptimizerParams> ResolveOptimizer(const v1::OptimizerSpec& spec,
     return Bad(field, "lr_min_ratio", "must be in [0, 1]", spec.lr_min_ratio());
   }
   p.min_ratio = spec.lr_min_ratio();
-  const uint64_t max_steps = uint64_t{1} << 50;
-  if (spec.lr_decay_steps() > max_steps || spec.lr_warmup_steps() > max_steps) {
+  if (spec.lr_decay_steps() > kMaxScheduleSteps || spec.lr_warmup_steps() > kMaxScheduleSteps) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".lr_decay_steps/lr_warmup_steps: larger than 2^50"));
   }

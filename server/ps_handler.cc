@@ -18,6 +18,7 @@
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/sharding.h"
+#include "common/validate_enums.h"
 #include "server/validate.h"
 
 namespace pscluster {
@@ -888,6 +889,8 @@ absl::Status PsHandler::DropJob(const v1::DropJobRequest& req, v1::DropJobRespon
 // ------------------------------------------------------------------ data plane
 
 absl::StatusOr<PushResult> PsHandler::Push(const v1::PushChunk& chunk, const Payload& values) {
+  absl::Status enums = ValidateEnums(chunk);
+  if (!enums.ok()) return enums;
   if (!chunk.replica_of().empty()) {
     // A primary's copy over the TCP data port (BackupQueue), not a worker's push.
     return ApplyToCopy(chunk.replica_of(), chunk, values, nullptr);
@@ -926,6 +929,8 @@ absl::StatusOr<PushResult> PsHandler::Push(const v1::PushChunk& chunk, const Pay
 }
 
 absl::StatusOr<PsHandler::PullPlan> PsHandler::PlanPull(const v1::PullRequest& req) {
+  absl::Status enums = ValidateEnums(req);
+  if (!enums.ok()) return enums;
   auto job = FindJob(req.job_id(), "job_id");
   if (!job.ok()) return job.status();
   PullPlan plan;

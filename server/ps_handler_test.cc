@@ -1175,6 +1175,27 @@ TEST_F(HandlerTest, ASparsePushRefusedForMemoryChangesNothing) {
   EXPECT_EQ(*Pull("j", 0, 2, {Rows("e", keys)}), expect);
 }
 
+// With aggregation, a sparse push's new rows are made (all or nothing) when it is aggregated: a
+// push whose rows do not fit is refused then, and a step that was aggregated always applies.
+TEST_F(HandlerTest, AnAggregatedSparsePushThatDoesNotFitIsRefusedWhenItArrives) {
+  PsHandlerOptions o;
+  const uint64_t row_bytes = 4 * 2 * 4;  // Width 4, Adagrad.
+  o.memory_bytes = 10 * row_bytes;
+  Make(o);
+  Create(CreateRequest("j", {SparseSpec("e", 4, 0, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.1f))},
+                       v1::ConsistencySpec::BSP, 2, 0, /*aggregate=*/true));
+  std::vector<uint64_t> few = {1, 2, 3}, many;
+  for (uint64_t k = 100; k < 120; ++k) many.push_back(k);
+  auto r = PushSparse("j", 0, 0, 0, "e", many, std::vector<float>(many.size() * 4, 1.f), true);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_EQ(h_->budget()->used(), 0u);
+  EXPECT_EQ(Status("j").jobs(0).clocks(0).clock(), 0);
+  ASSERT_TRUE(PushSparse("j", 0, 0, 0, "e", few, std::vector<float>(12, 1.f), true).ok());
+  ASSERT_TRUE(PushSparse("j", 1, 0, 0, "e", few, std::vector<float>(12, 1.f), true).ok());
+  EXPECT_EQ(h_->budget()->used(), 3 * row_bytes);
+  EXPECT_EQ(Status("j").jobs(0).min_clock(), 1);
+}
+
 // A push more than one step ahead of its worker's clock is refused in every mode, and the
 // worker's real push of its current step is then applied, not taken for a duplicate.
 TEST_F(HandlerTest, APushFarAheadOfTheWorkersClockIsRefused) {

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/address.h"
 #include "common/atomic_file.h"
 #include "common/channel.h"
 #include "common/host_memory.h"
@@ -243,6 +244,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
     Logger("server")->info("Prometheus metrics on port {} (/metrics)", s->metrics_->port());
   }
   if (!options.scheduler.empty()) {
+    if (auto w = LoopbackAdvertiseWarning(advertised, options.scheduler)) {
+      Logger("server")->warn("{}", *w);
+    }
     SchedulerLinkOptions lo;
     lo.scheduler = options.scheduler;
     lo.advertise_address = advertised;

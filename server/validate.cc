@@ -42,8 +42,8 @@ absl::Status ValidateTable(v1::TableSpec* t, absl::string_view f) {
         return bad(absl::StrCat("shape.dims[", i, "]"), "every dimension must be > 0");
       }
       elems *= t->shape().dims(i);
-      if (elems > (static_cast<unsigned __int128>(1) << 42)) {
-        return bad("shape", "more than 2^42 elements");
+      if (elems > kMaxTableElems) {
+        return bad("shape", absl::StrCat("more than ", kMaxTableElems, " (2^42) elements"));
       }
     }
     if (t->block_elems() == 0) t->set_block_elems(kDefaultBlockElems);
@@ -79,8 +79,11 @@ absl::Status ValidateTable(v1::TableSpec* t, absl::string_view f) {
       transport != v1::DT_BFLOAT16) {
     return bad("compression.transport", "must be DT_FLOAT32, DT_FLOAT16 or DT_BFLOAT16");
   }
-  const float k = t->compression().topk_ratio();
-  if (!(k >= 0.f && k <= 1.f)) return bad("compression.topk_ratio", "must be in [0, 1]");
+  if (t->compression().topk_ratio() != 0.f) {
+    return bad("compression.topk_ratio",
+               "top-k compression is not supported yet: clients send dense pushes (leave it 0; "
+               "a push may still carry indices)");
+  }
   return absl::OkStatus();
 }
 

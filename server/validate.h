@@ -7,17 +7,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/limits.h"
 #include "proto/ps.pb.h"
 #include "server/optimizer.h"
 
 namespace pscluster {
 
-inline constexpr uint64_t kMaxBlockElems = 1 << 20;  // 4 MiB of float32: one chunk.
-// Blocks per dense table: the table keeps a pointer per block from its creation on.
-inline constexpr uint64_t kMaxBlocks = 1 << 22;
-inline constexpr uint32_t kMaxRowWidth = 1 << 16;
-inline constexpr uint32_t kMaxWorkers = 1 << 16;
-inline constexpr uint32_t kMaxVirtualShards = 1 << 16;
+// The limits (kMaxWorkers, kMaxVirtualShards, kMaxBlockElems, ...) are in common/limits.h, which
+// the scheduler checks jobs against at submission.
 
 // [A-Za-z0-9_.-]{1,128}: job ids also name checkpoint directories.
 bool IsValidJobId(absl::string_view id);

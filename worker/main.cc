@@ -16,6 +16,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/address.h"
 #include "common/atomic_file.h"
 #include "common/grpc_server.h"
 #include "common/host_memory.h"
@@ -227,6 +228,9 @@ int main(int argc, char** argv) {
   std::string address = host.empty() ? (*server)->address()
                                      : absl::StrCat(host, ":", (*server)->port());
   node->SetAddress(address);
+  if (const std::string sched = absl::GetFlag(FLAGS_scheduler); !sched.empty()) {
+    if (auto w = LoopbackAdvertiseWarning(address, sched)) Logger("worker")->warn("{}", *w);
+  }
 
   // Prometheus metrics, computed from the node's status at scrape time.
   MetricsRegistry metrics;

@@ -31,6 +31,12 @@ constexpr char kUsage[] =
     "The scheduler address comes from --scheduler, else $PSCLUSTER_SCHEDULER, else "
     "127.0.0.1:7070.\n";
 
+}  // namespace
+
+const char* UsageText() { return kUsage; }
+
+namespace {
+
 int Fail(std::ostream& err, const absl::Status& s) {
   err << "psctl: " << s.message() << std::endl;
   return 1;

@@ -7,6 +7,7 @@
 //   cancel JOB [--reason=...]   stop a job
 //   nodes                       servers and workers with liveness and load
 //   shards JOB                  a job's shard map and per-shard load
+//   move-shard JOB SHARD SERVER move a virtual shard live to another of the job's servers
 //   up --local                  a scheduler, 2 servers and 2 workers as child processes; runs
 //                               deploy/examples/fashion_mlp.yaml to the end, then stops them
 //   down                        stops a cluster started with `up --local --detach`
@@ -65,6 +66,9 @@ struct PsctlOptions {
 
 // Runs one command; `args` are the positional arguments (command first). Returns the exit code:
 // 0 success, 1 failure (the message is on `err`), 2 usage error, 130 interrupted.
+// The usage text (every command), for usage errors and --help.
+const char* UsageText();
+
 int RunPsctl(const PsctlOptions& options, const std::vector<std::string>& args, std::ostream& out,
              std::ostream& err);
 

@@ -13,8 +13,6 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
-#include "common/atomic_file.h"
 #include "scheduler/psctl/commands.h"
 
 ABSL_FLAG(std::string, scheduler, "",
@@ -30,7 +28,9 @@ ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle verifying the scheduler (enabl
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM key of --tls_cert");
 ABSL_FLAG(std::string, tls_server_name, "", "name the scheduler's certificate is checked for");
-ABSL_FLAG(std::string, token_file, "", "file holding a bearer token sent on every call");
+ABSL_FLAG(std::string, token_file, "",
+          "not supported yet: no daemon checks bearer tokens, so psctl refuses to send one "
+          "(use mutual TLS: --tls_ca, --tls_cert, --tls_key)");
 // up --local / down
 ABSL_FLAG(bool, local, false, "up: run the cluster as local child processes on loopback");
 ABSL_FLAG(bool, detach, false, "up: leave the cluster running (stop it with psctl down)");
@@ -69,10 +69,8 @@ std::vector<std::string> Words(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "psctl [--scheduler=HOST:PORT] [-o table|json|yaml] COMMAND ...\n"
-      "commands: submit FILE [--wait], jobs, status [JOB] [--watch], cancel JOB, nodes,\n"
-      "          shards JOB, up --local [--detach], down");
+  // The same text as a usage error prints: every command, move-shard included.
+  absl::SetProgramUsageMessage(pscluster::psctl::UsageText());
   // SIGINT/SIGTERM go to the signal thread below, whatever thread is running.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -113,13 +111,11 @@ int main(int argc, char** argv) {
   o.client.channel.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   o.client.channel.tls.key = absl::GetFlag(FLAGS_tls_key);
   o.client.channel.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
-  if (std::string tf = absl::GetFlag(FLAGS_token_file); !tf.empty()) {
-    auto token = pscluster::ReadFile(tf);
-    if (!token.ok()) {
-      std::cerr << "psctl: --token_file: " << token.status().message() << std::endl;
-      return 2;
-    }
-    o.client.channel.bearer_token = std::string(absl::StripAsciiWhitespace(*token));
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    std::cerr << "psctl: --token_file: bearer tokens are not supported yet: no daemon checks "
+                 "them, so none is sent; use mutual TLS (--tls_ca, --tls_cert, --tls_key)"
+              << std::endl;
+    return 2;
   }
   auto format = pscluster::psctl::ParseOutputFormat(absl::GetFlag(FLAGS_o));
   if (!format.ok()) {

@@ -444,8 +444,11 @@ SparseResult BenchSparse(const std::string& addr, const std::vector<std::vector<
   };
   static int seq = 0;
   const std::string job = absl::StrCat("sparse", seq++);
-  auto client = MakeClient(job, {addr}, {SparseSpec()}, 0, 1);
-  int64_t step = 0;
+  // One rank per request in flight: each rank pushes its steps in order, as workers do (a
+  // worker's push may run at most one step ahead of its clock).
+  std::vector<std::unique_ptr<PsClient>> clients;
+  for (int t = 0; t < threads; ++t) clients.push_back(MakeClient(job, {addr}, {SparseSpec()}, t, threads));
+  std::vector<int64_t> steps(threads, 0);
   auto remote_pass = [&](int in_flight) {
     std::vector<std::thread> th;
     for (int t = 0; t < in_flight; ++t) {
@@ -453,15 +456,13 @@ SparseResult BenchSparse(const std::string& addr, const std::vector<std::vector<
         std::vector<float> rows(kRowsPerRequest * kWidth);
         for (size_t i = t; i < reqs.size(); i += in_flight) {
           const auto& next = reqs[(i + 1) % reqs.size()];
-          // Steps only tag the pushes here (ASP): each request gets its own.
-          Check(client->PushPull(step + static_cast<int64_t>(i), {{}, {{"emb", reqs[i], grads.data()}}},
-                                 {{}, {{"emb", next, rows.data()}}}),
+          Check(clients[t]->PushPull(steps[t]++, {{}, {{"emb", reqs[i], grads.data()}}},
+                                     {{}, {{"emb", next, rows.data()}}}),
                 "sparse push-pull");
         }
       });
     }
     for (auto& x : th) x.join();
-    step += static_cast<int64_t>(reqs.size());
   };
   auto rate = [&](auto&& pass) {
     absl::Time t0 = absl::Now();
@@ -478,7 +479,7 @@ SparseResult BenchSparse(const std::string& addr, const std::vector<std::vector<
     r.one.push_back(o);
     r.many.push_back(m);
   }
-  Check(client->DropJob(), "drop");
+  Check(clients[0]->DropJob(), "drop");
   return r;
 }
 

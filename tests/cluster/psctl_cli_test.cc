@@ -202,6 +202,16 @@ TEST_F(PsctlCliTest, MalformedAndOversizedJobsGetClearErrors) {
   r = Psctl({"move-shard", "job-404", "3"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("JOB SHARD SERVER"));
+  // --help lists every command.
+  r = Psctl({"--help"});
+  for (const char* command : {"submit", "jobs", "status", "cancel", "nodes", "shards",
+                              "move-shard", "up --local", "down"}) {
+    EXPECT_THAT(r.output, HasSubstr(command)) << "psctl --help";
+  }
+  // An option nothing carries out is refused, not ignored.
+  r = Psctl({"--token_file=" + dir_ + "/token", "jobs"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--token_file: bearer tokens are not supported yet"));
 
   // None of them queued anything.
   r = Psctl({"jobs"});
