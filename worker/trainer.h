@@ -1,17 +1,8 @@
-// One worker's training task: data partition -> pull -> compute (kernels/) -> push, for every
-// epoch, with test-set evaluation after each epoch (rank 0) and the model exported at the end
-// (rank 0, safetensors).
-//
-// How communication overlaps computation depends on the consistency model:
-//  * BSP (and SSP with s = 0): after computing step n the worker sends one push-pull round per
-//    server, pushing step n's gradients and reading step n+1's parameters; each block's new value
-//    comes back as soon as the server has applied it and the slowest worker allows the read.
-//  * SSP with s >= 1 and ASP: the pull of step n+1 is issued before step n is computed
-//    (prefetch), and the push of step n runs on a second thread while step n+1 computes.
-// Buffers rotate over three slots so that a pull, a computation and a push never share one.
-//
-// Every worker of a job runs the same number of steps per epoch (the smallest partition's), so
-// the BSP barrier never waits for a worker that has already finished.
+// One worker's training task, put together from its parts: the data it reads (training_data.h),
+// the backend and model (kernels/), the parameter-server client, the step loop
+// (step_pipeline.h: pull -> compute -> push, overlapped as the consistency model allows), the
+// progress it reports (progress_reporter.h), test-set evaluation after each epoch by the lead
+// rank (evaluator.h) and the model exported at the end (model_export.h, safetensors).
 //
 // Thread model: Run() on the task thread (it owns the model, backend, data and client; the
 // pusher thread only reads a finished gradient slot); Cancel(), UpdateShardMap() and Snapshot()
@@ -106,6 +97,7 @@ class Trainer final : public TaskRunner {
     lead_rank_.store(task_.lead_rank());
   }
   struct State;
+  class StoppingSink;
   absl::Status RunImpl(State* st);
 
   const v1::AssignTaskRequest task_;

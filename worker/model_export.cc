@@ -1,0 +1,62 @@
+#include "worker/model_export.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
+#include "common/safetensors.h"
+
+namespace pscluster::worker {
+
+absl::Status ExportDirReady(const std::string& path) {
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  absl::Status ds = MakeDirs(dir);
+  if (ds.ok()) {
+    std::string probe = absl::StrCat(path, ".probe");
+    ds = WriteFileAtomically(probe, "");
+    ::unlink(probe.c_str());
+  }
+  if (!ds.ok()) return absl::Status(ds.code(), absl::StrCat("export_path: ", ds.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ExportModel(const kernels::Model& model, kernels::Backend* backend,
+                                     PsClient* client, int64_t clock,
+                                     const std::vector<uint64_t>& sparse_keys,
+                                     const std::string& path,
+                                     const std::map<std::string, std::string>& metadata,
+                                     ParamSlot* slot) {
+  const auto& params = model.params();
+  std::vector<std::vector<uint64_t>> keys(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].sparse) keys[i] = sparse_keys;
+  }
+  absl::Status ps = PrepareSlot(model, backend, std::move(keys), slot);
+  if (ps.ok()) ps = client->Pull(clock, TargetsOf(model, slot, true, true));
+  if (!ps.ok()) return ps;
+  std::vector<SafetensorsTensor> tensors;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const kernels::ParamInfo& p = params[i];
+    absl::string_view bytes(reinterpret_cast<const char*>(slot->values[i].data()),
+                            slot->values[i].size() * sizeof(float));
+    if (p.sparse) {
+      tensors.push_back({p.name + ".keys", v1::DT_UINT64, {slot->keys[i].size()},
+                         absl::string_view(reinterpret_cast<const char*>(slot->keys[i].data()),
+                                           slot->keys[i].size() * sizeof(uint64_t))});
+      tensors.push_back({p.name, v1::DT_FLOAT32,
+                         {slot->keys[i].size(), static_cast<uint64_t>(p.row_width)}, bytes});
+    } else {
+      std::vector<uint64_t> shape(p.shape.begin(), p.shape.end());
+      tensors.push_back({p.name, v1::DT_FLOAT32, shape, bytes});
+    }
+  }
+  auto written = WriteSafetensors(path, tensors, metadata);
+  if (!written.ok()) {
+    return absl::Status(written.status().code(),
+                        absl::StrCat("export_path: ", written.status().message()));
+  }
+  return static_cast<uint64_t>(*written);
+}
+
+}  // namespace pscluster::worker

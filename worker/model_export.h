@@ -1,0 +1,36 @@
+// The model as the servers hold it at a clock, written as a safetensors file: dense parameters
+// by their shape, sparse ones as `NAME.keys` (uint64) and `NAME` (rows x width) over the keys
+// given.
+#ifndef PSCLUSTER_WORKER_MODEL_EXPORT_H_
+#define PSCLUSTER_WORKER_MODEL_EXPORT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "kernels/models/model.h"
+#include "server/client/ps_client.h"
+#include "worker/param_slots.h"
+
+namespace pscluster::worker {
+
+// Creates the directory of `export_path` and checks it is writable (a lead rank checks this
+// when its task starts, not after hours of training). Errors name export_path.
+absl::Status ExportDirReady(const std::string& export_path);
+
+// Pulls every parameter at `clock` (the sparse ones at `sparse_keys`, sorted and unique) into
+// `slot` and writes them to `path` with `metadata`. Returns the bytes written; errors name
+// export_path.
+absl::StatusOr<uint64_t> ExportModel(const kernels::Model& model, kernels::Backend* backend,
+                                     PsClient* client, int64_t clock,
+                                     const std::vector<uint64_t>& sparse_keys,
+                                     const std::string& path,
+                                     const std::map<std::string, std::string>& metadata,
+                                     ParamSlot* slot);
+
+}  // namespace pscluster::worker
+
+#endif  // PSCLUSTER_WORKER_MODEL_EXPORT_H_
