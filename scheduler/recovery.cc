@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
-#include "server/checkpoint_file.h"
+#include "common/checkpoint_file.h"
 
 namespace pscluster::scheduler {
 namespace {

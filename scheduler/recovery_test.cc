@@ -8,7 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/testing/status_matchers.h"
-#include "server/checkpoint_file.h"
+#include "common/checkpoint_file.h"
 
 namespace pscluster::scheduler {
 namespace {

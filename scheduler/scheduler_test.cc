@@ -14,7 +14,7 @@
 #include "scheduler/testing/failing_store.h"
 #include "scheduler/testing/fake_nodes.h"
 #include "scheduler/testing/status_matchers.h"
-#include "server/checkpoint_file.h"
+#include "common/checkpoint_file.h"
 #include "common/atomic_file.h"
 
 namespace pscluster::scheduler {

@@ -17,10 +17,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/executor.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/status.h"
 #include "server/buffer_pool.h"
-#include "server/executor.h"
 #include "server/ps_handler.h"
 
 namespace pscluster {

@@ -2,10 +2,10 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint.pb.h"
+#include "common/checkpoint_file.h"
 #include "common/crc32c.h"
 #include "common/safetensors.h"
-#include "server/checkpoint.pb.h"
-#include "server/checkpoint_file.h"
 #include "server/job.h"
 
 namespace pscluster {

@@ -12,10 +12,10 @@
 #include <random>
 
 #include "common/atomic_file.h"
+#include "common/checkpoint_file.h"
 #include "common/dtype.h"
 #include "common/safetensors.h"
 #include "common/sharding.h"
-#include "server/checkpoint_file.h"
 #include "server/optimizer.h"
 #include "server/testing/test_tables.h"
 

@@ -8,11 +8,11 @@
 
 #include <memory>
 
+#include "common/executor.h"
 #include "common/parsed_unary.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/buffer_pool.h"
 #include "server/data_stream.h"
-#include "server/executor.h"
 #include "server/ps_handler.h"
 
 namespace pscluster {

@@ -22,9 +22,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/executor.h"
 #include "server/buffer_pool.h"
 #include "server/data_stream.h"
-#include "server/executor.h"
 #include "server/ps_handler.h"
 
 namespace pscluster {

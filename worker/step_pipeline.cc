@@ -4,8 +4,8 @@
 #include <memory>
 #include <utility>
 
+#include "common/executor.h"
 #include "common/logging.h"
-#include "server/executor.h"
 
 namespace pscluster::worker {
 namespace {

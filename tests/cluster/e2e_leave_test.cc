@@ -12,7 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/atomic_file.h"
-#include "server/checkpoint_file.h"
+#include "common/checkpoint_file.h"
 #include "tests/cluster/e2e_cluster.h"
 #include "tests/cluster/exactly_once.h"
 

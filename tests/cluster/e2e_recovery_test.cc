@@ -14,7 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/checkpoint_file.h"
+#include "common/checkpoint_file.h"
 #include "tests/cluster/e2e_cluster.h"
 #include "tests/cluster/exactly_once.h"
 

@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "gtest/gtest.h"
-#include "server/checkpoint_file.h"
+#include "common/checkpoint_file.h"
 
 namespace pscluster::testing {
 

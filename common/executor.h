@@ -1,7 +1,7 @@
 // A fixed pool of threads running posted closures, and a serial queue on top of it that runs
 // (possibly asynchronous) tasks one at a time in order.
-#ifndef PSCLUSTER_SERVER_EXECUTOR_H_
-#define PSCLUSTER_SERVER_EXECUTOR_H_
+#ifndef PSCLUSTER_COMMON_EXECUTOR_H_
+#define PSCLUSTER_COMMON_EXECUTOR_H_
 
 #include <deque>
 #include <functional>
@@ -65,4 +65,4 @@ class SerialQueue {
 
 }  // namespace pscluster
 
-#endif  // PSCLUSTER_SERVER_EXECUTOR_H_
+#endif  // PSCLUSTER_COMMON_EXECUTOR_H_

@@ -2,15 +2,15 @@
 // and trailer, verifying a whole file, and reading just the header of one on disk. Shared by the
 // server (Job::MakeCheckpoint / Job::Restore) and the scheduler (choosing what a recovering job
 // restores).
-#ifndef PSCLUSTER_SERVER_CHECKPOINT_FILE_H_
-#define PSCLUSTER_SERVER_CHECKPOINT_FILE_H_
+#ifndef PSCLUSTER_COMMON_CHECKPOINT_FILE_H_
+#define PSCLUSTER_COMMON_CHECKPOINT_FILE_H_
 
 #include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/checkpoint.pb.h"
+#include "common/checkpoint.pb.h"
 
 namespace pscluster {
 
@@ -36,4 +36,4 @@ absl::StatusOr<v1::CheckpointHeader> ReadCheckpointHeader(const std::string& pat
 
 }  // namespace pscluster
 
-#endif  // PSCLUSTER_SERVER_CHECKPOINT_FILE_H_
+#endif  // PSCLUSTER_COMMON_CHECKPOINT_FILE_H_

@@ -1,4 +1,4 @@
-#include "server/executor.h"
+#include "common/executor.h"
 
 #include <atomic>
 #include <memory>
