@@ -22,6 +22,9 @@ inline constexpr uint64_t kMaxTableElems = uint64_t{1} << 42;
 inline constexpr uint32_t kMaxRowWidth = 1 << 16;
 // Steps of a learning-rate schedule's decay or warm-up.
 inline constexpr uint64_t kMaxScheduleSteps = uint64_t{1} << 50;
+// The most sparse rows a worker pulls to export a model of the user's data (every key of its
+// key space); checked at submission.
+inline constexpr uint64_t kMaxExportKeys = uint64_t{1} << 22;
 
 }  // namespace pscluster
 

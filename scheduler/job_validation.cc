@@ -1,5 +1,8 @@
 #include "scheduler/job_validation.h"
 
+#include <glob.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -9,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/sharding.h"
+#include "worker/data/dataset_spec.h"
 
 namespace pscluster::scheduler {
 namespace {
@@ -135,8 +139,84 @@ void CheckModel(const v1::JobSpec& spec, Checker& c) {
             "applies only to sparse_linear models");
 }
 
+// Whether the scheduler can tell that `path` (a file, a directory or a glob) names nothing: its
+// directory exists here but nothing in it matches. A path whose directory this machine does not
+// have may be on the workers' file system: the workers' tasks report it then.
+bool VisiblyMissing(const std::string& path) {
+  const bool glob = path.find_first_of("*?[") != std::string::npos;
+  const size_t slash = path.rfind('/', glob ? path.find_first_of("*?[") : std::string::npos);
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  if (!glob) return ::stat(path.c_str(), &st) != 0;
+  glob_t g;
+  const int rc = ::glob(path.c_str(), 0, nullptr, &g);
+  const bool none = rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0);
+  if (rc == 0) ::globfree(&g);
+  return none;
+}
+
+// The user's files (dataset.format): the keys as the workers will read them, the files where
+// the scheduler can see them, and a model that reads what the data holds.
+void CheckStreamedDataset(const v1::JobSpec& spec, Checker& c) {
+  const v1::DatasetSpec& d = spec.dataset();
+  auto options = data::DatasetOptionsOf(d, spec.seed());
+  if (!options.ok()) {
+    const absl::string_view m = options.status().message();
+    const size_t colon = m.find(": ");
+    c.Require(false, colon == absl::string_view::npos ? "dataset" : m.substr(0, colon),
+              colon == absl::string_view::npos ? m : m.substr(colon + 2));
+    return;
+  }
+  for (const auto& [key, path] : {std::pair<const char*, std::string>{"dataset.train", d.train()},
+                                  {"dataset.test", d.test()}}) {
+    c.Require(path.empty() || !VisiblyMissing(path), key,
+              absl::StrCat(path, ": no such file, directory or matching files"));
+  }
+  const data::DataFormat f = options->format;
+  const bool csv = f == data::DataFormat::kCsv || f == data::DataFormat::kTsv;
+  // What the examples hold: keys (libsvm's features, categorical fields) and dense values.
+  bool categorical = f == data::DataFormat::kLibSvm || f == data::DataFormat::kCriteo;
+  bool dense = f == data::DataFormat::kCriteo;
+  if (csv) {
+    // Undeclared columns are other_columns.
+    categorical = options->other_columns == data::ColumnKind::kCategorical;
+    dense = options->other_columns == data::ColumnKind::kDense;
+    for (const data::ColumnOptions& col : options->columns) {
+      categorical = categorical || col.kind == data::ColumnKind::kCategorical;
+      dense = dense || col.kind == data::ColumnKind::kDense;
+    }
+  }
+  const std::string& k = spec.model().kind();
+  c.Require(!(categorical && dense), "dataset.format",
+            absl::StrCat(data::DataFormatName(f), " data with both dense and categorical "
+                         "features is not supported yet by the model kinds softmax, mlp, cnn "
+                         "and sparse_linear (each reads one of the two)",
+                         csv ? "; columns not declared read as other_columns, dense unless "
+                               "set otherwise"
+                             : ""));
+  if (!k.empty()) {
+    c.Require(categorical == (k == "sparse_linear"), "model.kind",
+              absl::StrCat("model '", k, "' cannot read ", data::DataFormatName(f), " data ",
+                           categorical ? "with categorical or sparse features (use sparse_linear)"
+                                       : "of dense features (use softmax, mlp or cnn)"));
+  }
+  const uint64_t keys = data::KeySpaceOf(*options);
+  c.Require(!categorical || spec.export_path().empty() || (keys > 0 && keys <= kMaxExportKeys),
+            "export_path",
+            absl::StrCat("exporting a model of the user's sparse data needs a bounded key space "
+                         "of at most ", kMaxExportKeys, " keys (",
+                         keys == 0 ? "this one is unbounded: set dataset.num_features"
+                                   : absl::StrCat("this one has ", keys),
+                         "); leave export_path empty"));
+}
+
 void CheckDataset(const v1::JobSpec& spec, Checker& c) {
   const v1::DatasetSpec& d = spec.dataset();
+  if (data::IsStreamed(d)) {
+    CheckStreamedDataset(spec, c);
+    return;
+  }
   const std::string& n = d.name();
   c.Require(!n.empty(), "dataset.name", "is required (fashion_mnist or spam_assassin)");
   c.Require(n != "synthetic_zipf", "dataset.name",

@@ -203,6 +203,75 @@ TEST(JobYamlTest, CrossFieldRules) {
               StatusIs(kInvalid, StartsWith("j.yaml:19: table_optimizers[w].learning_rate:")));
 }
 
+// The user's files (dataset.format): the reader's keys checked at submission with the worker's
+// own code (data::DatasetOptionsOf), each error naming file:line and the key.
+TEST(JobYamlTest, TheUsersDataIsCheckedAtSubmission) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  {
+    std::ofstream(dir + "/train.svm") << "1 1:0.5 7:1\n0 2:1\n";
+  }
+  const std::string good = absl::StrCat(R"(name: lr
+model:
+  kind: sparse_linear
+dataset:
+  format: libsvm
+  train: )", dir, R"(/train.svm
+  holdout_fraction: 0.2
+  num_features: 1000
+optimizer:
+  kind: adagrad
+  learning_rate: 0.1
+num_servers: 1
+num_workers: 1
+epochs: 1
+batch_size: 8
+export_path: /tmp/lr.safetensors
+)");
+  ASSERT_THAT(LoadJobYaml(good, "j.yaml"), IsOk());
+  // A format, a key of the reader, a value out of range: each names its line and key.
+  EXPECT_THAT(LoadJobYaml(Replace(good, "format: libsvm", "format: parquet"), "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:5: dataset.format:"),
+                                       HasSubstr("parquet"))));
+  EXPECT_THAT(LoadJobYaml(Replace(good, "holdout_fraction: 0.2", "holdout_fraction: 1.5"),
+                          "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:7: dataset.holdout_fraction:")));
+  EXPECT_THAT(LoadJobYaml(Replace(good, "num_features: 1000", "num_features: 1000\n  on_error: "
+                                                               "ignore"),
+                          "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:9: dataset.on_error:")));
+  // The built-in sets' keys do not apply to the user's files.
+  EXPECT_THAT(LoadJobYaml(Replace(good, "num_features: 1000", "num_features: 1000\n  hash_bits: "
+                                                               "20"),
+                          "j.yaml"),
+              StatusIs(kInvalid, HasSubstr("dataset.hash_bits")));
+  // A path the scheduler can see is not there.
+  EXPECT_THAT(LoadJobYaml(Replace(good, "/train.svm", "/nothing.svm"), "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:6: dataset.train:"),
+                                       HasSubstr("nothing.svm: no such file"))));
+  EXPECT_THAT(LoadJobYaml(Replace(good, "/train.svm", "/*.nomatch"), "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:6: dataset.train:")));
+  // One on a machine the scheduler cannot see into is left to the workers.
+  EXPECT_THAT(LoadJobYaml(Replace(good, dir + "/train.svm", "/mnt/not-mounted-here/train.svm"),
+                          "j.yaml"),
+              IsOk());
+  // The model must read what the data holds.
+  EXPECT_THAT(LoadJobYaml(Replace(good, "kind: sparse_linear", "kind: softmax"), "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:3: model.kind:"),
+                                       HasSubstr("use sparse_linear"))));
+  // An export writes every key of the key space: it must be bounded.
+  EXPECT_THAT(LoadJobYaml(Replace(good, "  num_features: 1000\n", ""), "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:15: export_path:"),
+                                       HasSubstr("unbounded"))));
+  // Dense and categorical columns together need the model graph: refused, not half-read.
+  const std::string csv = Replace(Replace(Replace(good, "format: libsvm", "format: csv"),
+                                          "  num_features: 1000\n",
+                                          "  columns:\n    - {name: city, kind: categorical}\n"),
+                                  "kind: sparse_linear", "kind: softmax");
+  EXPECT_THAT(LoadJobYaml(csv, "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:5: dataset.format:"),
+                                       HasSubstr("not supported yet"))));
+}
+
 // What the servers limit is refused at submission, from the same constants (common/limits.h):
 // the largest value a server takes passes, one more does not.
 TEST(JobYamlTest, TheServersLimitsAreCheckedAtSubmission) {
@@ -301,7 +370,7 @@ TEST(JobYamlTest, EveryShippedExampleIsValid) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   ASSERT_NE(srcdir, nullptr);
   for (const char* name : {"fashion_mlp", "fashion_mlp_ssp", "fashion_mlp_asp", "spam_sparse",
-                           "fashion_cnn"}) {
+                           "fashion_cnn", "libsvm_linear", "fashion_csv_mlp"}) {
     std::string path = absl::StrCat(srcdir, "/pscluster/deploy/examples/", name, ".yaml");
     std::ifstream f(path);
     ASSERT_TRUE(f.good()) << path;

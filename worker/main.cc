@@ -255,6 +255,11 @@ int main(int argc, char** argv) {
         [](const v1::WorkerStatus& s) { return s.compute_sec(); });
   gauge("pscluster_worker_push_wait_seconds", "Time blocked on pushes, current task.",
         [](const v1::WorkerStatus& s) { return s.push_sec(); });
+  gauge("pscluster_worker_data_bytes_read", "Bytes of the user's files read, current task.",
+        [](const v1::WorkerStatus& s) { return static_cast<double>(s.data_bytes_read()); });
+  gauge("pscluster_worker_data_lines_skipped",
+        "Malformed lines skipped (dataset.on_error: skip), current task.",
+        [](const v1::WorkerStatus& s) { return static_cast<double>(s.data_lines_skipped()); });
   if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
     auto ms = MetricsHttpServer::Start(absl::GetFlag(FLAGS_metrics_listen), &metrics);
     if (!ms.ok()) return Fail(ms.status(), 2);

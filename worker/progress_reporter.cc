@@ -72,6 +72,13 @@ bool ProgressReporter::Report(int64_t done_steps, bool force) {
                                  ? win_examples_ / Seconds(win_compute_)
                                  : 0.0);
   TaskSnapshot snap;
+  if (data_ != nullptr) {
+    const DataStats ds = data_->stats();
+    progress_.set_data_bytes_read(ds.bytes_read);
+    progress_.set_data_lines_skipped(ds.skipped_lines);
+    snap.data_bytes_read = ds.bytes_read;
+    snap.data_lines_skipped = ds.skipped_lines;
+  }
   snap.step = done_steps;
   snap.samples_per_sec = progress_.samples_per_sec();
   snap.pull_wait_sec = Seconds(tot_pull_);

@@ -14,6 +14,7 @@
 #include "kernels/models/model.h"
 #include "proto/scheduler.pb.h"
 #include "worker/task_runner.h"
+#include "worker/training_data.h"
 
 namespace pscluster::worker {
 
@@ -29,6 +30,8 @@ class ProgressReporter {
   void SetPart(int64_t examples, int64_t batch);
   void SetEvaluation(double accuracy, double loss);
   void SetExportPath(const std::string& path);
+  // Where each report reads the data's statistics. REQUIRES: `data` outlives the reporter.
+  void SetDataSource(const TrainSource* data) { data_ = data; }
 
   // One step computed in `compute`.
   void AddStep(const kernels::StepResult& r, absl::Duration compute);
@@ -51,6 +54,7 @@ class ProgressReporter {
   const absl::Duration interval_;
   ProgressSink* const sink_;
   const std::function<void(const TaskSnapshot&)> publish_;
+  const TrainSource* data_ = nullptr;
   v1::WorkerProgress progress_;
   double win_loss_ = 0;
   int64_t win_correct_ = 0, win_examples_ = 0;

@@ -30,6 +30,8 @@ struct TaskSnapshot {
   double compute_sec = 0;
   double push_sec = 0;
   uint64_t shard_map_epoch = 0;
+  uint64_t data_bytes_read = 0;     // The user's files, whole task.
+  uint64_t data_lines_skipped = 0;  // Malformed lines skipped (dataset.on_error: skip).
 };
 
 class TaskRunner {

@@ -4,16 +4,19 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
 #include "common/logging.h"
 #include "kernels/create_backend.h"
 #include "kernels/models/create_model.h"
 #include "server/client/ps_client.h"
 #include "worker/evaluator.h"
+#include "worker/data/dataset_spec.h"
 #include "worker/in_memory_data.h"
 #include "worker/model_export.h"
 #include "worker/param_slots.h"
 #include "worker/progress_reporter.h"
 #include "worker/step_pipeline.h"
+#include "worker/streamed_data.h"
 #include "worker/tables.h"
 #include "worker/training_data.h"
 
@@ -51,7 +54,10 @@ class Trainer::StoppingSink final : public ProgressSink {
 
 // Everything Run() builds, owned by the task thread.
 struct Trainer::State {
-  std::unique_ptr<TaskData> data;
+  std::unique_ptr<TaskData> data;          // A built-in data set, in memory.
+  std::unique_ptr<StreamedData> streamed;  // Or the user's files, streamed.
+  std::unique_ptr<TrainSource> train;
+  std::unique_ptr<TestSource> test;
   std::unique_ptr<kernels::Backend> backend;
   std::unique_ptr<kernels::Model> model;
   std::vector<v1::TableSpec> tables;
@@ -68,8 +74,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::AssignTaskReq
   }
   if (spec.epochs() == 0) return absl::InvalidArgumentError("spec.epochs: must be >= 1");
   if (spec.model().kind().empty()) return absl::InvalidArgumentError("spec.model.kind: missing");
-  if (spec.dataset().name().empty()) {
-    return absl::InvalidArgumentError("spec.dataset.name: missing");
+  if (spec.dataset().name().empty() && !data::IsStreamed(spec.dataset())) {
+    return absl::InvalidArgumentError(
+        "spec.dataset: neither a built-in data set (name) nor the user's files (format)");
   }
   if (task.start_step() < 0) return absl::InvalidArgumentError("start_step: must be >= 0");
   if (task.training_ranks() > task.num_workers()) {
@@ -168,10 +175,18 @@ absl::Status Trainer::RunImpl(State* st) {
   const std::string log_prefix = absl::StrCat("job ", task_.job_id(), " rank ", rank);
 
   // Data, backend, model.
-  auto data = LoadTaskData(spec, options_.data_dirs);
-  if (!data.ok()) return data.status();
-  st->data = std::move(*data);
-  log->info("{}: {}", log_prefix, st->data->description);
+  const bool streamed = data::IsStreamed(spec.dataset());
+  if (streamed) {
+    auto opened = OpenStreamedData(spec);
+    if (!opened.ok()) return opened.status();
+    st->streamed = std::move(*opened);
+    log->info("{}: {}", log_prefix, st->streamed->Describe());
+  } else {
+    auto data = LoadTaskData(spec, options_.data_dirs);
+    if (!data.ok()) return data.status();
+    st->data = std::move(*data);
+    log->info("{}: {}", log_prefix, st->data->description);
+  }
 
   kernels::BackendOptions bopts;
   bopts.cpu_threads = options_.cpu_threads;
@@ -182,7 +197,9 @@ absl::Status Trainer::RunImpl(State* st) {
                         absl::StrCat("device '", device, "': ", backend.status().message()));
   }
   st->backend = std::move(*backend);
-  v1::ModelSpec model_spec = CompleteModelSpec(spec.model(), *st->data, spec.dataset());
+  v1::ModelSpec model_spec =
+      streamed ? CompleteStreamedModelSpec(spec.model(), st->streamed->dataset->schema())
+               : CompleteModelSpec(spec.model(), *st->data, spec.dataset());
   kernels::ModelOptions mopts;
   mopts.seed = spec.seed();
   auto model = kernels::CreateModel(model_spec, st->backend.get(), mopts);
@@ -193,11 +210,43 @@ absl::Status Trainer::RunImpl(State* st) {
   // Partition and schedule.
   const data::PartitionSpec part = PartitionSpecOf(task_.partition(), rank, num_workers);
   const Schedule schedule =
-      ScheduleFor(st->data->train_size(), part.count, spec.batch_size(), spec.epochs());
-  auto train = InMemoryTrainSource::Create(st->data.get(), spec.seed(), part, spec.batch_size(),
-                                           schedule.steps_per_epoch);
-  if (!train.ok()) return train.status();
-  InMemoryTestSource test(st->data.get());
+      ScheduleFor(streamed ? st->streamed->train_lines : st->data->train_size(), part.count,
+                  spec.batch_size(), spec.epochs());
+  if (streamed) {
+    auto train = StreamedTrainSource::Create(st->streamed.get(), part, spec.batch_size(),
+                                             schedule.steps_per_epoch);
+    if (!train.ok()) return train.status();
+    st->train = std::move(*train);
+    if (st->streamed->dataset->has_test()) {
+      st->test = std::make_unique<StreamedTestSource>(st->streamed.get());
+    }
+  } else {
+    auto train = InMemoryTrainSource::Create(st->data.get(), spec.seed(), part,
+                                             spec.batch_size(), schedule.steps_per_epoch);
+    if (!train.ok()) return train.status();
+    st->train = std::move(*train);
+    st->test = std::make_unique<InMemoryTestSource>(st->data.get());
+  }
+  // The keys an export writes of each sparse table: those the training set uses (a built-in
+  // set), or the whole key space of the user's data (bounded at submission).
+  std::vector<uint64_t> export_keys;
+  if (!spec.export_path().empty() && model_spec.kind() == "sparse_linear") {
+    if (streamed) {
+      const uint64_t space = st->streamed->dataset->schema().key_space;
+      if (space == 0 || space > kMaxExportKeys) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "export_path: exporting needs a key space of at most ", kMaxExportKeys,
+            " keys; the data's is ", space == 0 ? "unbounded (set dataset.num_features)"
+                                                : absl::StrCat(space)));
+      }
+      export_keys.resize(space);
+      for (uint64_t k = 0; k < space; ++k) export_keys[k] = k;
+    } else {
+      export_keys = st->data->sparse_train.keys;
+      std::sort(export_keys.begin(), export_keys.end());
+      export_keys.erase(std::unique(export_keys.begin(), export_keys.end()), export_keys.end());
+    }
+  }
   auto tables = TableSpecsFor(*st->model, spec, schedule.total_steps);
   if (!tables.ok()) return tables.status();
   st->tables = std::move(*tables);
@@ -251,8 +300,11 @@ absl::Status Trainer::RunImpl(State* st) {
                               snapshot_.pull_wait_sec = t.pull_wait_sec;
                               snapshot_.compute_sec = t.compute_sec;
                               snapshot_.push_sec = t.push_sec;
+                              snapshot_.data_bytes_read = t.data_bytes_read;
+                              snapshot_.data_lines_skipped = t.data_lines_skipped;
                             });
-  reporter.SetPart((*train)->examples(), (*train)->batch());
+  reporter.SetPart(st->train->examples(), st->train->batch());
+  reporter.SetDataSource(st->train.get());
 
   const bool aggregate = spec.consistency().mode() == v1::ConsistencySpec::BSP &&
                          spec.consistency().aggregate();
@@ -285,8 +337,10 @@ absl::Status Trainer::RunImpl(State* st) {
   };
   hooks.epoch_done = [&](int64_t epoch, int64_t step) -> absl::Status {
     const bool last_epoch = epoch + 1 == spec.epochs();
-    if (lead() && (options_.eval_every_epoch || last_epoch)) {
-      auto ev = Evaluate(*st->model, st->backend.get(), st->client.get(), &test, step, eval_batch,
+    // A streamed data set without a test split (no test, no holdout_fraction) is not evaluated.
+    if (lead() && st->test != nullptr && (options_.eval_every_epoch || last_epoch)) {
+      auto ev = Evaluate(*st->model, st->backend.get(), st->client.get(), st->test.get(), step,
+                         eval_batch,
                          &eval_slot);
       if (!ev.ok()) return ev.status();
       reporter.SetEvaluation(ev->accuracy, ev->loss);
@@ -301,7 +355,7 @@ absl::Status Trainer::RunImpl(State* st) {
   // may serve reads that stale anyway (SSP with s >= 1, ASP).
   const bool prefetch = cons.mode() == v1::ConsistencySpec::ASP ||
                         (cons.mode() == v1::ConsistencySpec::SSP && cons.staleness() >= 1);
-  StepPipeline pipeline(st->model.get(), st->backend.get(), st->client.get(), train->get(),
+  StepPipeline pipeline(st->model.get(), st->backend.get(), st->client.get(), st->train.get(),
                         &reporter, schedule, prefetch, log_prefix, std::move(hooks));
   absl::Status trained = pipeline.Run(task_.start_step());
   if (!trained.ok()) return trained;
@@ -312,16 +366,13 @@ absl::Status Trainer::RunImpl(State* st) {
   if (lead() && !spec.export_path().empty()) {
     absl::Status ds = ExportDirReady(spec.export_path());
     if (!ds.ok()) return ds;
-    std::vector<uint64_t> keys(st->data->sparse_train.keys);
-    std::sort(keys.begin(), keys.end());
-    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
     std::map<std::string, std::string> meta = {{"job_id", task_.job_id()},
                                                {"model", model_spec.kind()},
                                                {"steps", absl::StrCat(schedule.total_steps)},
                                                {"producer", "pscluster"}};
     ParamSlot slot;
     auto written = ExportModel(*st->model, st->backend.get(), st->client.get(),
-                               schedule.total_steps, keys, spec.export_path(), meta, &slot);
+                               schedule.total_steps, export_keys, spec.export_path(), meta, &slot);
     if (!written.ok()) return written.status();
     export_path = spec.export_path();
     reporter.SetExportPath(export_path);

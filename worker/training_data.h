@@ -39,9 +39,17 @@ Schedule ScheduleFor(int64_t train_size, uint32_t parts, uint32_t batch, uint32_
 // is larger.
 int64_t RankBatch(const data::PartitionSpec& part, uint32_t job_batch, int64_t examples);
 
+// What reading the data has cost so far (the user's files; zeros for a set held in memory).
+struct DataStats {
+  uint64_t bytes_read = 0;     // File bytes (compressed for gzip), whole task.
+  uint64_t lines = 0;          // Lines with data offered to the parser.
+  uint64_t skipped_lines = 0;  // Malformed lines skipped (dataset.on_error: skip).
+};
+
 class TrainSource {
  public:
   virtual ~TrainSource() = default;
+  virtual DataStats stats() const { return DataStats(); }
   // Examples of this rank's part, and how many it reads per step.
   virtual int64_t examples() const = 0;
   virtual int64_t batch() const = 0;

@@ -295,6 +295,8 @@ v1::WorkerStatus WorkerNode::Status() const {
     st.set_compute_sec(snap.compute_sec);
     st.set_push_sec(snap.push_sec);
     st.set_shard_map_epoch(snap.shard_map_epoch);
+    st.set_data_bytes_read(snap.data_bytes_read);
+    st.set_data_lines_skipped(snap.data_lines_skipped);
   }
   return st;
 }
