@@ -21,7 +21,7 @@ PACKAGES=(
   # Compute, storage, config
   libopenblas-dev libsqlite3-dev libyaml-cpp-dev zlib1g-dev libssl-dev
   # Tools the tests and launcher use
-  openssl procps python3
+  openssl procps python3 systemd
   # Data: Fashion-MNIST (IDX files under /usr/share/datasets/fashion-mnist)
   dataset-fashion-mnist
 )
