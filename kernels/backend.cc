@@ -1,5 +1,6 @@
 #include "kernels/backend.h"
 
+#include <cstdint>
 #include <limits>
 #include <utility>
 
@@ -253,6 +254,110 @@ absl::Status Backend::SoftmaxCrossEntropy(int64_t rows, int64_t classes, const f
   KERNELS_RETURN_IF_ERROR(CheckPtr(op, "row_stats", row_stats, 2 * rows));
   if (rows == 0) return absl::OkStatus();
   return DoSoftmaxCrossEntropy(rows, classes, logits, labels, grad_scale, dlogits, row_stats);
+}
+
+absl::Status Backend::SigmoidCrossEntropy(int64_t rows, const float* logits,
+                                          const int32_t* labels, float grad_scale,
+                                          float* dlogits, float* row_stats) {
+  constexpr const char* op = "SigmoidCrossEntropy";
+  KERNELS_RETURN_IF_ERROR(CheckDim(op, "rows", rows));
+  KERNELS_RETURN_IF_ERROR(CheckPtr(op, "logits", logits, rows));
+  KERNELS_RETURN_IF_ERROR(CheckPtr(op, "labels", labels, rows));
+  KERNELS_RETURN_IF_ERROR(CheckPtr(op, "row_stats", row_stats, 2 * rows));
+  if (rows == 0) return absl::OkStatus();
+  return DoSigmoidCrossEntropy(rows, logits, labels, grad_scale, dlogits, row_stats);
+}
+
+absl::Status Backend::CopyBlock(int64_t rows, int64_t cols, const float* src,
+                                int64_t src_stride, float* dst, int64_t dst_stride,
+                                bool accumulate) {
+  constexpr const char* op = "CopyBlock";
+  KERNELS_RETURN_IF_ERROR(CheckDim(op, "rows", rows));
+  KERNELS_RETURN_IF_ERROR(CheckDim(op, "cols", cols));
+  KERNELS_RETURN_IF_ERROR(CheckDim(op, "src_stride", src_stride));
+  KERNELS_RETURN_IF_ERROR(CheckDim(op, "dst_stride", dst_stride));
+  if (src_stride < cols) {
+    return Invalid(op, absl::StrCat("src_stride = ", src_stride, " must be >= cols = ", cols));
+  }
+  if (dst_stride < cols) {
+    return Invalid(op, absl::StrCat("dst_stride = ", dst_stride, " must be >= cols = ", cols));
+  }
+  if (rows == 0 || cols == 0) return absl::OkStatus();
+  KERNELS_ASSIGN_OR_RETURN(int64_t src_rows, Product(op, {rows - 1, src_stride}));
+  KERNELS_ASSIGN_OR_RETURN(int64_t dst_rows, Product(op, {rows - 1, dst_stride}));
+  const int64_t src_extent = src_rows + cols, dst_extent = dst_rows + cols;
+  KERNELS_RETURN_IF_ERROR(CheckPtr(op, "src", src, src_extent));
+  KERNELS_RETURN_IF_ERROR(CheckPtr(op, "dst", dst, dst_extent));
+  const auto s0 = reinterpret_cast<uintptr_t>(src), d0 = reinterpret_cast<uintptr_t>(dst);
+  if (s0 < d0 + sizeof(float) * dst_extent && d0 < s0 + sizeof(float) * src_extent) {
+    return Invalid(op, "src and dst overlap");
+  }
+  return DoCopyBlock(rows, cols, src, src_stride, dst, dst_stride, accumulate);
+}
+
+// ---- Feature interactions ----
+
+namespace {
+
+// Checks [rows, vectors, width] and returns its size.
+absl::StatusOr<int64_t> CheckInteraction(const char* op, int64_t rows, int64_t vectors,
+                                         int64_t width) {
+  KERNELS_RETURN_IF_ERROR(CheckDim(op, "rows", rows));
+  KERNELS_RETURN_IF_ERROR(CheckDim(op, "vectors", vectors));
+  KERNELS_RETURN_IF_ERROR(CheckDim(op, "width", width));
+  if (vectors >= kMaxIndexable) return Invalid(op, "vectors must be < 2^31");
+  return Product(op, {rows, vectors, width});
+}
+
+}  // namespace
+
+absl::Status Backend::FmForward(int64_t rows, int64_t vectors, int64_t width, const float* x,
+                                float* out) {
+  constexpr const char* op = "FmForward";
+  KERNELS_ASSIGN_OR_RETURN(int64_t size, CheckInteraction(op, rows, vectors, width));
+  KERNELS_RETURN_IF_ERROR(CheckPtr(op, "x", x, size));
+  KERNELS_RETURN_IF_ERROR(CheckPtr(op, "out", out, rows));
+  if (rows == 0) return absl::OkStatus();
+  if (size == 0) return DoFill(rows, 0.0f, out);
+  return DoFmForward(rows, vectors, width, x, out);
+}
+
+absl::Status Backend::FmBackward(int64_t rows, int64_t vectors, int64_t width, const float* x,
+                                 const float* dout, float* dx) {
+  constexpr const char* op = "FmBackward";
+  KERNELS_ASSIGN_OR_RETURN(int64_t size, CheckInteraction(op, rows, vectors, width));
+  KERNELS_RETURN_IF_ERROR(CheckPtr(op, "x", x, size));
+  KERNELS_RETURN_IF_ERROR(CheckPtr(op, "dout", dout, size > 0 ? rows : 0));
+  KERNELS_RETURN_IF_ERROR(CheckPtr(op, "dx", dx, size));
+  if (size == 0) return absl::OkStatus();
+  return DoFmBackward(rows, vectors, width, x, dout, dx);
+}
+
+absl::Status Backend::DotInteractionForward(int64_t rows, int64_t vectors, int64_t width,
+                                            const float* x, float* out) {
+  constexpr const char* op = "DotInteractionForward";
+  KERNELS_ASSIGN_OR_RETURN(int64_t size, CheckInteraction(op, rows, vectors, width));
+  const int64_t pairs = vectors * (vectors - 1) / 2;
+  KERNELS_ASSIGN_OR_RETURN(int64_t out_size, Product(op, {rows, pairs}));
+  KERNELS_RETURN_IF_ERROR(CheckPtr(op, "x", x, out_size > 0 ? size : 0));
+  KERNELS_RETURN_IF_ERROR(CheckPtr(op, "out", out, out_size));
+  if (out_size == 0) return absl::OkStatus();
+  if (width == 0) return DoFill(out_size, 0.0f, out);
+  return DoDotInteractionForward(rows, vectors, width, x, out);
+}
+
+absl::Status Backend::DotInteractionBackward(int64_t rows, int64_t vectors, int64_t width,
+                                             const float* x, const float* dout, float* dx) {
+  constexpr const char* op = "DotInteractionBackward";
+  KERNELS_ASSIGN_OR_RETURN(int64_t size, CheckInteraction(op, rows, vectors, width));
+  const int64_t pairs = vectors * (vectors - 1) / 2;
+  KERNELS_ASSIGN_OR_RETURN(int64_t dout_size, Product(op, {rows, pairs}));
+  KERNELS_RETURN_IF_ERROR(CheckPtr(op, "x", x, size));
+  KERNELS_RETURN_IF_ERROR(CheckPtr(op, "dout", dout, size > 0 ? dout_size : 0));
+  KERNELS_RETURN_IF_ERROR(CheckPtr(op, "dx", dx, size));
+  if (size == 0) return absl::OkStatus();
+  if (pairs == 0) return DoFill(size, 0.0f, dx);
+  return DoDotInteractionBackward(rows, vectors, width, x, dout, dx);
 }
 
 // ---- Sparse rows ----

@@ -169,6 +169,37 @@ class Backend {
                                    const int32_t* labels, float grad_scale, float* dlogits,
                                    float* row_stats);
 
+  // Binary cross-entropy with logits, one logit per row and labels in {0, 1}:
+  //   row_stats[2i]   = log(1 + exp(z_i)) - y_i z_i                     (computed stably)
+  //   row_stats[2i+1] = 1 if (z_i > 0) == (y_i == 1), else 0            (a NaN logit predicts 0)
+  //   dlogits[i]      = grad_scale * (sigmoid(z_i) - y_i)               (when non-null)
+  // dlogits may equal logits. A label other than 0 or 1 is INVALID_ARGUMENT.
+  absl::Status SigmoidCrossEntropy(int64_t rows, const float* logits, const int32_t* labels,
+                                   float grad_scale, float* dlogits, float* row_stats);
+  // dst[i * dst_stride + j] = src[i * src_stride + j], plus dst's old value when `accumulate`,
+  // for i < rows and j < cols: a block of columns copied between row-major matrices
+  // (concatenation, slicing, sums of gradients). REQUIRES cols <= both strides; src and dst do
+  // not overlap.
+  absl::Status CopyBlock(int64_t rows, int64_t cols, const float* src, int64_t src_stride,
+                         float* dst, int64_t dst_stride, bool accumulate);
+
+  // ---- Feature interactions over x [rows, vectors, width] (row-major) ----
+
+  // Factorization-machine second-order term, one value per row:
+  //   out[i] = sum_{a < b} <x[i,a,:], x[i,b,:]>
+  //          = 0.5 * sum_k ((sum_a x[i,a,k])^2 - sum_a x[i,a,k]^2)   (the O(vectors) form used)
+  absl::Status FmForward(int64_t rows, int64_t vectors, int64_t width, const float* x, float* out);
+  // dx[i,a,k] = dout[i] * (sum_b x[i,b,k] - x[i,a,k]) (overwritten).
+  absl::Status FmBackward(int64_t rows, int64_t vectors, int64_t width, const float* x,
+                          const float* dout, float* dx);
+  // DLRM's dot interaction: out[i,p] = <x[i,a,:], x[i,b,:]> for every pair a > b, in the order
+  // p = a (a - 1) / 2 + b ((1,0), (2,0), (2,1), (3,0), ...); out is [rows, vectors (vectors-1)/2].
+  absl::Status DotInteractionForward(int64_t rows, int64_t vectors, int64_t width,
+                                     const float* x, float* out);
+  // dx[i,a,:] = sum_{b != a} dout[i, pair(a, b)] * x[i,b,:] (overwritten).
+  absl::Status DotInteractionBackward(int64_t rows, int64_t vectors, int64_t width,
+                                      const float* x, const float* dout, float* dx);
+
   // ---- Sparse rows ----
 
   // out[i,:] = table[idx[i],:] for i < n; table is [table_rows, width]. REQUIRES 0 <= idx < rows.
@@ -240,6 +271,21 @@ class Backend {
   virtual absl::Status DoSoftmaxCrossEntropy(int64_t rows, int64_t classes, const float* logits,
                                              const int32_t* labels, float grad_scale,
                                              float* dlogits, float* row_stats) = 0;
+  virtual absl::Status DoSigmoidCrossEntropy(int64_t rows, const float* logits,
+                                             const int32_t* labels, float grad_scale,
+                                             float* dlogits, float* row_stats) = 0;
+  virtual absl::Status DoCopyBlock(int64_t rows, int64_t cols, const float* src,
+                                   int64_t src_stride, float* dst, int64_t dst_stride,
+                                   bool accumulate) = 0;
+  virtual absl::Status DoFmForward(int64_t rows, int64_t vectors, int64_t width, const float* x,
+                                   float* out) = 0;
+  virtual absl::Status DoFmBackward(int64_t rows, int64_t vectors, int64_t width, const float* x,
+                                    const float* dout, float* dx) = 0;
+  virtual absl::Status DoDotInteractionForward(int64_t rows, int64_t vectors, int64_t width,
+                                               const float* x, float* out) = 0;
+  virtual absl::Status DoDotInteractionBackward(int64_t rows, int64_t vectors, int64_t width,
+                                                const float* x, const float* dout,
+                                                float* dx) = 0;
   virtual absl::Status DoGatherRows(int64_t n, int64_t width, const float* table,
                                     int64_t table_rows, const int32_t* idx, float* out) = 0;
   virtual absl::Status DoScatterAddRows(int64_t n, int64_t width, const float* src,

@@ -40,6 +40,18 @@ class CpuBackend final : public Backend {
   absl::Status DoSoftmaxCrossEntropy(int64_t rows, int64_t classes, const float* logits,
                                      const int32_t* labels, float grad_scale, float* dlogits,
                                      float* row_stats) override;
+  absl::Status DoSigmoidCrossEntropy(int64_t rows, const float* logits, const int32_t* labels,
+                                     float grad_scale, float* dlogits, float* row_stats) override;
+  absl::Status DoCopyBlock(int64_t rows, int64_t cols, const float* src, int64_t src_stride,
+                           float* dst, int64_t dst_stride, bool accumulate) override;
+  absl::Status DoFmForward(int64_t rows, int64_t vectors, int64_t width, const float* x,
+                           float* out) override;
+  absl::Status DoFmBackward(int64_t rows, int64_t vectors, int64_t width, const float* x,
+                            const float* dout, float* dx) override;
+  absl::Status DoDotInteractionForward(int64_t rows, int64_t vectors, int64_t width,
+                                       const float* x, float* out) override;
+  absl::Status DoDotInteractionBackward(int64_t rows, int64_t vectors, int64_t width,
+                                        const float* x, const float* dout, float* dx) override;
   absl::Status DoGatherRows(int64_t n, int64_t width, const float* table, int64_t table_rows,
                             const int32_t* idx, float* out) override;
   absl::Status DoScatterAddRows(int64_t n, int64_t width, const float* src, const int32_t* idx,

@@ -1,4 +1,5 @@
-// CpuBackend: bias, column sums, activations and softmax cross-entropy.
+// CpuBackend: bias, column sums, block copies, activations, and softmax and sigmoid
+// cross-entropy.
 #include <algorithm>
 #include <cmath>
 
@@ -131,6 +132,56 @@ absl::Status CpuBackend::DoSoftmaxCrossEntropy(int64_t rows, int64_t classes, co
         float* d = dlogits + r * classes;
         for (int64_t j = 0; j < classes; ++j) d[j] = scale * std::exp(z[j] - max);
         d[label] -= grad_scale;
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoSigmoidCrossEntropy(int64_t rows, const float* logits,
+                                               const int32_t* labels, float grad_scale,
+                                               float* dlogits, float* row_stats) {
+  for (int64_t i = 0; i < rows; ++i) {
+    if (labels[i] != 0 && labels[i] != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("SigmoidCrossEntropy: labels[", i, "] = ",
+                                                     labels[i], " is not 0 or 1"));
+    }
+  }
+  pool_.ParallelFor(rows, kElementGrain / 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float z = logits[r];  // Read before dlogits (which may alias) is written.
+      const float y = static_cast<float>(labels[r]);
+      // log(1 + e^z) - y z = max(z, 0) - y z + log1p(e^-|z|), with no overflow either way. A NaN
+      // logit gives a NaN loss through y z.
+      row_stats[2 * r] = std::fmax(z, 0.0f) - z * y + std::log1p(std::exp(-std::fabs(z)));
+      row_stats[2 * r + 1] = (z > 0.0f) == (labels[r] == 1) ? 1.0f : 0.0f;
+      if (dlogits != nullptr) {
+        float p;
+        if (z >= 0.0f) {
+          p = 1.0f / (1.0f + std::exp(-z));
+        } else {
+          const float e = std::exp(z);  // NaN lands here and stays NaN.
+          p = e / (1.0f + e);
+        }
+        dlogits[r] = grad_scale * (p - y);
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoCopyBlock(int64_t rows, int64_t cols, const float* src,
+                                     int64_t src_stride, float* dst, int64_t dst_stride,
+                                     bool accumulate) {
+  const int64_t grain = std::max<int64_t>(1, kElementGrain / cols);
+  pool_.ParallelFor(rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* s = src + r * src_stride;
+      float* d = dst + r * dst_stride;
+      if (accumulate) {
+        for (int64_t j = 0; j < cols; ++j) d[j] += s[j];
+      } else {
+        std::copy_n(s, cols, d);
       }
     }
   });

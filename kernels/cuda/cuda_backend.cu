@@ -12,6 +12,8 @@ const char* DeviceErrorMessage(int code) {
   switch (code) {
     case kBadLabel:
       return "SoftmaxCrossEntropy: a label is outside [0, classes)";
+    case kBadBinaryLabel:
+      return "SigmoidCrossEntropy: a label is not 0 or 1";
     case kBadGatherIndex:
       return "GatherRows: an index is outside [0, table_rows)";
     case kBadScatterIndex:

@@ -1,4 +1,4 @@
-// CudaBackend: bias, column sums, activations and half casts.
+// CudaBackend: bias, column sums, block copies, activations and half casts.
 #include "kernels/cuda/cuda_backend_impl.h"
 #include "common/half_bits.h"
 
@@ -88,6 +88,19 @@ __global__ void AddBiasVec4Kernel(I n4, I cols4, const float4* x, const float4* 
     const float4 v = x[i];
     const float4 b = bias[i % cols4];
     y[i] = make_float4(v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w);
+  }
+}
+
+// dst[r * dst_stride + c] (+)= src[r * src_stride + c] over total = rows * cols elements.
+template <typename I>
+__global__ void CopyBlockKernel(I total, I cols, const float* src, I src_stride, float* dst,
+                                I dst_stride, bool accumulate) {
+  for (I e = static_cast<I>(GlobalThread()); e < total; e += static_cast<I>(GridThreads())) {
+    const I r = e / cols;
+    const I c = e - r * cols;
+    const float v = src[r * src_stride + c];
+    float* d = dst + r * dst_stride + c;
+    *d = accumulate ? *d + v : v;
   }
 }
 
@@ -270,6 +283,25 @@ absl::Status CudaBackend::DoCastFromHalf(HalfType type, int64_t n, const uint16_
   cuda::FromHalfKernel<<<GridFor(vec4 ? (n + 3) / 4 : n, sm_count_), kThreads, 0, stream_>>>(
       n, x, y, type == HalfType::kBFloat16, vec4);
   CUDA_RETURN_IF_LAUNCH_FAILED("FromHalfKernel");
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::DoCopyBlock(int64_t rows, int64_t cols, const float* src,
+                                      int64_t src_stride, float* dst, int64_t dst_stride,
+                                      bool accumulate) {
+  KERNELS_CUDA_ACTIVATE();
+  const int64_t total = rows * cols;
+  const int64_t reach = (rows - 1) * std::max(src_stride, dst_stride) + cols;
+  const unsigned grid = GridFor(total, sm_count_);
+  if (reach < cuda::kInt32IndexLimit) {
+    cuda::CopyBlockKernel<int32_t><<<grid, kThreads, 0, stream_>>>(
+        static_cast<int32_t>(total), static_cast<int32_t>(cols), src,
+        static_cast<int32_t>(src_stride), dst, static_cast<int32_t>(dst_stride), accumulate);
+  } else {
+    cuda::CopyBlockKernel<int64_t><<<grid, kThreads, 0, stream_>>>(
+        total, cols, src, src_stride, dst, dst_stride, accumulate);
+  }
+  CUDA_RETURN_IF_LAUNCH_FAILED("CopyBlockKernel");
   return absl::OkStatus();
 }
 

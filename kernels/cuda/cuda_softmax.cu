@@ -1,4 +1,5 @@
-// CudaBackend: softmax cross-entropy with accuracy count, one warp per row.
+// CudaBackend: softmax cross-entropy (one warp per row) and sigmoid cross-entropy (one thread per
+// row), each with its accuracy count.
 #include <cmath>
 
 #include "kernels/cuda/cuda_backend_impl.h"
@@ -60,6 +61,36 @@ __global__ void SoftmaxCrossEntropyKernel(int64_t rows, int64_t classes, const f
   }
 }
 
+// Binary cross-entropy with logits; the CPU backend's formulas (cpu_dense_ops.cc).
+__global__ void SigmoidCrossEntropyKernel(int64_t rows, const float* logits,
+                                          const int32_t* labels, float grad_scale,
+                                          float* dlogits, float* row_stats, int* error) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows;
+       r += int64_t{gridDim.x} * blockDim.x) {
+    const int32_t label = labels[r];
+    if (label != 0 && label != 1) {
+      ReportError(error, kBadBinaryLabel);
+      row_stats[2 * r] = NAN;
+      row_stats[2 * r + 1] = 0.0f;
+      continue;
+    }
+    const float z = logits[r];  // Read before dlogits (which may alias) is written.
+    const float y = static_cast<float>(label);
+    row_stats[2 * r] = fmaxf(z, 0.0f) - z * y + log1pf(expf(-fabsf(z)));
+    row_stats[2 * r + 1] = (z > 0.0f) == (label == 1) ? 1.0f : 0.0f;
+    if (dlogits != nullptr) {
+      float p;
+      if (z >= 0.0f) {
+        p = 1.0f / (1.0f + expf(-z));
+      } else {
+        const float e = expf(z);
+        p = e / (1.0f + e);
+      }
+      dlogits[r] = grad_scale * (p - y);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cuda
 
@@ -72,6 +103,17 @@ absl::Status CudaBackend::DoSoftmaxCrossEntropy(int64_t rows, int64_t classes,
   cuda::SoftmaxCrossEntropyKernel<<<grid, cuda::kThreads, 0, stream_>>>(
       rows, classes, logits, labels, grad_scale, dlogits, row_stats, error_flag_);
   CUDA_RETURN_IF_LAUNCH_FAILED("SoftmaxCrossEntropyKernel");
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::DoSigmoidCrossEntropy(int64_t rows, const float* logits,
+                                                const int32_t* labels, float grad_scale,
+                                                float* dlogits, float* row_stats) {
+  KERNELS_CUDA_ACTIVATE();
+  cuda::SigmoidCrossEntropyKernel<<<cuda::GridFor(rows, sm_count_), cuda::kThreads, 0,
+                                    stream_>>>(rows, logits, labels, grad_scale, dlogits,
+                                               row_stats, error_flag_);
+  CUDA_RETURN_IF_LAUNCH_FAILED("SigmoidCrossEntropyKernel");
   return absl::OkStatus();
 }
 

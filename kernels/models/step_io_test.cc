@@ -74,6 +74,31 @@ class CopyingBackend final : public Backend {
     return cpu_->SoftmaxCrossEntropy(rows, classes, logits, labels, grad_scale, dlogits,
                                      row_stats);
   }
+  absl::Status DoSigmoidCrossEntropy(int64_t rows, const float* logits, const int32_t* labels,
+                                     float grad_scale, float* dlogits,
+                                     float* row_stats) override {
+    return cpu_->SigmoidCrossEntropy(rows, logits, labels, grad_scale, dlogits, row_stats);
+  }
+  absl::Status DoCopyBlock(int64_t rows, int64_t cols, const float* src, int64_t src_stride,
+                           float* dst, int64_t dst_stride, bool accumulate) override {
+    return cpu_->CopyBlock(rows, cols, src, src_stride, dst, dst_stride, accumulate);
+  }
+  absl::Status DoFmForward(int64_t rows, int64_t vectors, int64_t width, const float* x,
+                           float* out) override {
+    return cpu_->FmForward(rows, vectors, width, x, out);
+  }
+  absl::Status DoFmBackward(int64_t rows, int64_t vectors, int64_t width, const float* x,
+                            const float* dout, float* dx) override {
+    return cpu_->FmBackward(rows, vectors, width, x, dout, dx);
+  }
+  absl::Status DoDotInteractionForward(int64_t rows, int64_t vectors, int64_t width,
+                                       const float* x, float* out) override {
+    return cpu_->DotInteractionForward(rows, vectors, width, x, out);
+  }
+  absl::Status DoDotInteractionBackward(int64_t rows, int64_t vectors, int64_t width,
+                                        const float* x, const float* dout, float* dx) override {
+    return cpu_->DotInteractionBackward(rows, vectors, width, x, dout, dx);
+  }
   absl::Status DoGatherRows(int64_t n, int64_t width, const float* table, int64_t table_rows,
                             const int32_t* idx, float* out) override {
     return cpu_->GatherRows(n, width, table, table_rows, idx, out);

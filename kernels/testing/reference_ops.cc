@@ -147,6 +147,148 @@ void RefSoftmaxCrossEntropy(int64_t rows, int64_t classes, const std::vector<flo
   }
 }
 
+void RefSigmoidCrossEntropy(const std::vector<float>& logits, const std::vector<int32_t>& labels,
+                            float grad_scale, Reference* dlogits, Reference* row_stats) {
+  *dlogits = Reference();
+  *row_stats = Reference();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double z = logits[i];
+    const double y = labels[i];
+    // log(1 + e^z) - y z; the two forms agree, the one used never overflows.
+    const double soft = std::log1p(std::exp(-std::fabs(z)));
+    const double loss = std::isnan(z) ? z : std::max(z, 0.0) - y * z + soft;
+    // The float32 result: max(z, 0) - y z is exact for y in {0, 1}; exp and log1p carry a few
+    // ulps of `soft` (CUDA's expf is within 2 ulps, log1pf 1), and the final sum one rounding.
+    // Subnormal exponentials (|z| > 87) are covered by the absolute term.
+    row_stats->value.push_back(loss);
+    row_stats->bound.push_back(u * (2.0 * std::fabs(loss) + 12.0 * soft) + 1e-40);
+    row_stats->value.push_back((z > 0) == (labels[i] == 1) ? 1.0 : 0.0);
+    row_stats->bound.push_back(0.0);
+    const double p = 1.0 / (1.0 + std::exp(-z));
+    dlogits->value.push_back(grad_scale * (p - y));
+    // sigmoid(z) to ~6 roundings (exp's ulps, 1 + e, the division), then p - y and the scale.
+    dlogits->bound.push_back(std::fabs(grad_scale) * (10.0 * u * p + 2.0 * u * std::fabs(p - y)) +
+                             1e-40 * (1.0 + std::fabs(grad_scale)));
+  }
+}
+
+Reference RefCopyBlock(int64_t rows, int64_t cols, const std::vector<float>& src,
+                       int64_t src_stride, const std::vector<float>& dst, int64_t dst_stride,
+                       bool accumulate) {
+  Reference r;
+  r.value.assign(dst.begin(), dst.end());
+  r.bound.assign(dst.size(), 0.0);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t d = i * dst_stride + j;
+      const double s = src[i * src_stride + j];
+      r.value[d] = accumulate ? r.value[d] + s : s;
+      r.bound[d] = accumulate ? u * std::fabs(r.value[d]) : 0.0;
+    }
+  }
+  return r;
+}
+
+Reference RefFmForward(int64_t rows, int64_t vectors, int64_t width, const std::vector<float>& x) {
+  Reference r;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* xr = x.data() + i * vectors * width;
+    double v = 0;
+    for (int64_t a = 0; a < vectors; ++a) {
+      for (int64_t b = a + 1; b < vectors; ++b) {
+        for (int64_t k = 0; k < width; ++k) {
+          v += static_cast<double>(xr[a * width + k]) * xr[b * width + k];
+        }
+      }
+    }
+    // 0.5 sum_k (s_k^2 - q_k) in float32: s_k and q_k each carry ~vectors roundings of
+    // m_k = sum_a |x[a,k]|, squaring doubles s_k's, and the sum over k (sequential, or by lanes
+    // and a 32-way butterfly) adds up to width + 5 more.
+    double mag = 0;
+    for (int64_t k = 0; k < width; ++k) {
+      double m = 0;
+      for (int64_t a = 0; a < vectors; ++a) m += std::fabs(xr[a * width + k]);
+      mag += m * m;
+    }
+    r.value.push_back(v);
+    r.bound.push_back((3.0 * vectors + width + 10) * u * mag + 1e-40);
+  }
+  return r;
+}
+
+Reference RefFmBackward(int64_t rows, int64_t vectors, int64_t width, const std::vector<float>& x,
+                        const std::vector<float>& dout) {
+  Reference r;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* xr = x.data() + i * vectors * width;
+    const double g = dout[i];
+    for (int64_t a = 0; a < vectors; ++a) {
+      for (int64_t k = 0; k < width; ++k) {
+        double s = 0, m = 0;
+        for (int64_t b = 0; b < vectors; ++b) {
+          m += std::fabs(xr[b * width + k]);
+          if (b != a) s += xr[b * width + k];
+        }
+        r.value.push_back(g * s);
+        r.bound.push_back(2.0 * (vectors + 2) * u * std::fabs(g) * m + 1e-40);
+      }
+    }
+  }
+  return r;
+}
+
+Reference RefDotInteractionForward(int64_t rows, int64_t vectors, int64_t width,
+                                   const std::vector<float>& x) {
+  Reference r;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* xr = x.data() + i * vectors * width;
+    // Pairs (a, b) with a > b in the documented order: (1,0), (2,0), (2,1), (3,0), ...
+    for (int64_t a = 1; a < vectors; ++a) {
+      for (int64_t b = 0; b < a; ++b) {
+        double dot = 0, mag = 0;
+        for (int64_t k = 0; k < width; ++k) {
+          const double t = static_cast<double>(xr[a * width + k]) * xr[b * width + k];
+          dot += t;
+          mag += std::fabs(t);
+        }
+        r.value.push_back(dot);
+        r.bound.push_back(2.0 * (width + 2) * u * mag + 1e-40);
+      }
+    }
+  }
+  return r;
+}
+
+Reference RefDotInteractionBackward(int64_t rows, int64_t vectors, int64_t width,
+                                    const std::vector<float>& x, const std::vector<float>& dout) {
+  Reference r;
+  // Each unordered pair's position, by counting through the documented order.
+  std::vector<int64_t> position(vectors * vectors, -1);
+  int64_t pairs = 0;
+  for (int64_t a = 1; a < vectors; ++a) {
+    for (int64_t b = 0; b < a; ++b) position[a * vectors + b] = position[b * vectors + a] = pairs++;
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* xr = x.data() + i * vectors * width;
+    const float* g = dout.data() + i * pairs;
+    for (int64_t a = 0; a < vectors; ++a) {
+      for (int64_t k = 0; k < width; ++k) {
+        double v = 0, mag = 0;
+        for (int64_t b = 0; b < vectors; ++b) {
+          if (b == a) continue;
+          const int64_t p = position[a * vectors + b];
+          const double t = static_cast<double>(g[p]) * xr[b * width + k];
+          v += t;
+          mag += std::fabs(t);
+        }
+        r.value.push_back(v);
+        r.bound.push_back(2.0 * (vectors + 2) * u * mag + 1e-40);
+      }
+    }
+  }
+  return r;
+}
+
 std::vector<float> RefGatherRows(int64_t width, const std::vector<float>& table,
                                  const std::vector<int32_t>& idx) {
   std::vector<float> out;

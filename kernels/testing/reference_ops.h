@@ -33,6 +33,25 @@ Reference RefActivationBackward(Activation f, const std::vector<float>& x,
 void RefSoftmaxCrossEntropy(int64_t rows, int64_t classes, const std::vector<float>& logits,
                             const std::vector<int32_t>& labels, float grad_scale,
                             Reference* dlogits, Reference* row_stats);
+// Binary cross-entropy with logits: dlogits and (loss, correct) per row, as
+// Backend::SigmoidCrossEntropy defines them (a NaN logit predicts 0; its loss and gradient are
+// NaN). Labels must be 0 or 1.
+void RefSigmoidCrossEntropy(const std::vector<float>& logits, const std::vector<int32_t>& labels,
+                            float grad_scale, Reference* dlogits, Reference* row_stats);
+// The whole of dst after CopyBlock: the block copied (exact) or added (one rounding), every other
+// element unchanged (exact).
+Reference RefCopyBlock(int64_t rows, int64_t cols, const std::vector<float>& src,
+                       int64_t src_stride, const std::vector<float>& dst, int64_t dst_stride,
+                       bool accumulate);
+// Feature interactions over x [rows, vectors, width], from the pairwise definitions. The bounds
+// allow for the float32 forms the backends use (the FM's O(vectors) sum of squares included).
+Reference RefFmForward(int64_t rows, int64_t vectors, int64_t width, const std::vector<float>& x);
+Reference RefFmBackward(int64_t rows, int64_t vectors, int64_t width, const std::vector<float>& x,
+                        const std::vector<float>& dout);
+Reference RefDotInteractionForward(int64_t rows, int64_t vectors, int64_t width,
+                                   const std::vector<float>& x);
+Reference RefDotInteractionBackward(int64_t rows, int64_t vectors, int64_t width,
+                                    const std::vector<float>& x, const std::vector<float>& dout);
 std::vector<float> RefGatherRows(int64_t width, const std::vector<float>& table,
                                  const std::vector<int32_t>& idx);
 Reference RefScatterAddRows(int64_t width, const std::vector<float>& src,
