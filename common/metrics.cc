@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -33,6 +34,54 @@ void WriteAll(int fd, const std::string& data) {
 }
 
 }  // namespace
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
+  for (size_t i = 0; i <= bounds_.size(); ++i) buckets_[i].store(0, std::memory_order_relaxed);
+}
+
+void Histogram::Observe(double v) {
+  const size_t i = static_cast<size_t>(
+      std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  double cur = sum_.load(std::memory_order_relaxed);
+  while (!sum_.compare_exchange_weak(cur, cur + v, std::memory_order_relaxed)) {
+  }
+  count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t Histogram::cumulative(size_t i) const {
+  uint64_t n = 0;
+  for (size_t j = 0; j <= std::min(i, bounds_.size()); ++j) {
+    n += buckets_[j].load(std::memory_order_relaxed);
+  }
+  return n;
+}
+
+std::vector<double> LatencyBuckets() {
+  return {25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3,
+          25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0,  2.5,    5.0,  10.0};
+}
+
+Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::string& help,
+                                         const std::string& labels, std::vector<double> bounds) {
+  auto h = std::make_unique<Histogram>(std::move(bounds));
+  Histogram* out = h.get();
+  absl::MutexLock l(&mu_);
+  for (auto& f : families_) {
+    if (f->name == name && f->type == "histogram") {
+      f->histograms.emplace_back(labels, std::move(h));
+      return out;
+    }
+  }
+  auto f = std::make_unique<Family>();
+  f->name = name;
+  f->help = help;
+  f->type = "histogram";
+  f->histograms.emplace_back(labels, std::move(h));
+  families_.push_back(std::move(f));
+  return out;
+}
 
 Counter* MetricsRegistry::AddCounter(const std::string& name, const std::string& help) {
   auto f = std::make_unique<Family>();
@@ -88,6 +137,22 @@ std::string MetricsRegistry::Render() const {
                     "\n");
     if (f->counter) absl::StrAppend(&out, f->name, " ", FormatValue(f->counter->value()), "\n");
     if (f->gauge) absl::StrAppend(&out, f->name, " ", FormatValue(f->gauge->value()), "\n");
+    for (const auto& [labels, h] : f->histograms) {
+      const std::string sep = labels.empty() ? "" : ",";
+      // Read the count last: every bucket then holds at most what it says.
+      std::vector<uint64_t> cum(h->bounds().size() + 1);
+      for (size_t i = 0; i < cum.size(); ++i) cum[i] = h->cumulative(i);
+      const double sum = h->sum();
+      const uint64_t count = std::max(h->count(), cum.back());
+      for (size_t i = 0; i < h->bounds().size(); ++i) {
+        absl::StrAppend(&out, f->name, "_bucket{", labels, sep, "le=\"",
+                        absl::StrCat(h->bounds()[i]), "\"} ", cum[i], "\n");
+      }
+      absl::StrAppend(&out, f->name, "_bucket{", labels, sep, "le=\"+Inf\"} ", count, "\n");
+      const std::string braces = labels.empty() ? "" : absl::StrCat("{", labels, "}");
+      absl::StrAppend(&out, f->name, "_sum", braces, " ", FormatValue(sum), "\n", f->name,
+                      "_count", braces, " ", count, "\n");
+    }
     if (f->fn) {
       for (const Sample& s : f->fn()) {
         absl::StrAppend(&out, f->name, s.labels.empty() ? "" : "{", s.labels,

@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace pscluster {
 
@@ -41,6 +42,33 @@ class Gauge {
   std::atomic<double> value_{0};
 };
 
+// A distribution (Prometheus histogram type): observations counted into buckets by upper bound,
+// plus their sum and count. Observe() is lock-free; bucket counts are read one at a time, so a
+// scrape racing an observation may see it in the count and not yet in a bucket (Prometheus
+// tolerates that).
+class Histogram {
+ public:
+  // `bounds`: increasing upper bounds; +Inf is implied.
+  explicit Histogram(std::vector<double> bounds);
+  void Observe(double v);
+  void ObserveSeconds(absl::Duration d) { Observe(absl::ToDoubleSeconds(d)); }
+
+  const std::vector<double>& bounds() const { return bounds_; }
+  // Observations <= bounds()[i] (i < bounds().size()), and all of them at i == bounds().size().
+  uint64_t cumulative(size_t i) const;
+  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  double sum() const { return sum_.load(std::memory_order_relaxed); }
+
+ private:
+  const std::vector<double> bounds_;
+  std::unique_ptr<std::atomic<uint64_t>[]> buckets_;  // bounds_.size() + 1, not cumulative.
+  std::atomic<uint64_t> count_{0};
+  std::atomic<double> sum_{0};
+};
+
+// Bounds for latencies in seconds: 25 us to 10 s, about 2.5x apart.
+std::vector<double> LatencyBuckets();
+
 // One sample of a computed metric: optional labels ("job=\"j1\",shard=\"3\"") and a value.
 struct Sample {
   std::string labels;
@@ -59,6 +87,11 @@ class MetricsRegistry {
   void AddCounterCallback(const std::string& name, const std::string& help,
                           std::function<std::vector<Sample>()> fn);
 
+  // A histogram; histograms added under one name with different `labels` ("method=\"Pull\"")
+  // form one family. The name gets _bucket, _sum and _count series.
+  Histogram* AddHistogram(const std::string& name, const std::string& help,
+                          const std::string& labels = "",
+                          std::vector<double> bounds = LatencyBuckets());
   std::string Render() const;
 
  private:
@@ -67,6 +100,7 @@ class MetricsRegistry {
     std::unique_ptr<Counter> counter;
     std::unique_ptr<Gauge> gauge;
     std::function<std::vector<Sample>()> fn;
+    std::vector<std::pair<std::string, std::unique_ptr<Histogram>>> histograms;  // By labels.
   };
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<Family>> families_ ABSL_GUARDED_BY(mu_);

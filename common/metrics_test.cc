@@ -44,6 +44,49 @@ TEST(MetricsTest, RendersPrometheusText) {
   EXPECT_NE(text.find("ps_shard_bytes_per_second{job=\"j1\",shard=\"3\"} 1.5\n"), std::string::npos);
 }
 
+// Histograms render as Prometheus histograms: cumulative buckets ending in +Inf, _sum and _count,
+// one family for every label set added under a name; a value on a bound counts in its bucket.
+TEST(MetricsTest, RendersHistogramsCumulatively) {
+  MetricsRegistry reg;
+  Histogram* pull = reg.AddHistogram("ps_call_seconds", "Call latency.", "method=\"Pull\"",
+                                     {0.001, 0.01, 0.1});
+  Histogram* push = reg.AddHistogram("ps_call_seconds", "Call latency.", "method=\"Push\"",
+                                     {0.001, 0.01, 0.1});
+  Histogram* plain = reg.AddHistogram("ps_apply_seconds", "Apply latency.");
+  pull->Observe(0.0005);
+  pull->Observe(0.001);  // On the bound: le="0.001".
+  pull->ObserveSeconds(absl::Milliseconds(50));
+  pull->Observe(7);  // Beyond every bound: +Inf only.
+  push->Observe(0.02);
+  plain->ObserveSeconds(absl::Microseconds(30));
+  EXPECT_EQ(pull->count(), 4u);
+  EXPECT_NEAR(pull->sum(), 7.0515, 1e-9);
+  EXPECT_EQ(pull->cumulative(0), 2u);
+  EXPECT_EQ(pull->cumulative(2), 3u);
+  EXPECT_EQ(pull->cumulative(3), 4u);
+  const std::string text = reg.Render();
+  const std::string want =
+      "# HELP ps_call_seconds Call latency.\n"
+      "# TYPE ps_call_seconds histogram\n"
+      "ps_call_seconds_bucket{method=\"Pull\",le=\"0.001\"} 2\n"
+      "ps_call_seconds_bucket{method=\"Pull\",le=\"0.01\"} 2\n"
+      "ps_call_seconds_bucket{method=\"Pull\",le=\"0.1\"} 3\n"
+      "ps_call_seconds_bucket{method=\"Pull\",le=\"+Inf\"} 4\n"
+      "ps_call_seconds_sum{method=\"Pull\"} 7.0514999999999999\n"
+      "ps_call_seconds_count{method=\"Pull\"} 4\n"
+      "ps_call_seconds_bucket{method=\"Push\",le=\"0.001\"} 0\n"
+      "ps_call_seconds_bucket{method=\"Push\",le=\"0.01\"} 0\n"
+      "ps_call_seconds_bucket{method=\"Push\",le=\"0.1\"} 1\n"
+      "ps_call_seconds_bucket{method=\"Push\",le=\"+Inf\"} 1\n";
+  EXPECT_NE(text.find(want), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE ps_apply_seconds histogram\n"
+                      "ps_apply_seconds_bucket{le=\"2.5e-05\"} 0\n"
+                      "ps_apply_seconds_bucket{le=\"5e-05\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("ps_apply_seconds_count 1\n"), std::string::npos) << text;
+}
+
 TEST(MetricsTest, ServesMetricsOverHttpAndRefusesTheRest) {
   MetricsRegistry reg;
   reg.AddCounter("up_total", "x")->Add(2);

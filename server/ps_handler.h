@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "proto/ps.pb.h"
 #include "server/backup_queue.h"
 #include "server/job.h"
@@ -130,9 +131,17 @@ class PsHandler {
   void CountBytesOut(uint64_t bytes) { bytes_out_total_.fetch_add(bytes, std::memory_order_relaxed); }
   // Time spent per data-plane phase (reported in Status.times).
   enum class Phase { kParse, kQueue, kApply, kRead, kPark };
+  static constexpr int kNumPhases = 5;
   void AddTime(Phase phase, absl::Duration d) {
     phase_ns_[static_cast<int>(phase)].fetch_add(absl::ToInt64Nanoseconds(d),
                                                  std::memory_order_relaxed);
+    Histogram* h = phase_latency_[static_cast<int>(phase)].load(std::memory_order_acquire);
+    if (h != nullptr) h->ObserveSeconds(d);
+  }
+  // Where each phase's durations are also observed one by one (the daemon's /metrics); null:
+  // not observed. REQUIRES: the histograms outlive the handler.
+  void SetPhaseHistogram(Phase phase, Histogram* h) {
+    phase_latency_[static_cast<int>(phase)].store(h, std::memory_order_release);
   }
   void CountChunkIn() { chunks_in_.fetch_add(1, std::memory_order_relaxed); }
   void CountChunkOut() { chunks_out_.fetch_add(1, std::memory_order_relaxed); }
@@ -237,7 +246,8 @@ class PsHandler {
   std::atomic<uint64_t> bytes_in_total_{0};
   std::atomic<uint64_t> bytes_out_total_{0};
   std::atomic<int64_t> queue_depth_{0};
-  std::atomic<int64_t> phase_ns_[5] = {};
+  std::atomic<int64_t> phase_ns_[kNumPhases] = {};
+  std::atomic<Histogram*> phase_latency_[kNumPhases] = {};
   std::atomic<uint64_t> chunks_in_{0};
   std::atomic<uint64_t> chunks_out_{0};
 };

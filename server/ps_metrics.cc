@@ -78,6 +78,18 @@ void RegisterServerMetrics(PsHandler* handler, MetricsRegistry* r) {
                       [budget] { return std::vector<Sample>{{"", double(budget->used())}}; });
   r->AddGaugeCallback("pscluster_server_memory_limit_bytes", "--memory_bytes (default: this machine's memory).",
                       [budget] { return std::vector<Sample>{{"", double(budget->limit())}}; });
+  // Each phase's durations one by one, as a histogram (the totals above are their sums).
+  const char* const kPhaseNames[PsHandler::kNumPhases] = {"parse", "queue", "apply", "read",
+                                                          "park"};
+  for (int p = 0; p < PsHandler::kNumPhases; ++p) {
+    handler->SetPhaseHistogram(
+        static_cast<PsHandler::Phase>(p),
+        r->AddHistogram("pscluster_server_phase_seconds",
+                        "Data-plane latency by phase: parse (a request's decoding), queue (a push "
+                        "waiting for its table), apply (a push chunk applied), read (a pull's "
+                        "values copied out), park (a pull waiting for slower workers).",
+                        absl::StrCat("phase=\"", kPhaseNames[p], "\"")));
+  }
   r->AddCounterCallback("pscluster_server_phase_seconds_total",
                         "Data-plane time by phase, summed over threads.", [snap] {
                           const v1::ServerStatus st = snap->Get();

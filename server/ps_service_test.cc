@@ -1138,6 +1138,19 @@ TEST(ServiceMetricsTest, ServesPrometheusText) {
             std::string::npos) << page;
   EXPECT_NE(page.find("pscluster_table_bytes{job=\"job\",table=\"w\"} 400\n"),
             std::string::npos) << page;
+  // Latency histograms by phase: the one push chunk was applied once; nothing was read yet.
+  EXPECT_NE(page.find("# TYPE pscluster_server_phase_seconds histogram\n"), std::string::npos);
+  EXPECT_NE(page.find("pscluster_server_phase_seconds_count{phase=\"apply\"} 1\n"),
+            std::string::npos) << page;
+  EXPECT_NE(page.find("pscluster_server_phase_seconds_bucket{phase=\"apply\",le=\"+Inf\"} 1\n"),
+            std::string::npos) << page;
+  EXPECT_NE(page.find("pscluster_server_phase_seconds_count{phase=\"read\"} 0\n"),
+            std::string::npos) << page;
+  std::vector<float> v(100);
+  ASSERT_TRUE((*client)->Pull(1, {{{"w", v.data()}}, {}}).ok());
+  page = HttpGet(addr, "/metrics");
+  EXPECT_NE(page.find("pscluster_server_phase_seconds_count{phase=\"read\"} 1\n"),
+            std::string::npos) << page;
   EXPECT_NE(HttpGet(addr, "/other").find("404"), std::string::npos);
 }
 

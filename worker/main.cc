@@ -210,6 +210,20 @@ int main(int argc, char** argv) {
   nopts.registration_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_sec));
   if (!cuda.usable()) log->info("CUDA: {}", cuda.reason);
 
+  // Prometheus metrics: call latencies observed by every task, and (below) values computed from
+  // the node's status at scrape time.
+  MetricsRegistry metrics;
+  {
+    const std::string help =
+        "Duration of the worker's data-plane calls to the servers (pull, push, push_pull: one "
+        "round of a step, waiting for slower workers under BSP/SSP included).";
+    auto latency = std::make_shared<CallLatency>();
+    latency->pull = metrics.AddHistogram("pscluster_worker_call_seconds", help, "call=\"pull\"");
+    latency->push = metrics.AddHistogram("pscluster_worker_call_seconds", help, "call=\"push\"");
+    latency->push_pull =
+        metrics.AddHistogram("pscluster_worker_call_seconds", help, "call=\"push_pull\"");
+    topts.call_latency = std::move(latency);
+  }
   auto factory = [topts](const v1::AssignTaskRequest& task, worker::ProgressSink* sink)
       -> absl::StatusOr<std::unique_ptr<worker::TaskRunner>> {
     auto t = worker::Trainer::Create(task, topts, sink);
@@ -232,8 +246,6 @@ int main(int argc, char** argv) {
     if (auto w = LoopbackAdvertiseWarning(address, sched)) Logger("worker")->warn("{}", *w);
   }
 
-  // Prometheus metrics, computed from the node's status at scrape time.
-  MetricsRegistry metrics;
   std::unique_ptr<MetricsHttpServer> metrics_server;
   worker::WorkerNode* n = node.get();
   auto gauge = [&metrics, n](const std::string& name, const std::string& help,

@@ -272,6 +272,7 @@ absl::Status Trainer::RunImpl(State* st) {
   copts.data_transport = options_.data_transport;
   copts.spin = options_.data_spin;
   copts.shm_ring_bytes = options_.data_shm_ring_bytes;
+  copts.latency = options_.call_latency.get();
   ProgressSink* sink = sink_;
   copts.refresh_shard_map = [sink]() { return sink->RefreshShardMap(); };
   auto client = PsClient::Create(copts, task_.shard_map(), st->tables);

@@ -52,6 +52,9 @@ struct TrainerOptions {
   absl::Duration report_interval = absl::Seconds(1);
   // Evaluate on the test set after each epoch (rank 0 only); the final evaluation always runs.
   bool eval_every_epoch = true;
+  // Histograms of the pull, push and push-pull calls' durations (the daemon's /metrics); shared
+  // by every task of the worker. Null members: not observed.
+  std::shared_ptr<const CallLatency> call_latency;
 };
 
 struct TrainerResult {

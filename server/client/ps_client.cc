@@ -805,7 +805,25 @@ absl::Status PsClient::Impl::Run(int64_t step, const PushSources* src, const Pul
   }
 }
 
+namespace {
+
+// Observes the time from construction to destruction into `h` (when set).
+class Timed {
+ public:
+  explicit Timed(Histogram* h) : h_(h), t0_(h != nullptr ? absl::Now() : absl::InfinitePast()) {}
+  ~Timed() {
+    if (h_ != nullptr) h_->ObserveSeconds(absl::Now() - t0_);
+  }
+
+ private:
+  Histogram* const h_;
+  const absl::Time t0_;
+};
+
+}  // namespace
+
 absl::Status PsClient::Pull(int64_t clock, const PullTargets& targets) {
+  Timed timed(impl_->options.latency != nullptr ? impl_->options.latency->pull : nullptr);
   int64_t min = -1;
   absl::Status st = impl_->Run(clock, nullptr, &targets, clock, false, &min);
   if (st.ok()) last_min_clock_ = min;
@@ -813,11 +831,13 @@ absl::Status PsClient::Pull(int64_t clock, const PullTargets& targets) {
 }
 
 absl::Status PsClient::Push(int64_t step, const PushSources& sources, bool end_of_step) {
+  Timed timed(impl_->options.latency != nullptr ? impl_->options.latency->push : nullptr);
   return impl_->Run(step, &sources, nullptr, 0, end_of_step, nullptr);
 }
 
 absl::Status PsClient::PushPull(int64_t step, const PushSources& sources,
                                 const PullTargets& targets) {
+  Timed timed(impl_->options.latency != nullptr ? impl_->options.latency->push_pull : nullptr);
   int64_t min = -1;
   absl::Status st = impl_->Run(step, &sources, &targets, step + 1, true, &min);
   if (st.ok()) last_min_clock_ = min;

@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/metrics.h"
 #include "common/channel.h"
 #include "proto/ps.grpc.pb.h"
 
@@ -47,6 +48,14 @@ enum class DataTransport {
 
 // "auto", "grpc", "tcp" or "unix"; INVALID_ARGUMENT otherwise.
 absl::StatusOr<DataTransport> ParseDataTransport(absl::string_view name);
+
+// Histograms a client observes each call's duration into (the worker's /metrics); null members
+// are not observed. A call that fails is observed too: its time is what the caller waited.
+struct CallLatency {
+  Histogram* pull = nullptr;
+  Histogram* push = nullptr;
+  Histogram* push_pull = nullptr;
+};
 
 struct PsClientOptions {
   std::string job_id;       // Job whose tables are read and written.
@@ -73,6 +82,8 @@ struct PsClientOptions {
   // the client's epoch is stale. Unset: such errors are returned to the caller.
   std::function<absl::StatusOr<v1::ShardMap>()> refresh_shard_map;
   DataTransport data_transport = DataTransport::kAuto;
+  // Where call durations go; REQUIRES: outlives the client (null: not observed).
+  const CallLatency* latency = nullptr;
   // TCP data plane: a thread waiting for a reply checks the socket for this long before it
   // sleeps (0: sleep at once). Small round trips then avoid waking an idle core; waits longer
   // than this cost this much CPU each.

@@ -104,8 +104,19 @@ class TrainerTest : public ::testing::Test {
     o.install_shard_map = true;
     o.report_interval = absl::Milliseconds(100);
     o.call_timeout = absl::Seconds(30);
+    o.call_latency = latency_;
     return o;
   }
+
+  // Every trainer's calls, as a worker daemon's /metrics counts them.
+  MetricsRegistry metrics_;
+  std::shared_ptr<CallLatency> latency_ = [this] {
+    auto l = std::make_shared<CallLatency>();
+    l->pull = metrics_.AddHistogram("call_seconds", "", "call=\"pull\"");
+    l->push = metrics_.AddHistogram("call_seconds", "", "call=\"push\"");
+    l->push_pull = metrics_.AddHistogram("call_seconds", "", "call=\"push_pull\"");
+    return l;
+  }();
 
   RealClock clock_;
   std::vector<std::unique_ptr<PsServer>> servers_;
@@ -133,6 +144,13 @@ TEST_F(TrainerTest, TwoWorkersTrainSoftmaxUnderBspAndExport) {
   EXPECT_GT(r0.test_accuracy, 0.78) << r0.test_accuracy;
   EXPECT_LT(r0.test_loss, 0.8);
   EXPECT_EQ(trainers[1]->result().test_accuracy, -1);  // Only rank 0 evaluates.
+  // Every step of both ranks made its pull and its push (or one push-pull round): each call's
+  // duration was observed.
+  const uint64_t calls =
+      latency_->pull->count() + latency_->push->count() + latency_->push_pull->count();
+  EXPECT_GE(calls, 2u * 300u);
+  EXPECT_GE(latency_->pull->count() + latency_->push_pull->count(), 2u * 300u);
+  EXPECT_GT(latency_->pull->sum() + latency_->push_pull->sum(), 0);
 
   // Progress was reported with the schedule's totals, and the final report says where the model
   // went.
