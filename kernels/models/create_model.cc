@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/models/graph_model.h"
 #include "kernels/models/sequential_model.h"
 #include "kernels/status_macros.h"
 
@@ -222,6 +223,14 @@ absl::Status BuildSparse(const v1::ModelSpec& spec, Builder* b) {
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const v1::ModelSpec& spec, Backend* backend,
                                                    const ModelOptions& options) {
   if (backend == nullptr) return Invalid("CreateModel: backend is null");
+  if (spec.kind() == "graph") {
+    auto graph = GraphModel::Create(spec, backend, options.seed);
+    if (!graph.ok()) return graph.status();
+    return std::unique_ptr<Model>(std::move(*graph));
+  }
+  if (spec.layers_size() > 0 || spec.input_fields_size() > 0 || spec.key_space() != 0) {
+    return Invalid(absl::StrCat("model.layers applies only to kind 'graph', not '", spec.kind(), "'"));
+  }
   Activation activation;
   if (spec.activation().empty() || spec.activation() == "relu") {
     activation = Activation::kRelu;
@@ -235,7 +244,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const v1::ModelSpec& spec, Ba
   const bool sparse = kind == "sparse_linear";
   if (kind != "softmax" && kind != "mlp" && kind != "cnn" && !sparse) {
     return Invalid(absl::StrCat("model.kind '", kind,
-                                "' is not one of softmax, mlp, cnn, sparse_linear"));
+                                "' is not one of softmax, mlp, cnn, sparse_linear, graph"));
   }
   if (spec.num_classes() < 2 || spec.num_classes() > kMaxWidth) {
     return Invalid(absl::StrCat("model.num_classes = ", spec.num_classes(), " must be in [2, ",

@@ -12,6 +12,7 @@
 //                   embedding_dim E > 0: embedding/weight (sparse, width E) bag + embedding/bias
 //                   [E], then fc1..fcL over the hidden widths (each with the activation), then
 //                   out. input_dim, when > 0, is the key space (feature ids must be below it).
+//   "graph"         the layers of ModelSpec.layers (graph_spec.h, graph_model.h).
 //
 // activation: "relu" (default) or "gelu" (exact erf form). num_classes must be >= 2 and
 // input_dim >= 1 for dense models (the worker fills both from the data set when the job leaves

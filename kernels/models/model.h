@@ -98,7 +98,7 @@ class Model {
  public:
   virtual ~Model() = default;
 
-  // "softmax", "mlp", "cnn" or "sparse_linear" (ModelSpec.kind).
+  // "softmax", "mlp", "cnn", "sparse_linear" or "graph" (ModelSpec.kind).
   virtual const std::string& kind() const = 0;
   virtual InputKind input_kind() const = 0;
   // Dense input features per example (0 for sparse models).

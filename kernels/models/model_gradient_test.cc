@@ -34,7 +34,13 @@ struct Case {
   v1::ModelSpec spec;
   bool smooth;  // No ReLU: check single coordinates.
   float scale = 0.5f;  // Standard deviation of the random parameter values.
+  // Graphs over fields: the batch's dense features and fields (else RandomDenseBatch or
+  // RandomSparseBatch by the model's input kind).
+  int dense = 0;
+  int fields = 0;
 };
+
+constexpr uint64_t kFieldSize = 7;  // Small, so that keys repeat within a batch.
 
 std::vector<Case> Cases() {
   return {
@@ -48,6 +54,13 @@ std::vector<Case> Cases() {
       {"sparse_linear", Spec("sparse_linear", 40, 3), true},
       {"sparse_embedding_gelu", Spec("sparse_linear", 40, 3, {6}, "gelu", 5), true},
       {"sparse_embedding_relu", Spec("sparse_linear", 40, 3, {6}, "relu", 5), false},
+      {"graph_lr", testing::LrGraph(40), true},
+      {"graph_bag_softmax", testing::BagSoftmaxGraph(40, 3), true},
+      {"graph_fm", testing::FmGraph(4, kFieldSize, 3), true, 0.5f, 0, 4},
+      {"graph_wide_deep_gelu", testing::WideDeepGraph(3, 4, kFieldSize, 3, "gelu"), true, 0.5f, 3, 4},
+      {"graph_wide_deep_relu", testing::WideDeepGraph(3, 4, kFieldSize, 3, "relu"), false, 0.5f, 3, 4},
+      {"graph_dlrm_gelu", testing::DlrmGraph(3, 4, kFieldSize, 3, "gelu"), true, 0.5f, 3, 4},
+      {"graph_dlrm_relu", testing::DlrmGraph(3, 4, kFieldSize, 3, "relu"), false, 0.5f, 3, 4},
   };
 }
 
@@ -83,9 +96,11 @@ TEST_P(ModelGradientTest, BackwardMatchesFiniteDifferences) {
   ASSERT_TRUE(created.ok()) << created.status();
   Model& model = **created;
   const int64_t n = 5;
-  OwnedBatch batch = model.input_kind() == InputKind::kDense
-                         ? testing::RandomDenseBatch(rng_, n, model.input_dim(), c.spec.num_classes())
-                         : testing::RandomSparseBatch(rng_, n, 40, 6, c.spec.num_classes());
+  OwnedBatch batch =
+      c.fields > 0 ? testing::RandomFieldBatch(rng_, n, c.dense, c.fields, kFieldSize, 2)
+      : model.input_kind() == InputKind::kDense
+          ? testing::RandomDenseBatch(rng_, n, model.input_dim(), c.spec.num_classes())
+          : testing::RandomSparseBatch(rng_, n, 40, 6, c.spec.num_classes());
   auto keys = model.SparseKeys(batch.view());
   ASSERT_TRUE(keys.ok()) << keys.status();
   OwnedParams params(model, *keys, rng_, c.scale);

@@ -76,6 +76,144 @@ inline OwnedBatch RandomSparseBatch(std::mt19937_64& rng, int64_t n, uint64_t ke
   return b;
 }
 
+// A layer appended to a `graph` model spec.
+inline v1::LayerSpec* AddLayer(v1::ModelSpec* s, const std::string& name, const std::string& type,
+                               std::vector<std::string> inputs = {}) {
+  v1::LayerSpec* l = s->add_layers();
+  l->set_name(name);
+  l->set_type(type);
+  for (const std::string& in : inputs) l->add_inputs(in);
+  return l;
+}
+
+// The data's shape in a graph spec, as a worker fills it: `dense` dense features and `fields`
+// categorical fields of `field_size` keys each, laid out one after another (none: libsvm-like
+// keys below key_space).
+inline void SetGraphData(v1::ModelSpec* s, uint32_t dense, int fields, uint64_t field_size,
+                         uint64_t key_space) {
+  s->set_kind("graph");
+  s->set_input_dim(dense);
+  for (int f = 0; f < fields; ++f) {
+    v1::InputField* field = s->add_input_fields();
+    field->set_name("C" + std::to_string(f + 1));
+    field->set_base(f * field_size);
+    field->set_size(field_size);
+  }
+  s->set_key_space(fields > 0 ? fields * field_size : key_space);
+}
+
+// Examples with `dense` dense features and one key per field (fields of field_size keys, laid
+// out as SetGraphData does), weight 1.
+inline OwnedBatch RandomFieldBatch(std::mt19937_64& rng, int64_t n, int64_t dense, int fields,
+                                   uint64_t field_size, int classes) {
+  OwnedBatch b;
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<uint64_t> key(0, field_size - 1);
+  std::uniform_int_distribution<int32_t> label(0, classes - 1);
+  b.offsets.push_back(0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < dense; ++j) b.dense.push_back(normal(rng));
+    for (int f = 0; f < fields; ++f) {
+      b.keys.push_back(f * field_size + key(rng));
+      b.values.push_back(1.0f);
+    }
+    b.offsets.push_back(b.keys.size());
+    b.labels.push_back(label(rng));
+  }
+  return b;
+}
+
+// Graphs of the shapes users build (`activation` for every mlp: gelu keeps them smooth).
+// Logistic regression over libsvm-like keys.
+inline v1::ModelSpec LrGraph(uint64_t key_space) {
+  v1::ModelSpec s;
+  SetGraphData(&s, 0, 0, 0, key_space);
+  s.set_num_classes(2);
+  AddLayer(&s, "keys", "categorical_input");
+  AddLayer(&s, "wide", "linear", {"keys"});
+  AddLayer(&s, "head", "sigmoid", {"wide"});
+  return s;
+}
+
+// A factorization machine: linear + pairwise term over per-field embeddings.
+inline v1::ModelSpec FmGraph(int fields, uint64_t field_size, uint32_t width) {
+  v1::ModelSpec s;
+  SetGraphData(&s, 0, fields, field_size, 0);
+  s.set_num_classes(2);
+  AddLayer(&s, "cat", "categorical_input");
+  AddLayer(&s, "wide", "linear", {"cat"});
+  AddLayer(&s, "emb", "embedding", {"cat"})->set_width(width);
+  AddLayer(&s, "pairs", "fm", {"emb"});
+  AddLayer(&s, "logit", "add", {"wide", "pairs"});
+  AddLayer(&s, "head", "sigmoid", {"logit"});
+  return s;
+}
+
+// Wide & deep: a linear part over the fields plus an mlp over the dense features and the
+// flattened embeddings (one shared table).
+inline v1::ModelSpec WideDeepGraph(uint32_t dense, int fields, uint64_t field_size,
+                                   uint32_t width, const std::string& activation) {
+  v1::ModelSpec s;
+  SetGraphData(&s, dense, fields, field_size, 0);
+  s.set_num_classes(2);
+  AddLayer(&s, "dense", "dense_input");
+  AddLayer(&s, "cat", "categorical_input");
+  AddLayer(&s, "wide", "linear", {"cat"});
+  v1::LayerSpec* e = AddLayer(&s, "emb", "embedding", {"cat"});
+  e->set_width(width);
+  e->set_table("shared");
+  e->set_flatten(true);
+  AddLayer(&s, "deep_in", "concat", {"dense", "emb"});
+  v1::LayerSpec* m = AddLayer(&s, "deep", "mlp", {"deep_in"});
+  m->add_widths(8);
+  m->add_widths(1);
+  m->set_activation(activation);
+  AddLayer(&s, "logit", "add", {"wide", "deep"});
+  AddLayer(&s, "head", "sigmoid", {"logit"});
+  return s;
+}
+
+// DLRM: a bottom mlp over the dense features, per-field embeddings of the same width, their
+// pairwise dot products, and a top mlp over the bottom output and the products.
+inline v1::ModelSpec DlrmGraph(uint32_t dense, int fields, uint64_t field_size, uint32_t width,
+                               const std::string& activation) {
+  v1::ModelSpec s;
+  SetGraphData(&s, dense, fields, field_size, 0);
+  s.set_num_classes(2);
+  AddLayer(&s, "dense", "dense_input");
+  AddLayer(&s, "cat", "categorical_input");
+  v1::LayerSpec* b = AddLayer(&s, "bottom", "mlp", {"dense"});
+  b->add_widths(6);
+  b->add_widths(width);
+  b->set_activation(activation);
+  b->set_output_activation(true);
+  AddLayer(&s, "emb", "embedding", {"cat"})->set_width(width);
+  AddLayer(&s, "vectors", "concat", {"bottom", "emb"});
+  AddLayer(&s, "dots", "dot_interaction", {"vectors"});
+  AddLayer(&s, "top_in", "concat", {"bottom", "dots"});
+  v1::LayerSpec* t = AddLayer(&s, "top", "mlp", {"top_in"});
+  t->add_widths(6);
+  t->add_widths(1);
+  t->set_activation(activation);
+  AddLayer(&s, "head", "sigmoid", {"top"});
+  return s;
+}
+
+// A softmax head over a mean-combined bag of libsvm-like keys.
+inline v1::ModelSpec BagSoftmaxGraph(uint64_t key_space, int classes) {
+  v1::ModelSpec s;
+  SetGraphData(&s, 0, 0, 0, key_space);
+  s.set_num_classes(classes);
+  AddLayer(&s, "keys", "categorical_input");
+  v1::LayerSpec* e = AddLayer(&s, "emb", "embedding", {"keys"});
+  e->set_width(5);
+  e->set_combiner("mean");
+  v1::LayerSpec* m = AddLayer(&s, "out", "mlp", {"emb"});
+  m->add_widths(classes);
+  AddLayer(&s, "head", "softmax", {"out"});
+  return s;
+}
+
 // Parameter values (and gradient buffers) with owned storage for a model and a key set.
 struct OwnedParams {
   std::vector<std::vector<float>> values;

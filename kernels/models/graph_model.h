@@ -1,0 +1,109 @@
+// A Model built from a layer graph (ModelSpec kind "graph", see graph_spec.h) on the backend's
+// ops, so that it runs on the CPU and CUDA alike. Parameters: the plan's sparse tables (one per
+// embedding field or shared, one per linear layer) and each mlp's and linear layer's dense tables.
+//
+// A batch carries the data's dense features (model.input_dim per example) and its categorical
+// keys in CSR: with model.input_fields, exactly one key per field per example, in field order,
+// within the field's range; without (libsvm), any number of keys below model.key_space (0 = any),
+// each weighted by its value. Keys of a per-field table are rebased to the field (key - base).
+//
+// Thread model: as Model.
+#ifndef PSCLUSTER_KERNELS_MODELS_GRAPH_MODEL_H_
+#define PSCLUSTER_KERNELS_MODELS_GRAPH_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/models/graph_spec.h"
+#include "kernels/models/layers.h"
+#include "kernels/models/model.h"
+#include "kernels/models/step_io.h"
+#include "proto/job.pb.h"
+
+namespace pscluster::kernels {
+
+class GraphModel final : public Model {
+ public:
+  // INVALID_ARGUMENT "model.layers[i].key: ..." when the graph does not fit the spec's data.
+  // REQUIRES: backend outlives the model.
+  static absl::StatusOr<std::unique_ptr<GraphModel>> Create(const v1::ModelSpec& spec,
+                                                            Backend* backend, uint64_t seed);
+
+  const std::string& kind() const override { return kind_; }
+  // Reads both kinds of input; kSparse when it reads categorical keys at all.
+  InputKind input_kind() const override { return input_kind_; }
+  int64_t input_dim() const override { return input_dim_; }
+  int64_t num_classes() const override { return num_classes_; }
+  const std::vector<ParamInfo>& params() const override { return params_; }
+  Backend* backend() const override { return backend_; }
+
+  absl::StatusOr<std::vector<std::vector<uint64_t>>> SparseKeys(
+      const Batch& batch) const override;
+  absl::Status TrainStep(const Batch& batch, const ParamValues& params, const Gradients& grads,
+                         StepResult* result) override;
+  absl::Status Evaluate(const Batch& batch, const ParamValues& params,
+                        StepResult* result) override;
+
+ private:
+  // One EmbeddingBag call: the bags it forms from a categorical input and the table it reads.
+  struct Bags {
+    int node = 0;      // The embedding or linear node.
+    int param = 0;     // Sparse parameter index.
+    uint64_t rebase = 0;  // Subtracted from keys (per-field tables).
+    int slot = -1;     // -1: every selected field of an example in one bag per example (or, for
+                       // a shared embedding, one bag per field); else only this field position.
+    bool per_field = false;  // One bag per (example, field): a shared embedding table.
+    // Built on the host each step, then on the device.
+    std::vector<int32_t> offsets, rows;
+    std::vector<float> weights;
+    const int32_t* d_offsets = nullptr;
+    const int32_t* d_rows = nullptr;
+    const float* d_weights = nullptr;
+  };
+  struct Mlp {
+    std::vector<std::unique_ptr<Layer>> layers;
+    std::vector<int64_t> widths;  // Each sublayer's output features.
+    int64_t max_width = 0;
+  };
+
+  GraphModel(Backend* backend, const v1::ModelSpec& spec, GraphPlan plan)
+      : backend_(backend), spec_(spec), plan_(std::move(plan)), io_(backend),
+        workspace_(backend) {}
+
+  absl::Status Build(uint64_t seed);
+  absl::Status ValidateBatch(const Batch& batch) const;
+  absl::Status ValidateParams(const ParamValues& params, const Gradients* grads) const;
+  // Calls f(key position in batch.keys, weight) for the entries of bag `b`'s example i (field
+  // position s of the input when per_field).
+  template <typename F>
+  void ForEntries(const Bags& b, const Batch& batch, int64_t i, int s, F&& f) const;
+  absl::Status MapBags(const Batch& batch, const ParamValues& params);
+  absl::Status Run(const Batch& batch, const ParamValues& params, const Gradients* grads,
+                   StepResult* result);
+
+  Backend* const backend_;
+  const v1::ModelSpec spec_;
+  const GraphPlan plan_;
+  const std::string kind_ = "graph";
+  InputKind input_kind_ = InputKind::kDense;
+  int64_t input_dim_ = 0;
+  int64_t num_classes_ = 2;
+  bool reads_dense_ = false;
+  bool reads_keys_ = false;
+  std::vector<ParamInfo> params_;
+  std::vector<int> table_param_;  // Plan table -> parameter index.
+  std::vector<int> linear_bias_;  // Per node: the linear layer's bias parameter (else -1).
+  std::vector<Mlp> mlps_;         // Per node (empty for other types).
+  std::vector<Bags> bags_;
+
+  StepIO io_;
+  Workspace workspace_;
+  float host_stats_[2] = {0, 0};
+};
+
+}  // namespace pscluster::kernels
+
+#endif  // PSCLUSTER_KERNELS_MODELS_GRAPH_MODEL_H_
