@@ -7,6 +7,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "grpcpp/support/client_interceptor.h"
 
 namespace pscluster {
 namespace {
@@ -38,6 +39,39 @@ void AnchorCallbackQueue() {
   });
 }
 
+// Adds "authorization: Bearer <token>" to every call of a channel, unary and streaming alike.
+// An interceptor rather than call credentials: gRPC sends call credentials only over secure
+// channels, and a plaintext cluster with tokens must still authenticate.
+class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerTokenInterceptor(const std::string* header) : header_(header) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      auto* md = methods->GetSendInitialMetadata();
+      if (md != nullptr && md->find("authorization") == md->end()) {
+        md->emplace("authorization", *header_);
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* const header_;
+};
+
+class BearerTokenFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerTokenFactory(const std::string& token) : header_("Bearer " + token) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new BearerTokenInterceptor(&header_);
+  }
+
+ private:
+  const std::string header_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
@@ -66,16 +100,16 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ad
   if (!options.tls_server_name.empty()) {
     args.SetSslTargetNameOverride(options.tls_server_name);
   }
-  return grpc::CreateCustomChannel(address, *creds, args);
+  if (options.bearer_token.empty()) return grpc::CreateCustomChannel(address, *creds, args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<BearerTokenFactory>(options.bearer_token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, *creds, args,
+                                                                 std::move(interceptors));
 }
 
-std::unique_ptr<grpc::ClientContext> CallContext(absl::Duration timeout,
-                                                 const ChannelOptions& options) {
+std::unique_ptr<grpc::ClientContext> CallContext(absl::Duration timeout, const ChannelOptions&) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
-  if (!options.bearer_token.empty()) {
-    ctx->AddMetadata("authorization", absl::StrCat("Bearer ", options.bearer_token));
-  }
   return ctx;
 }
 

@@ -21,7 +21,8 @@ struct ChannelOptions {
   int max_message_bytes = 64 << 20;
   // Hostname the server certificate is checked against (default: the address's host).
   std::string tls_server_name;
-  // Bearer token sent as "authorization: Bearer <token>" on every call (psctl -> scheduler).
+  // Bearer token sent as "authorization: Bearer <token>" on every call made on the channel,
+  // unary and streaming (psctl's --token_file, a daemon's --credential_file). Empty = none.
   std::string bearer_token;
   // Extra integer channel arguments (GRPC_ARG_*), e.g. HTTP/2 window and frame sizes.
   std::vector<std::pair<std::string, int>> int_args;
@@ -30,7 +31,7 @@ struct ChannelOptions {
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
                                                            const ChannelOptions& options = {});
 
-// A context with a deadline `timeout` from now (and the bearer token, if any).
+// A context with a deadline `timeout` from now. (The bearer token is added by the channel.)
 std::unique_ptr<grpc::ClientContext> CallContext(absl::Duration timeout,
                                                  const ChannelOptions& options = {});
 

@@ -4,7 +4,9 @@
 // and no message, the answer for a method that does not exist, so a client suspects version
 // skew. A service built on ParsedUnaryService parses every unary request itself: bytes that do
 // not parse get INVALID_ARGUMENT naming the method and the message type, and every enum field is
-// checked against its declared values (ValidateEnums) before a handler sees the request.
+// checked against its declared values (ValidateEnums) before a handler sees the request. With
+// an Authorizer (SetAuthorizer), every call is authenticated and authorized against the
+// authorization table (common/authz.h) before its bytes are even parsed.
 //
 //   class MyService final : public ParsedUnaryService<v1::Foo::Service> {
 //    public:
@@ -29,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/authz.h"
 #include "common/status_convert.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -70,6 +73,11 @@ class ParsedUnaryService : public Base {
         served_(service_->method_count(), false) {}
 
  protected:
+  // Every call is checked by `authz` before it is parsed (nullptr = none, the default).
+  // REQUIRES: called from the constructor of the derived service; `authz` outlives the service.
+  void SetAuthorizer(const Authorizer* authz) { authz_ = authz; }
+  const Authorizer* authorizer() const { return authz_; }
+
   // Serves unary method `method` with `handler`, which receives the parsed, enum-checked
   // request. REQUIRES: called from the constructor of the derived service.
   template <typename Req, typename Resp>
@@ -80,9 +88,17 @@ class ParsedUnaryService : public Base {
     this->MarkMethodRawCallback(
         m->index(),
         new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
-            [m, handler = std::move(handler)](grpc::CallbackServerContext* ctx,
-                                              const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+            [this, m, handler = std::move(handler)](grpc::CallbackServerContext* ctx,
+                                                    const grpc::ByteBuffer* in,
+                                                    grpc::ByteBuffer* out) {
               grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+              if (authz_ != nullptr) {
+                absl::Status allowed = authz_->Check(*ctx, m->full_name());
+                if (!allowed.ok()) {
+                  reactor->Finish(ToGrpcStatus(allowed));
+                  return reactor;
+                }
+              }
               auto call = std::make_shared<std::pair<Req, Resp>>();
               absl::Status parsed = parsed_unary_internal::ParseRequest(*in, &call->first, m);
               if (!parsed.ok()) {
@@ -106,6 +122,7 @@ class ParsedUnaryService : public Base {
  private:
   const google::protobuf::ServiceDescriptor* const service_;
   std::vector<bool> served_;
+  const Authorizer* authz_ = nullptr;
 };
 
 }  // namespace pscluster

@@ -17,6 +17,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
 
   GrpcClusterRpcOptions rpc_options;
   rpc_options.channel.tls = options.tls;
+  rpc_options.channel.bearer_token = options.credential;
   rpc_options.timeout = options.rpc_timeout;
   d->rpc_ = std::make_unique<GrpcClusterRpc>(rpc_options);
 
@@ -24,7 +25,11 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
                                  &d->placement_);
   if (!sched.ok()) return sched.status();
   d->scheduler_ = std::move(*sched);
-  d->service_ = std::make_unique<SchedulerService>(d->scheduler_.get());
+  auto authz = Authorizer::Create(options.token_file);
+  if (!authz.ok()) return authz.status();
+  d->authz_ = std::move(*authz);
+  LogAuthMode("scheduler", *d->authz_, options.tls.enabled() && !options.tls.ca.empty());
+  d->service_ = std::make_unique<SchedulerService>(d->scheduler_.get(), d->authz_.get());
   SchedulerDaemon* self = d.get();
   d->scheduler_->OnServingChanged([self](bool serving) {
     absl::MutexLock l(&self->health_mu_);

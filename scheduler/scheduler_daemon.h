@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/authz.h"
 #include "common/clock.h"
 #include "common/grpc_server.h"
 #include "common/metrics.h"
@@ -30,6 +31,9 @@ struct SchedulerDaemonOptions {
   std::string db_path;          // SQLite database (created if missing).
   bool db_full_sync = true;     // fsync every commit.
   TlsFiles tls;                 // Server side; also presented to servers and workers.
+  // Identities and roles of callers (common/token_file.h); empty = every call is allowed.
+  std::string token_file;
+  std::string credential;       // Token sent to servers and workers (empty = none).
   absl::Duration rpc_timeout = absl::Seconds(5);  // Deadline of calls to servers and workers.
   std::string metrics_address;  // host:port of the Prometheus /metrics endpoint ("" = none).
   SchedulerOptions scheduler;
@@ -48,6 +52,9 @@ class SchedulerDaemon {
   // Stops accepting calls, stops the control loop and writes the last progress.
   void Shutdown();
 
+  // Reads the token file again (SIGHUP); on error the previous one stays in force.
+  absl::Status ReloadTokenFile() { return authz_->Reload(); }
+
   const std::string& address() const { return server_->address(); }
   // Port of the /metrics endpoint (0 when it is off).
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
@@ -61,6 +68,7 @@ class SchedulerDaemon {
   std::unique_ptr<GrpcClusterRpc> rpc_;
   CapacityPlacement placement_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Authorizer> authz_;
   std::unique_ptr<SchedulerService> service_;
   std::unique_ptr<GrpcServer> server_;
   std::unique_ptr<MetricsHttpServer> metrics_;

@@ -10,6 +10,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/token_file.h"
 #include "scheduler/scheduler_daemon.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
@@ -57,6 +58,13 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA bundle: requires and verifies client certificates (mutual TLS) and verifies "
           "the servers and workers the scheduler calls");
+ABSL_FLAG(std::string, token_file, "",
+          "identities and roles allowed to call the scheduler: lines 'SHA256_HEX_OF_TOKEN|- "
+          "IDENTITY ROLE[,ROLE...]' (re-read on SIGHUP); empty = no authentication (a warning "
+          "is logged)");
+ABSL_FLAG(std::string, credential_file, "",
+          "file holding the token the scheduler sends to servers and workers (its identity "
+          "needs role scheduler there)");
 
 namespace {
 
@@ -141,19 +149,37 @@ int main(int argc, char** argv) {
   options.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key = absl::GetFlag(FLAGS_tls_key);
   options.tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  options.token_file = absl::GetFlag(FLAGS_token_file);
+  if (!absl::GetFlag(FLAGS_credential_file).empty()) {
+    auto token = pscluster::ReadCredentialFile(absl::GetFlag(FLAGS_credential_file));
+    if (!token.ok()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--credential_file: ", token.status().message())));
+    }
+    options.credential = *token;
+  }
 
   // Signals are taken by sigwait() below, not by whichever thread happens to run.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);  // Reads --token_file again.
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   auto daemon = pscluster::scheduler::SchedulerDaemon::Start(options);
   if (!daemon.ok()) return Fail(daemon.status());
 
   int sig = 0;
-  sigwait(&stop_signals, &sig);
+  while (sigwait(&stop_signals, &sig) == 0 && sig == SIGHUP) {
+    absl::Status reloaded = (*daemon)->ReloadTokenFile();
+    if (reloaded.ok()) {
+      pscluster::Logger("scheduler")->info("SIGHUP: token file reloaded");
+    } else {
+      pscluster::Logger("scheduler")->error(
+          "SIGHUP: token file not reloaded, the previous one stays: {}", reloaded);
+    }
+  }
   pscluster::Logger("scheduler")->info("signal {}: shutting down", sig);
   (*daemon)->Shutdown();
   return 0;

@@ -9,8 +9,9 @@ void SchedulerService::Inline(absl::string_view method,
                                       Done done) { done((handler_->*fn)(req, resp)); });
 }
 
-SchedulerService::SchedulerService(Scheduler* handler)
+SchedulerService::SchedulerService(Scheduler* handler, const Authorizer* authz)
     : ParsedUnaryService("pscluster.v1.Scheduler"), handler_(handler) {
+  SetAuthorizer(authz);
   Inline("RegisterNode", &Scheduler::RegisterNode);
   Inline("Heartbeat", &Scheduler::Heartbeat);
   Serve<v1::DeregisterRequest, v1::DeregisterResponse>(

@@ -13,8 +13,8 @@ namespace pscluster::scheduler {
 
 class SchedulerService final : public ParsedUnaryService<v1::Scheduler::Service> {
  public:
-  // REQUIRES: `handler` outlives the service.
-  explicit SchedulerService(Scheduler* handler);
+  // REQUIRES: `handler` and `authz` outlive the service. `authz` nullptr: no checks.
+  explicit SchedulerService(Scheduler* handler, const Authorizer* authz = nullptr);
 
  private:
   template <typename Req, typename Resp>

@@ -1,8 +1,9 @@
 // ps_server: the parameter-server daemon. Flags fill PsServerOptions; everything else is in
 // server/ps_server.h.
 //
-// Exit codes: 0 after SIGTERM/SIGINT, 1 on a configuration or startup error, 138 on a
-// retryable fault (the scheduler could not be reached to register), 2 for bad flags.
+// SIGHUP reads --token_file again. Exit codes: 0 after SIGTERM/SIGINT, 1 on a configuration or
+// startup error, 138 on a retryable fault (the scheduler could not be reached to register), 2 for
+// bad flags.
 #include <signal.h>
 
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "common/token_file.h"
 #include "server/ps_server.h"
 #include "server/wire.h"
 
@@ -32,10 +34,17 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, crit
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain (enables TLS with --tls_key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle: requires and verifies client certificates");
+ABSL_FLAG(std::string, token_file, "",
+          "identities and roles allowed to call this server: lines 'SHA256_HEX_OF_TOKEN|- "
+          "IDENTITY ROLE[,ROLE...]' (re-read on SIGHUP); empty = no authentication (a warning "
+          "is logged); when set, the TCP/Unix data port stays closed");
+ABSL_FLAG(std::string, credential_file, "",
+          "file holding the token this server sends to the scheduler and to other servers (its "
+          "identity needs roles node and server)");
 ABSL_FLAG(int, data_threads, 0, "threads applying pushes and serving pulls (0 = one per core)");
 ABSL_FLAG(int, data_port, 0,
           "port of the plaintext TCP data plane on the --listen host (0 = any free port, -1 = "
-          "none: workers use gRPC); never opened with TLS");
+          "none: workers use gRPC); never opened with TLS or --token_file");
 ABSL_FLAG(int, data_spin_us, 50,
           "TCP data plane: a connection's reader checks an empty socket this long before it "
           "sleeps (0 = never; saves waking an idle core between the chunks of a round)");
@@ -85,6 +94,15 @@ int main(int argc, char** argv) {
   o.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   o.tls.key = absl::GetFlag(FLAGS_tls_key);
   o.tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  o.token_file = absl::GetFlag(FLAGS_token_file);
+  if (!absl::GetFlag(FLAGS_credential_file).empty()) {
+    auto token = pscluster::ReadCredentialFile(absl::GetFlag(FLAGS_credential_file));
+    if (!token.ok()) {
+      log->error("--credential_file: {}", token.status());
+      return 2;
+    }
+    o.credential = *token;
+  }
   o.data_threads = absl::GetFlag(FLAGS_data_threads);
   o.data_port = absl::GetFlag(FLAGS_data_port);
   o.data_spin = absl::Microseconds(absl::GetFlag(FLAGS_data_spin_us));
@@ -131,6 +149,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -143,7 +162,14 @@ int main(int argc, char** argv) {
                : 1;
   }
   int sig = 0;
-  sigwait(&signals, &sig);
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+    absl::Status reloaded = (*server)->ReloadTokenFile();
+    if (reloaded.ok()) {
+      log->info("SIGHUP: token file reloaded");
+    } else {
+      log->error("SIGHUP: token file not reloaded, the previous one stays: {}", reloaded);
+    }
+  }
   log->info("signal {}: shutting down", sig);
   (*server)->Shutdown(absl::Seconds(2));
   return 0;

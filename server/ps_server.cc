@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/address.h"
 #include "common/atomic_file.h"
+#include "common/authz.h"
 #include "common/channel.h"
 #include "common/host_memory.h"
 #include "common/logging.h"
@@ -27,11 +28,13 @@ namespace {
 // Copies to the backups of this server's shards: over each backup's TCP data port (one
 // connection per backup, kept; each chunk a round of its own, as a worker's push with
 // `replica_of`, its payload sent from the received frame without a copy) when it offers one and
-// TLS is off; else, and for snapshot parts, as Replicate calls (one channel per backup, kept).
+// TLS is off and this server sends no credential; else, and for snapshot parts, as Replicate
+// calls (one channel per backup, kept), which carry this server's credential.
 class BackupLinks {
  public:
-  explicit BackupLinks(TlsFiles tls) : pool_(BufferPool::Create(64 << 20)) {
+  BackupLinks(TlsFiles tls, std::string credential) : pool_(BufferPool::Create(64 << 20)) {
     options_.tls = std::move(tls);
+    options_.bearer_token = std::move(credential);
     // The data plane's HTTP/2 windows: a chunk of a few hundred KiB in one go.
     options_.int_args = *DataPlaneChannelArgs();
   }
@@ -39,7 +42,7 @@ class BackupLinks {
   absl::Status Forward(const std::string& address, const v1::ReplicateRequest& req,
                        const Payload& values) {
     const bool seed = !req.seed().empty() || req.seed_size() != 0;
-    if (!seed && !options_.tls.enabled()) {
+    if (!seed && !options_.tls.enabled() && options_.bearer_token.empty()) {
       auto conn = DataConnTo(address);
       if (conn.ok() && *conn != nullptr) return ForwardOverTcp(**conn, address, req, values);
       if (!conn.ok()) return conn.status();
@@ -155,13 +158,18 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   s->handler_ = std::make_unique<PsHandler>(ho, clock, [bg](std::function<void()> f) {
     bg->Post(std::move(f));
   });
-  auto links = std::make_shared<BackupLinks>(options.tls);
+  auto authz = Authorizer::Create(options.token_file);
+  if (!authz.ok()) return authz.status();
+  s->authz_ = std::move(*authz);
+  LogAuthMode("server", *s->authz_, options.tls.enabled() && !options.tls.ca.empty());
+  auto links = std::make_shared<BackupLinks>(options.tls, options.credential);
   s->handler_->set_forwarder([links](const std::string& address, const v1::ReplicateRequest& r,
                                       const Payload& values) {
     return links->Forward(address, r, values);
   });
   s->service_ = std::make_unique<PsService>(s->handler_.get(), s->data_.get(), s->control_.get(),
-                                            options.data_plane, s->replica_.get());
+                                            options.data_plane, s->replica_.get(),
+                                            s->authz_.get());
   GrpcServerOptions go;
   go.listen_address = options.listen;
   go.tls = options.tls;
@@ -182,6 +190,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   s->handler_->set_address(advertised);
   if (options.data_port >= 0 && options.tls.enabled()) {
     Logger("server")->info("TCP data plane off: it carries no TLS (workers use gRPC PushPull)");
+  } else if (options.data_port >= 0 && s->authz_->enabled()) {
+    Logger("server")->info(
+        "TCP/Unix data plane off: it does not authenticate callers yet and --token_file is set "
+        "(workers use gRPC PushPull, which checks their token)");
   } else if (options.data_port >= 0) {
     TcpDataServerOptions to;
     std::string port;
@@ -252,6 +264,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
     lo.advertise_address = advertised;
     lo.memory_bytes = memory;
     lo.channel.tls = options.tls;
+    lo.channel.bearer_token = options.credential;
     lo.register_timeout = options.register_timeout;
     s->link_ = std::make_unique<SchedulerLink>(lo, s->handler_.get());
     absl::Status st = s->link_->Start();

@@ -18,6 +18,7 @@
 #include "common/executor.h"
 #include "common/grpc_server.h"
 #include "common/metrics.h"
+#include "common/authz.h"
 #include "common/tls.h"
 #include "server/data_stream.h"
 #include "server/ps_handler.h"
@@ -38,9 +39,15 @@ struct PsServerOptions {
   uint64_t memory_bytes = 0;           // --memory_bytes (0 = HostMemoryBytes())
   std::string checkpoint_dir;          // --checkpoint_dir
   TlsFiles tls;                        // --tls_cert / --tls_key / --tls_ca
+  // --token_file: identities and roles of callers (common/token_file.h); empty = every call is
+  // allowed. When set, the TCP/Unix data plane stays closed (it does not authenticate yet).
+  std::string token_file;
+  // The token this server sends to the scheduler and to other servers (--credential_file's
+  // content); empty = none.
+  std::string credential;
   int data_threads = 0;                // --data_threads (0 = one per core)
   // --data_port: port of the plaintext TCP data plane on the --listen host (0: chosen by the OS;
-  // -1: none, clients use gRPC PushPull). Never opened with TLS.
+  // -1: none, clients use gRPC PushPull). Never opened with TLS or a token file.
   int data_port = 0;
   // --data_spin_us: how long a TCP data connection's reader checks an empty socket before it
   // sleeps.
@@ -89,6 +96,8 @@ class PsServer {
     return metrics_ ? absl::StrCat("127.0.0.1:", metrics_->port()) : "";
   }
   PsHandler* handler() { return handler_.get(); }
+  // Reads the token file again (SIGHUP); on error the previous one stays in force.
+  absl::Status ReloadTokenFile() { return authz_->Reload(); }
   // Deregisters, stops accepting calls and lets in-flight ones finish (within `grace`).
   void Shutdown(absl::Duration grace = absl::Seconds(2));
 
@@ -100,6 +109,7 @@ class PsServer {
   std::unique_ptr<Executor> replica_;  // Replicate calls from the primaries this server backs.
   std::unique_ptr<Executor> background_;
   std::unique_ptr<PsHandler> handler_;
+  std::unique_ptr<Authorizer> authz_;
   std::unique_ptr<PsService> service_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<TcpDataServer> tcp_;

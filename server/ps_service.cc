@@ -61,6 +61,19 @@ class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
   std::shared_ptr<DataStream> stream_;
 };
 
+// A data-plane stream refused before it starts: finished at once with `status`.
+template <typename Reactor>
+class RefusedReactor final : public Reactor {
+ public:
+  explicit RefusedReactor(const absl::Status& status) { this->Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
+
+absl::Status CheckStream(const Authorizer* authz, const grpc::CallbackServerContext* ctx,
+                         absl::string_view method) {
+  return authz == nullptr ? absl::OkStatus() : authz->Check(*ctx, method);
+}
+
 }  // namespace
 
 template <typename Req, typename Resp>
@@ -73,7 +86,8 @@ void PsService::Unary(absl::string_view method, absl::Status (PsHandler::*fn)(co
 }
 
 PsService::PsService(PsHandler* handler, Executor* data_executor, Executor* control_executor,
-                     DataPlaneOptions options, Executor* replica_executor)
+                     DataPlaneOptions options, Executor* replica_executor,
+                     const Authorizer* authz)
     : internal::PsServiceBase("pscluster.v1.ParameterServer"),
       handler_(handler),
       data_(data_executor),
@@ -81,6 +95,7 @@ PsService::PsService(PsHandler* handler, Executor* data_executor, Executor* cont
       replica_(replica_executor != nullptr ? replica_executor : control_executor),
       options_(options),
       pool_(BufferPool::Create()) {
+  SetAuthorizer(authz);
   Unary("CreateTables", &PsHandler::CreateTables, control_);
   Unary("UpdateShardMap", &PsHandler::UpdateShardMap, control_);
   Unary("Checkpoint", &PsHandler::Checkpoint, control_);
@@ -95,18 +110,27 @@ PsService::PsService(PsHandler* handler, Executor* data_executor, Executor* cont
   CheckEveryUnaryMethodServed();
 }
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* PsService::Pull(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<grpc::ByteBuffer>* PsService::Pull(grpc::CallbackServerContext* ctx,
                                                             const grpc::ByteBuffer* request) {
+  absl::Status allowed = CheckStream(authorizer(), ctx, "pscluster.v1.ParameterServer.Pull");
+  if (!allowed.ok()) return new RefusedReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>>(allowed);
   return new PullReactor(handler_, data_, pool_, options_, *request);
 }
 
-grpc::ServerReadReactor<grpc::ByteBuffer>* PsService::Push(grpc::CallbackServerContext*,
+grpc::ServerReadReactor<grpc::ByteBuffer>* PsService::Push(grpc::CallbackServerContext* ctx,
                                                            grpc::ByteBuffer* response) {
+  absl::Status allowed = CheckStream(authorizer(), ctx, "pscluster.v1.ParameterServer.Push");
+  if (!allowed.ok()) return new RefusedReactor<grpc::ServerReadReactor<grpc::ByteBuffer>>(allowed);
   return new PushReactor(handler_, data_, pool_, options_, response);
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PsService::PushPull(
-    grpc::CallbackServerContext*) {
+    grpc::CallbackServerContext* ctx) {
+  absl::Status allowed = CheckStream(authorizer(), ctx, "pscluster.v1.ParameterServer.PushPull");
+  if (!allowed.ok()) {
+    return new RefusedReactor<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(
+        allowed);
+  }
   return new PushPullReactor(handler_, data_, pool_, options_);
 }
 

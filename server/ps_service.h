@@ -27,9 +27,11 @@ class PsService final : public internal::PsServiceBase {
  public:
   // REQUIRES: handler and executors outlive the service (and the gRPC server using it).
   // `replica_executor` applies Replicate calls (default: the control executor); it must never
-  // run anything that waits for another server.
+  // run anything that waits for another server. `authz` (outliving the service) checks every
+  // call, the data-plane streams included, before it starts; nullptr = no checks.
   PsService(PsHandler* handler, Executor* data_executor, Executor* control_executor,
-            DataPlaneOptions options = {}, Executor* replica_executor = nullptr);
+            DataPlaneOptions options = {}, Executor* replica_executor = nullptr,
+            const Authorizer* authz = nullptr);
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Pull(grpc::CallbackServerContext* ctx,
                                                    const grpc::ByteBuffer* request) override;

@@ -2,8 +2,9 @@
 // WorkerNodeOptions and TrainerOptions.
 //
 // With --scheduler, the worker registers, heartbeats and trains the tasks the scheduler assigns,
-// until SIGINT/SIGTERM. Without it (standalone), it trains one job given as --job=FILE.yaml
-// against --servers=HOST:PORT,... as rank --rank of --num_workers, prints the result and exits.
+// until SIGINT/SIGTERM (SIGHUP reads --token_file again). Without it (standalone), it trains one
+// job given as --job=FILE.yaml against --servers=HOST:PORT,... as rank --rank of --num_workers,
+// prints the result and exits.
 #include <signal.h>
 #include <unistd.h>
 
@@ -18,10 +19,12 @@
 #include "absl/strings/str_split.h"
 #include "common/address.h"
 #include "common/atomic_file.h"
+#include "common/authz.h"
 #include "common/grpc_server.h"
 #include "common/host_memory.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/token_file.h"
 #include "kernels/device_probe.h"
 #include "scheduler/job_yaml.h"
 #include "worker/scheduler_client.h"
@@ -65,6 +68,13 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, crit
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of this worker (TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle verifying peers (mutual TLS)");
+ABSL_FLAG(std::string, token_file, "",
+          "identities and roles allowed to call this worker: lines 'SHA256_HEX_OF_TOKEN|- "
+          "IDENTITY ROLE[,ROLE...]' (re-read on SIGHUP); empty = no authentication (a warning "
+          "is logged)");
+ABSL_FLAG(std::string, credential_file, "",
+          "file holding the token this worker sends to the scheduler and the servers (its "
+          "identity needs roles node and worker)");
 // Standalone mode.
 ABSL_FLAG(std::string, job, "", "standalone: job YAML file to train");
 ABSL_FLAG(std::string, servers, "", "standalone: comma-separated host:port of ps_server daemons");
@@ -159,6 +169,15 @@ int main(int argc, char** argv) {
   topts.channel.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   topts.channel.tls.key = absl::GetFlag(FLAGS_tls_key);
   topts.channel.tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  if (!absl::GetFlag(FLAGS_credential_file).empty()) {
+    auto token = ReadCredentialFile(absl::GetFlag(FLAGS_credential_file));
+    if (!token.ok()) {
+      return Fail(absl::InvalidArgumentError(
+                      absl::StrCat("--credential_file: ", token.status().message())),
+                  2);
+    }
+    topts.channel.bearer_token = *token;
+  }
   topts.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_sec));
   if (topts.cpu_threads < 0) return Fail(absl::InvalidArgumentError("--cpu_threads: must be >= 0"), 2);
   if (absl::GetFlag(FLAGS_call_timeout_sec) <= 0) {
@@ -191,8 +210,13 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);  // Reads --token_file again.
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+
+  auto authz = Authorizer::Create(absl::GetFlag(FLAGS_token_file));
+  if (!authz.ok()) return Fail(authz.status(), 2);
+  LogAuthMode("worker", **authz, topts.channel.tls.enabled() && !topts.channel.tls.ca.empty());
 
   auto scheduler = worker::SchedulerClient::Create(absl::GetFlag(FLAGS_scheduler), topts.channel,
                                                    absl::Seconds(5));
@@ -231,7 +255,7 @@ int main(int argc, char** argv) {
     return std::unique_ptr<worker::TaskRunner>(std::move(*t));
   };
   auto node = std::make_unique<worker::WorkerNode>(nopts, scheduler->get(), factory);
-  worker::WorkerService service(node.get());
+  worker::WorkerService service(node.get(), authz->get());
   GrpcServerOptions gopts;
   gopts.listen_address = absl::GetFlag(FLAGS_listen);
   gopts.tls = topts.channel.tls;
@@ -293,7 +317,14 @@ int main(int argc, char** argv) {
             absl::GetFlag(FLAGS_scheduler), nopts.device);
 
   int sig = 0;
-  sigwait(&signals, &sig);
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+    absl::Status reloaded = (*authz)->Reload();
+    if (reloaded.ok()) {
+      log->info("SIGHUP: token file reloaded");
+    } else {
+      log->error("SIGHUP: token file not reloaded, the previous one stays: {}", reloaded);
+    }
+  }
   if (exit_code.load() == 0) log->info("signal {}: shutting down", sig);
   (*server)->Shutdown(absl::Seconds(2));
   node->Shutdown();

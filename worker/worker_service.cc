@@ -2,8 +2,9 @@
 
 namespace pscluster::worker {
 
-WorkerService::WorkerService(WorkerNode* node)
+WorkerService::WorkerService(WorkerNode* node, const Authorizer* authz)
     : ParsedUnaryService("pscluster.v1.WorkerControl"), node_(node) {
+  SetAuthorizer(authz);
   Serve<v1::AssignTaskRequest, v1::AssignTaskResponse>(
       "AssignTask", [this](grpc::CallbackServerContext*, const v1::AssignTaskRequest& req,
                            v1::AssignTaskResponse*, Done done) { done(node_->AssignTask(req)); });

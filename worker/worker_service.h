@@ -11,8 +11,8 @@ namespace pscluster::worker {
 
 class WorkerService final : public ParsedUnaryService<v1::WorkerControl::Service> {
  public:
-  // REQUIRES: `node` outlives the service.
-  explicit WorkerService(WorkerNode* node);
+  // REQUIRES: `node` and `authz` outlive the service. `authz` nullptr: no checks.
+  explicit WorkerService(WorkerNode* node, const Authorizer* authz = nullptr);
 
  private:
   WorkerNode* const node_;

@@ -40,6 +40,10 @@ absl::Status SchedulerClient::Explain(const grpc::Status& status, const char* me
         absl::FormatDuration(options_.timeout), " (", method, ": ", status.error_message(),
         "). Is ps_scheduler running there? Set --scheduler=HOST:PORT or PSCLUSTER_SCHEDULER."));
   }
+  if (code == grpc::StatusCode::UNAUTHENTICATED && options_.channel.bearer_token.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        status.error_message(), " (the scheduler checks callers: pass --token_file=FILE)"));
+  }
   return FromGrpcStatus(status);
 }
 

@@ -186,6 +186,7 @@ absl::Status LocalCluster::WaitForNodes() {
   ClientOptions co;
   co.address = scheduler_address_;
   co.timeout = absl::Seconds(2);
+  co.channel.bearer_token = options_.token;
   auto client = SchedulerClient::Connect(co);
   if (!client.ok()) return client.status();
   absl::Time end = absl::Now() + options_.startup_timeout;

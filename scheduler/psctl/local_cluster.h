@@ -35,6 +35,9 @@ struct LocalClusterOptions {
   std::vector<std::string> scheduler_args;  // Extra flags for the scheduler.
   std::vector<std::string> server_args;  // Extra flags for every server.
   std::vector<std::string> worker_args;  // Extra flags for every worker.
+  // Bearer token (role viewer or admin) sent while waiting for the nodes, when the scheduler is
+  // given a --token_file in scheduler_args.
+  std::string token;
   // Returns true when the start should be abandoned (Ctrl-C).
   std::function<bool()> interrupted = [] { return false; };
 };

@@ -13,6 +13,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/token_file.h"
 #include "scheduler/psctl/commands.h"
 
 ABSL_FLAG(std::string, scheduler, "",
@@ -29,8 +30,8 @@ ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM key of --tls_cert");
 ABSL_FLAG(std::string, tls_server_name, "", "name the scheduler's certificate is checked for");
 ABSL_FLAG(std::string, token_file, "",
-          "not supported yet: no daemon checks bearer tokens, so psctl refuses to send one "
-          "(use mutual TLS: --tls_ca, --tls_cert, --tls_key)");
+          "file holding your bearer token, sent on every call to the scheduler (needs role "
+          "admin to submit, cancel and move shards; viewer to read)");
 // up --local / down
 ABSL_FLAG(bool, local, false, "up: run the cluster as local child processes on loopback");
 ABSL_FLAG(bool, detach, false, "up: leave the cluster running (stop it with psctl down)");
@@ -112,10 +113,12 @@ int main(int argc, char** argv) {
   o.client.channel.tls.key = absl::GetFlag(FLAGS_tls_key);
   o.client.channel.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   if (!absl::GetFlag(FLAGS_token_file).empty()) {
-    std::cerr << "psctl: --token_file: bearer tokens are not supported yet: no daemon checks "
-                 "them, so none is sent; use mutual TLS (--tls_ca, --tls_cert, --tls_key)"
-              << std::endl;
-    return 2;
+    auto token = pscluster::ReadCredentialFile(absl::GetFlag(FLAGS_token_file));
+    if (!token.ok()) {
+      std::cerr << "psctl: --token_file: " << token.status().message() << std::endl;
+      return 2;
+    }
+    o.client.channel.bearer_token = *token;
   }
   auto format = pscluster::psctl::ParseOutputFormat(absl::GetFlag(FLAGS_o));
   if (!format.ok()) {

@@ -12,9 +12,7 @@ std::shared_ptr<PsStream> PsStream::Open(grpc::GenericStub* stub, const std::str
   s->self_ = s;
   s->opened_ = absl::Now();
   s->ctx_.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(lifetime));
-  if (!channel.bearer_token.empty()) {
-    s->ctx_.AddMetadata("authorization", absl::StrCat("Bearer ", channel.bearer_token));
-  }
+  // The bearer token, if any, is added by the channel (common/channel.cc) to every call.
   stub->PrepareBidiStreamingCall(&s->ctx_, "/pscluster.v1.ParameterServer/PushPull",
                                  grpc::StubOptions(), s.get());
   s->AddHold();

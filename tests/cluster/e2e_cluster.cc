@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -108,6 +109,12 @@ absl::StatusOr<std::unique_ptr<E2eCluster>> E2eCluster::Start(const std::string&
   lo.work_dir = c->dir_ + "/cluster";
   lo.device = "cpu";
   lo.startup_timeout = options.startup_timeout;
+  lo.token = options.admin_token;
+  if (!options.admin_token.empty()) {
+    c->admin_token_file_ = c->dir_ + "/psctl-admin.token";
+    absl::Status st = WriteFileAtomically(c->admin_token_file_, options.admin_token + "\n");
+    if (!st.ok()) return st;
+  }
   lo.scheduler_args = {"--startup_grace_ms=200", "--lease_ms=4000", "--db_sync=normal",
                       "--rebalance_every_ms=0",
                        "--metrics_listen=127.0.0.1:0"};
@@ -127,6 +134,7 @@ absl::StatusOr<std::unique_ptr<E2eCluster>> E2eCluster::Start(const std::string&
   psctl::ClientOptions co;
   co.address = c->cluster_->scheduler_address();
   co.timeout = absl::Seconds(5);
+  co.channel.bearer_token = options.admin_token;
   auto client = psctl::SchedulerClient::Connect(co);
   if (!client.ok()) return client.status();
   c->client_ = std::move(*client);
@@ -140,6 +148,12 @@ E2eCluster::~E2eCluster() {
 CommandResult E2eCluster::Psctl(std::vector<std::string> args, absl::Duration timeout) const {
   args.insert(args.begin(), {absl::StrCat("--scheduler=", scheduler_address()),
                              "--interval=100ms"});
+  const bool has_token =
+      std::any_of(args.begin(), args.end(),
+                  [](const std::string& a) { return a.rfind("--token_file", 0) == 0; });
+  if (!admin_token_file_.empty() && !has_token) {
+    args.insert(args.begin(), "--token_file=" + admin_token_file_);
+  }
   return RunCommand(PsctlBinary(), args, timeout);
 }
 
@@ -148,6 +162,12 @@ absl::StatusOr<std::unique_ptr<BackgroundCommand>> E2eCluster::StartPsctl(
   static int counter = 0;
   args.insert(args.begin(), {absl::StrCat("--scheduler=", scheduler_address()),
                              "--interval=100ms"});
+  const bool has_token =
+      std::any_of(args.begin(), args.end(),
+                  [](const std::string& a) { return a.rfind("--token_file", 0) == 0; });
+  if (!admin_token_file_.empty() && !has_token) {
+    args.insert(args.begin(), "--token_file=" + admin_token_file_);
+  }
   return BackgroundCommand::Start(PsctlBinary(), args,
                                   absl::StrCat(dir_, "/psctl-", ++counter, ".out"));
 }

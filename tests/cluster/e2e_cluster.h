@@ -44,6 +44,10 @@ struct E2eClusterOptions {
   std::vector<std::string> server_args;
   std::vector<std::string> worker_args;
   absl::Duration startup_timeout = absl::Seconds(60);
+  // A secured cluster: the token (role admin) this fixture's own calls to the scheduler send
+  // and Psctl() passes as --token_file; the daemons' --token_file and --credential_file go in
+  // the *_args above.
+  std::string admin_token;
 };
 
 // Paths of the real binaries in the test's runfiles.
@@ -94,7 +98,8 @@ class E2eCluster {
   // The processes: "scheduler", "server-1".., "worker-1"..; kill, restart, pids, logs.
   psctl::LocalCluster& processes() { return *cluster_; }
 
-  // Runs the psctl binary with --scheduler=<this cluster> and a 100 ms refresh interval.
+  // Runs the psctl binary with --scheduler=<this cluster> and a 100 ms refresh interval (and the
+  // admin token as --token_file, if any, unless `args` carry a --token_file).
   CommandResult Psctl(std::vector<std::string> args,
                       absl::Duration timeout = absl::Seconds(60)) const;
   // The same, in the background (output in dir()/psctl-N.out).
@@ -146,6 +151,7 @@ class E2eCluster {
                                           std::vector<std::string> args) const;
 
   std::string dir_;
+  std::string admin_token_file_;
   std::unique_ptr<psctl::LocalCluster> cluster_;
   std::unique_ptr<psctl::SchedulerClient> client_;
 };

@@ -208,10 +208,11 @@ TEST_F(PsctlCliTest, MalformedAndOversizedJobsGetClearErrors) {
                               "move-shard", "up --local", "down"}) {
     EXPECT_THAT(r.output, HasSubstr(command)) << "psctl --help";
   }
-  // An option nothing carries out is refused, not ignored.
-  r = Psctl({"--token_file=" + dir_ + "/token", "jobs"});
+  // A token file that cannot be read is a usage error naming the file.
+  r = Psctl({"--token_file=" + dir_ + "/no-such-token", "jobs"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.output, HasSubstr("--token_file: bearer tokens are not supported yet"));
+  EXPECT_THAT(r.output, HasSubstr("--token_file: "));
+  EXPECT_THAT(r.output, HasSubstr(dir_ + "/no-such-token"));
 
   // None of them queued anything.
   r = Psctl({"jobs"});
