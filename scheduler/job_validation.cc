@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/sharding.h"
+#include "kernels/models/graph_spec.h"
 #include "worker/data/dataset_spec.h"
 
 namespace pscluster::scheduler {
@@ -92,12 +93,44 @@ void CheckCompression(const v1::CompressionSpec& cs, const std::string& p, Check
             "top-k compression is not supported yet: workers send dense pushes (leave it 0)");
 }
 
+// Records a "path: message" error from the model code under its path.
+void RequireOk(const absl::Status& s, Checker& c) {
+  if (s.ok()) return;
+  const absl::string_view m = s.message();
+  const size_t colon = m.find(": ");
+  c.Require(false, colon == absl::string_view::npos ? "model" : m.substr(0, colon),
+            colon == absl::string_view::npos ? m : m.substr(colon + 2));
+}
+
+// A layer graph: its structure here (kernels/models/graph_spec.h, the code the workers build it
+// with); what depends on the data's sizes, when the workers have read it.
+void CheckGraph(const v1::JobSpec& spec, Checker& c) {
+  const v1::ModelSpec& m = spec.model();
+  c.Require(m.input_dim() == 0, "model.input_dim",
+            "is filled by the workers from the data for kind graph; leave it out");
+  c.Require(m.num_classes() != 1, "model.num_classes", "must be >= 2 (or 0 = from the data)");
+  RequireOk(kernels::PlanGraph(m, /*data_known=*/false).status(), c);
+  c.Require(data::IsStreamed(spec.dataset()), "model.kind",
+            "a graph model reads the user's files (dataset.format), not a built-in data set");
+  c.Require(spec.export_path().empty(), "export_path",
+            "exporting a graph model is not supported yet; leave export_path empty");
+}
+
 void CheckModel(const v1::JobSpec& spec, Checker& c) {
   const v1::ModelSpec& m = spec.model();
   const std::string& k = m.kind();
-  c.Require(!k.empty(), "model.kind", "is required (softmax, mlp, cnn or sparse_linear)");
-  c.Require(k.empty() || k == "softmax" || k == "mlp" || k == "cnn" || k == "sparse_linear",
-            "model.kind", absl::StrCat("must be softmax, mlp, cnn or sparse_linear (got '", k, "')"));
+  c.Require(!k.empty(), "model.kind", "is required (softmax, mlp, cnn, sparse_linear or graph)");
+  c.Require(k.empty() || k == "softmax" || k == "mlp" || k == "cnn" || k == "sparse_linear" ||
+                k == "graph",
+            "model.kind",
+            absl::StrCat("must be softmax, mlp, cnn, sparse_linear or graph (got '", k, "')"));
+  if (k == "graph") {
+    CheckGraph(spec, c);
+    return;
+  }
+  c.Require(m.layers_size() == 0, "model.layers", "applies only to kind graph");
+  c.Require(m.input_fields_size() == 0, "model.input_fields", "applies only to kind graph");
+  c.Require(m.key_space() == 0, "model.key_space", "applies only to kind graph");
   c.Require(k != "mlp" || m.hidden_size() > 0, "model.hidden",
             "an mlp needs at least one hidden layer width");
   c.Require(k == "mlp" || k == "sparse_linear" || m.hidden_size() == 0, "model.hidden",
@@ -188,10 +221,25 @@ void CheckStreamedDataset(const v1::JobSpec& spec, Checker& c) {
     }
   }
   const std::string& k = spec.model().kind();
+  if (k == "graph") {
+    // The graph reads what its inputs name; the data must hold it.
+    const v1::ModelSpec& m = spec.model();
+    for (int i = 0; i < m.layers_size(); ++i) {
+      const std::string& t = m.layers(i).type();
+      c.Require(t != "dense_input" || dense, absl::StrCat("model.layers[", i, "].type"),
+                absl::StrCat("the ", data::DataFormatName(f), " data has no dense features",
+                             csv ? " (declare dense columns, or other_columns: dense)" : ""));
+      c.Require(t != "categorical_input" || categorical,
+                absl::StrCat("model.layers[", i, "].type"),
+                absl::StrCat("the ", data::DataFormatName(f), " data has no categorical features",
+                             csv ? " (declare categorical columns)" : ""));
+    }
+    return;
+  }
   c.Require(!(categorical && dense), "dataset.format",
             absl::StrCat(data::DataFormatName(f), " data with both dense and categorical "
-                         "features is not supported yet by the model kinds softmax, mlp, cnn "
-                         "and sparse_linear (each reads one of the two)",
+                         "features is not supported by the model kinds softmax, mlp, cnn "
+                         "and sparse_linear (each reads one of the two; kind graph reads both)",
                          csv ? "; columns not declared read as other_columns, dense unless "
                                "set otherwise"
                              : ""));

@@ -269,7 +269,104 @@ export_path: /tmp/lr.safetensors
                                   "kind: sparse_linear", "kind: softmax");
   EXPECT_THAT(LoadJobYaml(csv, "j.yaml"),
               StatusIs(kInvalid, AllOf(StartsWith("j.yaml:5: dataset.format:"),
-                                       HasSubstr("not supported yet"))));
+                                       HasSubstr("kind graph reads both"))));
+}
+
+// A layer graph (model kind graph) is checked at submission: each error names the file, the
+// line and the layer's key.
+TEST(JobYamlTest, TheLayerGraphIsCheckedAtSubmission) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  {
+    std::ofstream(dir + "/train.tsv") << "1\t1\t\t\t\t\t\t\t\t\t\t\t\t\t" << std::string(25, '\t') << "\n";
+    std::ofstream(dir + "/train.svm") << "1 1:0.5 7:1\n";
+  }
+  const std::string good = absl::StrCat(R"(name: wd
+model:
+  kind: graph
+  layers:
+    - {name: dense, type: dense_input}
+    - {name: cat, type: categorical_input}
+    - {name: wide, type: linear, inputs: [cat]}
+    - {name: emb, type: embedding, inputs: [cat], width: 8}
+    - {name: deep_in, type: concat, inputs: [dense, emb]}
+    - {name: deep, type: mlp, inputs: [deep_in], widths: [16, 1]}
+    - {name: logit, type: add, inputs: [wide, deep]}
+    - {name: head, type: sigmoid, inputs: [logit]}
+dataset:
+  format: criteo
+  train: )", dir, R"(/train.tsv
+  holdout_fraction: 0.2
+optimizer:
+  kind: adagrad
+  learning_rate: 0.1
+num_servers: 1
+num_workers: 1
+epochs: 1
+batch_size: 8
+)");
+  // Dense and categorical features together are fine for a graph.
+  ASSERT_THAT(LoadJobYaml(good, "j.yaml"), IsOk());
+  // An unknown layer type.
+  EXPECT_THAT(LoadJobYaml(Replace(good, "type: add", "type: multiply"), "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:11: model.layers[6].type:"),
+                                       HasSubstr("unknown layer type 'multiply'"))));
+  // An input that names no layer, or a later one.
+  EXPECT_THAT(LoadJobYaml(Replace(good, "inputs: [wide, deep]", "inputs: [wide, dep]"), "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:11: model.layers[6].inputs[1]:"),
+                                       HasSubstr("'dep' names no earlier layer"))));
+  EXPECT_THAT(LoadJobYaml(Replace(good, "inputs: [dense, emb]", "inputs: [dense, deep]"), "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:9: model.layers[4].inputs[1]:"),
+                                       HasSubstr("names no earlier layer"))));
+  // A layer that does not lead to the head.
+  EXPECT_THAT(
+      LoadJobYaml(Replace(good, "    - {name: deep_in",
+                          "    - {name: extra, type: embedding, inputs: [cat], width: 4}\n"
+                          "    - {name: deep_in"),
+                  "j.yaml"),
+      StatusIs(kInvalid, AllOf(StartsWith("j.yaml:9: model.layers[4]:"),
+                               HasSubstr("does not lead to the head"))));
+  // Widths that do not match: an add of 1 and 2 features, a sigmoid head over 2.
+  EXPECT_THAT(LoadJobYaml(Replace(good, "widths: [16, 1]", "widths: [16, 2]"), "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:11: model.layers[6].inputs[1]:"),
+                                       HasSubstr("widths do not match"))));
+  EXPECT_THAT(LoadJobYaml(Replace(good, "type: add", "type: concat"), "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:12: model.layers[7].inputs:"),
+                                       HasSubstr("widths do not match"))));
+  // A field used twice.
+  EXPECT_THAT(LoadJobYaml(Replace(good, "type: categorical_input}",
+                                  "type: categorical_input, fields: [C1, C2, C1]}"),
+                          "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:6: model.layers[1].fields[2]:"),
+                                       HasSubstr("field 'C1' is used twice"))));
+  // A missing width, a key that does not apply to the type, a head that is not last.
+  EXPECT_THAT(LoadJobYaml(Replace(good, ", width: 8}", "}"), "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:8: model.layers[3].width:")));
+  EXPECT_THAT(LoadJobYaml(Replace(good, "inputs: [dense, emb]}", "inputs: [dense, emb], width: 3}"),
+                          "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:9: model.layers[4].width:"),
+                                       HasSubstr("does not apply to a concat layer"))));
+  EXPECT_THAT(LoadJobYaml(Replace(good, "type: add", "type: sigmoid"), "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:11: model.layers[6].type:")));
+  // fm and dot_interaction need vectors of one width.
+  EXPECT_THAT(LoadJobYaml(Replace(good, "type: mlp, inputs: [deep_in], widths: [16, 1]",
+                                  "type: fm, inputs: [dense]"),
+                          "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:10: model.layers[5].inputs:"),
+                                       HasSubstr("two or more vectors"))));
+  // The data must hold what the inputs read.
+  EXPECT_THAT(LoadJobYaml(Replace(Replace(good, "format: criteo", "format: libsvm"), "/train.tsv",
+                                  "/train.svm"),
+                          "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:5: model.layers[0].type:"),
+                                       HasSubstr("no dense features"))));
+  // What the workers fill from the data is not for the job file; layers are for graphs only.
+  EXPECT_THAT(LoadJobYaml(Replace(good, "  kind: graph\n", "  kind: graph\n  key_space: 100\n"),
+                          "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:4: model.key_space:")));
+  EXPECT_THAT(LoadJobYaml(Replace(good, "kind: graph", "kind: sparse_linear"), "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:4: model.layers:")));
+  EXPECT_THAT(LoadJobYaml(good + "export_path: /tmp/wd.safetensors\n", "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:24: export_path:")));
 }
 
 // What the servers limit is refused at submission, from the same constants (common/limits.h):

@@ -40,6 +40,19 @@ absl::StatusOr<std::unique_ptr<StreamedData>> OpenStreamedData(const v1::JobSpec
 v1::ModelSpec CompleteStreamedModelSpec(const v1::ModelSpec& model, const data::Schema& schema) {
   v1::ModelSpec m = model;
   if (m.num_classes() == 0) m.set_num_classes(schema.num_classes);
+  if (m.kind() == "graph") {
+    // The graph's inputs: the dense features, the categorical fields and the key bound.
+    m.set_input_dim(static_cast<uint32_t>(schema.dense.size()));
+    m.clear_input_fields();
+    for (const data::FieldInfo& f : schema.fields) {
+      v1::InputField* field = m.add_input_fields();
+      field->set_name(f.name);
+      field->set_base(f.base);
+      field->set_size(f.size);
+    }
+    m.set_key_space(schema.key_space);
+    return m;
+  }
   if (m.input_dim() == 0) {
     m.set_input_dim(m.kind() == "sparse_linear" ? static_cast<uint32_t>(schema.key_space)
                                                 : static_cast<uint32_t>(schema.dense.size()));
