@@ -60,6 +60,39 @@ YAML::Node CheckPod(const YAML::Node& workload, const std::string& component, in
   return c;
 }
 
+// The pod template carries Prometheus' scrape annotations and a metrics port.
+void ExpectScraped(const YAML::Node& workload, int port) {
+  const YAML::Node a = workload["spec"]["template"]["metadata"]["annotations"];
+  ASSERT_TRUE(a.IsMap()) << workload["metadata"]["name"];
+  EXPECT_EQ(a["prometheus.io/scrape"].as<std::string>(), "true");
+  EXPECT_EQ(a["prometheus.io/port"].as<std::string>(), std::to_string(port));
+  EXPECT_EQ(a["prometheus.io/path"].as<std::string>(), "/metrics");
+  bool has_port = false;
+  for (const auto& p : workload["spec"]["template"]["spec"]["containers"][0]["ports"]) {
+    has_port = has_port || (p["name"].as<std::string>() == "metrics" &&
+                            p["containerPort"].as<int>() == port);
+  }
+  EXPECT_TRUE(has_port) << workload["metadata"]["name"];
+}
+
+// Pod volumes by name: the claim each one names.
+std::map<std::string, std::string> Volumes(const YAML::Node& workload) {
+  std::map<std::string, std::string> out;
+  for (const auto& v : workload["spec"]["template"]["spec"]["volumes"]) {
+    out[v["name"].as<std::string>()] = v["persistentVolumeClaim"]["claimName"].as<std::string>();
+  }
+  return out;
+}
+
+// A container's mounts: volume name -> path.
+std::map<std::string, std::string> Mounts(const YAML::Node& container) {
+  std::map<std::string, std::string> out;
+  for (const auto& m : container["volumeMounts"]) {
+    out[m["name"].as<std::string>()] = m["mountPath"].as<std::string>();
+  }
+  return out;
+}
+
 TEST(ManifestsTest, Scheduler) {
   auto m = ByKind("k8s/scheduler.yaml");
   ASSERT_EQ(m.count("Deployment"), 1u);
@@ -79,7 +112,7 @@ TEST(ManifestsTest, Scheduler) {
             "9090");
 }
 
-TEST(ManifestsTest, ServersAreAStatefulSetWithCheckpointVolumesAndAHeadlessService) {
+TEST(ManifestsTest, ServersAreAStatefulSetWithSharedCheckpointsAndAHeadlessService) {
   auto m = ByKind("k8s/servers.yaml");
   ASSERT_EQ(m.count("StatefulSet"), 1u);
   ASSERT_EQ(m.count("Service"), 1u);
@@ -88,13 +121,37 @@ TEST(ManifestsTest, ServersAreAStatefulSetWithCheckpointVolumesAndAHeadlessServi
   EXPECT_EQ(s["spec"]["serviceName"].as<std::string>(),
             m["Service"]["metadata"]["name"].as<std::string>());
   YAML::Node c = CheckPod(s, "server", 7000);
-  EXPECT_EQ(s["spec"]["volumeClaimTemplates"][0]["metadata"]["name"].as<std::string>(),
-            "checkpoints");
   std::string args;
   for (const auto& a : c["args"]) args += a.as<std::string>() + " ";
   EXPECT_THAT(args, HasSubstr("--scheduler=pscluster-scheduler:7070"));
   EXPECT_THAT(args, HasSubstr("--listen=$(POD_IP):7000"));
   EXPECT_THAT(args, HasSubstr("--checkpoint_dir=/var/lib/pscluster/checkpoints"));
+  EXPECT_THAT(args, HasSubstr("--metrics_listen=0.0.0.0:9090"));
+  ExpectScraped(s, 9090);
+  // The checkpoints are one shared volume (the scheduler mounts it too), not one per server:
+  // a job that loses a server rolls back to its newest checkpoint.
+  EXPECT_FALSE(s["spec"]["volumeClaimTemplates"]);
+  EXPECT_EQ(Volumes(s)["checkpoints"], "pscluster-checkpoints");
+  EXPECT_EQ(Volumes(s)["exports"], "pscluster-exports");
+  EXPECT_EQ(Mounts(c)["checkpoints"], "/var/lib/pscluster/checkpoints");
+  EXPECT_EQ(Volumes(ByKind("k8s/scheduler.yaml")["Deployment"])["checkpoints"],
+            "pscluster-checkpoints");
+  EXPECT_EQ(Mounts(ByKind("k8s/scheduler.yaml")["Deployment"]["spec"]["template"]["spec"]
+                       ["containers"][0])["checkpoints"],
+            "/var/lib/pscluster/checkpoints");
+}
+
+TEST(ManifestsTest, SharedVolumesAreReadWriteMany) {
+  std::map<std::string, YAML::Node> claims;
+  for (const YAML::Node& d : Docs("k8s/storage.yaml")) {
+    ASSERT_EQ(d["kind"].as<std::string>(), "PersistentVolumeClaim");
+    claims[d["metadata"]["name"].as<std::string>()] = d;
+  }
+  ASSERT_EQ(claims.size(), 2u);
+  for (const char* name : {"pscluster-checkpoints", "pscluster-exports"}) {
+    ASSERT_EQ(claims.count(name), 1u) << name;
+    EXPECT_EQ(claims[name]["spec"]["accessModes"][0].as<std::string>(), "ReadWriteMany") << name;
+  }
 }
 
 TEST(ManifestsTest, WorkersRequestGpus) {
@@ -105,14 +162,44 @@ TEST(ManifestsTest, WorkersRequestGpus) {
   std::string args;
   for (const auto& a : c["args"]) args += a.as<std::string>() + " ";
   EXPECT_THAT(args, HasSubstr("--device=cuda"));
+  EXPECT_THAT(args, HasSubstr("--metrics_listen=0.0.0.0:9090"));
+  ExpectScraped(m["Deployment"], 9090);
+  // GPU pods run the GPU image (the CPU-only one cannot use the GPU they ask for).
+  EXPECT_EQ(c["image"].as<std::string>(), "pscluster-gpu:0.1.0");
+  EXPECT_EQ(Volumes(m["Deployment"])["exports"], "pscluster-exports");
+  EXPECT_EQ(Mounts(c)["exports"], "/var/lib/pscluster/exports");
 }
 
 TEST(ManifestsTest, KustomizationListsEveryManifest) {
   YAML::Node k = YAML::Load(Read("k8s/kustomization.yaml"));
   std::vector<std::string> files;
   for (const auto& r : k["resources"]) files.push_back(r.as<std::string>());
-  EXPECT_THAT(files, ::testing::UnorderedElementsAre("namespace.yaml", "scheduler.yaml",
-                                                     "servers.yaml", "workers.yaml"));
+  EXPECT_THAT(files, ::testing::UnorderedElementsAre("namespace.yaml", "storage.yaml",
+                                                     "scheduler.yaml", "servers.yaml",
+                                                     "workers.yaml"));
+}
+
+// The Dockerfile builds a GPU image beside the CPU one: the CUDA toolkit in its build stage
+// (which fails without nvcc rather than ship a CPU-only worker), cuBLAS and the CUDA runtime in
+// its runtime stage; the CPU image stays the default (last) target.
+TEST(ManifestsTest, DockerfileBuildsAGpuImage) {
+  const std::string d = Read("Dockerfile");
+  const size_t gpu_build = d.find("AS build-gpu");
+  const size_t gpu = d.find("AS gpu\n");
+  const size_t cpu = d.find("AS cpu\n");
+  ASSERT_NE(gpu_build, std::string::npos);
+  ASSERT_NE(gpu, std::string::npos);
+  ASSERT_NE(cpu, std::string::npos);
+  EXPECT_LT(gpu, cpu) << "the CPU image is the default target";
+  const std::string build = d.substr(gpu_build, gpu - gpu_build);
+  EXPECT_THAT(build, HasSubstr("cuda-nvcc-"));
+  EXPECT_THAT(build, HasSubstr("libcublas-dev-"));
+  EXPECT_THAT(build, HasSubstr("test -x /usr/local/cuda/bin/nvcc"));
+  const std::string runtime = d.substr(gpu, cpu - gpu);
+  EXPECT_THAT(runtime, HasSubstr("libcublas-${CUDA_MAJOR_MINOR}"));
+  EXPECT_THAT(runtime, HasSubstr("cuda-cudart-${CUDA_MAJOR_MINOR}"));
+  EXPECT_THAT(runtime, HasSubstr("COPY --from=build-gpu"));
+  EXPECT_THAT(d, HasSubstr("--target gpu -t pscluster-gpu:0.1.0"));
 }
 
 TEST(ManifestsTest, SystemdUnitsRunTheDaemons) {

@@ -7,6 +7,11 @@
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/* GPU workers run the GPU image (deploy/Dockerfile, --target gpu). */}}
+{{- define "pscluster.gpuImage" -}}
+{{- printf "%s:%s" .Values.image.gpuRepository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
 {{- define "pscluster.labels" -}}
 app.kubernetes.io/name: pscluster
 app.kubernetes.io/instance: {{ .Release.Name }}
