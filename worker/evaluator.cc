@@ -1,6 +1,9 @@
 #include "worker/evaluator.h"
 
 #include <utility>
+#include <vector>
+
+#include "worker/auc.h"
 
 namespace pscluster::worker {
 
@@ -13,6 +16,9 @@ absl::StatusOr<Evaluation> Evaluate(kernels::Model& model, kernels::Backend* bac
   double loss = 0;
   int64_t correct = 0;
   bool dense_pulled = false;
+  const bool two_class = model.num_classes() == 2;
+  AucAccumulator auc;
+  std::vector<float> scores;
   while (true) {
     auto b = test->Next(eval_batch);
     if (!b.ok()) return b.status();
@@ -27,8 +33,12 @@ absl::StatusOr<Evaluation> Evaluate(kernels::Model& model, kernels::Backend* bac
     if (!ps.ok()) return ps;
     dense_pulled = true;
     kernels::StepResult r;
-    absl::Status es = model.Evaluate(*b, ValuesOf(*slot), &r);
+    absl::Status es = two_class ? model.EvaluateScores(*b, ValuesOf(*slot), &r, &scores)
+                                : model.Evaluate(*b, ValuesOf(*slot), &r);
     if (!es.ok()) return es;
+    if (two_class) {
+      for (int64_t i = 0; i < b->num_examples; ++i) auc.Add(scores[i], b->labels[i]);
+    }
     loss += r.loss * r.examples;
     correct += r.correct;
     e.examples += b->num_examples;
@@ -36,6 +46,7 @@ absl::StatusOr<Evaluation> Evaluate(kernels::Model& model, kernels::Backend* bac
   if (e.examples == 0) return absl::FailedPreconditionError("the test set holds no examples");
   e.loss = loss / e.examples;
   e.accuracy = static_cast<double>(correct) / e.examples;
+  if (two_class) e.auc = auc.Auc();
   return e;
 }
 

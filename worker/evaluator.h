@@ -1,6 +1,6 @@
 // Test-set evaluation of the model as the servers hold it at a clock: every test batch's sparse
-// rows (and, once, the dense parameters) pulled at that clock, then the model's loss and
-// accuracy over the whole set.
+// rows (and, once, the dense parameters) pulled at that clock, then the model's loss, accuracy
+// and, for a two-class model, AUC (exact: every example's score, ranked) over the whole set.
 #ifndef PSCLUSTER_WORKER_EVALUATOR_H_
 #define PSCLUSTER_WORKER_EVALUATOR_H_
 
@@ -18,6 +18,7 @@ namespace pscluster::worker {
 struct Evaluation {
   double loss = 0;
   double accuracy = 0;
+  double auc = -1;  // Two-class models whose test set holds both classes; else -1.
   int64_t examples = 0;
 };
 

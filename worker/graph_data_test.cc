@@ -12,6 +12,7 @@
 #include "kernels/models/create_model.h"
 #include "kernels/models/host_init.h"
 #include "kernels/models/model_test_util.h"
+#include "worker/auc.h"
 #include "worker/data/test_files.h"
 #include "worker/streamed_data.h"
 
@@ -103,6 +104,7 @@ TEST(GraphDataTest, AWideAndDeepGraphTrainsOnCriteoFiles) {
   StreamedTestSource test(data->get());
   ASSERT_TRUE(test.Start().ok());
   int64_t correct = 0, seen = 0;
+  AucAccumulator auc;
   for (;;) {
     auto b = test.Next(100);
     ASSERT_TRUE(b.ok()) << b.status();
@@ -110,12 +112,21 @@ TEST(GraphDataTest, AWideAndDeepGraphTrainsOnCriteoFiles) {
     auto values = host.Gather(*(*model)->SparseKeys(*b));
     ASSERT_TRUE(values.ok());
     kernels::StepResult r;
-    ASSERT_TRUE((*model)->Evaluate(*b, *values, &r).ok());
+    std::vector<float> scores;
+    ASSERT_TRUE((*model)->EvaluateScores(*b, *values, &r, &scores).ok());
+    ASSERT_EQ(scores.size(), static_cast<size_t>(b->num_examples));
+    int64_t right = 0;  // The scores are the logits: positive predicts class 1.
+    for (int64_t i = 0; i < b->num_examples; ++i) {
+      right += (scores[i] > 0) == (b->labels[i] == 1) ? 1 : 0;
+      auc.Add(scores[i], b->labels[i]);
+    }
+    EXPECT_EQ(right, r.correct);
     correct += r.correct;
     seen += r.examples;
   }
   EXPECT_EQ(seen, 500);
   EXPECT_GT(static_cast<double>(correct) / seen, 0.97) << correct << " of " << seen;
+  EXPECT_GT(auc.Auc(), 0.98);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ ProgressReporter::ProgressReporter(uint32_t rank, int64_t total_steps, int64_t s
   progress_.set_rank(rank);
   progress_.set_total_steps(total_steps);
   progress_.set_test_accuracy(-1);
+  progress_.set_test_auc(-1);
   progress_.set_test_loss(-1);
 }
 
@@ -28,9 +29,10 @@ void ProgressReporter::SetPart(int64_t examples, int64_t batch) {
   progress_.set_batch_size(static_cast<uint32_t>(batch));
 }
 
-void ProgressReporter::SetEvaluation(double accuracy, double loss) {
+void ProgressReporter::SetEvaluation(double accuracy, double loss, double auc) {
   progress_.set_test_accuracy(accuracy);
   progress_.set_test_loss(loss);
+  progress_.set_test_auc(auc);
 }
 
 void ProgressReporter::SetExportPath(const std::string& path) { progress_.set_export_path(path); }

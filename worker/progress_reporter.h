@@ -28,7 +28,8 @@ class ProgressReporter {
 
   // This rank's part: examples and examples per step.
   void SetPart(int64_t examples, int64_t batch);
-  void SetEvaluation(double accuracy, double loss);
+  // `auc`: -1 when the model has no AUC (more than two classes, or one class in the test set).
+  void SetEvaluation(double accuracy, double loss, double auc = -1);
   void SetExportPath(const std::string& path);
   // Where each report reads the data's statistics. REQUIRES: `data` outlives the reporter.
   void SetDataSource(const TrainSource* data) { data_ = data; }

@@ -344,9 +344,9 @@ absl::Status Trainer::RunImpl(State* st) {
                          eval_batch,
                          &eval_slot);
       if (!ev.ok()) return ev.status();
-      reporter.SetEvaluation(ev->accuracy, ev->loss);
-      log->info("job {} epoch {}/{}: test accuracy {:.4f}, loss {:.4f}", task_.job_id(),
-                epoch + 1, spec.epochs(), ev->accuracy, ev->loss);
+      reporter.SetEvaluation(ev->accuracy, ev->loss, ev->auc);
+      log->info("job {} epoch {}/{}: test accuracy {:.4f}, loss {:.4f}, AUC {:.4f}",
+                task_.job_id(), epoch + 1, spec.epochs(), ev->accuracy, ev->loss, ev->auc);
     }
     if (!reporter.Report(step, true)) return absl::CancelledError("cancelled");
     return absl::OkStatus();
@@ -386,6 +386,7 @@ absl::Status Trainer::RunImpl(State* st) {
   result_.steps = schedule.total_steps - task_.start_step();
   result_.test_accuracy = progress.test_accuracy();
   result_.test_loss = progress.test_loss();
+  result_.test_auc = progress.test_auc();
   result_.train_loss = progress.loss();
   result_.train_sec = Seconds(pipeline.train_time());
   result_.train_start = pipeline.train_start();

@@ -61,6 +61,7 @@ struct TrainerResult {
   int64_t steps = 0;
   double test_accuracy = -1;
   double test_loss = -1;
+  double test_auc = -1;  // Two-class models.
   double train_loss = 0;          // Last reporting window.
   double samples_per_sec = 0;     // Training examples per second of the step loop (evaluation
                                   // and export excluded).

@@ -342,8 +342,17 @@ absl::Status GraphModel::Evaluate(const Batch& batch, const ParamValues& params,
   return Run(batch, params, nullptr, result);
 }
 
+absl::Status GraphModel::EvaluateScores(const Batch& batch, const ParamValues& params,
+                                        StepResult* result, std::vector<float>* scores) {
+  if (num_classes_ != 2) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("scores need a two-class model; this graph has ", num_classes_, " classes"));
+  }
+  return Run(batch, params, nullptr, result, scores);
+}
+
 absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, const Gradients* grads,
-                             StepResult* result) {
+                             StepResult* result, std::vector<float>* scores) {
   KERNELS_RETURN_IF_ERROR(ValidateBatch(batch));
   KERNELS_RETURN_IF_ERROR(ValidateParams(params, grads));
   KERNELS_RETURN_IF_ERROR(MapBags(batch, params));
@@ -377,6 +386,13 @@ absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, cons
     }
   }
   const int stats_slot = io_.AddOutput(host_stats_, sizeof(host_stats_));
+  // The logits per example: one (a sigmoid head) or two (a two-class softmax).
+  const int64_t logit_width = nodes.back().type == NodeType::kSigmoid ? 1 : num_classes_;
+  int logits_slot = -1;
+  if (scores != nullptr) {
+    host_logits_.resize(n * logit_width);
+    logits_slot = io_.AddOutput(host_logits_.data(), host_logits_.size() * sizeof(float));
+  }
   KERNELS_RETURN_IF_ERROR(io_.Upload());
   for (size_t i = 0; i < bags_.size(); ++i) {
     bags_[i].d_offsets = static_cast<const int32_t*>(io_.device(bag_slots[3 * i]));
@@ -631,7 +647,18 @@ absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, cons
   }
   KERNELS_RETURN_IF_ERROR(
       be->ColumnSum(n, 2, row_stats, false, static_cast<float*>(io_.device(stats_slot))));
+  if (scores != nullptr) {
+    KERNELS_RETURN_IF_ERROR(backend_->CopyOnDevice(logits, io_.device(logits_slot),
+                                                   sizeof(float) * n * logit_width));
+  }
   KERNELS_RETURN_IF_ERROR(io_.Download());
+  if (scores != nullptr) {
+    scores->resize(n);
+    for (int64_t i = 0; i < n; ++i) {
+      (*scores)[i] = logit_width == 1 ? host_logits_[i]
+                                      : host_logits_[2 * i + 1] - host_logits_[2 * i];
+    }
+  }
 
   result->loss = host_stats_[0] / static_cast<double>(n);
   result->correct = static_cast<int64_t>(std::lround(host_stats_[1]));

@@ -46,6 +46,8 @@ class GraphModel final : public Model {
                          StepResult* result) override;
   absl::Status Evaluate(const Batch& batch, const ParamValues& params,
                         StepResult* result) override;
+  absl::Status EvaluateScores(const Batch& batch, const ParamValues& params, StepResult* result,
+                              std::vector<float>* scores) override;
 
  private:
   // One EmbeddingBag call: the bags it forms from a categorical input and the table it reads.
@@ -81,8 +83,9 @@ class GraphModel final : public Model {
   template <typename F>
   void ForEntries(const Bags& b, const Batch& batch, int64_t i, int s, F&& f) const;
   absl::Status MapBags(const Batch& batch, const ParamValues& params);
+  // `scores`, when non-null: the two-class scores of EvaluateScores.
   absl::Status Run(const Batch& batch, const ParamValues& params, const Gradients* grads,
-                   StepResult* result);
+                   StepResult* result, std::vector<float>* scores = nullptr);
 
   Backend* const backend_;
   const v1::ModelSpec spec_;
@@ -102,6 +105,7 @@ class GraphModel final : public Model {
   StepIO io_;
   Workspace workspace_;
   float host_stats_[2] = {0, 0};
+  std::vector<float> host_logits_;  // EvaluateScores: the logits, from the device.
 };
 
 }  // namespace pscluster::kernels

@@ -118,6 +118,11 @@ class Model {
   // Forward only: loss and correct count.
   virtual absl::Status Evaluate(const Batch& batch, const ParamValues& params,
                                 StepResult* result) = 0;
+  // Evaluate, plus one score per example (`scores` resized to num_examples) that grows with the
+  // model's belief in class 1: the logit of a sigmoid head, logit 1 - logit 0 of a two-class
+  // softmax. What AUC ranks. FAILED_PRECONDITION for a model of more than two classes.
+  virtual absl::Status EvaluateScores(const Batch& batch, const ParamValues& params,
+                                      StepResult* result, std::vector<float>* scores) = 0;
 };
 
 }  // namespace pscluster::kernels

@@ -161,8 +161,18 @@ absl::Status SequentialModel::Evaluate(const Batch& batch, const ParamValues& pa
   return Run(batch, params, nullptr, result);
 }
 
+absl::Status SequentialModel::EvaluateScores(const Batch& batch, const ParamValues& params,
+                                             StepResult* result, std::vector<float>* scores) {
+  if (config_.num_classes != 2) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "scores need a two-class model; '", config_.kind, "' has ", config_.num_classes));
+  }
+  return Run(batch, params, nullptr, result, scores);
+}
+
 absl::Status SequentialModel::Run(const Batch& batch, const ParamValues& params,
-                                  const Gradients* grads, StepResult* result) {
+                                  const Gradients* grads, StepResult* result,
+                                  std::vector<float>* scores) {
   KERNELS_RETURN_IF_ERROR(ValidateBatch(batch));
   KERNELS_RETURN_IF_ERROR(ValidateParams(params, grads));
   const int64_t n = batch.num_examples;
@@ -195,6 +205,13 @@ absl::Status SequentialModel::Run(const Batch& batch, const ParamValues& params,
     }
   }
   const int stats_slot = io_.AddOutput(host_stats_, sizeof(host_stats_));
+  // The logits per example: one (a sigmoid head) or two (a two-class softmax).
+  const int64_t logit_width = classes;
+  int logits_slot = -1;
+  if (scores != nullptr) {
+    host_logits_.resize(n * logit_width);
+    logits_slot = io_.AddOutput(host_logits_.data(), host_logits_.size() * sizeof(float));
+  }
   KERNELS_RETURN_IF_ERROR(io_.Upload());
 
   // ---- Workspace: each layer's output, two gradient buffers, per-row loss, layer scratch. ----
@@ -262,7 +279,18 @@ absl::Status SequentialModel::Run(const Batch& batch, const ParamValues& params,
   }
   KERNELS_RETURN_IF_ERROR(backend_->ColumnSum(n, 2, row_stats, false,
                                               static_cast<float*>(io_.device(stats_slot))));
+  if (scores != nullptr) {
+    KERNELS_RETURN_IF_ERROR(backend_->CopyOnDevice(logits, io_.device(logits_slot),
+                                                   sizeof(float) * n * logit_width));
+  }
   KERNELS_RETURN_IF_ERROR(io_.Download());
+  if (scores != nullptr) {
+    scores->resize(n);
+    for (int64_t i = 0; i < n; ++i) {
+      (*scores)[i] = logit_width == 1 ? host_logits_[i]
+                                      : host_logits_[2 * i + 1] - host_logits_[2 * i];
+    }
+  }
 
   result->loss = host_stats_[0] / static_cast<double>(n);
   result->correct = static_cast<int64_t>(std::lround(host_stats_[1]));

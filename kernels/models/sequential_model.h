@@ -42,10 +42,13 @@ class SequentialModel final : public Model {
                          StepResult* result) override;
   absl::Status Evaluate(const Batch& batch, const ParamValues& params,
                         StepResult* result) override;
+  absl::Status EvaluateScores(const Batch& batch, const ParamValues& params, StepResult* result,
+                              std::vector<float>* scores) override;
 
  private:
+  // `scores`, when non-null: the two-class scores of EvaluateScores.
   absl::Status Run(const Batch& batch, const ParamValues& params, const Gradients* grads,
-                   StepResult* result);
+                   StepResult* result, std::vector<float>* scores = nullptr);
   absl::Status ValidateBatch(const Batch& batch) const;
   absl::Status ValidateParams(const ParamValues& params, const Gradients* grads) const;
   // Sparse input: CSR offsets rebased to 0 and each entry's row in the key list, on the host.
@@ -60,6 +63,7 @@ class SequentialModel final : public Model {
   std::vector<int32_t> host_offsets_;
   std::vector<int32_t> host_rows_;
   float host_stats_[2] = {0, 0};  // (loss sum, correct count) from the device.
+  std::vector<float> host_logits_;  // EvaluateScores: the logits, from the device.
 };
 
 }  // namespace pscluster::kernels

@@ -21,6 +21,16 @@ std::string Metric(double v, int digits = 4) {
   return absl::StrFormat("%.*f", digits, v);
 }
 
+// The latest test AUC (two-class models): the evaluating rank's, picked as the scheduler picks
+// its test accuracy (the lowest rank still in the job that has evaluated); -1 = none.
+double TestAuc(const v1::JobProgress& p) {
+  for (const v1::WorkerProgress& w : p.workers()) {
+    if (w.left()) continue;
+    if (w.test_accuracy() >= 0) return w.test_auc();
+  }
+  return -1;
+}
+
 std::string Ago(int64_t then_ms, int64_t now_ms) {
   if (then_ms <= 0) return "-";
   return HumanDuration(std::max<int64_t>(0, now_ms - then_ms) / 1000.0) + " ago";
@@ -160,8 +170,8 @@ std::string HumanBytes(double b) {
 
 std::string JobsTable(const v1::ListJobsResponse& jobs, int64_t now_ms) {
   if (jobs.jobs_size() == 0) return "No jobs.\n";
-  Table t({"JOB", "NAME", "STATE", "PROGRESS", "EPOCH", "LOSS", "TEST ACC", "SUBMITTED",
-           "REASON"});
+  Table t({"JOB", "NAME", "STATE", "PROGRESS", "EPOCH", "LOSS", "TEST ACC", "TEST AUC",
+           "SUBMITTED", "REASON"});
   for (const v1::Job& j : jobs.jobs()) {
     const v1::JobProgress& p = j.progress();
     std::string progress = p.total_steps() > 0
@@ -173,7 +183,7 @@ std::string JobsTable(const v1::ListJobsResponse& jobs, int64_t now_ms) {
     t.Add({j.job_id(), j.spec().name(), scheduler::JobStateName(j.state()), progress,
            absl::StrCat(p.epoch(), "/", j.spec().epochs()),
            p.total_steps() > 0 ? Metric(p.loss()) : "-", Metric(p.test_accuracy()),
-           Ago(j.submitted_unix_ms(), now_ms), reason});
+           Metric(TestAuc(p)), Ago(j.submitted_unix_ms(), now_ms), reason});
   }
   return t.ToString();
 }
@@ -188,6 +198,7 @@ std::string JobLine(const v1::Job& j) {
   if (p.total_steps() > 0) absl::StrAppend(&line, " loss ", Metric(p.loss()));
   if (p.train_accuracy() > 0) absl::StrAppend(&line, " train acc ", Metric(p.train_accuracy()));
   if (p.test_accuracy() >= 0) absl::StrAppend(&line, " test acc ", Metric(p.test_accuracy()));
+  if (TestAuc(p) >= 0) absl::StrAppend(&line, " test AUC ", Metric(TestAuc(p)));
   if (p.samples_per_sec() > 0) {
     absl::StrAppend(&line, " ", absl::StrFormat("%.0f", p.samples_per_sec()), " samples/s");
   }
@@ -222,7 +233,7 @@ std::string JobDetail(const v1::Job& j, const std::vector<v1::NodeStatus>& nodes
   kv.Add({"Loss:", absl::StrCat(p.total_steps() > 0 ? Metric(p.loss()) : "-", "   train acc ",
                                 p.total_steps() > 0 ? Metric(p.train_accuracy()) : "-")});
   kv.Add({"Test:", absl::StrCat("accuracy ", Metric(p.test_accuracy()), "   loss ",
-                                Metric(p.test_loss()))});
+                                Metric(p.test_loss()), "   AUC ", Metric(TestAuc(p)))});
   kv.Add({"Throughput:", absl::StrCat(absl::StrFormat("%.0f", p.samples_per_sec()),
                                       " samples/s   ETA ", HumanDuration(p.eta_sec()))});
   if (p.waiting_for_size() > 0) {
