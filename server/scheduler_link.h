@@ -1,22 +1,19 @@
-// Registration with the scheduler and heartbeats (proto/scheduler.proto): RegisterNode with role
-// ROLE_SERVER and the server's capacity, then Heartbeat with the node's load and per-shard load
-// every heartbeat interval. NOT_FOUND (the scheduler forgot the node, e.g. after a restart)
-// re-registers with the same address, which keeps the node id.
+// The server's membership (common/node_agent.h, the policy every node follows): RegisterNode with
+// role ROLE_SERVER and the server's capacity, then Heartbeat with the node's load and per-shard
+// load every heartbeat interval; registered again on NOT_FOUND.
 //
-// Thread model: Register() runs on the caller's thread; heartbeats on one thread of their own
+// Thread model: Start() registers on the caller's thread; heartbeats run on the agent's thread
 // until Stop().
 #ifndef PSCLUSTER_SERVER_SCHEDULER_LINK_H_
 #define PSCLUSTER_SERVER_SCHEDULER_LINK_H_
 
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/channel.h"
+#include "common/node_agent.h"
 #include "proto/scheduler.grpc.pb.h"
 #include "server/ps_handler.h"
 
@@ -48,17 +45,14 @@ class SchedulerLink {
   std::string node_id() const;
 
  private:
-  absl::Status RegisterOnce();
-  void HeartbeatLoop();
+  absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(const std::string& node_id);
+  absl::Status Heartbeat(const std::string& node_id);
+  absl::Status Deregister(const std::string& node_id);
 
   const SchedulerLinkOptions options_;
   PsHandler* const handler_;
   std::unique_ptr<v1::Scheduler::Stub> stub_;
-  mutable absl::Mutex mu_;
-  std::string node_id_ ABSL_GUARDED_BY(mu_);
-  absl::Duration interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
-  absl::Notification stop_;
-  std::thread thread_;
+  std::unique_ptr<NodeAgent> agent_;
 };
 
 }  // namespace pscluster

@@ -22,8 +22,19 @@ WorkerNode::WorkerNode(WorkerNodeOptions options, SchedulerClient* scheduler,
     : options_(std::move(options)),
       scheduler_(scheduler),
       factory_(std::move(factory)),
-      address_(options_.address),
-      heartbeat_interval_(options_.heartbeat_interval) {}
+      address_(options_.address) {
+  if (scheduler_ == nullptr) return;
+  NodeAgentOptions ao;
+  ao.component = "worker";
+  ao.scheduler = scheduler_->address();
+  ao.register_timeout = options_.registration_timeout;
+  ao.heartbeat_interval = options_.heartbeat_interval;
+  NodeAgentCalls calls;
+  calls.register_node = [this](const std::string& id) { return RegisterNode(id); };
+  calls.heartbeat = [this](const std::string& id) { return Heartbeat(id); };
+  calls.deregister = [this](const std::string& id) { return scheduler_->Deregister(id); };
+  agent_ = std::make_unique<NodeAgent>(ao, std::move(calls));
+}
 
 void WorkerNode::SetAddress(const std::string& address) {
   absl::MutexLock l(&mu_);
@@ -33,8 +44,7 @@ void WorkerNode::SetAddress(const std::string& address) {
 WorkerNode::~WorkerNode() { Shutdown(); }
 
 void WorkerNode::Start(std::function<void(absl::Status)> on_fatal) {
-  if (scheduler_ == nullptr) return;
-  heartbeat_thread_ = std::thread([this, on_fatal] { HeartbeatLoop(on_fatal); });
+  if (agent_ != nullptr) agent_->StartAsync(std::move(on_fatal));
 }
 
 void WorkerNode::Shutdown() {
@@ -47,23 +57,16 @@ void WorkerNode::Shutdown() {
     task = std::move(task_thread_);
   }
   if (task.joinable()) task.join();
-  if (!stop_heartbeats_.HasBeenNotified()) stop_heartbeats_.Notify();
-  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
-  std::string id = node_id();
-  if (scheduler_ != nullptr && !id.empty()) {
-    absl::Status s = scheduler_->Deregister(id);
-    if (!s.ok()) Logger("worker")->warn("deregister: {}", s);
-  }
+  if (agent_ != nullptr) agent_->Stop();  // Heartbeats end; the node deregisters.
 }
 
 std::string WorkerNode::node_id() const {
-  absl::MutexLock l(&mu_);
-  return node_id_;
+  return agent_ != nullptr ? agent_->node_id() : std::string();
 }
 
-absl::Status WorkerNode::RegisterOnce() {
+absl::StatusOr<v1::RegisterNodeResponse> WorkerNode::RegisterNode(const std::string& node_id) {
   v1::NodeInfo info;
-  info.set_node_id(node_id());
+  info.set_node_id(node_id);
   info.set_role(v1::ROLE_WORKER);
   {
     absl::MutexLock l(&mu_);
@@ -73,66 +76,24 @@ absl::Status WorkerNode::RegisterOnce() {
   info.set_hostname(Hostname());
   info.set_pid(::getpid());
   info.set_version("pscluster-1");
-  auto resp = scheduler_->Register(info);
-  if (!resp.ok()) return resp.status();
-  absl::MutexLock l(&mu_);
-  node_id_ = resp->node_id();
-  if (resp->heartbeat_interval_ms() > 0) {
-    heartbeat_interval_ = absl::Milliseconds(resp->heartbeat_interval_ms());
-  }
-  return absl::OkStatus();
+  return scheduler_->Register(info);
 }
 
-void WorkerNode::HeartbeatLoop(std::function<void(absl::Status)> on_fatal) {
-  auto log = Logger("worker");
-  // Registration: retry until it works or the timeout passes.
-  absl::Time deadline = absl::Now() + options_.registration_timeout;
-  while (true) {
-    absl::Status s = RegisterOnce();
-    if (s.ok()) {
-      log->info("registered with scheduler {} as {}", scheduler_->address(), node_id());
-      break;
+absl::Status WorkerNode::Heartbeat(const std::string& node_id) {
+  v1::HeartbeatRequest hb;
+  hb.set_node_id(node_id);
+  {
+    absl::MutexLock l(&mu_);
+    if (busy_ && runner_ != nullptr) {
+      TaskSnapshot snap = runner_->Snapshot();
+      auto* t = hb.add_tasks();
+      t->set_job_id(job_id_);
+      t->set_rank(rank_);
+      t->set_samples_per_sec(snap.samples_per_sec);
     }
-    if (absl::Now() > deadline) {
-      log->error("giving up registering: {}", s);
-      if (on_fatal) on_fatal(s);
-      return;
-    }
-    log->warn("registering: {} (retrying)", s);
-    if (stop_heartbeats_.WaitForNotificationWithTimeout(absl::Seconds(1))) return;
   }
-  bool failing = false;
-  while (true) {
-    absl::Duration interval;
-    v1::HeartbeatRequest hb;
-    {
-      absl::MutexLock l(&mu_);
-      interval = heartbeat_interval_;
-      hb.set_node_id(node_id_);
-      if (busy_ && runner_ != nullptr) {
-        TaskSnapshot snap = runner_->Snapshot();
-        auto* t = hb.add_tasks();
-        t->set_job_id(job_id_);
-        t->set_rank(rank_);
-        t->set_samples_per_sec(snap.samples_per_sec);
-      }
-    }
-    if (stop_heartbeats_.WaitForNotificationWithTimeout(interval)) return;
-    auto resp = scheduler_->Heartbeat(hb);
-    if (resp.ok()) {
-      if (failing) log->info("heartbeats to {} are back", scheduler_->address());
-      failing = false;
-      continue;
-    }
-    if (resp.status().code() == absl::StatusCode::kNotFound) {
-      log->warn("scheduler does not know this node; registering again");
-      absl::Status s = RegisterOnce();
-      if (!s.ok()) log->warn("re-registering: {}", s);
-      continue;
-    }
-    if (!failing) log->warn("heartbeat: {} (will keep trying)", resp.status());
-    failing = true;
-  }
+  auto resp = scheduler_->Heartbeat(hb);
+  return resp.ok() ? absl::OkStatus() : resp.status();
 }
 
 absl::Status WorkerNode::AssignTask(const v1::AssignTaskRequest& request) {
@@ -280,7 +241,7 @@ absl::Status WorkerNode::UpdatePartition(const v1::UpdatePartitionRequest& reque
 v1::WorkerStatus WorkerNode::Status() const {
   v1::WorkerStatus st;
   absl::MutexLock l(&mu_);
-  st.set_node_id(node_id_);
+  st.set_node_id(agent_ != nullptr ? agent_->node_id() : std::string());
   st.set_device(options_.device);
   st.set_busy(busy_);
   st.set_job_id(job_id_);

@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/node_agent.h"
 #include "proto/worker.pb.h"
 #include "worker/scheduler_client.h"
 #include "worker/task_runner.h"
@@ -48,8 +49,9 @@ class WorkerNode : public ProgressSink {
   // REQUIRES: called before Start().
   void SetAddress(const std::string& address);
 
-  // Starts registration and heartbeats. `on_fatal` is called (once, from the heartbeat thread)
-  // when the scheduler stayed unreachable for registration_timeout at start.
+  // Starts registration and heartbeats (common/node_agent.h: backoff on UNAVAILABLE and
+  // DEADLINE_EXCEEDED). `on_fatal` is called (once, from the agent's thread) when the scheduler
+  // stayed unreachable for registration_timeout at start, or refused the registration.
   void Start(std::function<void(absl::Status)> on_fatal);
   // Stops the task (if any) and the heartbeat thread; deregisters. Idempotent.
   void Shutdown();
@@ -71,8 +73,9 @@ class WorkerNode : public ProgressSink {
   absl::StatusOr<v1::ShardMap> RefreshShardMap() override;
 
  private:
-  void HeartbeatLoop(std::function<void(absl::Status)> on_fatal);
-  absl::Status RegisterOnce();
+  // The membership calls the agent makes.
+  absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(const std::string& node_id);
+  absl::Status Heartbeat(const std::string& node_id);
   void RunTask(TaskRunner* runner, std::string job_id, uint32_t rank, uint32_t attempt);
   void JoinFinishedTaskLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -81,9 +84,7 @@ class WorkerNode : public ProgressSink {
   const TaskRunnerFactory factory_;
 
   mutable absl::Mutex mu_;
-  std::string node_id_ ABSL_GUARDED_BY(mu_);
   std::string address_ ABSL_GUARDED_BY(mu_);
-  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::string job_id_ ABSL_GUARDED_BY(mu_);
@@ -95,8 +96,9 @@ class WorkerNode : public ProgressSink {
   absl::Time last_report_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   v1::WorkerProgress pending_progress_ ABSL_GUARDED_BY(mu_);
 
-  absl::Notification stop_heartbeats_;
-  std::thread heartbeat_thread_;
+  // Registration and heartbeats (null without a scheduler). Last: its thread calls the members
+  // above, and it is stopped (Shutdown) before they go.
+  std::unique_ptr<NodeAgent> agent_;
 };
 
 }  // namespace pscluster::worker
