@@ -4,10 +4,15 @@
 // Thread model:
 //  * RPC handlers (the methods named like the RPCs) run on gRPC's callback threads. They only
 //    touch memory and the Store (short SQLite transactions) and never call another daemon.
-//  * One control loop (Start() / Stop(), or RunOnce() driven by a test) makes every outgoing
-//    call: it expires leases, places queued jobs (UpdateShardMap to the servers, AssignTask to
-//    the workers), polls the servers' Status for who a waiting step waits for, stops tasks and
-//    drops jobs once they end, and persists progress. Its calls run outside the lock.
+//  * Start() launches three threads, which make every outgoing call, outside the lock:
+//    - the control loop (Loop, or RunOnce() driven by a test): expires leases, hands ranks over,
+//      recovers and rolls back jobs, places queued jobs (UpdateShardMap to the servers,
+//      AssignTask to the workers), stops tasks and drops jobs once they end, balances data, and
+//      persists progress;
+//    - the poll loop (PollLoop): asks the servers of running jobs for their Status (who a
+//      waiting step waits for, per-shard load) every status_poll_interval / 2;
+//    - the moves loop (MoveLoop, or RunMoves() in tests): carries out queued shard moves and the
+//      rebalancer's, one at a time (a move's copy may take long; placement does not wait).
 //  * `mu_` guards the job table; the NodeRegistry and the Store have their own locks. Lock order:
 //    mu_, then the registry's, then the store's.
 // Ownership: the scheduler owns the registry and the job table; the Store, Clock, ClusterRpc and

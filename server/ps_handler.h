@@ -2,8 +2,10 @@
 // points, checkpoints, export and status. Every method returns absl::Status with a message that
 // names the request field at fault; bad input changes nothing.
 //
-// Thread model: all methods are thread-safe. `mu_` guards the job and pending-map tables only;
-// each Job synchronises its own state. Periodic checkpoints are handed to the `background`
+// Thread model: all methods are thread-safe. `mu_` guards the tables (jobs, pending maps, each
+// job's replication), the node's identity (node id, address, data port and socket) and the load
+// samples; each Job synchronises its own state, and `checkpoint_mu_` serialises checkpoint
+// writes. Periodic checkpoints are handed to the `background`
 // runner given at construction (never run on the caller's thread).
 #ifndef PSCLUSTER_SERVER_PS_HANDLER_H_
 #define PSCLUSTER_SERVER_PS_HANDLER_H_
