@@ -363,6 +363,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobSource& where) {
             "must be >= 1 when device is cuda");
   c.Require(dev != "cpu" || spec.gpus_per_worker() == 0, "gpus_per_worker",
             "must be 0 when device is cpu");
+  c.Require(!spec.allow_tf32() || (dev != "cpu" && spec.gpus_per_worker() > 0), "allow_tf32",
+            "applies to CUDA workers only: needs gpus_per_worker >= 1 and device cuda or auto");
   return c.status();
 }
 

@@ -195,6 +195,15 @@ TEST(JobYamlTest, CrossFieldRules) {
               StatusIs(kInvalid, StartsWith("j.yaml:18: num_virtual_shards:")));
   EXPECT_THAT(LoadJobYaml(std::string(kGood) + "device: cuda\n", "j.yaml"),
               StatusIs(kInvalid, HasSubstr("gpus_per_worker: must be >= 1 when device is cuda")));
+  // TF32 is a CUDA option: refused where no CUDA worker would run the job.
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) + "allow_tf32: true\n", "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:18: allow_tf32: applies to CUDA workers")));
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) + "allow_tf32: true\ndevice: cpu\n", "j.yaml"),
+              StatusIs(kInvalid, HasSubstr("allow_tf32: applies to CUDA workers")));
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) + "allow_tf32: true\ngpus_per_worker: 1\n"
+                                               "device: cuda\n",
+                          "j.yaml"),
+              IsOk());
   EXPECT_THAT(LoadJobYaml(Replace(kGood, "name: mlp-test", "name: bad name!"), "j.yaml"),
               StatusIs(kInvalid, StartsWith("j.yaml:1: name: must be 1-64 characters")));
   EXPECT_THAT(LoadJobYaml(std::string(kGood) + "table_optimizers:\n  w: {kind: sgd, "

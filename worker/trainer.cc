@@ -190,6 +190,7 @@ absl::Status Trainer::RunImpl(State* st) {
 
   kernels::BackendOptions bopts;
   bopts.cpu_threads = options_.cpu_threads;
+  bopts.cuda_allow_tf32 = spec.allow_tf32();
   std::string device = EffectiveDevice(spec, options_.device);
   auto backend = kernels::CreateBackend(device, bopts);
   if (!backend.ok()) {
@@ -197,6 +198,11 @@ absl::Status Trainer::RunImpl(State* st) {
                         absl::StrCat("device '", device, "': ", backend.status().message()));
   }
   st->backend = std::move(*backend);
+  if (spec.allow_tf32() && st->backend->name().rfind("cuda", 0) != 0) {
+    // A CPU backend computes in float32 whatever the option says: refuse rather than ignore it.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "spec.allow_tf32: applies to CUDA; this task's backend is ", st->backend->name()));
+  }
   v1::ModelSpec model_spec =
       streamed ? CompleteStreamedModelSpec(spec.model(), st->streamed->dataset->schema())
                : CompleteModelSpec(spec.model(), *st->data, spec.dataset());

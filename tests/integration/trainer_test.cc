@@ -467,6 +467,15 @@ TEST_F(TrainerTest, BadTasksAreRefusedWithTheFieldNamed) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("model.kind"), std::string::npos) << s;
 
+  // TF32 on a CPU backend would be ignored: the task refuses it instead.
+  task = Task("job-bad", 0, 1);
+  task.mutable_spec()->set_allow_tf32(true);
+  auto tf32 = Trainer::Create(task, Options(), &sink);
+  ASSERT_TRUE(tf32.ok());
+  s = (*tf32)->Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("spec.allow_tf32: applies to CUDA"), std::string::npos) << s;
+
   // An export path that cannot be written fails the task before any training.
   task = Task("job-bad", 0, 1);
   task.mutable_spec()->set_export_path("/proc/no-such-dir/model.safetensors");
