@@ -6,9 +6,11 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/channel.h"
 #include "common/token_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/scheduler.grpc.pb.h"
 #include "scheduler/psctl/client.h"
 #include "scheduler/scheduler_daemon.h"
 #include "scheduler/testing/status_matchers.h"
@@ -104,6 +106,61 @@ TEST_F(SchedulerAuthzTest, ACertificateWithoutALineIsRefused) {
   auto stranger = Client("stranger");
   EXPECT_THAT(stranger->ListJobs(true),
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("stranger")));
+}
+
+}  // namespace
+}  // namespace pscluster::scheduler
+
+namespace pscluster::scheduler {
+namespace {
+
+// Malformed and hostile authorization headers over plaintext: each one is UNAUTHENTICATED, none
+// has an effect, and the scheduler keeps serving the good token.
+TEST(SchedulerAuthzPlaintextTest, BadAuthorizationHeadersAreUnauthenticated) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  std::ofstream(dir + "/plain-tokens") << Sha256Hex("good-token") << " alice admin\n";
+  SchedulerDaemonOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.db_path = dir + "/plain.db";
+  o.db_full_sync = false;
+  o.token_file = dir + "/plain-tokens";
+  auto d = SchedulerDaemon::Start(o);
+  ASSERT_THAT(d, IsOk());
+  auto channel = MakeChannel((*d)->address());
+  ASSERT_THAT(channel, IsOk());
+  auto stub = v1::Scheduler::NewStub(*channel);
+  const std::string headers[] = {
+      "",
+      "Bearer",
+      "Bearer ",
+      "Basic Z29vZC10b2tlbg==",
+      "good-token",
+      "Bearer good-token ",
+      "Bearer  good-token",
+      "Bearer GOOD-TOKEN",
+      "Bearer " + std::string(4000, 'a'),
+  };
+  for (const std::string& h : headers) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ctx.AddMetadata("authorization", h);
+    v1::SubmitJobRequest req;
+    req.set_yaml("name: hostile\n");
+    v1::SubmitJobResponse resp;
+    grpc::Status s = stub->SubmitJob(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << h.substr(0, 40) << ": " << s.error_message();
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ctx.set_wait_for_ready(true);
+  ctx.AddMetadata("authorization", "Bearer good-token");
+  v1::ListJobsRequest list;
+  list.set_include_finished(true);
+  v1::ListJobsResponse jobs;
+  grpc::Status s = stub->ListJobs(&ctx, list, &jobs);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(jobs.jobs_size(), 0);
 }
 
 }  // namespace
