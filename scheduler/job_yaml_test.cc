@@ -476,7 +476,8 @@ TEST(JobYamlTest, EveryShippedExampleIsValid) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   ASSERT_NE(srcdir, nullptr);
   for (const char* name : {"fashion_mlp", "fashion_mlp_ssp", "fashion_mlp_asp", "spam_sparse",
-                           "fashion_cnn", "libsvm_linear", "fashion_csv_mlp"}) {
+                           "fashion_cnn", "libsvm_linear", "fashion_csv_mlp", "ctr_wide_deep",
+                           "ctr_dlrm"}) {
     std::string path = absl::StrCat(srcdir, "/pscluster/deploy/examples/", name, ".yaml");
     std::ifstream f(path);
     ASSERT_TRUE(f.good()) << path;
