@@ -34,6 +34,7 @@ const std::vector<std::pair<std::string, RoleSet>>& Table() {
       {"pscluster.v1.Scheduler.ReportProgress", kNode},
       {"pscluster.v1.Scheduler.ClusterStatus", kRead},
       {"pscluster.v1.Scheduler.MoveShard", kAdmin},
+      {"pscluster.v1.Scheduler.CheckpointJob", kAdmin},
       // ParameterServer: the scheduler's control calls, the workers' data plane, replication.
       // A task creates its job's tables (idempotent) and installs the shard map it was given, so
       // CreateTables and UpdateShardMap also take the worker role.

@@ -49,6 +49,7 @@ const std::map<std::string, std::string>& Expected() {
       {"pscluster.v1.Scheduler.ReportProgress", "node"},
       {"pscluster.v1.Scheduler.ClusterStatus", "admin viewer"},
       {"pscluster.v1.Scheduler.MoveShard", "admin"},
+      {"pscluster.v1.Scheduler.CheckpointJob", "admin"},
       {"pscluster.v1.ParameterServer.CreateTables", "scheduler worker"},
       {"pscluster.v1.ParameterServer.UpdateShardMap", "scheduler worker"},
       {"pscluster.v1.ParameterServer.Pull", "worker"},

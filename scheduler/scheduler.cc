@@ -669,3 +669,51 @@ absl::Status Scheduler::ClusterStatus(const v1::ClusterStatusRequest& req,
 }
 
 }  // namespace pscluster::scheduler
+
+namespace pscluster::scheduler {
+
+absl::Status Scheduler::CheckpointJob(const v1::CheckpointJobRequest& req,
+                                      v1::CheckpointJobResponse* resp) {
+  if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
+  if (req.dir().size() > 4096) return absl::InvalidArgumentError("dir: longer than 4096 bytes");
+  std::vector<v1::ServerEndpoint> servers;
+  std::string dir = req.dir();
+  {
+    absl::MutexLock l(&mu_);
+    JobRecord* rec = FindJob(req.job_id());
+    if (rec == nullptr) {
+      return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
+    }
+    if (rec->job.state() != v1::JOB_RUNNING) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", req.job_id(), " is ", v1::JobState_Name(rec->job.state()),
+          ": only a running job's servers hold its state"));
+    }
+    if (dir.empty()) dir = rec->job.spec().checkpoint_dir();
+    if (dir.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", req.job_id(), " has no checkpoint_dir: name a directory (psctl checkpoint ",
+          req.job_id(), " --dir DIR)"));
+    }
+    servers.assign(rec->shard_map.servers().begin(), rec->shard_map.servers().end());
+  }
+  // Outside the lock: each server writes its file (the same call the periodic checkpoints make).
+  for (const v1::ServerEndpoint& ep : servers) {
+    auto written = rpc_->Checkpoint(ep.address(), req.job_id(), dir);
+    if (!written.ok()) {
+      return absl::Status(written.status().code(),
+                          absl::StrCat("server ", ep.node_id(), " (", ep.address(),
+                                       "): ", written.status().message()));
+    }
+    v1::CheckpointFile* f = resp->add_files();
+    f->set_server(ep.node_id());
+    f->set_path(written->path());
+    f->set_step(written->step());
+    f->set_bytes(written->bytes());
+  }
+  Log()->info("job {}: checkpoint on demand into {} ({} files)", req.job_id(), dir,
+              resp->files_size());
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster::scheduler

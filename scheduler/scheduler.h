@@ -120,6 +120,10 @@ class Scheduler {
   absl::Status ClusterStatus(const v1::ClusterStatusRequest& req,
                              v1::ClusterStatusResponse* resp);
   absl::Status MoveShard(const v1::MoveShardRequest& req, v1::MoveShardResponse* resp);
+  // Unlike the other handlers, calls the job's servers (outside the lock): an operator's
+  // on-demand checkpoint.
+  absl::Status CheckpointJob(const v1::CheckpointJobRequest& req,
+                             v1::CheckpointJobResponse* resp);
 
   // Carries out the queued shard moves (and, when due, the rebalancer's look), one after the
   // other; the moves thread calls it (tests call it directly).

@@ -25,6 +25,7 @@ SchedulerService::SchedulerService(Scheduler* handler, const Authorizer* authz)
   Inline("ReportProgress", &Scheduler::ReportProgress);
   Inline("ClusterStatus", &Scheduler::ClusterStatus);
   Inline("MoveShard", &Scheduler::MoveShard);
+  Inline("CheckpointJob", &Scheduler::CheckpointJob);
   CheckEveryUnaryMethodServed();
 }
 

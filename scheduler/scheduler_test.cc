@@ -212,6 +212,45 @@ class SchedulerTest : public ::testing::Test {
   std::vector<std::string> ids_;
 };
 
+// psctl checkpoint: every server of a running job writes a checkpoint into the directory asked
+// for (or the job's own); refused, naming why, for an unknown job, one not running, and one
+// without a directory.
+TEST_F(SchedulerTest, ACheckpointOnDemandAsksEveryServerOfTheJob) {
+  AddCluster(2, 2);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(kJob, &id));
+  v1::CheckpointJobRequest req;
+  req.set_job_id(id);
+  v1::CheckpointJobResponse resp;
+  // kJob has no checkpoint_dir: a directory must be named.
+  EXPECT_THAT(sched_->CheckpointJob(req, &resp),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no checkpoint_dir")));
+  req.set_dir("/shared/ckpt");
+  ASSERT_THAT(sched_->CheckpointJob(req, &resp), IsOk());
+  const v1::Job job = Get(id);
+  ASSERT_EQ(resp.files_size(), job.servers_size());
+  for (int i = 0; i < job.servers_size(); ++i) {
+    const std::string& s = job.servers(i);
+    EXPECT_EQ(resp.files(i).server(), s);
+    EXPECT_EQ(resp.files(i).path(), "/shared/ckpt/" + id + "/fake-step0.ckpt");
+    const auto asked = Node(s)->server()->checkpoints();
+    ASSERT_EQ(asked.size(), 1u);
+    EXPECT_EQ(asked[0].job_id(), id);
+    EXPECT_EQ(asked[0].dir(), "/shared/ckpt");
+  }
+  v1::CheckpointJobRequest unknown;
+  unknown.set_job_id("job-404");
+  EXPECT_THAT(sched_->CheckpointJob(unknown, &resp),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("job-404")));
+  // A finished job's servers no longer hold it.
+  FinishTasks(id);
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_THAT(Report(id, r, 10, true), IsOk());
+  sched_->RunOnce();
+  ASSERT_EQ(Get(id).state(), v1::JOB_SUCCEEDED);
+  EXPECT_THAT(sched_->CheckpointJob(req, &resp),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("JOB_SUCCEEDED")));
+}
+
 // Persist before publish: a write that fails keeps what it would have published from every
 // node, makes the scheduler refuse changes (UNAVAILABLE, naming the store) and report itself
 // not serving, until the store works again; then it carries on from what the store holds.
@@ -228,8 +267,12 @@ TEST_F(SchedulerTest, AFailedWriteIsStickyAndNothingUnwrittenIsPublished) {
   sched_->RunOnce();
   for (const std::string& n : ids_) {
     FakeNode* node = Node(n);
-    if (node->server() != nullptr) EXPECT_THAT(node->server()->updates(), IsEmpty()) << n;
-    if (node->worker() != nullptr) EXPECT_THAT(node->worker()->assigned(), IsEmpty()) << n;
+    if (node->server() != nullptr) {
+      EXPECT_THAT(node->server()->updates(), IsEmpty()) << n;
+    }
+    if (node->worker() != nullptr) {
+      EXPECT_THAT(node->worker()->assigned(), IsEmpty()) << n;
+    }
   }
   EXPECT_THAT(sched_->store_status(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr(db_)));

@@ -101,6 +101,18 @@ absl::StatusOr<v1::MoveShardResponse> SchedulerClient::MoveShard(const std::stri
   return resp;
 }
 
+absl::StatusOr<v1::CheckpointJobResponse> SchedulerClient::CheckpointJob(
+    const std::string& job_id, const std::string& dir) {
+  auto ctx = Context(options_);
+  v1::CheckpointJobRequest req;
+  req.set_job_id(job_id);
+  req.set_dir(dir);
+  v1::CheckpointJobResponse resp;
+  absl::Status s = Explain(stub_->CheckpointJob(ctx.get(), req, &resp), "CheckpointJob");
+  if (!s.ok()) return s;
+  return resp;
+}
+
 absl::StatusOr<v1::ShardMap> SchedulerClient::GetShardMap(const std::string& job_id) {
   auto ctx = Context(options_);
   v1::GetShardMapRequest req;

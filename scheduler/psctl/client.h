@@ -28,6 +28,9 @@ class SchedulerClient {
   absl::StatusOr<v1::ListJobsResponse> ListJobs(bool include_finished);
   absl::StatusOr<v1::MoveShardResponse> MoveShard(const std::string& job_id, uint32_t shard,
                                                   const std::string& to);
+  // `dir` empty: the job's checkpoint_dir.
+  absl::StatusOr<v1::CheckpointJobResponse> CheckpointJob(const std::string& job_id,
+                                                          const std::string& dir);
   absl::StatusOr<v1::CancelJobResponse> CancelJob(const std::string& job_id,
                                                   const std::string& reason);
   absl::StatusOr<v1::ShardMap> GetShardMap(const std::string& job_id);

@@ -25,6 +25,8 @@ constexpr char kUsage[] =
     "  shards JOB                  a job's shard map and per-shard load\n"
     "  move-shard JOB SHARD SERVER move a virtual shard of a running job to another of its\n"
     "                              servers while it trains, and follow the move to its end\n"
+    "  checkpoint JOB [DIR]        checkpoint a running job now (into DIR, default the job's\n"
+    "                              checkpoint_dir): one file per server\n"
     "  up --local [--detach]       run a local cluster (scheduler, 2 servers, 2 workers) and\n"
     "                              the example job on it\n"
     "  down                        stop a cluster started with up --local --detach\n"
@@ -300,6 +302,22 @@ int RunPsctl(const PsctlOptions& o, const std::vector<std::string>& args, std::o
     std::vector<v1::ShardLoad> loads;
     if (st.ok()) loads.assign(st->shard_loads().begin(), st->shard_loads().end());
     out << ShardsTable(*map, loads);
+    return 0;
+  }
+  if (cmd == "checkpoint") {
+    if (args.size() < 2 || args.size() > 3) {
+      return Usage(err, "checkpoint: JOB [DIR]: psctl checkpoint job-1 /shared/ckpt");
+    }
+    auto written = c.CheckpointJob(args[1], args.size() == 3 ? args[2] : "");
+    if (!written.ok()) return Fail(err, written.status());
+    if (o.output != OutputFormat::kTable) {
+      Print(o, *written, out);
+      return 0;
+    }
+    for (const v1::CheckpointFile& f : written->files()) {
+      out << f.server() << "  step " << f.step() << "  " << f.bytes() << " bytes  " << f.path()
+          << std::endl;
+    }
     return 0;
   }
   if (cmd == "move-shard") {
