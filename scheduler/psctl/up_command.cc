@@ -123,7 +123,10 @@ int RunUp(const PsctlOptions& o, std::ostream& out, std::ostream& err) {
     // Outputs of a local run stay in its work directory.
     absl::Status s = MakeDirs(work_dir + "/models");
     if (!s.ok()) return Fail(err, s);
-    spec->set_export_path(absl::StrCat(work_dir, "/models/", spec->name(), ".safetensors"));
+    // A graph model is not exported (refused at submission): it trains and is evaluated only.
+    if (spec->model().kind() != "graph") {
+      spec->set_export_path(absl::StrCat(work_dir, "/models/", spec->name(), ".safetensors"));
+    }
     if (!spec->checkpoint_dir().empty()) {
       spec->set_checkpoint_dir(absl::StrCat(work_dir, "/checkpoints/", spec->name()));
     }
@@ -175,7 +178,9 @@ int RunUp(const PsctlOptions& o, std::ostream& out, std::ostream& err) {
     if (!resp.ok()) return Fail(err, resp.status());
     job_id = resp->job_id();
     out << "submitted " << job_id << " (" << spec->name() << ") from " << job_file
-        << "; the model will be exported to " << spec->export_path() << std::endl;
+        << (spec->export_path().empty() ? "; the model is not exported"
+                                        : "; the model will be exported to " + spec->export_path())
+        << std::endl;
   }
   if (u.detach) {
     c.Release();
