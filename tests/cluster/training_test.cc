@@ -8,7 +8,7 @@
 //   1 worker vs 2 workers             the same accuracy band for the same number of epochs
 //   SpamAssassin as LibSVM files      held-out accuracy >= 0.98 (hashed logistic regression)
 //   Fashion-MNIST as CSV files        test accuracy >= 0.88, as the built-in (IDX) path
-//   wide & deep, DLRM on Criteo files test AUC within kCtrAucGap (0.07) of the planted model's
+//   wide & deep, DLRM on Criteo files test AUC within kCtrAucGap (0.06) of the planted model's
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -110,13 +110,14 @@ psctl::SchedulerClient* TrainingTest::client_ = nullptr;
 double TestAccuracy(const v1::Job& job) { return job.progress().test_accuracy(); }
 
 // The click-through set of the graph tests: small enough to train in under a minute per job.
-// On it (500k lines, 3 epochs) both wide & deep and DLRM reach a test AUC of about 0.78 against
-// the planted model's 0.834: 0.05 short of it, not yet the 0.01 the issue asks for; the test
-// holds them to what they reach now.
+// On it (500k lines, 3 epochs, Adam) both wide & deep and DLRM reach a test AUC of about 0.79
+// against the planted model's 0.834: 0.045 short of it (an FM graph, the planted model's own
+// form, reaches 0.80), not yet the 0.01 the issue asks for; the test holds them to what they
+// reach now.
 constexpr int kCtrTrain = 500000;
 constexpr int kCtrTest = 50000;
 constexpr int kCtrKeys = 20000;  // Categorical values over the 26 fields.
-constexpr double kCtrAucGap = 0.07;
+constexpr double kCtrAucGap = 0.06;
 
 // BSP with 2 workers, and the same job with 1 worker for the same number of epochs.
 TEST_F(TrainingTest, FashionMlpBspReachesThePublishedMlpBaselineWithOneOrTwoWorkers) {
