@@ -23,6 +23,7 @@
 #ifndef PSCLUSTER_COMMON_PARSED_UNARY_H_
 #define PSCLUSTER_COMMON_PARSED_UNARY_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -30,8 +31,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "common/authz.h"
+#include "common/metrics.h"
 #include "common/status_convert.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -70,7 +74,25 @@ class ParsedUnaryService : public Base {
   // `service_full_name`: the service as the .proto declares it, e.g. "pscluster.v1.Scheduler".
   explicit ParsedUnaryService(absl::string_view service_full_name)
       : service_(parsed_unary_internal::FindService(service_full_name)),
-        served_(service_->method_count(), false) {}
+        served_(service_->method_count(), false),
+        latency_(new std::atomic<Histogram*>[service_->method_count()]) {
+    for (int i = 0; i < service_->method_count(); ++i) latency_[i].store(nullptr);
+  }
+
+  // Observes every unary call's duration, from its arrival to its answer (refusals included),
+  // into the histogram family `name`{method="..."} of `registry`.
+  // REQUIRES: after the derived constructor, before the service serves; `registry` outlives it.
+  void ObserveLatency(MetricsRegistry* registry, const std::string& name) {
+    for (int i = 0; i < service_->method_count(); ++i) {
+      if (!served_[i]) continue;
+      latency_[i].store(
+          registry->AddHistogram(name,
+                                 "Duration of the daemon's unary RPCs by method, from arrival to "
+                                 "answer (refusals included).",
+                                 absl::StrCat("method=\"", service_->method(i)->name(), "\"")),
+          std::memory_order_release);
+    }
+  }
 
  protected:
   // Every call is checked by `authz` before it is parsed (nullptr = none, the default).
@@ -92,22 +114,28 @@ class ParsedUnaryService : public Base {
                                                     const grpc::ByteBuffer* in,
                                                     grpc::ByteBuffer* out) {
               grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+              Histogram* const latency = latency_[m->index()].load(std::memory_order_acquire);
+              const absl::Time arrived = latency != nullptr ? absl::Now() : absl::InfinitePast();
+              auto finish = [reactor, latency, arrived](const absl::Status& s) {
+                if (latency != nullptr) latency->ObserveSeconds(absl::Now() - arrived);
+                reactor->Finish(ToGrpcStatus(s));
+              };
               if (authz_ != nullptr) {
                 absl::Status allowed = authz_->Check(*ctx, m->full_name());
                 if (!allowed.ok()) {
-                  reactor->Finish(ToGrpcStatus(allowed));
+                  finish(allowed);
                   return reactor;
                 }
               }
               auto call = std::make_shared<std::pair<Req, Resp>>();
               absl::Status parsed = parsed_unary_internal::ParseRequest(*in, &call->first, m);
               if (!parsed.ok()) {
-                reactor->Finish(ToGrpcStatus(parsed));
+                finish(parsed);
                 return reactor;
               }
-              handler(ctx, call->first, &call->second, [reactor, call, out](absl::Status s) {
+              handler(ctx, call->first, &call->second, [finish, call, out](absl::Status s) {
                 if (s.ok()) s = parsed_unary_internal::SerializeResponse(call->second, out);
-                reactor->Finish(ToGrpcStatus(s));
+                finish(s);
               });
               return reactor;
             }));
@@ -122,6 +150,7 @@ class ParsedUnaryService : public Base {
  private:
   const google::protobuf::ServiceDescriptor* const service_;
   std::vector<bool> served_;
+  std::unique_ptr<std::atomic<Histogram*>[]> latency_;  // By method index; null: not observed.
   const Authorizer* authz_ = nullptr;
 };
 

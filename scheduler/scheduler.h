@@ -133,6 +133,8 @@ class Scheduler {
   // call counters), for a MetricsHttpServer; RenderMetrics() is their Prometheus text.
   // Thread-safe.
   const MetricsRegistry& metrics() const { return metrics_; }
+  // For the daemon's own families (its RPC latencies).
+  MetricsRegistry* mutable_metrics() { return &metrics_; }
   std::string RenderMetrics() const { return metrics_.Render(); }
 
   const NodeRegistry& registry() const { return registry_; }

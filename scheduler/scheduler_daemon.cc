@@ -30,6 +30,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   d->authz_ = std::move(*authz);
   LogAuthMode("scheduler", *d->authz_, options.tls.enabled() && !options.tls.ca.empty());
   d->service_ = std::make_unique<SchedulerService>(d->scheduler_.get(), d->authz_.get());
+  d->service_->ObserveLatency(d->scheduler_->mutable_metrics(), "pscluster_scheduler_rpc_seconds");
   SchedulerDaemon* self = d.get();
   d->scheduler_->OnServingChanged([self](bool serving) {
     absl::MutexLock l(&self->health_mu_);

@@ -252,6 +252,10 @@ TEST_F(SchedulerServiceTest, ServesPrometheusMetrics) {
   EXPECT_THAT(page, HasSubstr("pscluster_scheduler_jobs{state=\"queued\"} 0"));
   EXPECT_THAT(page, HasSubstr("pscluster_scheduler_registrations_total 2"));
   EXPECT_THAT(page, HasSubstr("# TYPE pscluster_scheduler_heartbeats_total counter"));
+  // Every unary RPC's latency, by method: the two registrations went over gRPC.
+  EXPECT_THAT(page, HasSubstr("# TYPE pscluster_scheduler_rpc_seconds histogram"));
+  EXPECT_THAT(page, HasSubstr("pscluster_scheduler_rpc_seconds_count{method=\"RegisterNode\"} 2"));
+  EXPECT_THAT(page, HasSubstr("pscluster_scheduler_rpc_seconds_count{method=\"SubmitJob\"} 0"));
   EXPECT_THAT(HttpGet(daemon_->metrics_port(), "/other"), HasSubstr("404 Not Found"));
 }
 

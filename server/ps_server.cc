@@ -170,6 +170,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   s->service_ = std::make_unique<PsService>(s->handler_.get(), s->data_.get(), s->control_.get(),
                                             options.data_plane, s->replica_.get(),
                                             s->authz_.get());
+  s->service_->ObserveLatency(&s->registry_, "pscluster_server_rpc_seconds");
   GrpcServerOptions go;
   go.listen_address = options.listen;
   go.tls = options.tls;

@@ -104,6 +104,9 @@ class PsServer {
  private:
   PsServer() = default;
 
+  // First: the handler, the service and the data plane observe into its histograms until they
+  // are gone.
+  MetricsRegistry registry_;
   std::unique_ptr<Executor> data_;
   std::unique_ptr<Executor> control_;
   std::unique_ptr<Executor> replica_;  // Replicate calls from the primaries this server backs.
@@ -114,7 +117,6 @@ class PsServer {
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<TcpDataServer> tcp_;
   std::unique_ptr<SchedulerLink> link_;
-  MetricsRegistry registry_;
   std::unique_ptr<MetricsHttpServer> metrics_;
   absl::Notification stop_ticks_;
   std::thread ticker_;

@@ -1138,6 +1138,9 @@ TEST(ServiceMetricsTest, ServesPrometheusText) {
             std::string::npos) << page;
   EXPECT_NE(page.find("pscluster_table_bytes{job=\"job\",table=\"w\"} 400\n"),
             std::string::npos) << page;
+  // The control RPCs' latency by method: CreateTables went over gRPC once.
+  EXPECT_NE(page.find("pscluster_server_rpc_seconds_count{method=\"CreateTables\"} 1\n"),
+            std::string::npos) << page;
   // Latency histograms by phase: the one push chunk was applied once; nothing was read yet.
   EXPECT_NE(page.find("# TYPE pscluster_server_phase_seconds histogram\n"), std::string::npos);
   EXPECT_NE(page.find("pscluster_server_phase_seconds_count{phase=\"apply\"} 1\n"),

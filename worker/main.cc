@@ -256,6 +256,7 @@ int main(int argc, char** argv) {
   };
   auto node = std::make_unique<worker::WorkerNode>(nopts, scheduler->get(), factory);
   worker::WorkerService service(node.get(), authz->get());
+  service.ObserveLatency(&metrics, "pscluster_worker_rpc_seconds");
   GrpcServerOptions gopts;
   gopts.listen_address = absl::GetFlag(FLAGS_listen);
   gopts.tls = topts.channel.tls;

@@ -113,7 +113,7 @@ def main():
                 failures.append(f"panel '{panel['title']}': {name} is not exported by any daemon")
     print(f"{len(exported)} metric families exported; {queried} metric references checked")
     # Labels the panels group or name series by, and where the code sets them.
-    code_labels = {"job", "phase", "call", "role", "state", "instance", "le"}
+    code_labels = {"job", "phase", "call", "method", "role", "state", "instance", "le"}
     for panel in dash["panels"]:
         for t in panel.get("targets", []):
             used = set(re.findall(r"by \(([^)]*)\)", t["expr"]))
