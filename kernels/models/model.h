@@ -54,6 +54,17 @@ struct ParamInfo {
   int64_t num_elements() const;
 };
 
+// The most entries of one CSR batch or one sparse table's keys: device offsets are int32.
+inline constexpr int64_t kMaxModelNnz = (int64_t{1} << 31) - 1;
+
+struct ParamValues;
+struct Gradients;
+// Checks that `p` (and `g`, when not null) are laid out for `params`: one entry per parameter,
+// a sparse table's keys strictly increasing and fewer than kMaxModelNnz, every value span the
+// size its parameter needs. INVALID_ARGUMENT names the entry and the parameter.
+absl::Status ValidateParamLayout(const std::vector<ParamInfo>& params, const ParamValues& p,
+                                 const Gradients* g);
+
 enum class InputKind { kDense, kSparse };
 
 // A batch of examples, in host memory.
