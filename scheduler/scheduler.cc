@@ -101,6 +101,7 @@ absl::Status Scheduler::Persist(JobRecord& rec, const v1::ShardMap* map) {
   }
   rec.last_persist = clock_->Now();
   rec.progress_dirty = false;
+  rec.history.Observe(rec.job, rec.last_persist);
   return s;
 }
 
@@ -497,6 +498,7 @@ absl::Status Scheduler::GetJob(const v1::GetJobRequest& req, v1::Job* resp) {
     return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
   }
   *resp = rec->job;
+  if (req.include_history()) *resp->mutable_history() = rec->history.history();
   return absl::OkStatus();
 }
 
@@ -587,6 +589,7 @@ absl::Status Scheduler::ReportProgress(const v1::ReportProgressRequest& req,
   w->set_updated_unix_ms(UnixMs(clock_->Now()));
   Summarize(job.spec(), rec->server_waiting_for, job.mutable_progress());
   rec->progress_dirty = true;
+  rec->history.Observe(job, clock_->Now());
   if (!p.error().empty()) {
     const std::string reason =
         absl::StrCat("worker of rank ", p.rank(), " (", Describe(assigned), "): ", p.error());
@@ -651,7 +654,9 @@ absl::Status Scheduler::ClusterStatus(const v1::ClusterStatusRequest& req,
   }
   for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
     if (!req.job_id().empty() && *it != req.job_id()) continue;
-    *resp->add_jobs() = jobs_[*it].job;
+    v1::Job* job = resp->add_jobs();
+    *job = jobs_[*it].job;
+    if (req.include_history()) *job->mutable_history() = jobs_[*it].history.history();
   }
   std::sort(loads.begin(), loads.end(), [](const v1::ShardLoad& a, const v1::ShardLoad& b) {
     if (a.load().bytes_per_sec() != b.load().bytes_per_sec()) {

@@ -56,6 +56,7 @@
 #include "scheduler/placement.h"
 #include "scheduler/rebalance.h"
 #include "scheduler/store.h"
+#include "scheduler/progress_history.h"
 
 namespace pscluster::scheduler {
 
@@ -187,6 +188,9 @@ class Scheduler {
     absl::Time replace_backups_after;  // After a failed try: not before this.
   };
   // A call to make once a job has ended: stop a worker's task or drop a job on a server.
+    // Progress over time and events (Job.history): shown every published version of the job
+    // (Persist, ReportProgress). In memory only.
+    ProgressHistory history;
   struct Cleanup {
     bool drop_job = false;  // true: DropJob on a server; false: StopTask on a worker.
     std::string node_id;

@@ -124,10 +124,11 @@ absl::StatusOr<v1::ShardMap> SchedulerClient::GetShardMap(const std::string& job
 }
 
 absl::StatusOr<v1::ClusterStatusResponse> SchedulerClient::ClusterStatus(
-    const std::string& job_id) {
+    const std::string& job_id, bool include_history) {
   auto ctx = Context(options_);
   v1::ClusterStatusRequest req;
   req.set_job_id(job_id);
+  req.set_include_history(include_history);
   v1::ClusterStatusResponse resp;
   absl::Status s = Explain(stub_->ClusterStatus(ctx.get(), req, &resp), "ClusterStatus");
   if (!s.ok()) return s;

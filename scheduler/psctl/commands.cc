@@ -20,6 +20,8 @@ constexpr char kUsage[] =
     "  submit FILE.yaml [--wait]   queue a job (prints its id); --wait follows it to the end\n"
     "  jobs [--active]             list jobs, newest first\n"
     "  status [JOB] [--watch]      a job in full (live with --watch), or the whole cluster\n"
+    "  status JOB --history        the job's progress over time and its events (recoveries,\n"
+    "                              shard moves, data balance)\n"
     "  cancel JOB [--reason=TEXT]  stop a job\n"
     "  nodes                       servers and workers, liveness and load\n"
     "  shards JOB                  a job's shard map and per-shard load\n"
@@ -180,9 +182,17 @@ int Status(const PsctlOptions& o, SchedulerClient& client, const std::string& jo
     if (!table) Print(o, *job, out);
     return ExitFor(*job);
   }
-  auto st = client.ClusterStatus(job_id);
+  auto st = client.ClusterStatus(job_id, o.history);
   if (!st.ok()) return Fail(err, st.status());
   if (st->jobs_size() != 1) return Fail(err, absl::NotFoundError("job_id: no job '" + job_id + "'"));
+  if (o.history) {
+    if (o.output == OutputFormat::kTable) {
+      out << HistoryText(st->jobs(0));
+    } else {
+      Print(o, st->jobs(0).history(), out);
+    }
+    return 0;
+  }
   if (o.output != OutputFormat::kTable) {
     Print(o, st->jobs(0), out);
     return 0;
@@ -262,6 +272,8 @@ int RunPsctl(const PsctlOptions& o, const std::vector<std::string>& args, std::o
   if (cmd == "status") {
     if (args.size() > 2) return Usage(err, "status: expected at most one job id");
     if (o.watch && args.size() < 2) return Usage(err, "status --watch: name the job to watch");
+    if (o.history && args.size() < 2) return Usage(err, "status --history: name the job");
+    if (o.history && o.watch) return Usage(err, "status: --history and --watch do not combine");
     return Status(o, c, args.size() == 2 ? args[1] : "", out, err);
   }
   if (cmd == "cancel") {

@@ -3,7 +3,8 @@
 //   submit FILE.yaml [--wait]   queue a job; prints its id (with --wait: follows it, exit 0 on
 //                               success, 1 on failure or cancellation)
 //   jobs [--active]             every job, newest first
-//   status [JOB] [--watch]      one job in full (live with --watch), or the cluster overview
+//   status [JOB] [--watch]      one job in full (live with --watch), or the cluster overview;
+//                               --history: the job's progress over time and its events
 //   cancel JOB [--reason=...]   stop a job
 //   nodes                       servers and workers with liveness and load
 //   shards JOB                  a job's shard map and per-shard load
@@ -55,6 +56,7 @@ struct PsctlOptions {
   OutputFormat output = OutputFormat::kTable;
   bool wait = false;         // submit --wait
   bool watch = false;        // status --watch
+  bool history = false;      // status JOB --history
   bool active_only = false;  // jobs --active
   std::string reason;        // cancel --reason
   absl::Duration interval = absl::Seconds(1);  // Refresh period of live views.

@@ -410,4 +410,64 @@ std::string ShardsTable(const v1::ShardMap& map, const std::vector<v1::ShardLoad
   return out + t.ToString();
 }
 
+namespace {
+
+std::string EventKind(v1::JobEventKind k) {
+  switch (k) {
+    case v1::JOB_EVENT_STATE:
+      return "state";
+    case v1::JOB_EVENT_ROLLBACK:
+      return "rollback";
+    case v1::JOB_EVENT_HANDOVER:
+      return "hand-over";
+    case v1::JOB_EVENT_PROMOTION:
+      return "promotion";
+    case v1::JOB_EVENT_RANK_LEFT:
+      return "rank left";
+    case v1::JOB_EVENT_RANK_REJOINED:
+      return "rejoin";
+    case v1::JOB_EVENT_SHARD_MOVE:
+      return "shard move";
+    case v1::JOB_EVENT_DATA_BALANCE:
+      return "data balance";
+    default:
+      return "other";
+  }
+}
+
+}  // namespace
+
+std::string HistoryText(const v1::Job& j, int max_rows) {
+  const v1::JobHistory& h = j.history();
+  std::string out = absl::StrCat("Job ", j.job_id(), ": ", h.points_size(), " progress points");
+  if (h.step_spacing() > 1) absl::StrAppend(&out, " (one every ", h.step_spacing(), " steps)");
+  absl::StrAppend(&out, ", ", h.events_size(), " events");
+  if (h.events_dropped() > 0) absl::StrAppend(&out, " (", h.events_dropped(), " older dropped)");
+  out += "\n\n";
+  if (h.events_size() > 0) {
+    Table e({"TIME", "STEP", "EVENT", "WHAT"});
+    for (const v1::JobEvent& ev : h.events()) {
+      e.Add({When(ev.unix_ms()), absl::StrCat(ev.step()), EventKind(ev.kind()), ev.text()});
+    }
+    out += e.ToString() + "\n";
+  }
+  if (h.points_size() == 0) return out + "No progress reported yet.\n";
+  Table t({"TIME", "STEP", "LOSS", "TRAIN ACC", "TEST ACC", "TEST LOSS", "TEST AUC", "SAMPLES/S"});
+  const int n = h.points_size();
+  const int rows = std::max(2, std::min(n, max_rows));
+  int last = -1;
+  for (int r = 0; r < rows; ++r) {
+    const int i = n <= 1 ? 0 : static_cast<int>(static_cast<int64_t>(r) * (n - 1) / (rows - 1));
+    if (i == last) continue;
+    last = i;
+    const v1::ProgressPoint& p = h.points(i);
+    t.Add({When(p.unix_ms()), absl::StrCat(p.step()), Metric(p.loss()),
+           Metric(p.train_accuracy()), Metric(p.test_accuracy()), Metric(p.test_loss()),
+           Metric(p.test_auc()), absl::StrFormat("%.0f", p.samples_per_sec())});
+  }
+  out += t.ToString();
+  if (n > rows) out += absl::StrCat("(", rows, " of ", n, " points shown; -o json has them all)\n");
+  return out;
+}
+
 }  // namespace pscluster::psctl

@@ -48,6 +48,9 @@ std::string JobDetail(const v1::Job& job, const std::vector<v1::NodeStatus>& nod
 std::string JobLine(const v1::Job& job);
 std::string NodesTable(const v1::ClusterStatusResponse& status);
 std::string ShardsTable(const v1::ShardMap& map, const std::vector<v1::ShardLoad>& loads);
+// A job's history (Job.history) for humans: its events, and at most `max_rows` of its progress
+// points, spread evenly over the run (the first and the latest always among them).
+std::string HistoryText(const v1::Job& job, int max_rows = 25);
 
 }  // namespace pscluster::psctl
 

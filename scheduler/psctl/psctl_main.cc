@@ -22,6 +22,8 @@ ABSL_FLAG(std::string, o, "table", "output format: table, json or yaml");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "deadline of each call to the scheduler");
 ABSL_FLAG(bool, wait, false, "submit: follow the job until it ends; exit 0 only on success");
 ABSL_FLAG(bool, watch, false, "status JOB: live view until the job ends");
+ABSL_FLAG(bool, history, false,
+          "status JOB: the job's progress over time and its events (-o json: every point)");
 ABSL_FLAG(bool, active, false, "jobs: only queued, placing and running jobs");
 ABSL_FLAG(std::string, reason, "", "cancel: why (recorded in the job)");
 ABSL_FLAG(absl::Duration, interval, absl::Seconds(1), "refresh period of live views");
@@ -128,6 +130,7 @@ int main(int argc, char** argv) {
   o.output = *format;
   o.wait = absl::GetFlag(FLAGS_wait);
   o.watch = absl::GetFlag(FLAGS_watch);
+  o.history = absl::GetFlag(FLAGS_history);
   o.active_only = absl::GetFlag(FLAGS_active);
   o.reason = absl::GetFlag(FLAGS_reason);
   o.interval = std::max(absl::GetFlag(FLAGS_interval), absl::Milliseconds(50));

@@ -236,6 +236,47 @@ TEST_F(PsctlCliTest, WaitExitsNonZeroWhenTheJobFails) {
   EXPECT_THAT(s.output, HasSubstr("State:        failed"));
 }
 
+// status JOB --history: the progress points and events the scheduler kept, as JSON (every
+// point) and as text; a job it does not know is named.
+TEST_F(PsctlCliTest, StatusHistoryJsonAndText) {
+  SimulatedTraining t = Quick();
+  t.report_every = 2;
+  StartCluster(t);
+  std::string job = WriteJob("job.yaml", kJob);
+  CommandResult submit = Psctl({"submit", job, "--wait"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+
+  CommandResult json = Psctl({"status", "job-1", "--history", "-o", "json"});
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  v1::JobHistory h;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.output, &h).ok()) << json.output;
+  ASSERT_GE(h.points_size(), 3) << json.output;
+  for (int i = 1; i < h.points_size(); ++i) {
+    EXPECT_GT(h.points(i).step(), h.points(i - 1).step()) << json.output;
+    EXPECT_GE(h.points(i).unix_ms(), h.points(i - 1).unix_ms());
+  }
+  EXPECT_EQ(h.points(h.points_size() - 1).step(), 20);
+  EXPECT_DOUBLE_EQ(h.points(h.points_size() - 1).test_accuracy(), 0.8812);
+  std::vector<std::string> states;
+  for (const v1::JobEvent& e : h.events()) {
+    if (e.kind() == v1::JOB_EVENT_STATE) states.push_back(e.text().substr(0, e.text().find(':')));
+  }
+  EXPECT_THAT(states, ::testing::IsSupersetOf({"running", "succeeded"})) << json.output;
+
+  CommandResult text = Psctl({"status", "job-1", "--history"});
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr("progress points"));
+  EXPECT_THAT(text.output, HasSubstr("TEST ACC"));
+  EXPECT_THAT(text.output, HasSubstr("succeeded"));
+
+  CommandResult unknown = Psctl({"status", "job-9", "--history"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.output, HasSubstr("no job 'job-9'"));
+  CommandResult no_job = Psctl({"status", "--history"});
+  EXPECT_EQ(no_job.exit_code, 2);
+  EXPECT_THAT(no_job.output, HasSubstr("--history: name the job"));
+}
+
 TEST_F(PsctlCliTest, CancelAQueuedAndARunningJob) {
   SimulatedTraining slow = Quick();
   slow.total_steps = 100000;
