@@ -13,12 +13,11 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "scheduler/parallel.h"
+#include "scheduler/pass_helpers.h"
 #include "scheduler/scheduler.h"
 
 namespace pscluster::scheduler {
 namespace {
-
-std::shared_ptr<spdlog::logger> Log() { return Logger("scheduler"); }
 
 // "62% / 38%"
 std::string Percentages(const google::protobuf::RepeatedField<uint32_t>& shares) {

@@ -9,13 +9,13 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "common/limits.h"
-#include "scheduler/testing/status_matchers.h"
+#include "common/testing/status_matchers.h"
 
 namespace pscluster::scheduler {
 namespace {
 
-using ::pscluster::scheduler::testing::IsOk;
-using ::pscluster::scheduler::testing::StatusIs;
+using ::pscluster::testing::IsOk;
+using ::pscluster::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;

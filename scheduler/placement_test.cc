@@ -6,13 +6,13 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "scheduler/testing/status_matchers.h"
+#include "common/testing/status_matchers.h"
 
 namespace pscluster::scheduler {
 namespace {
 
-using ::pscluster::scheduler::testing::IsOk;
-using ::pscluster::scheduler::testing::StatusIs;
+using ::pscluster::testing::IsOk;
+using ::pscluster::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 

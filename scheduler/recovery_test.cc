@@ -7,14 +7,14 @@
 #include "common/atomic_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "scheduler/testing/status_matchers.h"
+#include "common/testing/status_matchers.h"
 #include "common/checkpoint_file.h"
 
 namespace pscluster::scheduler {
 namespace {
 
-using ::pscluster::scheduler::testing::IsOk;
-using ::pscluster::scheduler::testing::StatusIs;
+using ::pscluster::testing::IsOk;
+using ::pscluster::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;

@@ -4,7 +4,8 @@
 // Thread model:
 //  * RPC handlers (the methods named like the RPCs) run on gRPC's callback threads. They only
 //    touch memory and the Store (short SQLite transactions) and never call another daemon.
-//  * Start() launches three threads, which make every outgoing call, outside the lock:
+//  * Start() launches three threads, which make every outgoing call, outside the lock (each pass
+//    is in a file of its own: scheduler_loop.cc has the loops and the order of the passes):
 //    - the control loop (Loop, or RunOnce() driven by a test): expires leases, hands ranks over,
 //      recovers and rolls back jobs, places queued jobs (UpdateShardMap to the servers,
 //      AssignTask to the workers), stops tasks and drops jobs once they end, balances data, and
@@ -52,11 +53,12 @@
 #include "proto/scheduler.pb.h"
 #include "scheduler/cluster_rpc.h"
 #include "scheduler/data_balance.h"
+#include "scheduler/membership.h"
 #include "scheduler/node_registry.h"
 #include "scheduler/placement.h"
+#include "scheduler/progress_history.h"
 #include "scheduler/rebalance.h"
 #include "scheduler/store.h"
-#include "scheduler/progress_history.h"
 
 namespace pscluster::scheduler {
 
@@ -186,11 +188,11 @@ class Scheduler {
     // tells them again.
     std::set<uint32_t> shares_unsent;
     absl::Time replace_backups_after;  // After a failed try: not before this.
-  };
-  // A call to make once a job has ended: stop a worker's task or drop a job on a server.
     // Progress over time and events (Job.history): shown every published version of the job
     // (Persist, ReportProgress). In memory only.
     ProgressHistory history;
+  };
+  // A call to make once a job has ended: stop a worker's task or drop a job on a server.
   struct Cleanup {
     bool drop_job = false;  // true: DropJob on a server; false: StopTask on a worker.
     std::string node_id;
@@ -267,24 +269,6 @@ class Scheduler {
   // shares for running jobs whose ranks are out of balance (data_balance.h); every rank gets its
   // new partition (a larger or smaller part and batch) from its next batch on.
   void BalanceData();
-  // The data partition of `rank`: its own part of `num_workers` (sized by the job's data shares,
-  // if any), and the parts of the ranks that left the job whose data it took over.
-  static v1::DataPartition PartitionFor(const v1::JobRecovery& recovery, uint32_t rank,
-                                        uint32_t num_workers);
-  // What tells `rank`'s current task its partition, the lead rank and the ranks training.
-  static v1::UpdatePartitionRequest PartitionUpdate(const std::string& job_id,
-                                                    const v1::JobRecovery& recovery,
-                                                    uint32_t rank, uint32_t num_workers);
-  // The rank that evaluates and exports: the lowest one that has not left the job.
-  static uint32_t LeadRank(const v1::JobRecovery& recovery, uint32_t num_workers);
-  // The attempt of `rank`'s current task (JobRecovery.rank_attempts).
-  static uint32_t RankAttempt(const v1::JobRecovery& recovery, uint32_t rank);
-  // An attempt above every rank's so far (of `num_workers` ranks).
-  static uint32_t NextAttempt(const v1::JobRecovery& recovery, uint32_t num_workers);
-  // The task of `rank` in a job placed with `map` (what ExecutePlacement and HandOverRanks send).
-  static v1::AssignTaskRequest TaskFor(const std::string& job_id, const v1::JobSpec& spec,
-                                       const v1::ShardMap& map, uint32_t rank,
-                                       uint32_t num_workers, const v1::JobRecovery& recovery);
   std::vector<PlacementWork> PlaceQueuedJobs();
   void ExecutePlacement(const PlacementWork& work);
   // Before a placement calls anyone: if a chosen worker still runs the task of a job that has

@@ -13,13 +13,13 @@
 #include "proto/scheduler.grpc.pb.h"
 #include "scheduler/psctl/client.h"
 #include "scheduler/scheduler_daemon.h"
-#include "scheduler/testing/status_matchers.h"
+#include "common/testing/status_matchers.h"
 
 namespace pscluster::scheduler {
 namespace {
 
-using ::pscluster::scheduler::testing::IsOk;
-using ::pscluster::scheduler::testing::StatusIs;
+using ::pscluster::testing::IsOk;
+using ::pscluster::testing::StatusIs;
 using ::testing::HasSubstr;
 
 bool Shell(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }

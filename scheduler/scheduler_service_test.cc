@@ -18,7 +18,7 @@
 #include "proto/scheduler.grpc.pb.h"
 #include "scheduler/testing/failing_store.h"
 #include "scheduler/testing/fake_nodes.h"
-#include "scheduler/testing/status_matchers.h"
+#include "common/testing/status_matchers.h"
 
 namespace pscluster::scheduler {
 namespace {
@@ -46,8 +46,8 @@ std::string HttpGet(int port, const std::string& path) {
 
 using ::pscluster::scheduler::testing::FakeNode;
 using ::pscluster::scheduler::testing::FakeNodeOptions;
-using ::pscluster::scheduler::testing::IsOk;
-using ::pscluster::scheduler::testing::StatusIs;
+using ::pscluster::testing::IsOk;
+using ::pscluster::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;

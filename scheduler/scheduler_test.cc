@@ -13,7 +13,7 @@
 #include "scheduler/grpc_cluster_rpc.h"
 #include "scheduler/testing/failing_store.h"
 #include "scheduler/testing/fake_nodes.h"
-#include "scheduler/testing/status_matchers.h"
+#include "common/testing/status_matchers.h"
 #include "common/checkpoint_file.h"
 #include "common/atomic_file.h"
 
@@ -24,8 +24,8 @@ using ::pscluster::scheduler::testing::FakeNode;
 using ::pscluster::scheduler::testing::FakeParameterServer;
 using ::pscluster::scheduler::testing::FakeNodeOptions;
 using ::pscluster::scheduler::testing::FakeWorker;
-using ::pscluster::scheduler::testing::IsOk;
-using ::pscluster::scheduler::testing::StatusIs;
+using ::pscluster::testing::IsOk;
+using ::pscluster::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;

@@ -21,6 +21,7 @@
 #include "common/logging.h"
 #include "scheduler/job_state.h"
 #include "scheduler/parallel.h"
+#include "scheduler/pass_helpers.h"
 #include "scheduler/scheduler.h"
 
 namespace pscluster::scheduler {
@@ -31,8 +32,6 @@ constexpr int kMovesKept = 16;
 constexpr absl::Duration kCopyPoll = absl::Milliseconds(20);
 // How long the moves thread sleeps when neither a move nor the rebalancer is due.
 constexpr absl::Duration kIdleWait = absl::Seconds(1);
-
-std::shared_ptr<spdlog::logger> Log() { return Logger("scheduler"); }
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 

@@ -5,13 +5,13 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
-#include "scheduler/testing/status_matchers.h"
+#include "common/testing/status_matchers.h"
 
 namespace pscluster::scheduler {
 namespace {
 
-using ::pscluster::scheduler::testing::IsOk;
-using ::pscluster::scheduler::testing::StatusIs;
+using ::pscluster::testing::IsOk;
+using ::pscluster::testing::StatusIs;
 using ::testing::HasSubstr;
 
 class StoreTest : public ::testing::Test {

@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/channel.h"
 #include "common/grpc_server.h"
+#include "common/testing/wait_for.h"
 #include "proto/scheduler.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/worker_service.h"
@@ -161,12 +162,7 @@ class WorkerNodeTest : public ::testing::Test {
   }
 
   bool WaitFor(std::function<bool()> pred, absl::Duration timeout = absl::Seconds(10)) {
-    absl::Time end = absl::Now() + timeout;
-    while (absl::Now() < end) {
-      if (pred()) return true;
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    return pred();
+    return ::pscluster::testing::WaitFor(timeout, pred, absl::Milliseconds(10));
   }
 
   void TearDown() override {

@@ -59,15 +59,6 @@ std::string FashionJobYaml(const std::string& name, int epochs, const std::strin
   return yaml;
 }
 
-bool WaitFor(absl::Duration timeout, const std::function<bool()>& done) {
-  absl::Time end = absl::Now() + timeout;
-  while (absl::Now() < end) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return done();
-}
-
 absl::StatusOr<std::unique_ptr<BackgroundCommand>> BackgroundCommand::Start(
     const std::string& binary, const std::vector<std::string>& args,
     const std::string& output_file) {

@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/testing/wait_for.h"
 #include "proto/ps.grpc.pb.h"
 #include "proto/scheduler.pb.h"
 #include "proto/worker.pb.h"
@@ -60,9 +61,6 @@ std::string PsctlBinary();
 // 2 CPU workers) as YAML; `export_path` may be empty.
 std::string FashionJobYaml(const std::string& name, int epochs, const std::string& export_path,
                            int hidden = 64);
-
-// Polls `done` every 50 ms until it holds or `timeout` passes; returns its last value.
-bool WaitFor(absl::Duration timeout, const std::function<bool()>& done);
 
 // A command running in the background with its output (stdout and stderr) in a file; killed
 // when this object goes away.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
+#include "common/testing/wait_for.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/scheduler.grpc.pb.h"
@@ -62,15 +63,6 @@ class Client {
  private:
   std::unique_ptr<v1::Scheduler::Stub> stub_;
 };
-
-bool WaitFor(absl::Duration timeout, const std::function<bool()>& done) {
-  absl::Time end = absl::Now() + timeout;
-  while (absl::Now() < end) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(25));
-  }
-  return done();
-}
 
 TEST(SchedulerRestartTest, KillNineMidJobKeepsEveryJobWithoutDuplicates) {
   std::string dir = TestDir("restart");

@@ -1,7 +1,8 @@
-// StatusIs(code) and StatusIs(code, HasSubstr(...)) for absl::Status and absl::StatusOr<T>:
-// tests assert the exact error code and what the message names.
-#ifndef PSCLUSTER_SCHEDULER_TESTING_STATUS_MATCHERS_H_
-#define PSCLUSTER_SCHEDULER_TESTING_STATUS_MATCHERS_H_
+// StatusIs(code), StatusIs(code, HasSubstr(...)) and IsOk() for absl::Status and
+// absl::StatusOr<T>: tests assert the exact error code and what the message names, e.g.
+//   EXPECT_THAT(store.Put(...), StatusIs(absl::StatusCode::kNotFound, HasSubstr("job-7")));
+#ifndef PSCLUSTER_COMMON_TESTING_STATUS_MATCHERS_H_
+#define PSCLUSTER_COMMON_TESTING_STATUS_MATCHERS_H_
 
 #include <ostream>
 #include <string>
@@ -10,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "gmock/gmock.h"
 
-namespace pscluster::scheduler::testing {
+namespace pscluster::testing {
 
 inline const absl::Status& GetStatus(const absl::Status& s) { return s; }
 template <typename T>
@@ -39,6 +40,6 @@ MATCHER(IsOk, "is OK") {
   return s.ok();
 }
 
-}  // namespace pscluster::scheduler::testing
+}  // namespace pscluster::testing
 
-#endif  // PSCLUSTER_SCHEDULER_TESTING_STATUS_MATCHERS_H_
+#endif  // PSCLUSTER_COMMON_TESTING_STATUS_MATCHERS_H_

@@ -1,0 +1,446 @@
+// The hand-over pass: a lost worker's rank goes to an idle live worker at the slowest of its
+// clocks on the servers, or leaves the job (its data adopted by another rank), or the job rolls
+// back when neither can be done; and the one-off check after a restart that the workers of
+// running jobs still run their tasks.
+#include <algorithm>
+#include <functional>
+#include <set>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "scheduler/job_state.h"
+#include "scheduler/membership.h"
+#include "scheduler/parallel.h"
+#include "scheduler/pass_helpers.h"
+#include "scheduler/progress.h"
+#include "scheduler/recovery.h"
+#include "scheduler/scheduler.h"
+
+namespace pscluster::scheduler {
+
+void Scheduler::VerifyTasksAfterRestart() {
+  struct Check {
+    std::string job_id;
+    uint32_t rank = 0;
+    uint32_t attempt = 0;
+    std::string node, address;
+  };
+  std::vector<Check> checks;
+  {
+    absl::MutexLock l(&mu_);
+    // Nodes re-register and heartbeat first.
+    if (!verify_tasks_ || clock_->Now() - started_ < StartupGrace()) return;
+    verify_tasks_ = false;
+    for (const std::string& id : order_) {
+      const v1::Job& job = jobs_[id].job;
+      if (job.state() != v1::JOB_RUNNING) continue;
+      for (int r = 0; r < job.workers_size(); ++r) {
+        if (r < job.progress().workers_size() && job.progress().workers(r).done()) continue;
+        auto node = registry_.Get(job.workers(r));
+        if (!node.has_value() || !IsLive(*node)) continue;  // The lease deals with those.
+        checks.push_back(Check{id, static_cast<uint32_t>(r),
+                               RankAttempt(job.recovery(), static_cast<uint32_t>(r)),
+                               job.workers(r), node->info().address()});
+      }
+    }
+  }
+  std::vector<std::string> gone(checks.size());
+  ParallelFor(checks.size(), [&](size_t i) {
+    const Check& c = checks[i];
+    auto ws = rpc_->WorkerStatus(c.address);
+    if (!ws.ok()) return;  // Unreachable: its lease decides.
+    if (ws->busy() && ws->job_id() == c.job_id && ws->rank() == c.rank &&
+        ws->attempt() == c.attempt) {
+      return;
+    }
+    gone[i] = ws->busy() ? absl::StrCat("runs job ", ws->job_id(), " rank ", ws->rank(),
+                                        " attempt ", ws->attempt(), " instead of its task")
+                         : std::string("runs no task");
+  });
+  absl::MutexLock l(&mu_);
+  for (size_t i = 0; i < checks.size(); ++i) {
+    if (gone[i].empty()) continue;
+    const Check& c = checks[i];
+    JobRecord* rec = FindJob(c.job_id);
+    if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING ||
+        static_cast<int>(c.rank) >= rec->job.workers_size() ||
+        rec->job.workers(c.rank) != c.node ||
+        (static_cast<int>(c.rank) < rec->job.progress().workers_size() &&
+         rec->job.progress().workers(c.rank).done())) {
+      continue;  // Finished or changed meanwhile.
+    }
+    std::string reason = absl::StrCat("worker of rank ", c.rank, " ", Describe(c.node), " ",
+                                      gone[i], " (found after a scheduler restart)");
+    if (!MayRecover(*rec, reason)) continue;
+    rec->lost_ranks.push_back({c.rank, reason});
+    Log()->warn("job {}: {}; handing its rank over", c.job_id, reason);
+    Wake();
+  }
+}
+
+void Scheduler::HandOverRanks() {
+  struct Work {
+    std::string job_id;
+    uint32_t rank = 0;
+    std::string cause;
+    std::string lost;  // Node that ran the rank.
+    std::string spare, spare_address;
+    v1::JobSpec spec;
+    v1::ShardMap map;
+    uint32_t num_workers = 0;
+    v1::JobRecovery recovery;
+    // The rank leaves the job instead (no idle worker; the job may shrink): `adopter` (rank)
+    // reads its data from then on, on `adopter_address`.
+    bool leave = false;
+    uint32_t adopter = 0;
+    std::string adopter_address;
+  };
+  {
+    absl::MutexLock l(&mu_);
+    bool any = false;
+    for (const auto& [id, rec] : jobs_) {
+      any = any || !rec.lost_ranks.empty();
+      // A rank whose leaving did not finish (the scheduler stopped half-way).
+      for (const v1::LeftRank& left : rec.job.recovery().left()) {
+        any = any || (rec.job.state() == v1::JOB_RUNNING && left.step() < 0);
+      }
+      // Also workers of running jobs found dead without an event (after a scheduler restart).
+      if (rec.job.state() != v1::JOB_RUNNING) continue;
+      for (const std::string& w : rec.job.workers()) {
+        auto n = registry_.Get(w);
+        any = any || (n.has_value() && !IsLive(*n));
+      }
+    }
+    if (!any) return;
+  }
+  const std::vector<v1::NodeStatus> nodes = registry_.Snapshot();
+  absl::flat_hash_map<std::string, const v1::NodeStatus*> by_id;
+  for (const v1::NodeStatus& n : nodes) by_id[n.info().node_id()] = &n;
+
+  // Under the lock: choose an idle worker per lost rank and assign the rank to it in the job
+  // (so that its first progress report is accepted).
+  std::vector<Work> work;
+  {
+    absl::MutexLock l(&mu_);
+    // `rank` of `rec` leaves the job, recorded so (nullopt: it may not, as fewer than
+    // spec.min_workers live ranks would remain). The live rank still training that reads the
+    // fewest parts takes its data, and the data of the ranks it had taken over.
+    auto leave_rank = [&](JobRecord& rec, uint32_t rank,
+                          const std::string& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_)
+        -> std::optional<Work> {
+      v1::Job& job = rec.job;
+      const uint32_t n = job.workers_size();
+      v1::JobRecovery* rr = job.mutable_recovery();
+      uint32_t remaining = 0;
+      std::optional<uint32_t> adopter;
+      size_t adopter_parts = 0;
+      for (uint32_t q = 0; q < n; ++q) {
+        if (q == rank || job.workers(q).empty()) continue;
+        auto it = by_id.find(job.workers(q));
+        if (it == by_id.end() || !IsLive(*it->second)) continue;
+        ++remaining;
+        if (static_cast<int>(q) < job.progress().workers_size() &&
+            job.progress().workers(q).done()) {
+          continue;  // Finished: reads no more data.
+        }
+        size_t parts = PartitionFor(*rr, q, n).also_size();
+        if (!adopter.has_value() || parts < adopter_parts) {
+          adopter = q;
+          adopter_parts = parts;
+        }
+      }
+      if (remaining < std::max(1u, job.spec().min_workers())) return std::nullopt;
+      const std::string old = job.workers(rank);
+      const uint32_t takes = adopter.value_or(rank);  // `rank` itself: nobody reads it on.
+      for (v1::LeftRank& l : *rr->mutable_left()) {
+        if (l.adopted_by() == rank) l.set_adopted_by(takes);
+      }
+      v1::LeftRank* left = rr->add_left();
+      left->set_rank(rank);
+      left->set_node_id(old);
+      left->set_cause(cause);
+      left->set_adopted_by(takes);
+      left->set_step(-1);  // Known once every server has taken it out (FinishLeaving).
+      left->set_unix_ms(UnixMs(clock_->Now()));
+      // Its attempt moves on: reports of a task of it still running (a worker cut off) are
+      // ignored, and the servers refuse every attempt of it once it has left.
+      const uint32_t next = NextAttempt(*rr, n);
+      while (static_cast<uint32_t>(rr->rank_attempts_size()) < n) {
+        rr->add_rank_attempts(RankAttempt(*rr, rr->rank_attempts_size()));
+      }
+      rr->set_rank_attempts(rank, next);
+      job.set_workers(rank, "");  // No node runs it any more.
+      if (static_cast<int>(rank) < job.progress().workers_size()) {
+        v1::WorkerProgress* p = job.mutable_progress()->mutable_workers(rank);
+        p->set_left(true);
+        p->set_done(true);
+        p->set_samples_per_sec(0);
+        p->clear_error();
+      }
+      Summarize(job.spec(), rec.server_waiting_for, job.mutable_progress());
+      if (!Persist(rec).ok()) return std::nullopt;  // Not written: not sent either.
+      Work w;
+      w.job_id = job.job_id();
+      w.rank = rank;
+      w.cause = cause;
+      w.lost = old;
+      w.spec = job.spec();
+      w.map = rec.shard_map;
+      w.num_workers = n;
+      w.recovery = job.recovery();
+      w.leave = true;
+      w.adopter = takes;
+      if (adopter.has_value()) w.adopter_address = by_id[job.workers(*adopter)]->info().address();
+      return w;
+    };
+    absl::flat_hash_set<std::string> busy;
+    for (const auto& [id, rec] : jobs_) {
+      if (!HoldsResources(rec.job.state())) continue;
+      for (const std::string& w : rec.job.workers()) busy.insert(w);
+    }
+    for (const std::string& id : order_) {
+      JobRecord& rec = jobs_[id];
+      v1::Job& job = rec.job;
+      if (job.state() != v1::JOB_RUNNING) {
+        rec.lost_ranks.clear();
+        continue;
+      }
+      // Leavings recorded but not finished (every leaving finishes, or rolls the job back,
+      // within the pass that records it): the scheduler stopped half-way. Again, with the same
+      // adopter; a server that has already taken the rank out answers the same.
+      for (const v1::LeftRank& left : job.recovery().left()) {
+        if (left.step() >= 0) continue;
+        Work w;
+        w.job_id = id;
+        w.rank = left.rank();
+        w.cause = left.cause();
+        w.lost = left.node_id();
+        w.spec = job.spec();
+        w.map = rec.shard_map;
+        w.num_workers = job.workers_size();
+        w.recovery = job.recovery();
+        w.leave = true;
+        w.adopter = left.adopted_by();
+        if (w.adopter < static_cast<uint32_t>(job.workers_size())) {
+          auto it = by_id.find(job.workers(w.adopter));
+          if (it != by_id.end()) w.adopter_address = it->second->info().address();
+        }
+        work.push_back(std::move(w));
+      }
+      for (int r = 0; r < job.workers_size(); ++r) {
+        auto it = by_id.find(job.workers(r));
+        bool known = false;
+        for (const auto& lr : rec.lost_ranks) known = known || lr.rank == static_cast<uint32_t>(r);
+        if (it == by_id.end() || IsLive(*it->second) || known) continue;
+        std::string reason = absl::StrCat("worker of rank ", r, " ", Describe(job.workers(r)),
+                                          " is no longer alive");
+        if (!MayRecover(rec, reason)) break;
+        rec.lost_ranks.push_back({static_cast<uint32_t>(r), reason});
+      }
+      if (job.state() != v1::JOB_RUNNING || rec.lost_ranks.empty()) continue;
+      std::vector<JobRecord::LostRank> lost;
+      lost.swap(rec.lost_ranks);
+      for (const JobRecord::LostRank& lr : lost) {
+        const uint32_t rank = lr.rank;
+        const std::string& cause = lr.cause;
+        // An idle live worker able to run the task; a restarted one may take its rank back. A
+        // worker whose task failed for a reason another may not meet gets it back only when no
+        // other worker is idle.
+        const std::string old = job.workers(rank);
+        std::string same, other;
+        for (const v1::NodeStatus& n : nodes) {
+          const std::string& nid = n.info().node_id();
+          if (n.info().role() != v1::ROLE_WORKER || n.state() != v1::NODE_ALIVE) continue;
+          if (busy.contains(nid) && nid != old) continue;
+          if (n.info().capacity().gpus() < job.spec().gpus_per_worker()) continue;
+          if (nid == old) {
+            same = nid;
+          } else if (other.empty()) {
+            other = nid;
+          }
+        }
+        const std::string spare = lr.avoid_node ? (other.empty() ? same : other)
+                                                : (same.empty() ? other : same);
+        if (spare.empty()) {
+          // No idle worker: the rank leaves the job when enough others train on (one of them
+          // reads its data from then on); otherwise the job rolls back and waits for workers.
+          std::optional<Work> leave = leave_rank(rec, rank, cause);
+          if (!leave.has_value()) {
+            StartRecovery(rec, absl::StrCat(cause, "; no idle worker to take its rank"));
+            break;
+          }
+          work.push_back(std::move(*leave));
+          continue;
+        }
+        busy.insert(spare);
+        job.set_workers(rank, spare);
+        {
+          // The new task's attempt: above every earlier one, so that the servers can fence
+          // the old task off.
+          v1::JobRecovery* rr = job.mutable_recovery();
+          const uint32_t n = job.workers_size();
+          const uint32_t next = NextAttempt(*rr, n);
+          while (static_cast<uint32_t>(rr->rank_attempts_size()) < n) {
+            rr->add_rank_attempts(RankAttempt(*rr, rr->rank_attempts_size()));
+          }
+          rr->set_rank_attempts(rank, next);
+        }
+        if (static_cast<int>(rank) < job.progress().workers_size()) {
+          v1::WorkerProgress* p = job.mutable_progress()->mutable_workers(rank);
+          p->set_node_id(spare);
+          p->set_done(false);
+          p->clear_error();
+        }
+        if (!Persist(rec).ok()) break;  // Not written: not sent either.
+        Work w;
+        w.job_id = id;
+        w.rank = rank;
+        w.cause = cause;
+        w.lost = old;
+        w.spare = spare;
+        w.spare_address = by_id[spare]->info().address();
+        w.spec = job.spec();
+        w.map = rec.shard_map;
+        w.num_workers = job.workers_size();
+        w.recovery = job.recovery();
+        work.push_back(std::move(w));
+      }
+    }
+  }
+
+  for (Work& w : work) {
+    if (w.leave) {
+      FinishLeaving(w.job_id, w.rank, w.cause, w.lost, w.map, w.num_workers, w.recovery,
+                    w.adopter, w.adopter_address);
+      continue;
+    }
+    // Every server fences the rank at the new task's attempt first: the old task, should it
+    // still run (paused, or cut off from the scheduler only), is refused from then on and
+    // cannot advance the rank's clock. The new worker resumes the rank at its slowest clock on
+    // the servers: each server's exactly-once tags drop the part of that step the old task had
+    // already pushed there.
+    std::string why;
+    std::vector<int64_t> clocks = ClockOnEveryServer(
+        w.map,
+        [&](const v1::ServerEndpoint& ep) {
+          return rpc_->FenceWorker(ep.address(), w.job_id, w.rank,
+                                   RankAttempt(w.recovery, w.rank));
+        },
+        &why);
+    int64_t start = clocks.empty() ? 0 : *std::min_element(clocks.begin(), clocks.end());
+    if (why.empty()) {
+      v1::JobRecovery at = w.recovery;
+      at.set_start_step(start);
+      absl::Status s = rpc_->AssignTask(
+          w.spare_address, TaskFor(w.job_id, w.spec, w.map, w.rank, w.num_workers, at));
+      if (!s.ok()) why = absl::StrCat("worker ", w.spare, ": ", s.message());
+    }
+    bool undo = false;
+    {
+      absl::MutexLock l(&mu_);
+      JobRecord* rec = FindJob(w.job_id);
+      const bool current = rec != nullptr && rec->job.state() == v1::JOB_RUNNING &&
+                           static_cast<int>(w.rank) < rec->job.workers_size() &&
+                           rec->job.workers(w.rank) == w.spare;
+      if (!current) {
+        // Cancelled or recovering from another loss meanwhile: the new task must not run on.
+        undo = why.empty();
+      } else if (!why.empty()) {
+        StartRecovery(*rec,
+                      absl::StrCat(w.cause, "; its rank could not be handed over (", why, ")"));
+      } else {
+        v1::JobRecovery* r = rec->job.mutable_recovery();
+        r->set_handovers(r->handovers() + 1);
+        r->set_last_cause(w.cause);
+        r->set_recovered_unix_ms(UnixMs(clock_->Now()));
+        if (!Persist(*rec).ok()) continue;
+        handovers_->Add();
+        Log()->warn("job {}: rank {} handed over from {} to {}, resuming at step {} with no "
+                    "rollback: {}",
+                    w.job_id, w.rank, w.lost, w.spare, start, w.cause);
+      }
+    }
+    if (undo) (void)rpc_->StopTask(w.spare_address, w.job_id, "the job changed meanwhile");
+  }
+}
+
+void Scheduler::FinishLeaving(const std::string& job_id, uint32_t rank, const std::string& cause,
+                              const std::string& lost, const v1::ShardMap& map,
+                              uint32_t num_workers, const v1::JobRecovery& recovery,
+                              uint32_t adopter, const std::string& adopter_address) {
+  // 1. Every server takes the rank out of the job's barrier (and refuses it from then on).
+  std::string why;
+  std::vector<int64_t> clocks = ClockOnEveryServer(
+      map,
+      [&](const v1::ServerEndpoint& ep) { return rpc_->LeaveJob(ep.address(), job_id, rank); },
+      &why);
+  // 2. The rank that takes its data reads it from its next batch on (and every remaining rank
+  //    learns the lead rank, which changes when rank 0 leaves).
+  std::string adopted = "nobody (every other rank had finished)";
+  if (why.empty()) {
+    std::vector<std::pair<uint32_t, std::string>> remaining;
+    bool aggregate = false;
+    {
+      absl::MutexLock l(&mu_);
+      JobRecord* rec = FindJob(job_id);
+      if (rec != nullptr) {
+        aggregate = rec->job.spec().consistency().aggregate();
+        for (int q = 0; q < rec->job.workers_size(); ++q) {
+          if (rec->job.workers(q).empty()) continue;
+          auto node = registry_.Get(rec->job.workers(q));
+          if (node.has_value()) remaining.emplace_back(q, node->info().address());
+        }
+      }
+    }
+    const uint32_t lead = LeadRank(recovery, num_workers);
+    v1::JobRecovery before = recovery;
+    for (int i = 0; i < before.left_size(); ++i) {
+      if (before.left(i).rank() == rank) {
+        before.mutable_left()->DeleteSubrange(i, 1);
+        break;
+      }
+    }
+    // Aggregate steps average over the ranks training: every rank learns their count.
+    const bool everyone = LeadRank(before, num_workers) != lead || aggregate;
+    std::vector<absl::Status> updated(remaining.size());
+    ParallelFor(remaining.size(), [&](size_t i) {
+      const uint32_t q = remaining[i].first;
+      if (q != adopter && !everyone) return;  // Neither its data nor the lead changes.
+      updated[i] = rpc_->UpdatePartition(q == adopter ? adopter_address : remaining[i].second,
+                                         PartitionUpdate(job_id, recovery, q, num_workers));
+    });
+    for (size_t i = 0; i < remaining.size(); ++i) {
+      if (updated[i].ok()) continue;
+      Log()->warn("job {}: rank {} was not told of its new data partition: {}", job_id,
+                  remaining[i].first, updated[i].message());
+    }
+    if (adopter != rank) adopted = absl::StrCat("rank ", adopter);
+  }
+  absl::MutexLock l(&mu_);
+  JobRecord* rec = FindJob(job_id);
+  if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING) return;  // Changed meanwhile.
+  v1::Job& job = rec->job;
+  if (!why.empty()) {
+    StartRecovery(*rec, absl::StrCat(cause, "; its rank could not leave the job (", why, ")"));
+    return;
+  }
+  v1::JobRecovery* r = job.mutable_recovery();
+  int64_t step = clocks.empty() ? 0 : *std::min_element(clocks.begin(), clocks.end());
+  for (v1::LeftRank& left : *r->mutable_left()) {
+    if (left.rank() == rank) left.set_step(step);
+  }
+  r->set_last_cause(cause);
+  r->set_recovered_unix_ms(UnixMs(clock_->Now()));
+  if (!Persist(*rec).ok()) return;
+  leaves_->Add();
+  uint32_t training = 0;
+  for (const std::string& w : job.workers()) training += w.empty() ? 0 : 1;
+  Log()->warn("job {}: rank {} (worker {}) left the job at step {} ({}; no idle worker to take "
+              "it): {} reads its data from now on, {} of {} ranks train on with no rollback",
+              job_id, rank, lost, step, cause, adopted, training, num_workers);
+  MaybeSucceed(*rec);
+  Wake();
+}
+
+}  // namespace pscluster::scheduler

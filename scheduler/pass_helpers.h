@@ -1,0 +1,41 @@
+// Small helpers shared by the scheduler's passes (internal to //scheduler:scheduler_lib).
+#ifndef PSCLUSTER_SCHEDULER_PASS_HELPERS_H_
+#define PSCLUSTER_SCHEDULER_PASS_HELPERS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "proto/scheduler.pb.h"
+
+namespace pscluster::scheduler {
+
+// How often a job's DropJob, or a recovery waiting for a job's tasks to stop, looks again
+// whether its workers have stopped.
+inline constexpr absl::Duration kStopRecheck = absl::Milliseconds(100);
+
+// The scheduler's logger.
+std::shared_ptr<spdlog::logger> Log();
+
+inline int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
+
+// Alive or suspect (heartbeats late, lease not yet expired).
+inline bool IsLive(const v1::NodeStatus& n) {
+  return n.state() == v1::NODE_ALIVE || n.state() == v1::NODE_SUSPECT;
+}
+
+// Calls `call` on every server of `map` at once; returns each one's clock (-1 where it failed),
+// and in *why the first failure, naming its server (empty: none).
+std::vector<int64_t> ClockOnEveryServer(
+    const v1::ShardMap& map,
+    const std::function<absl::StatusOr<int64_t>(const v1::ServerEndpoint&)>& call,
+    std::string* why);
+
+}  // namespace pscluster::scheduler
+
+#endif  // PSCLUSTER_SCHEDULER_PASS_HELPERS_H_
