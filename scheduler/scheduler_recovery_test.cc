@@ -1,0 +1,698 @@
+// The Scheduler's replication and recovery passes (testing/scheduler_fixture.h): backups
+// dropped, replaced and promoted, rollbacks onto spares, recoveries after restarts, and
+// placements refused or waiting.
+#include "scheduler/testing/scheduler_fixture.h"
+
+namespace pscluster::scheduler {
+namespace {
+
+using ::pscluster::scheduler::testing::CheckpointedJob;
+using ::pscluster::scheduler::testing::FakeNode;
+using ::pscluster::scheduler::testing::FakeNodeOptions;
+using ::pscluster::scheduler::testing::FakeParameterServer;
+using ::pscluster::scheduler::testing::FakeWorker;
+using ::pscluster::scheduler::testing::kJob;
+using ::pscluster::scheduler::testing::SchedulerTest;
+using ::pscluster::scheduler::testing::WriteCheckpoint;
+using ::pscluster::testing::IsOk;
+using ::pscluster::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+// A primary that cannot deliver copies to its backup (a partition between the two servers, both
+// alive) says so in its status; the scheduler drops that backup from the map, so that the
+// primary's pushes go through again, and no task stops.
+// With a third server, the shards that lost their backup get a new one there: a live copy that
+// the primary seeds, with no task stopped; the server the primary cannot reach is never paired
+// with it again.
+TEST_F(SchedulerTest, ADroppedBackupIsReplacedOnAServerThePrimaryReaches) {
+  AddCluster(3, 2);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrReplaceAll(absl::StrCat(kJob, "replication: 2\n"),
+                                                       {{"num_servers: 2", "num_servers: 3"}}),
+                                   &id));
+  v1::Job job = Get(id);
+  const v1::ShardMap before = MapOf(id);
+  ASSERT_EQ(before.servers_size(), 3);
+  const std::string p = before.assignments(0).primary();
+  ASSERT_THAT(before.assignments(0).backups(), SizeIs(1));
+  const std::string b = before.assignments(0).backups(0);
+  std::string c;
+  for (const v1::ServerEndpoint& ep : before.servers()) {
+    if (ep.node_id() != p && ep.node_id() != b) c = ep.node_id();
+  }
+  ASSERT_FALSE(c.empty());
+  const size_t c_updates = Node(c)->server()->updates().size();
+  Node(p)->server()->SetUnreachableBackups({Node(b)->address()});
+  clock_.Advance(options_.status_poll_interval);
+  BeatAll();
+  sched_->RunOnce();  // The poll sees it.
+  sched_->RunOnce();  // The control pass drops b and gives p's shards a new backup.
+
+  job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const v1::ShardMap after = MapOf(id);
+  EXPECT_EQ(after.epoch(), before.epoch() + 2) << "one map drops, one adds";
+  EXPECT_EQ(job.shard_map_epoch(), after.epoch());
+  for (const v1::ShardAssignment& a : after.assignments()) {
+    EXPECT_EQ(a.primary(), before.assignments(a.shard()).primary());
+    ASSERT_THAT(a.backups(), SizeIs(1)) << "shard " << a.shard();
+    if (a.primary() == p) {
+      EXPECT_EQ(a.backups(0), c) << "shard " << a.shard();
+    } else {
+      EXPECT_EQ(a.backups(0), before.assignments(a.shard()).backups(0)) << "shard " << a.shard();
+    }
+  }
+  // c takes the map with a live seed from p; every server learns to seed its new backups.
+  auto updates = Node(c)->server()->updates();
+  ASSERT_GT(updates.size(), c_updates);
+  const v1::UpdateShardMapRequest& to_c = updates.back();
+  EXPECT_EQ(to_c.map().epoch(), after.epoch());
+  ASSERT_EQ(to_c.copy_from_size(), 1);
+  EXPECT_EQ(to_c.copy_from(0).primary(), p);
+  EXPECT_TRUE(to_c.copy_from(0).live());
+  for (const std::string& s : {p, b, c}) {
+    const v1::UpdateShardMapRequest u = Node(s)->server()->updates().back();
+    EXPECT_EQ(u.map().epoch(), after.epoch()) << s;
+    EXPECT_TRUE(u.seed_new_backups()) << s;
+    EXPECT_EQ(u.min_attempt(), 0u) << "no task is fenced";
+    if (s != c) {
+      EXPECT_THAT(u.copy_from(), IsEmpty()) << s;
+    }
+  }
+  for (const std::string& w : job.workers()) EXPECT_THAT(Node(w)->worker()->stopped(), IsEmpty());
+  EXPECT_EQ(job.recovery().recoveries(), 0u);
+  EXPECT_THAT(sched_->RenderMetrics(), HasSubstr("pscluster_scheduler_backups_replaced_total 1"));
+  // Nothing more to do: no new map.
+  clock_.Advance(options_.status_poll_interval);
+  BeatAll();
+  sched_->RunOnce();
+  sched_->RunOnce();
+  EXPECT_EQ(MapOf(id).epoch(), after.epoch());
+  ASSERT_EQ(job.recovery().cut_backups_size(), 1);
+  EXPECT_EQ(job.recovery().cut_backups(0).primary(), p);
+  EXPECT_EQ(job.recovery().cut_backups(0).backup(), b);
+}
+
+// With two servers there is no other server: the shards go on with a copy fewer, and the
+// server the primary was cut from is not given back to it, not even by a restarted scheduler.
+TEST_F(SchedulerTest, ACutBackupIsNotGivenBackAfterARestart) {
+  AddCluster(2, 2);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrCat(kJob, "replication: 2\n"), &id));
+  const v1::ShardMap before = MapOf(id);
+  const std::string p = before.assignments(0).primary();
+  const std::string b = before.assignments(0).backups(0);
+  Node(p)->server()->SetUnreachableBackups({Node(b)->address()});
+  clock_.Advance(options_.status_poll_interval);
+  BeatAll();
+  sched_->RunOnce();
+  sched_->RunOnce();
+  Node(p)->server()->SetUnreachableBackups({});
+  const uint64_t dropped = MapOf(id).epoch();
+  EXPECT_EQ(dropped, before.epoch() + 1);
+  StartScheduler();
+  clock_.Advance(options_.startup_grace + options_.status_poll_interval);
+  BeatAll();
+  for (int i = 0; i < 3; ++i) sched_->RunOnce();
+  EXPECT_EQ(Get(id).state(), v1::JOB_RUNNING);
+  EXPECT_EQ(MapOf(id).epoch(), dropped) << "no map gives b back to p";
+  const v1::ShardMap now = MapOf(id);
+  for (const v1::ShardAssignment& a : now.assignments()) {
+    if (a.primary() == p) {
+      EXPECT_THAT(a.backups(), IsEmpty()) << "shard " << a.shard();
+    }
+  }
+}
+
+TEST_F(SchedulerTest, ABackupItsPrimaryCannotReachIsDroppedFromTheMap) {
+  AddCluster(2, 2);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrCat(kJob, "replication: 2\n"), &id));
+  v1::Job job = Get(id);
+  const v1::ShardMap before = MapOf(id);
+  const std::string p = job.servers(0), b = job.servers(1);
+  size_t of_p = 0;
+  for (const v1::ShardAssignment& a : before.assignments()) {
+    ASSERT_THAT(a.backups(), SizeIs(1));
+    of_p += a.primary() == p ? 1 : 0;
+  }
+  ASSERT_GT(of_p, 0u);
+  Node(p)->server()->SetUnreachableBackups({Node(b)->address()});
+  clock_.Advance(options_.status_poll_interval);
+  BeatAll();
+  sched_->RunOnce();  // The poll sees it.
+  sched_->RunOnce();  // The control pass acts on it.
+
+  job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const v1::ShardMap after = MapOf(id);
+  EXPECT_EQ(after.epoch(), before.epoch() + 1);
+  EXPECT_EQ(job.shard_map_epoch(), after.epoch());
+  for (const v1::ShardAssignment& a : after.assignments()) {
+    EXPECT_EQ(a.primary(), before.assignments(a.shard()).primary());
+    if (a.primary() == p) {
+      EXPECT_THAT(a.backups(), IsEmpty()) << "shard " << a.shard();
+    } else {
+      EXPECT_THAT(a.backups(), ElementsAre(p)) << "shard " << a.shard();
+    }
+  }
+  for (const std::string& s : {p, b}) {
+    const v1::UpdateShardMapRequest u = Node(s)->server()->updates().back();
+    EXPECT_EQ(u.map().epoch(), after.epoch()) << s;
+    EXPECT_EQ(u.min_attempt(), 0u) << "no task is fenced";
+  }
+  for (const std::string& w : job.workers()) EXPECT_THAT(Node(w)->worker()->stopped(), IsEmpty());
+  EXPECT_EQ(job.recovery().recoveries(), 0u);
+  // Reported again (the status lags): nothing more to drop, no new map.
+  clock_.Advance(options_.status_poll_interval);
+  BeatAll();
+  sched_->RunOnce();
+  sched_->RunOnce();
+  EXPECT_EQ(MapOf(id).epoch(), after.epoch());
+}
+
+// min_workers: below it, a lost rank with no idle worker rolls the job back instead (and the
+// job waits to be placed again on num_workers workers).
+TEST_F(SchedulerTest, BelowMinWorkersALostRankRollsTheJobBackInstead) {
+  AddCluster(2, 2);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrCat(kJob, "min_workers: 2\n"), &id));
+  v1::Job job = Get(id);
+  const std::string lost = job.workers(1);
+  Leave(lost);
+  sched_->RunOnce();
+  job = Get(id);
+  EXPECT_NE(job.state(), v1::JOB_RUNNING);
+  EXPECT_EQ(job.recovery().recoveries(), 1u);
+  EXPECT_THAT(job.recovery().left(), IsEmpty());
+  EXPECT_THAT(job.recovery().last_cause(), HasSubstr("no idle worker to take its rank"));
+  EXPECT_THAT(job.reason(), HasSubstr("needs 2 idle workers, 1 available"));
+  for (const std::string& s : job.servers()) {
+    for (const auto& f : Node(s)->server()->fences()) EXPECT_FALSE(f.leave());
+  }
+  // min_workers above num_workers is refused, naming the field.
+  EXPECT_THAT(Submit(absl::StrCat(kJob, "min_workers: 3\n")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("min_workers: must be at most num_workers (2)")));
+}
+
+TEST_F(SchedulerTest, ARestartedWorkerTakesItsOwnRankBack) {
+  AddCluster(1, 1);
+  auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 1"},
+                                              {"num_servers: 2", "num_servers: 1"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  ASSERT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+  Node(ids_[0])->server()->SetClocks({17});
+  Node(ids_[1])->worker()->FinishTask();  // The old process is gone, and its task with it.
+  v1::RegisterNodeRequest req;
+  req.mutable_node()->set_role(v1::ROLE_WORKER);
+  req.mutable_node()->set_address(Node(ids_[1])->address());
+  req.mutable_node()->set_pid(4242);  // A new process at the same address.
+  v1::RegisterNodeResponse resp;
+  ASSERT_THAT(sched_->RegisterNode(req, &resp), IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().handovers(), 1u);
+  EXPECT_THAT(job.recovery().last_cause(), HasSubstr("restarted"));
+  EXPECT_EQ(job.workers(0), ids_[1]);
+  auto assigned = Node(ids_[1])->worker()->assigned();
+  ASSERT_THAT(assigned, SizeIs(2));
+  EXPECT_EQ(assigned[1].start_step(), 17);
+}
+
+TEST_F(SchedulerTest, ALostRankThatCannotBeHandedOverRollsTheJobBackOntoASpare) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/ckpt-worker";
+  AddCluster(2, 3);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(CheckpointedJob(dir), &id));
+  v1::Job job = Get(id);
+  v1::ShardMap map = MapOf(id);
+  std::vector<std::string> files;
+  for (int64_t step : {10, 20}) {
+    for (const std::string& s : job.servers()) files.push_back(WriteCheckpoint(dir, map, s, step));
+  }
+  const std::string lost = job.workers(1);
+  const std::string kept = job.workers(0);
+
+  AdvanceWithout(lost, absl::Seconds(6));
+  AdvanceWithout(lost, absl::Seconds(5));
+  ASSERT_EQ(sched_->registry().Get(lost)->state(), v1::NODE_DEAD);
+
+  // One control pass stopped the job, rolled it back and placed it again.
+  job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().recoveries(), 1u);
+  EXPECT_EQ(job.recovery().start_step(), 20);
+  EXPECT_EQ(job.progress().rolled_back_to_step(), 20);
+  EXPECT_THAT(job.recovery().last_cause(),
+              HasSubstr(absl::StrCat("worker of rank 1 ", lost, " at ", Node(lost)->address(),
+                                     " stopped heartbeating")));
+  // These stand-in servers report no clocks, so where the rank stood is unknown.
+  EXPECT_THAT(job.recovery().last_cause(),
+              HasSubstr("its rank could not be handed over (server server-"));
+  EXPECT_EQ(job.recovery().handovers(), 0u);
+  EXPECT_EQ(job.shard_map_epoch(), map.epoch() + 1);
+  ASSERT_THAT(job.workers(), SizeIs(2));
+  EXPECT_THAT(job.workers(), ::testing::Not(::testing::Contains(lost)));
+  // The surviving worker's task was stopped before it got the new one.
+  EXPECT_THAT(Node(kept)->worker()->stopped(), SizeIs(1));
+  for (int rank = 0; rank < 2; ++rank) {
+    auto assigned = Node(job.workers(rank))->worker()->assigned();
+    ASSERT_FALSE(assigned.empty());
+    EXPECT_EQ(assigned.back().start_step(), 20);
+    // Above every earlier task's, the failed hand-over's (1) included.
+    EXPECT_EQ(assigned.back().attempt(), 2u);
+    EXPECT_EQ(assigned.back().rank(), static_cast<uint32_t>(rank));
+    EXPECT_EQ(assigned.back().shard_map().epoch(), job.shard_map_epoch());
+  }
+  // Every server dropped the old run and restores its shards from the step-20 files.
+  std::vector<std::string> restored;
+  for (const std::string& s : job.servers()) {
+    FakeParameterServer* ps = Node(s)->server();
+    EXPECT_THAT(ps->dropped(), ElementsAre(id));
+    const v1::UpdateShardMapRequest u = ps->updates().back();
+    EXPECT_EQ(u.map().epoch(), job.shard_map_epoch());
+    EXPECT_EQ(u.restore_step(), 20);
+    EXPECT_EQ(u.min_attempt(), 2u);  // The old run's tasks are fenced off.
+    for (const std::string& f : u.restore_from()) {
+      EXPECT_THAT(f, HasSubstr("-step20.ckpt"));
+      restored.push_back(f);
+    }
+  }
+  EXPECT_THAT(restored, ::testing::UnorderedElementsAre(files[2], files[3]));
+
+  // The replaced task's reports are moot; the new ones count.
+  auto cancel = Report(id, 0, 25, false, "lost its server");
+  ASSERT_THAT(cancel, IsOk());
+  EXPECT_TRUE(*cancel);
+  EXPECT_EQ(Get(id).state(), v1::JOB_RUNNING);
+  cancel = Report(id, 0, 25, false, "", "", 2);
+  ASSERT_THAT(cancel, IsOk());
+  EXPECT_FALSE(*cancel);
+  EXPECT_EQ(Get(id).progress().workers(0).step(), 25);
+}
+
+TEST_F(SchedulerTest, ALostServersShardsAreRestoredOnASpareServer) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/ckpt-server";
+  AddCluster(3, 2);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(CheckpointedJob(dir), &id));
+  v1::Job job = Get(id);
+  v1::ShardMap map = MapOf(id);
+  for (const std::string& s : job.servers()) WriteCheckpoint(dir, map, s, 30);
+  // The first server dies; the second one got as far as step 40 (its file is not enough).
+  WriteCheckpoint(dir, map, job.servers(1), 40);
+  const std::string lost = job.servers(0);
+  Leave(lost);
+  EXPECT_EQ(Get(id).state(), v1::JOB_RECOVERING);
+  EXPECT_THAT(Get(id).reason(), HasSubstr("left the cluster"));
+
+  // A scheduler restart in the middle of a recovery carries it on.
+  StartScheduler();
+  EXPECT_EQ(Get(id).state(), v1::JOB_RECOVERING);
+  BeatAll();
+  sched_->RunOnce();
+  job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().start_step(), 30);
+  EXPECT_THAT(job.servers(), ::testing::Not(::testing::Contains(lost)));
+  map = MapOf(id);
+  EXPECT_GT(map.epoch(), 1u);
+  for (const auto& a : map.assignments()) EXPECT_NE(a.primary(), lost);
+  // Each server restores exactly the files holding a shard it holds now, all of step 30.
+  std::set<std::string> needed;
+  for (const std::string& s : job.servers()) {
+    const v1::UpdateShardMapRequest u = Node(s)->server()->updates().back();
+    EXPECT_EQ(u.restore_step(), 30);
+    ASSERT_FALSE(u.restore_from().empty()) << s;
+    for (const std::string& f : u.restore_from()) {
+      EXPECT_THAT(f, HasSubstr("-step30.ckpt"));
+      needed.insert(f);
+    }
+  }
+  EXPECT_THAT(needed, SizeIs(2));
+}
+
+// replication: 2: every shard has a backup on the other server. When one server is lost, its
+// shards' backups take over: no rollback, no DropJob, no checkpoint files; every rank resumes on
+// its worker at its lowest clock on the servers, fenced at a new attempt.
+TEST_F(SchedulerTest, ALostServersBackupsTakeOverWithNoRollback) {
+  AddCluster(2, 2);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrCat(kJob, "replication: 2\n"), &id));
+  v1::Job job = Get(id);
+  v1::ShardMap map = MapOf(id);
+  for (const auto& a : map.assignments()) ASSERT_THAT(a.backups(), SizeIs(1));
+  const std::string lost = job.servers(0), kept = job.servers(1);
+  // The survivor: rank 0 finished step 12, rank 1 is half-way through step 12.
+  Node(kept)->server()->SetClocks({12, 11});
+  const std::vector<std::string> workers(job.workers().begin(), job.workers().end());
+  Leave(lost);
+  EXPECT_EQ(Get(id).state(), v1::JOB_RECOVERING);
+  sched_->RunOnce();
+
+  job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().promotions(), 1u);
+  EXPECT_EQ(job.recovery().recoveries(), 0u);
+  EXPECT_EQ(job.recovery().handovers(), 0u);
+  EXPECT_EQ(job.progress().rolled_back_to_step(), -1);
+  EXPECT_THAT(job.reason(), HasSubstr("its shards' backups took over"));
+  EXPECT_THAT(job.recovery().last_cause(), HasSubstr(absl::StrCat("server holding shards ", lost)));
+  EXPECT_THAT(job.servers(), ElementsAre(kept));
+  EXPECT_THAT(std::vector<std::string>(job.workers().begin(), job.workers().end()),
+              ::testing::ElementsAreArray(workers));
+  // The survivor got the map that makes it primary of everything, and kept the job.
+  const v1::ShardMap next = MapOf(id);
+  EXPECT_EQ(next.epoch(), map.epoch() + 1);
+  for (const auto& a : next.assignments()) {
+    EXPECT_EQ(a.primary(), kept);
+    EXPECT_THAT(a.backups(), IsEmpty());
+  }
+  EXPECT_THAT(Node(kept)->server()->dropped(), IsEmpty());
+  const v1::UpdateShardMapRequest u = Node(kept)->server()->updates().back();
+  EXPECT_EQ(u.map().epoch(), next.epoch());
+  EXPECT_EQ(u.self(), kept);
+  EXPECT_THAT(u.restore_from(), IsEmpty());
+  EXPECT_EQ(u.restore_step(), 0);
+  EXPECT_EQ(u.min_attempt(), 1u);
+  // Each worker's task was stopped, then given again from the rank's lowest clock.
+  for (int rank = 0; rank < 2; ++rank) {
+    FakeWorker* w = Node(workers[rank])->worker();
+    EXPECT_THAT(w->stopped(), SizeIs(1));
+    auto assigned = w->assigned();
+    ASSERT_THAT(assigned, SizeIs(2));
+    EXPECT_EQ(assigned[1].rank(), static_cast<uint32_t>(rank));
+    EXPECT_EQ(assigned[1].start_step(), rank == 0 ? 12 : 11);
+    EXPECT_EQ(assigned[1].attempt(), 1u);
+    EXPECT_EQ(assigned[1].shard_map().epoch(), next.epoch());
+  }
+  auto cancel = Report(id, 1, 13, false, "", "", 1);
+  ASSERT_THAT(cancel, IsOk());
+  EXPECT_FALSE(*cancel);
+  EXPECT_TRUE(*Report(id, 1, 13, false, "", "", 0)) << "the old attempt is moot";
+  EXPECT_THAT(sched_->RenderMetrics(), HasSubstr("pscluster_scheduler_backup_promotions_total 1"));
+}
+
+// With three servers, the shards that lost a copy with the dead server get a new backup on a
+// survivor: a live copy that their primary seeds (no checkpoint_dir needed).
+TEST_F(SchedulerTest, AfterAPromotionTheShardsThatLostACopyGetANewOne) {
+  AddCluster(3, 2);
+  auto id = Submit(absl::StrCat(
+      absl::StrReplaceAll(kJob, {{"num_servers: 2", "num_servers: 3"}}), "replication: 2\n"));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const v1::ShardMap map = MapOf(*id);
+  const std::string lost = job.servers(0);
+  for (const std::string& s : job.servers()) Node(s)->server()->SetClocks({7, 7});
+  Leave(lost);
+  sched_->RunOnce();
+
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().promotions(), 1u);
+  EXPECT_EQ(job.recovery().recoveries(), 0u);
+  const v1::ShardMap now = MapOf(*id);
+  EXPECT_EQ(now.epoch(), map.epoch() + 2) << "promoted, then the new copies";
+  for (const auto& a : now.assignments()) {
+    EXPECT_NE(a.primary(), lost);
+    ASSERT_THAT(a.backups(), SizeIs(1)) << "shard " << a.shard();
+    EXPECT_NE(a.backups(0), a.primary());
+    EXPECT_NE(a.backups(0), lost);
+  }
+  // Every survivor that backs up shards it did not back up before takes a live copy of them,
+  // and every primary is asked to seed its new backups: no checkpoint file is involved.
+  int seeds = 0;
+  for (const std::string& s : job.servers()) {
+    const v1::UpdateShardMapRequest u = Node(s)->server()->updates().back();
+    EXPECT_EQ(u.map().epoch(), now.epoch());
+    EXPECT_TRUE(u.seed_new_backups());
+    for (const v1::ReplicaSeed& seed : u.copy_from()) {
+      ++seeds;
+      EXPECT_NE(seed.primary(), s);
+      EXPECT_TRUE(seed.live());
+      EXPECT_THAT(seed.path(), IsEmpty());
+    }
+    EXPECT_THAT(Node(s)->server()->checkpoints(), IsEmpty());
+  }
+  EXPECT_GE(seeds, 1);
+  // The tasks got the final map.
+  for (const std::string& w : job.workers()) {
+    EXPECT_EQ(Node(w)->worker()->assigned().back().shard_map().epoch(), now.epoch());
+  }
+}
+
+// Without a live copy of every shard the lost server was primary of, the job rolls back.
+TEST_F(SchedulerTest, WithoutALiveBackupALostServersJobRollsBack) {
+  AddCluster(3, 2);
+  auto id = Submit(absl::StrReplaceAll(absl::StrCat(kJob, "replication: 2\n"),
+                                       {{"num_servers: 2", "num_servers: 3"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  // Two of its three servers go at once: some shard had its primary and its backup on them.
+  for (int i = 0; i < 2; ++i) {
+    Leave(job.servers(i));
+  }
+  sched_->RunOnce();
+  job = Get(*id);
+  EXPECT_EQ(job.recovery().promotions(), 0u);
+  EXPECT_EQ(job.recovery().recoveries(), 1u);
+}
+
+TEST_F(SchedulerTest, AServerThatComesBackAfterItsJobMovedAwayDropsItsCopy) {
+  AddCluster(3, 2);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(kJob, &id));
+  v1::Job job = Get(id);
+  const std::string away = job.servers(0);
+  size_t index = 0;
+  while (ids_[index] != away) ++index;
+  // It stops answering (paused): its lease lapses and the job moves to the spare server.
+  AdvanceWithout(away, absl::Seconds(6));
+  AdvanceWithout(away, absl::Seconds(6));
+  job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  ASSERT_THAT(job.servers(), ::testing::Not(::testing::Contains(away)));
+  EXPECT_THAT(Node(away)->server()->dropped(), IsEmpty());  // It was not reachable then.
+  std::map<std::string, size_t> drops;
+  for (const std::string& s : job.servers()) drops[s] = Node(s)->server()->dropped().size();
+
+  // The same process comes back and registers again: the copy it may hold is dropped, and
+  // nothing is dropped where the job runs now.
+  v1::RegisterNodeRequest req;
+  req.mutable_node()->set_role(v1::ROLE_SERVER);
+  req.mutable_node()->set_address(Node(away)->address());
+  req.mutable_node()->set_pid(1000 + index);
+  v1::RegisterNodeResponse resp;
+  ASSERT_THAT(sched_->RegisterNode(req, &resp), IsOk());
+  ASSERT_EQ(resp.node_id(), away);
+  sched_->RunOnce();
+  EXPECT_THAT(Node(away)->server()->dropped(), ElementsAre(id));
+  for (const std::string& s : job.servers()) {
+    EXPECT_EQ(Node(s)->server()->dropped().size(), drops[s]) << s;
+  }
+  EXPECT_EQ(Get(id).state(), v1::JOB_RUNNING);
+}
+
+// A rank whose task is gone without a word (here: the scheduler died between recording a
+// hand-over and sending the task) is found after the scheduler's restart and handed over.
+TEST_F(SchedulerTest, AfterARestartARankWhoseWorkerRunsNoTaskIsHandedOver) {
+  options_.startup_grace = absl::Seconds(1);
+  AddCluster(1, 2);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrReplaceAll(kJob, {{"num_servers: 2", "num_servers: 1"}}), &id));
+  v1::Job job = Get(id);
+  Node(job.workers(1))->worker()->FinishTask();  // Its task ended, and nobody heard.
+  Node(job.servers(0))->server()->SetClocks({12, 11});
+  StartScheduler();
+  BeatAll();
+  sched_->RunOnce();  // Within the start-up grace: nodes may still be coming back.
+  EXPECT_EQ(Get(id).recovery().handovers(), 0u);
+  clock_.Advance(absl::Seconds(2));
+  BeatAll();
+  sched_->RunOnce();
+  job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().handovers(), 1u);
+  EXPECT_THAT(job.recovery().last_cause(),
+              HasSubstr("runs no task (found after a scheduler restart)"));
+  // The same worker (idle, alive) takes its rank back where the server has it; rank 0, still
+  // running, is left alone.
+  auto assigned = Node(job.workers(1))->worker()->assigned();
+  ASSERT_THAT(assigned, SizeIs(2));
+  EXPECT_EQ(assigned[1].rank(), 1u);
+  EXPECT_EQ(assigned[1].start_step(), 11);
+  EXPECT_THAT(Node(job.workers(0))->worker()->assigned(), SizeIs(1));
+  EXPECT_THAT(Node(job.workers(0))->worker()->stopped(), IsEmpty());
+}
+
+TEST_F(SchedulerTest, WithoutCheckpointsARestartedWorkersJobStartsAgainFromTheStart) {
+  AddCluster(1, 1);
+  auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 1"},
+                                              {"num_servers: 2", "num_servers: 1"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  ASSERT_EQ(Get(*id).state(), v1::JOB_RUNNING);
+  v1::RegisterNodeRequest req;
+  req.mutable_node()->set_role(v1::ROLE_WORKER);
+  req.mutable_node()->set_address(Node(ids_[1])->address());
+  req.mutable_node()->set_pid(4242);  // A new process at the same address.
+  v1::RegisterNodeResponse resp;
+  ASSERT_THAT(sched_->RegisterNode(req, &resp), IsOk());
+  EXPECT_EQ(resp.node_id(), ids_[1]);
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  EXPECT_THAT(job.recovery().last_cause(), HasSubstr("restarted"));
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().start_step(), 0);
+  EXPECT_THAT(job.recovery().restore_from(), IsEmpty());
+  // The failed hand-over's task had attempt 1; the rollback's tasks run 2.
+  EXPECT_EQ(Node(ids_[1])->worker()->assigned().back().attempt(), 2u);
+  EXPECT_EQ(Node(ids_[0])->server()->updates().back().restore_step(), 0);
+  EXPECT_EQ(Node(ids_[0])->server()->updates().back().min_attempt(), 2u);
+}
+
+TEST_F(SchedulerTest, RecoveriesAreLimitedThenTheJobFails) {
+  options_.max_recoveries = 1;
+  StartScheduler();
+  AddCluster(1, 2);
+  auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 1"},
+                                              {"num_servers: 2", "num_servers: 1"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  Leave(Get(*id).workers(0));
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const std::string second = job.workers(0);
+  Leave(second);
+  job = Get(*id);
+  EXPECT_EQ(job.state(), v1::JOB_FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr("already recovered 1 time, the --max_recoveries limit"));
+  EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat(second, " at ")));
+}
+
+TEST_F(SchedulerTest, ACancelledRecoveryStaysCancelled) {
+  AddCluster(1, 1);
+  auto id = Submit(absl::StrReplaceAll(kJob, {{"num_workers: 2", "num_workers: 1"},
+                                              {"num_servers: 2", "num_servers: 1"}}));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  Leave(ids_[0]);  // The server: no hand-over, a rollback.
+  ASSERT_EQ(Get(*id).state(), v1::JOB_RECOVERING);
+  v1::CancelJobRequest creq;
+  creq.set_job_id(*id);
+  v1::CancelJobResponse cresp;
+  ASSERT_THAT(sched_->CancelJob(creq, &cresp), IsOk());
+  EXPECT_EQ(cresp.state(), v1::JOB_CANCELLED);
+  sched_->RunOnce();
+  EXPECT_EQ(Get(*id).state(), v1::JOB_CANCELLED);
+  EXPECT_EQ(Get(*id).recovery().recoveries(), 0u);
+}
+
+TEST_F(SchedulerTest, RefusedPlacementsAreRetriedThenFail) {
+  AddCluster(2, 2);
+  for (const std::string& id : ids_) {
+    if (FakeNode* n = Node(id); n->server()) {
+      n->server()->FailUpdates(grpc::Status(grpc::StatusCode::UNAVAILABLE, "disk full"));
+    }
+  }
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  for (int attempt = 1; attempt < options_.max_placement_attempts; ++attempt) {
+    sched_->RunOnce();
+    v1::Job job = Get(*id);
+    ASSERT_EQ(job.state(), v1::JOB_QUEUED);
+    EXPECT_THAT(job.reason(), HasSubstr("placement failed: server server-"));
+    EXPECT_THAT(job.reason(), HasSubstr("disk full"));
+    EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat("attempt ", attempt, " of 5")));
+    sched_->RunOnce();  // Backing off: no new attempt yet.
+    EXPECT_THAT(Get(*id).reason(), HasSubstr(absl::StrCat("attempt ", attempt, " of 5")));
+    clock_.Advance(options_.placement_backoff);
+    BeatAll();
+  }
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  EXPECT_EQ(job.state(), v1::JOB_FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr("gave up after 5 attempts"));
+  for (const std::string& w : ids_) {
+    if (FakeNode* n = Node(w); n->worker()) {
+      EXPECT_THAT(n->worker()->assigned(), IsEmpty());
+    }
+  }
+}
+
+TEST_F(SchedulerTest, ABusyWorkerRollsThePlacementBack) {
+  AddCluster(2, 2);
+  // A task the scheduler does not know about keeps worker 2 busy.
+  FakeNode* busy = Node(ids_[3]);
+  {
+    GrpcClusterRpc direct(GrpcClusterRpcOptions{});
+    v1::AssignTaskRequest t;
+    t.set_job_id("elsewhere");
+    ASSERT_THAT(direct.AssignTask(busy->address(), t), IsOk());
+  }
+  auto id = Submit(kJob);
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  EXPECT_EQ(job.state(), v1::JOB_QUEUED);
+  EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat("worker ", ids_[3], ": AssignTask to ")));
+  EXPECT_THAT(job.reason(), HasSubstr("busy with job elsewhere"));
+  for (int s = 0; s < 2; ++s) EXPECT_THAT(Node(ids_[s])->server()->dropped(), ElementsAre(*id));
+  // The other worker got the task and then a StopTask.
+  FakeWorker* other = Node(ids_[2])->worker();
+  EXPECT_THAT(other->assigned(), SizeIs(1));
+  EXPECT_THAT(other->stopped(), SizeIs(1));
+}
+
+TEST_F(SchedulerTest, WorkersStillStoppingAnEndedJobAreWaitedForNotFailed) {
+  AddCluster(2, 2);
+  auto first = Submit(kJob);
+  auto second = Submit(kJob);
+  ASSERT_THAT(first, IsOk());
+  ASSERT_THAT(second, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*first);
+  // job-1 succeeds, but its workers have not yet left their tasks (their final reports just
+  // came in).
+  ASSERT_THAT(Report(*first, 0, 10, true), IsOk());
+  ASSERT_THAT(Report(*first, 1, 10, true), IsOk());
+  ASSERT_EQ(Get(*first).state(), v1::JOB_SUCCEEDED);
+  for (int i = 0; i < 2 * options_.max_placement_attempts; ++i) {
+    clock_.Advance(options_.placement_backoff);
+    BeatAll();
+    sched_->RunOnce();
+    v1::Job queued = Get(*second);
+    ASSERT_EQ(queued.state(), v1::JOB_QUEUED) << queued.reason();
+    EXPECT_THAT(queued.reason(),
+                HasSubstr(absl::StrCat("waiting for resources: workers ", job.workers(0), " (",
+                                       *first, "), ", job.workers(1), " (", *first,
+                                       ") still stopping the task of a job that ended")));
+  }
+  // Nothing was asked of anyone meanwhile.
+  for (const std::string& s : job.servers()) {
+    for (const auto& u : Node(s)->server()->updates()) EXPECT_NE(u.map().job_id(), *second);
+  }
+  for (const std::string& w : job.workers()) EXPECT_THAT(Node(w)->worker()->assigned(), SizeIs(1));
+  // Once they are idle, job-2 runs there.
+  FinishTasks(*first);
+  clock_.Advance(absl::Seconds(1));
+  sched_->RunOnce();
+  v1::Job running = Get(*second);
+  EXPECT_EQ(running.state(), v1::JOB_RUNNING) << running.reason();
+  for (const std::string& w : job.workers()) EXPECT_THAT(Node(w)->worker()->assigned(), SizeIs(2));
+}
+
+}  // namespace
+}  // namespace pscluster::scheduler

@@ -1,0 +1,232 @@
+// Live shard moves and the rebalancer, driven through the Scheduler (testing/scheduler_fixture.h).
+#include "scheduler/testing/scheduler_fixture.h"
+
+namespace pscluster::scheduler {
+namespace {
+
+using ::pscluster::scheduler::testing::CheckpointedJob;
+using ::pscluster::scheduler::testing::FakeNode;
+using ::pscluster::scheduler::testing::FakeNodeOptions;
+using ::pscluster::scheduler::testing::FakeParameterServer;
+using ::pscluster::scheduler::testing::FakeWorker;
+using ::pscluster::scheduler::testing::kJob;
+using ::pscluster::scheduler::testing::SchedulerTest;
+using ::pscluster::scheduler::testing::WriteCheckpoint;
+using ::pscluster::testing::IsOk;
+using ::pscluster::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+// A shard of server A's moves to B: the map that gives B a live copy (B first, asked to wait for
+// A's snapshot; A asked to send it), then, once B's copy has caught up, the map that makes B the
+// primary (A first). The workers are not touched.
+class ShardMoveTest : public SchedulerTest {
+ protected:
+  // A running job; *from is a server holding *shard, *to the other server.
+  void Start(std::string* id, uint32_t* shard, std::string* from, std::string* to,
+             const std::string& yaml = kJob) {
+    AddCluster(2, 2);
+    auto submitted = Submit(yaml);
+    ASSERT_THAT(submitted, IsOk());
+    *id = *submitted;
+    sched_->RunOnce();
+    v1::Job job = Get(*id);
+    ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+    const v1::ShardMap map = MapOf(*id);
+    *shard = map.assignments(3).shard();
+    *from = map.assignments(3).primary();
+    *to = *from == job.servers(0) ? job.servers(1) : job.servers(0);
+  }
+  absl::Status Move(const std::string& id, uint32_t shard, const std::string& to,
+                    v1::ShardMove* queued = nullptr) {
+    v1::MoveShardRequest req;
+    req.set_job_id(id);
+    req.set_shard(shard);
+    req.set_to(to);
+    v1::MoveShardResponse resp;
+    absl::Status s = sched_->MoveShard(req, &resp);
+    if (queued != nullptr) *queued = resp.move();
+    return s;
+  }
+};
+
+TEST_F(ShardMoveTest, AShardMovesToAnotherServerWithTwoMapsAndNoTaskStops) {
+  std::string id, from, to;
+  uint32_t shard = 0;
+  Start(&id, &shard, &from, &to);
+  const v1::ShardMap before = MapOf(id);
+  const v1::Job started = Get(id);
+  const std::vector<std::string> workers(started.workers().begin(), started.workers().end());
+  Node(to)->server()->SetCopyOf(from, true);
+  v1::ShardMove queued;
+  ASSERT_THAT(Move(id, shard, to, &queued), IsOk());
+  EXPECT_EQ(queued.state(), v1::MOVE_QUEUED);
+  EXPECT_EQ(queued.from(), from);
+  EXPECT_EQ(queued.reason(), "requested by psctl");
+  sched_->RunMoves();
+
+  v1::Job job = Get(id);
+  ASSERT_EQ(job.moves_size(), 1);
+  const v1::ShardMove& m = job.moves(0);
+  EXPECT_EQ(m.state(), v1::MOVE_DONE) << m.result();
+  EXPECT_EQ(m.epoch(), before.epoch() + 2);
+  EXPECT_THAT(m.result(), HasSubstr("copied in"));
+  EXPECT_EQ(job.shard_moves(), 1u);
+  EXPECT_EQ(job.state(), v1::JOB_RUNNING);
+  const v1::ShardMap after = MapOf(id);
+  EXPECT_EQ(after.epoch(), before.epoch() + 2);
+  for (int i = 0; i < after.assignments_size(); ++i) {
+    const v1::ShardAssignment& a = after.assignments(i);
+    EXPECT_EQ(a.primary(), a.shard() == shard ? to : before.assignments(i).primary());
+    EXPECT_THAT(a.backups(), IsEmpty());
+  }
+  // The target: a live copy of the primary's shard, then the map that hands it over.
+  auto updates = Node(to)->server()->updates();
+  ASSERT_EQ(updates.size(), 3u);
+  const v1::UpdateShardMapRequest& copy = updates[updates.size() - 2];
+  EXPECT_EQ(copy.map().epoch(), before.epoch() + 1);
+  ASSERT_EQ(copy.copy_from_size(), 1);
+  EXPECT_EQ(copy.copy_from(0).primary(), from);
+  EXPECT_TRUE(copy.copy_from(0).live());
+  EXPECT_FALSE(copy.seed_new_backups());
+  EXPECT_THAT(copy.map().assignments(static_cast<int>(shard)).backups(), ElementsAre(to));
+  EXPECT_EQ(updates.back().map().epoch(), before.epoch() + 2);
+  // The primary: asked (once) to snapshot for its new backup, then to let the shard go.
+  updates = Node(from)->server()->updates();
+  ASSERT_EQ(updates.size(), 3u);
+  EXPECT_TRUE(updates[updates.size() - 2].seed_new_backups());
+  EXPECT_THAT(updates[updates.size() - 2].copy_from(), IsEmpty());
+  EXPECT_EQ(updates.back().map().epoch(), before.epoch() + 2);
+  // No task was stopped or assigned again.
+  for (const std::string& w : workers) {
+    EXPECT_THAT(Node(w)->worker()->stopped(), IsEmpty());
+    EXPECT_THAT(Node(w)->worker()->assigned(), SizeIs(1));
+  }
+  EXPECT_THAT(sched_->RenderMetrics(), HasSubstr("pscluster_scheduler_shard_moves_total 1"));
+}
+
+TEST_F(ShardMoveTest, ACopyThatDoesNotCatchUpIsDroppedAndTheShardStays) {
+  options_.move_copy_timeout = absl::Milliseconds(200);
+  StartScheduler();
+  std::string id, from, to;
+  uint32_t shard = 0;
+  Start(&id, &shard, &from, &to);
+  const v1::ShardMap before = MapOf(id);
+  Node(to)->server()->SetCopyOf(from, false);
+  ASSERT_THAT(Move(id, shard, to), IsOk());
+  sched_->RunMoves();
+  v1::Job job = Get(id);
+  ASSERT_EQ(job.moves_size(), 1);
+  EXPECT_EQ(job.moves(0).state(), v1::MOVE_FAILED);
+  EXPECT_THAT(job.moves(0).result(), HasSubstr(absl::StrCat("the copy on ", to,
+                                                           " did not catch up within")));
+  EXPECT_EQ(job.shard_moves(), 0u);
+  EXPECT_EQ(job.state(), v1::JOB_RUNNING);
+  // A map without the copy, the shard where it was.
+  const v1::ShardMap after = MapOf(id);
+  EXPECT_EQ(after.epoch(), before.epoch() + 2);
+  EXPECT_EQ(after.assignments(static_cast<int>(shard)).primary(), from);
+  EXPECT_THAT(after.assignments(static_cast<int>(shard)).backups(), IsEmpty());
+  EXPECT_EQ(Node(to)->server()->updates().back().map().epoch(), after.epoch());
+  EXPECT_THAT(sched_->RenderMetrics(),
+              HasSubstr("pscluster_scheduler_shard_moves_failed_total 1"));
+}
+
+// A scheduler stopped while a copy catches up resumes the move at its next start, from the
+// saved map (the servers kept the copy going): no second copy, the same move done.
+TEST_F(ShardMoveTest, AMoveUnderWayWhenTheSchedulerStopsResumesAtItsNextStart) {
+  std::string id, from, to;
+  uint32_t shard = 0;
+  Start(&id, &shard, &from, &to);
+  const v1::ShardMap before = MapOf(id);
+  Node(to)->server()->SetCopyOf(from, false);
+  ASSERT_THAT(Move(id, shard, to), IsOk());
+  std::thread mover([&] { sched_->RunMoves(); });
+  for (int i = 0; i < 500 && Node(from)->server()->updates().back().map().epoch() !=
+                                 before.epoch() + 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(Node(from)->server()->updates().back().map().epoch(), before.epoch() + 1);
+  sched_->Stop();
+  mover.join();
+  EXPECT_EQ(Get(id).moves(0).state(), v1::MOVE_COPYING);
+  StartScheduler();
+  Node(to)->server()->SetCopyOf(from, true);
+  sched_->RunMoves();
+  v1::Job job = Get(id);
+  ASSERT_EQ(job.moves_size(), 1);
+  EXPECT_EQ(job.moves(0).state(), v1::MOVE_DONE) << job.moves(0).result();
+  EXPECT_EQ(MapOf(id).epoch(), before.epoch() + 2);
+  EXPECT_EQ(MapOf(id).assignments(static_cast<int>(shard)).primary(), to);
+  // The copy's map went out once.
+  int copies = 0;
+  for (const auto& u : Node(to)->server()->updates()) copies += u.copy_from_size();
+  EXPECT_EQ(copies, 1);
+}
+
+TEST_F(ShardMoveTest, MovesThatCannotBeDoneAreRefusedWithExactCodes) {
+  std::string id, from, to;
+  uint32_t shard = 0;
+  Start(&id, &shard, &from, &to);
+  EXPECT_THAT(Move("no-such-job", shard, to), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(Move(id, 1000, to), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("shard: 1000 is out of range")));
+  EXPECT_THAT(Move(id, shard, ""), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Move(id, shard, "s-99"), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                HasSubstr("not one of job")));
+  EXPECT_THAT(Move(id, shard, from), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                              HasSubstr("already holds shard")));
+  ASSERT_THAT(Move(id, shard, to), IsOk());
+  EXPECT_THAT(Move(id, shard + 1, to), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                HasSubstr("one move at a time")));
+  // Jobs whose shards do not move live.
+  auto replicated = Submit(absl::StrCat(kJob, "replication: 2\n"));
+  ASSERT_THAT(replicated, IsOk());
+  EXPECT_THAT(Move(*replicated, 0, to), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(Get(id).moves_size(), 1) << "refused moves change nothing";
+}
+
+TEST_F(ShardMoveTest, TheRebalancerMovesAHotShardOffAnOverloadedServer) {
+  options_.rebalance_every = absl::Seconds(5);
+  options_.rebalance.min_bytes_per_sec = 1000;
+  StartScheduler();
+  std::string id, from, to;
+  uint32_t shard = 0;
+  Start(&id, &shard, &from, &to);
+  Node(to)->server()->SetCopyOf(from, true);
+  sched_->RunMoves();  // The first look only starts the period.
+  // `from` carries shard `shard` hot and two more of its shards lightly; `to` nothing.
+  const v1::ShardMap map = MapOf(id);
+  std::vector<std::pair<uint32_t, double>> loads = {{shard, 6e6}};
+  for (const auto& a : map.assignments()) {
+    if (a.primary() == from && a.shard() != shard && loads.size() < 3) {
+      loads.push_back({a.shard(), 1e6});
+    }
+  }
+  ASSERT_THAT(loads, SizeIs(3));
+  v1::HeartbeatRequest hb;
+  hb.set_node_id(from);
+  for (auto [s, bytes] : loads) {
+    v1::ShardLoad* l = hb.add_shard_loads();
+    l->set_job_id(id);
+    l->set_shard(s);
+    l->mutable_load()->set_bytes_per_sec(bytes);
+  }
+  v1::HeartbeatResponse resp;
+  ASSERT_THAT(sched_->Heartbeat(hb, &resp), IsOk());
+  clock_.Advance(absl::Seconds(5));
+  sched_->RunMoves();
+  v1::Job job = Get(id);
+  ASSERT_EQ(job.moves_size(), 1);
+  EXPECT_EQ(job.moves(0).state(), v1::MOVE_DONE) << job.moves(0).result();
+  EXPECT_EQ(job.moves(0).shard(), shard);
+  EXPECT_EQ(job.moves(0).to(), to);
+  EXPECT_THAT(job.moves(0).reason(), HasSubstr(absl::StrCat("rebalance: ", from, " carried")));
+  EXPECT_EQ(MapOf(id).assignments(static_cast<int>(shard)).primary(), to);
+}
+
+}  // namespace
+}  // namespace pscluster::scheduler
