@@ -79,290 +79,262 @@ void Scheduler::VerifyTasksAfterRestart() {
   }
 }
 
+bool Scheduler::AnyRankToHandOver() {
+  absl::MutexLock l(&mu_);
+  for (const auto& [id, rec] : jobs_) {
+    if (!rec.lost_ranks.empty()) return true;
+    if (rec.job.state() != v1::JOB_RUNNING) continue;
+    // A rank whose leaving did not finish (the scheduler stopped half-way).
+    for (const v1::LeftRank& left : rec.job.recovery().left()) {
+      if (left.step() < 0) return true;
+    }
+    // Workers of running jobs found dead without an event (after a scheduler restart).
+    for (const std::string& w : rec.job.workers()) {
+      auto n = registry_.Get(w);
+      if (n.has_value() && !IsLive(*n)) return true;
+    }
+  }
+  return false;
+}
+
 void Scheduler::HandOverRanks() {
-  struct Work {
-    std::string job_id;
-    uint32_t rank = 0;
-    std::string cause;
-    std::string lost;  // Node that ran the rank.
-    std::string spare, spare_address;
-    v1::JobSpec spec;
-    v1::ShardMap map;
-    uint32_t num_workers = 0;
-    v1::JobRecovery recovery;
-    // The rank leaves the job instead (no idle worker; the job may shrink): `adopter` (rank)
-    // reads its data from then on, on `adopter_address`.
-    bool leave = false;
-    uint32_t adopter = 0;
-    std::string adopter_address;
-  };
-  {
-    absl::MutexLock l(&mu_);
-    bool any = false;
-    for (const auto& [id, rec] : jobs_) {
-      any = any || !rec.lost_ranks.empty();
-      // A rank whose leaving did not finish (the scheduler stopped half-way).
-      for (const v1::LeftRank& left : rec.job.recovery().left()) {
-        any = any || (rec.job.state() == v1::JOB_RUNNING && left.step() < 0);
-      }
-      // Also workers of running jobs found dead without an event (after a scheduler restart).
-      if (rec.job.state() != v1::JOB_RUNNING) continue;
-      for (const std::string& w : rec.job.workers()) {
-        auto n = registry_.Get(w);
-        any = any || (n.has_value() && !IsLive(*n));
-      }
-    }
-    if (!any) return;
-  }
+  if (!AnyRankToHandOver()) return;
   const std::vector<v1::NodeStatus> nodes = registry_.Snapshot();
-  absl::flat_hash_map<std::string, const v1::NodeStatus*> by_id;
-  for (const v1::NodeStatus& n : nodes) by_id[n.info().node_id()] = &n;
-
-  // Under the lock: choose an idle worker per lost rank and assign the rank to it in the job
-  // (so that its first progress report is accepted).
-  std::vector<Work> work;
+  std::vector<RankWork> work;
   {
     absl::MutexLock l(&mu_);
-    // `rank` of `rec` leaves the job, recorded so (nullopt: it may not, as fewer than
-    // spec.min_workers live ranks would remain). The live rank still training that reads the
-    // fewest parts takes its data, and the data of the ranks it had taken over.
-    auto leave_rank = [&](JobRecord& rec, uint32_t rank,
-                          const std::string& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_)
-        -> std::optional<Work> {
-      v1::Job& job = rec.job;
-      const uint32_t n = job.workers_size();
-      v1::JobRecovery* rr = job.mutable_recovery();
-      uint32_t remaining = 0;
-      std::optional<uint32_t> adopter;
-      size_t adopter_parts = 0;
-      for (uint32_t q = 0; q < n; ++q) {
-        if (q == rank || job.workers(q).empty()) continue;
-        auto it = by_id.find(job.workers(q));
-        if (it == by_id.end() || !IsLive(*it->second)) continue;
-        ++remaining;
-        if (static_cast<int>(q) < job.progress().workers_size() &&
-            job.progress().workers(q).done()) {
-          continue;  // Finished: reads no more data.
-        }
-        size_t parts = PartitionFor(*rr, q, n).also_size();
-        if (!adopter.has_value() || parts < adopter_parts) {
-          adopter = q;
-          adopter_parts = parts;
-        }
-      }
-      if (remaining < std::max(1u, job.spec().min_workers())) return std::nullopt;
-      const std::string old = job.workers(rank);
-      const uint32_t takes = adopter.value_or(rank);  // `rank` itself: nobody reads it on.
-      for (v1::LeftRank& l : *rr->mutable_left()) {
-        if (l.adopted_by() == rank) l.set_adopted_by(takes);
-      }
-      v1::LeftRank* left = rr->add_left();
-      left->set_rank(rank);
-      left->set_node_id(old);
-      left->set_cause(cause);
-      left->set_adopted_by(takes);
-      left->set_step(-1);  // Known once every server has taken it out (FinishLeaving).
-      left->set_unix_ms(UnixMs(clock_->Now()));
-      // Its attempt moves on: reports of a task of it still running (a worker cut off) are
-      // ignored, and the servers refuse every attempt of it once it has left.
-      const uint32_t next = NextAttempt(*rr, n);
-      while (static_cast<uint32_t>(rr->rank_attempts_size()) < n) {
-        rr->add_rank_attempts(RankAttempt(*rr, rr->rank_attempts_size()));
-      }
-      rr->set_rank_attempts(rank, next);
-      job.set_workers(rank, "");  // No node runs it any more.
-      if (static_cast<int>(rank) < job.progress().workers_size()) {
-        v1::WorkerProgress* p = job.mutable_progress()->mutable_workers(rank);
-        p->set_left(true);
-        p->set_done(true);
-        p->set_samples_per_sec(0);
-        p->clear_error();
-      }
-      Summarize(job.spec(), rec.server_waiting_for, job.mutable_progress());
-      if (!Persist(rec).ok()) return std::nullopt;  // Not written: not sent either.
-      Work w;
-      w.job_id = job.job_id();
-      w.rank = rank;
-      w.cause = cause;
-      w.lost = old;
-      w.spec = job.spec();
-      w.map = rec.shard_map;
-      w.num_workers = n;
-      w.recovery = job.recovery();
-      w.leave = true;
-      w.adopter = takes;
-      if (adopter.has_value()) w.adopter_address = by_id[job.workers(*adopter)]->info().address();
-      return w;
-    };
-    absl::flat_hash_set<std::string> busy;
-    for (const auto& [id, rec] : jobs_) {
-      if (!HoldsResources(rec.job.state())) continue;
-      for (const std::string& w : rec.job.workers()) busy.insert(w);
-    }
-    for (const std::string& id : order_) {
-      JobRecord& rec = jobs_[id];
-      v1::Job& job = rec.job;
-      if (job.state() != v1::JOB_RUNNING) {
-        rec.lost_ranks.clear();
-        continue;
-      }
-      // Leavings recorded but not finished (every leaving finishes, or rolls the job back,
-      // within the pass that records it): the scheduler stopped half-way. Again, with the same
-      // adopter; a server that has already taken the rank out answers the same.
-      for (const v1::LeftRank& left : job.recovery().left()) {
-        if (left.step() >= 0) continue;
-        Work w;
-        w.job_id = id;
-        w.rank = left.rank();
-        w.cause = left.cause();
-        w.lost = left.node_id();
-        w.spec = job.spec();
-        w.map = rec.shard_map;
-        w.num_workers = job.workers_size();
-        w.recovery = job.recovery();
-        w.leave = true;
-        w.adopter = left.adopted_by();
-        if (w.adopter < static_cast<uint32_t>(job.workers_size())) {
-          auto it = by_id.find(job.workers(w.adopter));
-          if (it != by_id.end()) w.adopter_address = it->second->info().address();
-        }
-        work.push_back(std::move(w));
-      }
-      for (int r = 0; r < job.workers_size(); ++r) {
-        auto it = by_id.find(job.workers(r));
-        bool known = false;
-        for (const auto& lr : rec.lost_ranks) known = known || lr.rank == static_cast<uint32_t>(r);
-        if (it == by_id.end() || IsLive(*it->second) || known) continue;
-        std::string reason = absl::StrCat("worker of rank ", r, " ", Describe(job.workers(r)),
-                                          " is no longer alive");
-        if (!MayRecover(rec, reason)) break;
-        rec.lost_ranks.push_back({static_cast<uint32_t>(r), reason});
-      }
-      if (job.state() != v1::JOB_RUNNING || rec.lost_ranks.empty()) continue;
-      std::vector<JobRecord::LostRank> lost;
-      lost.swap(rec.lost_ranks);
-      for (const JobRecord::LostRank& lr : lost) {
-        const uint32_t rank = lr.rank;
-        const std::string& cause = lr.cause;
-        // An idle live worker able to run the task; a restarted one may take its rank back. A
-        // worker whose task failed for a reason another may not meet gets it back only when no
-        // other worker is idle.
-        const std::string old = job.workers(rank);
-        std::string same, other;
-        for (const v1::NodeStatus& n : nodes) {
-          const std::string& nid = n.info().node_id();
-          if (n.info().role() != v1::ROLE_WORKER || n.state() != v1::NODE_ALIVE) continue;
-          if (busy.contains(nid) && nid != old) continue;
-          if (n.info().capacity().gpus() < job.spec().gpus_per_worker()) continue;
-          if (nid == old) {
-            same = nid;
-          } else if (other.empty()) {
-            other = nid;
-          }
-        }
-        const std::string spare = lr.avoid_node ? (other.empty() ? same : other)
-                                                : (same.empty() ? other : same);
-        if (spare.empty()) {
-          // No idle worker: the rank leaves the job when enough others train on (one of them
-          // reads its data from then on); otherwise the job rolls back and waits for workers.
-          std::optional<Work> leave = leave_rank(rec, rank, cause);
-          if (!leave.has_value()) {
-            StartRecovery(rec, absl::StrCat(cause, "; no idle worker to take its rank"));
-            break;
-          }
-          work.push_back(std::move(*leave));
-          continue;
-        }
-        busy.insert(spare);
-        job.set_workers(rank, spare);
-        {
-          // The new task's attempt: above every earlier one, so that the servers can fence
-          // the old task off.
-          v1::JobRecovery* rr = job.mutable_recovery();
-          const uint32_t n = job.workers_size();
-          const uint32_t next = NextAttempt(*rr, n);
-          while (static_cast<uint32_t>(rr->rank_attempts_size()) < n) {
-            rr->add_rank_attempts(RankAttempt(*rr, rr->rank_attempts_size()));
-          }
-          rr->set_rank_attempts(rank, next);
-        }
-        if (static_cast<int>(rank) < job.progress().workers_size()) {
-          v1::WorkerProgress* p = job.mutable_progress()->mutable_workers(rank);
-          p->set_node_id(spare);
-          p->set_done(false);
-          p->clear_error();
-        }
-        if (!Persist(rec).ok()) break;  // Not written: not sent either.
-        Work w;
-        w.job_id = id;
-        w.rank = rank;
-        w.cause = cause;
-        w.lost = old;
-        w.spare = spare;
-        w.spare_address = by_id[spare]->info().address();
-        w.spec = job.spec();
-        w.map = rec.shard_map;
-        w.num_workers = job.workers_size();
-        w.recovery = job.recovery();
-        work.push_back(std::move(w));
-      }
-    }
+    work = PlanHandOversLocked(nodes);
   }
-
-  for (Work& w : work) {
+  for (RankWork& w : work) {
     if (w.leave) {
       FinishLeaving(w.job_id, w.rank, w.cause, w.lost, w.map, w.num_workers, w.recovery,
                     w.adopter, w.adopter_address);
+    } else {
+      CarryOutHandOver(w);
+    }
+  }
+}
+
+Scheduler::RankWork Scheduler::RankWorkOf(const JobRecord& rec, uint32_t rank,
+                                          const std::string& cause, const std::string& lost) {
+  RankWork w;
+  w.job_id = rec.job.job_id();
+  w.rank = rank;
+  w.cause = cause;
+  w.lost = lost;
+  w.spec = rec.job.spec();
+  w.map = rec.shard_map;
+  w.num_workers = rec.job.workers_size();
+  w.recovery = rec.job.recovery();
+  return w;
+}
+
+std::vector<Scheduler::RankWork> Scheduler::PlanHandOversLocked(
+    const std::vector<v1::NodeStatus>& nodes) {
+  NodeIndex by_id;
+  for (const v1::NodeStatus& n : nodes) by_id[n.info().node_id()] = &n;
+  absl::flat_hash_set<std::string> busy;
+  for (const auto& [id, rec] : jobs_) {
+    if (!HoldsResources(rec.job.state())) continue;
+    for (const std::string& w : rec.job.workers()) busy.insert(w);
+  }
+  std::vector<RankWork> work;
+  for (const std::string& id : order_) {
+    JobRecord& rec = jobs_[id];
+    v1::Job& job = rec.job;
+    if (job.state() != v1::JOB_RUNNING) {
+      rec.lost_ranks.clear();
       continue;
     }
-    // Every server fences the rank at the new task's attempt first: the old task, should it
-    // still run (paused, or cut off from the scheduler only), is refused from then on and
-    // cannot advance the rank's clock. The new worker resumes the rank at its slowest clock on
-    // the servers: each server's exactly-once tags drop the part of that step the old task had
-    // already pushed there.
-    std::string why;
-    std::vector<int64_t> clocks = ClockOnEveryServer(
-        w.map,
-        [&](const v1::ServerEndpoint& ep) {
-          return rpc_->FenceWorker(ep.address(), w.job_id, w.rank,
-                                   RankAttempt(w.recovery, w.rank));
-        },
-        &why);
-    int64_t start = clocks.empty() ? 0 : *std::min_element(clocks.begin(), clocks.end());
-    if (why.empty()) {
-      v1::JobRecovery at = w.recovery;
-      at.set_start_step(start);
-      absl::Status s = rpc_->AssignTask(
-          w.spare_address, TaskFor(w.job_id, w.spec, w.map, w.rank, w.num_workers, at));
-      if (!s.ok()) why = absl::StrCat("worker ", w.spare, ": ", s.message());
-    }
-    bool undo = false;
-    {
-      absl::MutexLock l(&mu_);
-      JobRecord* rec = FindJob(w.job_id);
-      const bool current = rec != nullptr && rec->job.state() == v1::JOB_RUNNING &&
-                           static_cast<int>(w.rank) < rec->job.workers_size() &&
-                           rec->job.workers(w.rank) == w.spare;
-      if (!current) {
-        // Cancelled or recovering from another loss meanwhile: the new task must not run on.
-        undo = why.empty();
-      } else if (!why.empty()) {
-        StartRecovery(*rec,
-                      absl::StrCat(w.cause, "; its rank could not be handed over (", why, ")"));
-      } else {
-        v1::JobRecovery* r = rec->job.mutable_recovery();
-        r->set_handovers(r->handovers() + 1);
-        r->set_last_cause(w.cause);
-        r->set_recovered_unix_ms(UnixMs(clock_->Now()));
-        if (!Persist(*rec).ok()) continue;
-        handovers_->Add();
-        Log()->warn("job {}: rank {} handed over from {} to {}, resuming at step {} with no "
-                    "rollback: {}",
-                    w.job_id, w.rank, w.lost, w.spare, start, w.cause);
+    // Leavings recorded but not finished (every leaving finishes, or rolls the job back, within
+    // the pass that records it): the scheduler stopped half-way. Again, with the same adopter; a
+    // server that has already taken the rank out answers the same.
+    for (const v1::LeftRank& left : job.recovery().left()) {
+      if (left.step() >= 0) continue;
+      RankWork w = RankWorkOf(rec, left.rank(), left.cause(), left.node_id());
+      w.leave = true;
+      w.adopter = left.adopted_by();
+      if (w.adopter < static_cast<uint32_t>(job.workers_size())) {
+        auto it = by_id.find(job.workers(w.adopter));
+        if (it != by_id.end()) w.adopter_address = it->second->info().address();
       }
+      work.push_back(std::move(w));
     }
-    if (undo) (void)rpc_->StopTask(w.spare_address, w.job_id, "the job changed meanwhile");
+    for (int r = 0; r < job.workers_size(); ++r) {
+      auto it = by_id.find(job.workers(r));
+      bool known = false;
+      for (const auto& lr : rec.lost_ranks) known = known || lr.rank == static_cast<uint32_t>(r);
+      if (it == by_id.end() || IsLive(*it->second) || known) continue;
+      std::string reason = absl::StrCat("worker of rank ", r, " ", Describe(job.workers(r)),
+                                        " is no longer alive");
+      if (!MayRecover(rec, reason)) break;
+      rec.lost_ranks.push_back({static_cast<uint32_t>(r), reason});
+    }
+    if (job.state() != v1::JOB_RUNNING || rec.lost_ranks.empty()) continue;
+    std::vector<JobRecord::LostRank> lost;
+    lost.swap(rec.lost_ranks);
+    for (const JobRecord::LostRank& lr : lost) {
+      const uint32_t rank = lr.rank;
+      const std::string old = job.workers(rank);
+      const std::string spare = IdleWorkerFor(job.spec(), old, lr.avoid_node, nodes, busy);
+      if (spare.empty()) {
+        // No idle worker: the rank leaves the job when enough others train on (one of them
+        // reads its data from then on); otherwise the job rolls back and waits for workers.
+        std::optional<RankWork> leave = LeaveRankLocked(rec, rank, lr.cause, by_id);
+        if (!leave.has_value()) {
+          StartRecovery(rec, absl::StrCat(lr.cause, "; no idle worker to take its rank"));
+          break;
+        }
+        work.push_back(std::move(*leave));
+        continue;
+      }
+      // Assigned in the job now, so that the new task's first progress report is accepted; its
+      // attempt is above every earlier one, so that the servers can fence the old task off.
+      busy.insert(spare);
+      job.set_workers(rank, spare);
+      StartNewAttempt(job.mutable_recovery(), rank, job.workers_size());
+      if (static_cast<int>(rank) < job.progress().workers_size()) {
+        v1::WorkerProgress* p = job.mutable_progress()->mutable_workers(rank);
+        p->set_node_id(spare);
+        p->set_done(false);
+        p->clear_error();
+      }
+      if (!Persist(rec).ok()) break;  // Not written: not sent either.
+      RankWork w = RankWorkOf(rec, rank, lr.cause, old);
+      w.spare = spare;
+      w.spare_address = by_id[spare]->info().address();
+      work.push_back(std::move(w));
+    }
   }
+  return work;
+}
+
+std::string Scheduler::IdleWorkerFor(const v1::JobSpec& spec, const std::string& old,
+                                     bool avoid_old, const std::vector<v1::NodeStatus>& nodes,
+                                     const absl::flat_hash_set<std::string>& busy) {
+  // An idle live worker able to run the task; a restarted one may take its rank back. A worker
+  // whose task failed for a reason another may not meet gets it back only when no other worker
+  // is idle.
+  std::string same, other;
+  for (const v1::NodeStatus& n : nodes) {
+    const std::string& nid = n.info().node_id();
+    if (n.info().role() != v1::ROLE_WORKER || n.state() != v1::NODE_ALIVE) continue;
+    if (busy.contains(nid) && nid != old) continue;
+    if (n.info().capacity().gpus() < spec.gpus_per_worker()) continue;
+    if (nid == old) {
+      same = nid;
+    } else if (other.empty()) {
+      other = nid;
+    }
+  }
+  return avoid_old ? (other.empty() ? same : other) : (same.empty() ? other : same);
+}
+
+std::optional<Scheduler::RankWork> Scheduler::LeaveRankLocked(JobRecord& rec, uint32_t rank,
+                                                              const std::string& cause,
+                                                              const NodeIndex& by_id) {
+  v1::Job& job = rec.job;
+  const uint32_t n = job.workers_size();
+  v1::JobRecovery* rr = job.mutable_recovery();
+  // The live rank still training that reads the fewest parts takes the data.
+  uint32_t remaining = 0;
+  std::optional<uint32_t> adopter;
+  size_t adopter_parts = 0;
+  for (uint32_t q = 0; q < n; ++q) {
+    if (q == rank || job.workers(q).empty()) continue;
+    auto it = by_id.find(job.workers(q));
+    if (it == by_id.end() || !IsLive(*it->second)) continue;
+    ++remaining;
+    if (static_cast<int>(q) < job.progress().workers_size() && job.progress().workers(q).done()) {
+      continue;  // Finished: reads no more data.
+    }
+    size_t parts = PartitionFor(*rr, q, n).also_size();
+    if (!adopter.has_value() || parts < adopter_parts) {
+      adopter = q;
+      adopter_parts = parts;
+    }
+  }
+  if (remaining < std::max(1u, job.spec().min_workers())) return std::nullopt;
+  const std::string old = job.workers(rank);
+  const uint32_t takes = adopter.value_or(rank);  // `rank` itself: nobody reads it on.
+  for (v1::LeftRank& l : *rr->mutable_left()) {
+    if (l.adopted_by() == rank) l.set_adopted_by(takes);
+  }
+  v1::LeftRank* left = rr->add_left();
+  left->set_rank(rank);
+  left->set_node_id(old);
+  left->set_cause(cause);
+  left->set_adopted_by(takes);
+  left->set_step(-1);  // Known once every server has taken it out (FinishLeaving).
+  left->set_unix_ms(UnixMs(clock_->Now()));
+  // Its attempt moves on: reports of a task of it still running (a worker cut off) are ignored,
+  // and the servers refuse every attempt of it once it has left.
+  StartNewAttempt(rr, rank, n);
+  job.set_workers(rank, "");  // No node runs it any more.
+  if (static_cast<int>(rank) < job.progress().workers_size()) {
+    v1::WorkerProgress* p = job.mutable_progress()->mutable_workers(rank);
+    p->set_left(true);
+    p->set_done(true);
+    p->set_samples_per_sec(0);
+    p->clear_error();
+  }
+  Summarize(job.spec(), rec.server_waiting_for, job.mutable_progress());
+  if (!Persist(rec).ok()) return std::nullopt;  // Not written: not sent either.
+  RankWork w = RankWorkOf(rec, rank, cause, old);
+  w.leave = true;
+  w.adopter = takes;
+  if (adopter.has_value()) {
+    w.adopter_address = by_id.at(job.workers(*adopter))->info().address();
+  }
+  return w;
+}
+
+void Scheduler::CarryOutHandOver(const RankWork& w) {
+  // Every server fences the rank at the new task's attempt first: the old task, should it still
+  // run (paused, or cut off from the scheduler only), is refused from then on and cannot advance
+  // the rank's clock. The new worker resumes the rank at its slowest clock on the servers: each
+  // server's exactly-once tags drop the part of that step the old task had already pushed there.
+  std::string why;
+  std::vector<int64_t> clocks = ClockOnEveryServer(
+      w.map,
+      [&](const v1::ServerEndpoint& ep) {
+        return rpc_->FenceWorker(ep.address(), w.job_id, w.rank,
+                                 RankAttempt(w.recovery, w.rank));
+      },
+      &why);
+  int64_t start = clocks.empty() ? 0 : *std::min_element(clocks.begin(), clocks.end());
+  if (why.empty()) {
+    v1::JobRecovery at = w.recovery;
+    at.set_start_step(start);
+    absl::Status s = rpc_->AssignTask(
+        w.spare_address, TaskFor(w.job_id, w.spec, w.map, w.rank, w.num_workers, at));
+    if (!s.ok()) why = absl::StrCat("worker ", w.spare, ": ", s.message());
+  }
+  bool undo = false;
+  {
+    absl::MutexLock l(&mu_);
+    JobRecord* rec = FindJob(w.job_id);
+    const bool current = rec != nullptr && rec->job.state() == v1::JOB_RUNNING &&
+                         static_cast<int>(w.rank) < rec->job.workers_size() &&
+                         rec->job.workers(w.rank) == w.spare;
+    if (!current) {
+      // Cancelled or recovering from another loss meanwhile: the new task must not run on.
+      undo = why.empty();
+    } else if (!why.empty()) {
+      StartRecovery(*rec, absl::StrCat(w.cause, "; its rank could not be handed over (", why, ")"));
+    } else {
+      v1::JobRecovery* r = rec->job.mutable_recovery();
+      r->set_handovers(r->handovers() + 1);
+      r->set_last_cause(w.cause);
+      r->set_recovered_unix_ms(UnixMs(clock_->Now()));
+      if (!Persist(*rec).ok()) return;
+      handovers_->Add();
+      Log()->warn("job {}: rank {} handed over from {} to {}, resuming at step {} with no "
+                  "rollback: {}",
+                  w.job_id, w.rank, w.lost, w.spare, start, w.cause);
+    }
+  }
+  if (undo) (void)rpc_->StopTask(w.spare_address, w.job_id, "the job changed meanwhile");
 }
 
 void Scheduler::FinishLeaving(const std::string& job_id, uint32_t rank, const std::string& cause,

@@ -16,6 +16,15 @@ uint32_t NextAttempt(const v1::JobRecovery& recovery, uint32_t num_workers) {
   return top + 1;
 }
 
+uint32_t StartNewAttempt(v1::JobRecovery* recovery, uint32_t rank, uint32_t num_workers) {
+  const uint32_t next = NextAttempt(*recovery, num_workers);
+  while (static_cast<uint32_t>(recovery->rank_attempts_size()) < num_workers) {
+    recovery->add_rank_attempts(RankAttempt(*recovery, recovery->rank_attempts_size()));
+  }
+  recovery->set_rank_attempts(rank, next);
+  return next;
+}
+
 v1::AssignTaskRequest TaskFor(const std::string& job_id, const v1::JobSpec& spec,
                               const v1::ShardMap& map, uint32_t rank, uint32_t num_workers,
                               const v1::JobRecovery& recovery) {

@@ -18,6 +18,9 @@ namespace pscluster::scheduler {
 uint32_t RankAttempt(const v1::JobRecovery& recovery, uint32_t rank);
 // An attempt above every rank's so far (of `num_workers` ranks).
 uint32_t NextAttempt(const v1::JobRecovery& recovery, uint32_t num_workers);
+// Gives `rank` a new attempt, above every rank's so far (filling in the per-rank list for
+// ranks that had none), so that the servers can fence off any older task of it; returns it.
+uint32_t StartNewAttempt(v1::JobRecovery* recovery, uint32_t rank, uint32_t num_workers);
 // The rank that evaluates and exports: the lowest one that has not left the job (0 if all left).
 uint32_t LeadRank(const v1::JobRecovery& recovery, uint32_t num_workers);
 // The data partition of `rank`: its own part of `num_workers` (sized by the job's data shares,

@@ -24,6 +24,17 @@ TEST(MembershipTest, RankAttemptIsTheRanksOwnElseTheJobsRecoveryCount) {
   EXPECT_EQ(NextAttempt(r, 2), 10u);
 }
 
+TEST(MembershipTest, ANewAttemptIsAboveEveryEarlierOneAndOthersKeepTheirs) {
+  v1::JobRecovery r = Recovery();  // 2 recoveries, no per-rank attempts yet.
+  EXPECT_EQ(StartNewAttempt(&r, 1, 3), 3u);
+  ASSERT_EQ(r.rank_attempts_size(), 3);
+  EXPECT_EQ(RankAttempt(r, 0), 2u);
+  EXPECT_EQ(RankAttempt(r, 1), 3u);
+  EXPECT_EQ(RankAttempt(r, 2), 2u);
+  EXPECT_EQ(StartNewAttempt(&r, 0, 3), 4u);
+  EXPECT_EQ(RankAttempt(r, 1), 3u);
+}
+
 TEST(MembershipTest, LeadRankIsTheLowestRankStillTraining) {
   v1::JobRecovery r = Recovery();
   EXPECT_EQ(LeadRank(r, 3), 0u);

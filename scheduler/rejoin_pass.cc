@@ -71,11 +71,7 @@ void Scheduler::RejoinRanks() {
       w.lead_before = LeadRank(*rr, n);
       const v1::LeftRank back = rr->left(0);
       rr->mutable_left()->DeleteSubrange(0, 1);
-      const uint32_t next = NextAttempt(*rr, n);
-      while (static_cast<uint32_t>(rr->rank_attempts_size()) < n) {
-        rr->add_rank_attempts(RankAttempt(*rr, rr->rank_attempts_size()));
-      }
-      rr->set_rank_attempts(back.rank(), next);
+      StartNewAttempt(rr, back.rank(), n);
       job.set_workers(back.rank(), spare);
       if (static_cast<int>(back.rank()) < job.progress().workers_size()) {
         v1::WorkerProgress* p = job.mutable_progress()->mutable_workers(back.rank());

@@ -38,6 +38,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -45,6 +46,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -236,8 +238,49 @@ class Scheduler {
   // they still run their tasks; a rank whose worker does not is lost (a task handed out just
   // before the scheduler died, or one that ended unseen).
   void VerifyTasksAfterRestart();
-  // Gives the lost ranks of running jobs to idle workers (or starts a rollback recovery).
+  // Gives the lost ranks of running jobs to idle workers (or lets them leave the job, or starts
+  // a rollback recovery). Its steps follow.
   void HandOverRanks();
+  // A rank to hand over or to finish leaving, planned under the lock, carried out outside it.
+  struct RankWork {
+    std::string job_id;
+    uint32_t rank = 0;
+    std::string cause;
+    std::string lost;  // Node that ran the rank.
+    std::string spare, spare_address;
+    v1::JobSpec spec;
+    v1::ShardMap map;
+    uint32_t num_workers = 0;
+    v1::JobRecovery recovery;
+    // The rank leaves the job instead (no idle worker; the job may shrink): `adopter` (rank)
+    // reads its data from then on, on `adopter_address`.
+    bool leave = false;
+    uint32_t adopter = 0;
+    std::string adopter_address;
+  };
+  using NodeIndex = absl::flat_hash_map<std::string, const v1::NodeStatus*>;
+  // Whether some running job has a lost rank, an unfinished leaving or a dead worker.
+  bool AnyRankToHandOver();
+  // Chooses an idle worker per lost rank and assigns the rank to it in the job (persisted), or
+  // records that the rank leaves; returns what to tell the nodes.
+  std::vector<RankWork> PlanHandOversLocked(const std::vector<v1::NodeStatus>& nodes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An idle live worker of `nodes` (not in `busy`) that can run the job's task; `old`, the one
+  // that ran it, only when no other is idle if `avoid_old`, else first. Empty: none.
+  static std::string IdleWorkerFor(const v1::JobSpec& spec, const std::string& old,
+                                   bool avoid_old, const std::vector<v1::NodeStatus>& nodes,
+                                   const absl::flat_hash_set<std::string>& busy);
+  // Records that `rank` of `rec` leaves the job (persisted); the live rank still training that
+  // reads the fewest parts takes its data, and the data of the ranks it had taken over. nullopt:
+  // it may not (fewer than spec.min_workers live ranks would remain) or the write failed.
+  std::optional<RankWork> LeaveRankLocked(JobRecord& rec, uint32_t rank, const std::string& cause,
+                                          const NodeIndex& by_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static RankWork RankWorkOf(const JobRecord& rec, uint32_t rank, const std::string& cause,
+                             const std::string& lost);
+  // Fences the rank on every server, starts its task on the spare at its slowest clock, and
+  // records the hand-over (or starts a rollback recovery naming what failed).
+  void CarryOutHandOver(const RankWork& work);
   // Whether losing server `node` leaves a live copy of every shard it was primary of.
   bool CanPromote(const JobRecord& rec, const std::string& node) const;
   // Stops every RECOVERING job's tasks; then promotes its lost server's backups (promote_lost)
