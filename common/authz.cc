@@ -156,6 +156,25 @@ absl::Status Authorizer::Check(const grpc::ServerContextBase& ctx, absl::string_
                    "--credential_file) or a client certificate"));
 }
 
+absl::Status Authorizer::CheckBearer(absl::string_view authorization,
+                                     absl::string_view method) const {
+  if (!enabled()) return absl::OkStatus();
+  if (authorization.empty()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat(method, ": no credential; send 'Authorization: Bearer <token>'"));
+  }
+  if (!absl::StartsWithIgnoreCase(authorization, "Bearer ")) {
+    return absl::UnauthenticatedError(
+        absl::StrCat(method, ": the authorization header is not 'Bearer <token>'"));
+  }
+  std::shared_ptr<const TokenFile> file;
+  {
+    absl::MutexLock l(&mu_);
+    file = file_;
+  }
+  return Decide(method, file->FindByToken(authorization.substr(7)));
+}
+
 void LogAuthMode(absl::string_view component, const Authorizer& authz, bool mutual_tls) {
   auto log = Logger(std::string_view(component.data(), component.size()));
   if (authz.enabled()) {

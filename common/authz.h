@@ -53,6 +53,12 @@ class Authorizer {
   // or a token not in the file; PERMISSION_DENIED naming the role needed otherwise.
   absl::Status Check(const grpc::ServerContextBase& ctx, absl::string_view method) const;
 
+  // The same decision for a call that is not gRPC (the scheduler's web status page):
+  // `authorization` is the request's Authorization header ("" = none), "Bearer <token>".
+  // UNAUTHENTICATED without one or with a token not in the file; PERMISSION_DENIED naming the
+  // role needed otherwise. OK when the authorizer is not enabled.
+  absl::Status CheckBearer(absl::string_view authorization, absl::string_view method) const;
+
   // The decision for a caller already identified (`identity` nullptr = a token not in the
   // file); Check() ends here.
   static absl::Status Decide(absl::string_view method, const Identity* identity);

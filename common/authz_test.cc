@@ -159,5 +159,27 @@ TEST(AuthorizerTest, ABadTokenFileIsRefusedAtStartAndKeptOutOnReload) {
   EXPECT_EQ((*a)->Reload().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The web status page's check: a bearer token in the Authorization header, as for gRPC.
+TEST(AuthorizerTest, CheckBearerForCallsOutsideGrpc) {
+  std::string path = ::testing::TempDir() + "/authz_bearer_tokens";
+  FILE* f = fopen(path.c_str(), "w");
+  fprintf(f, "%s viewer1 viewer\n%s node1 node\n", Sha256Hex("vt").c_str(),
+          Sha256Hex("nt").c_str());
+  fclose(f);
+  auto a = Authorizer::Create(path);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const char* kMethod = "pscluster.v1.Scheduler.ClusterStatus";
+  EXPECT_TRUE((*a)->CheckBearer("Bearer vt", kMethod).ok());
+  EXPECT_TRUE((*a)->CheckBearer("bearer vt", kMethod).ok());
+  EXPECT_EQ((*a)->CheckBearer("", kMethod).code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ((*a)->CheckBearer("Basic dnQ=", kMethod).code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ((*a)->CheckBearer("Bearer nope", kMethod).code(), absl::StatusCode::kUnauthenticated);
+  absl::Status s = (*a)->CheckBearer("Bearer nt", kMethod);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("needs role admin or viewer"));
+  auto open = Authorizer::Create("");
+  EXPECT_TRUE((*open)->CheckBearer("", kMethod).ok());
+}
+
 }  // namespace
 }  // namespace pscluster

@@ -1,11 +1,21 @@
 #include "scheduler/scheduler_daemon.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 
 namespace pscluster::scheduler {
 
 absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
     const SchedulerDaemonOptions& options, const Clock* clock, std::unique_ptr<Store> store) {
+  if (!options.http_address.empty() && options.tls.enabled()) {
+    const std::string host = options.http_address.substr(0, options.http_address.rfind(':'));
+    if (host != "127.0.0.1" && host != "localhost") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--http_listen: '", options.http_address,
+          "': the status page is plain HTTP and the scheduler uses TLS; bind it to 127.0.0.1 and "
+          "reach it through an SSH tunnel, kubectl port-forward or a TLS-terminating proxy"));
+    }
+  }
   std::unique_ptr<SchedulerDaemon> d(new SchedulerDaemon());
   if (clock == nullptr) clock = &d->real_clock_;
   if (store == nullptr) {
@@ -68,6 +78,25 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
                               options.metrics_address.substr(0, options.metrics_address.rfind(':')),
                               d->metrics_->port());
   }
+  if (!options.http_address.empty()) {
+    d->status_http_ = std::make_unique<StatusHttp>(
+        d->scheduler_.get(), d->authz_->enabled() ? d->authz_.get() : nullptr);
+    HttpServerOptions http_options;
+    http_options.address = options.http_address;
+    http_options.flag = "--http_listen";
+    StatusHttp* page = d->status_http_.get();
+    auto http = HttpServer::Start(http_options,
+                                  [page](const HttpRequest& req) { return page->Handle(req); });
+    if (!http.ok()) {
+      d->Shutdown();
+      return http.status();
+    }
+    d->http_ = std::move(*http);
+    Logger("scheduler")->info("status page at http://{}:{}/{}",
+                              options.http_address.substr(0, options.http_address.rfind(':')),
+                              d->http_->port(),
+                              d->authz_->enabled() ? " (the API asks for a viewer token)" : "");
+  }
   Logger("scheduler")->info("scheduler {} serving on {} with database {}",
                             options.scheduler.version, d->server_->address(), options.db_path);
   return d;
@@ -78,6 +107,7 @@ SchedulerDaemon::~SchedulerDaemon() { Shutdown(); }
 void SchedulerDaemon::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  http_.reset();  // Before the scheduler it reads from.
   metrics_.reset();
   {
     absl::MutexLock l(&health_mu_);

@@ -15,12 +15,14 @@
 #include "common/authz.h"
 #include "common/clock.h"
 #include "common/grpc_server.h"
+#include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/tls.h"
 #include "scheduler/grpc_cluster_rpc.h"
 #include "scheduler/placement.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_service.h"
+#include "scheduler/status_http.h"
 #include "scheduler/store.h"
 
 namespace pscluster::scheduler {
@@ -36,6 +38,9 @@ struct SchedulerDaemonOptions {
   std::string credential;       // Token sent to servers and workers (empty = none).
   absl::Duration rpc_timeout = absl::Seconds(5);  // Deadline of calls to servers and workers.
   std::string metrics_address;  // host:port of the Prometheus /metrics endpoint ("" = none).
+  // host:port of the web status page and its JSON (status_http.h) ("" = none). Plain HTTP: with
+  // TLS on it must be a loopback address (tokens would otherwise cross the network in clear).
+  std::string http_address;
   SchedulerOptions scheduler;
 };
 
@@ -58,6 +63,8 @@ class SchedulerDaemon {
   const std::string& address() const { return server_->address(); }
   // Port of the /metrics endpoint (0 when it is off).
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+  // Port of the web status page (0 when it is off).
+  int http_port() const { return http_ ? http_->port() : 0; }
   Scheduler& scheduler() { return *scheduler_; }
 
  private:
@@ -72,6 +79,8 @@ class SchedulerDaemon {
   std::unique_ptr<SchedulerService> service_;
   std::unique_ptr<GrpcServer> server_;
   std::unique_ptr<MetricsHttpServer> metrics_;
+  std::unique_ptr<StatusHttp> status_http_;
+  std::unique_ptr<HttpServer> http_;
   bool shut_down_ = false;
   // gRPC health follows the store (Scheduler::OnServingChanged), which may change from the
   // control loop before the server exists.

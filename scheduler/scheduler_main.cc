@@ -23,6 +23,9 @@ ABSL_FLAG(std::string, db_sync, "full",
           "killed process)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port serving Prometheus text at /metrics (empty = no metrics endpoint)");
+ABSL_FLAG(std::string, http_listen, "",
+          "host:port serving the read-only web status page at / and its JSON at /api/ (empty = "
+          "no page); with --token_file the JSON needs a viewer token; with TLS only on loopback");
 ABSL_FLAG(int64_t, lease_ms, 10000, "heartbeat lease of servers and workers, in milliseconds");
 ABSL_FLAG(int64_t, startup_grace_ms, 0,
           "after a start, jobs asking for more nodes than have registered are queued rather than "
@@ -89,6 +92,7 @@ int main(int argc, char** argv) {
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.port_file = absl::GetFlag(FLAGS_port_file);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_listen);
+  options.http_address = absl::GetFlag(FLAGS_http_listen);
   options.db_path = absl::GetFlag(FLAGS_db);
   std::string sync = absl::GetFlag(FLAGS_db_sync);
   if (sync != "full" && sync != "normal") {
