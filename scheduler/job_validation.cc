@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/sharding.h"
 #include "kernels/models/graph_spec.h"
+#include "server/embedding_policy.h"
 #include "worker/data/dataset_spec.h"
 
 namespace pscluster::scheduler {
@@ -317,6 +318,20 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobSource& where) {
     std::string p = absl::StrCat("table_compression[", table, "]");
     c.Require(ValidTableName(table), p, "is not a valid table name ([A-Za-z0-9_./-]{1,128})");
     CheckCompression(cs, p, c);
+  }
+  for (const auto& [table, es] : spec.table_embedding()) {
+    std::string p = absl::StrCat("table_embedding[", table, "]");
+    // A name, or "layer/*" for every table under a layer (an embedding's one per field).
+    const bool under = absl::EndsWith(table, "/*");
+    c.Require(ValidTableName(under ? absl::string_view(table).substr(0, table.size() - 2)
+                                   : absl::string_view(table)),
+              p, "is not a valid table name ([A-Za-z0-9_./-]{1,128}, or a prefix and /*)");
+    // The member checks the servers make (the table's kind is known only to the workers, who
+    // refuse a name that is no sparse table).
+    absl::Status es_ok = ValidateEmbedding(es, v1::SPARSE, p);
+    if (!es_ok.ok()) RequireOk(es_ok, c);
+    c.Require(!spec.consistency().aggregate() || !EmbeddingPolicy::Active(es),
+              p, "admission and expiry are not supported with consistency.aggregate");
   }
 
   const v1::ConsistencySpec& cons = spec.consistency();

@@ -82,6 +82,40 @@ table_compression:
   EXPECT_EQ(spec->table_compression().at("fc2.weight").transport(), v1::DT_BFLOAT16);
 }
 
+TEST(JobYamlTest, EmbeddingAdmissionAndExpiryPerTable) {
+  std::string text = std::string(kGood) + R"(table_embedding:
+  emb/*: {admit_after_pushes: 3, admit_sketch_bytes: 65536, expire_after_steps: 1000}
+  wide/weight: {admit_probability: 0.25, expire_after_seconds: 3600}
+)";
+  auto spec = LoadJobYaml(text, "job.yaml");
+  ASSERT_THAT(spec, IsOk());
+  const v1::EmbeddingSpec& e = spec->table_embedding().at("emb/*");
+  EXPECT_EQ(e.admit_after_pushes(), 3u);
+  EXPECT_EQ(e.admit_sketch_bytes(), 65536u);
+  EXPECT_EQ(e.expire_after_steps(), 1000u);
+  EXPECT_FLOAT_EQ(spec->table_embedding().at("wide/weight").admit_probability(), 0.25f);
+  EXPECT_EQ(spec->table_embedding().at("wide/weight").expire_after_seconds(), 3600u);
+  // Refusals name the line and the member.
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) +
+                              "table_embedding:\n  emb/*: {admit_after_pushes: 3, "
+                              "admit_probability: 0.5}\n",
+                          "job.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("job.yaml:19: table_embedding[emb/*]"
+                                                  ".admit_probability:"),
+                                       HasSubstr("cannot be combined"))));
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) + "table_embedding:\n  e: {admit_probability: 2}\n",
+                          "job.yaml"),
+              StatusIs(kInvalid, HasSubstr("table_embedding[e].admit_probability: must be in")));
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) + "table_embedding:\n  e*: {expire_after_steps: 2}\n",
+                          "job.yaml"),
+              StatusIs(kInvalid, HasSubstr("table_embedding[e*]: is not a valid table name")));
+  EXPECT_THAT(LoadJobYaml(Replace(kGood, "mode: ssp\n  staleness: 2",
+                                  "mode: bsp\n  aggregate: true") +
+                              "table_embedding:\n  e: {expire_after_steps: 2}\n",
+                          "job.yaml"),
+              StatusIs(kInvalid, HasSubstr("not supported with consistency.aggregate")));
+}
+
 // Options that nothing carries out yet are refused at submission, saying so, never accepted and
 // ignored.
 TEST(JobYamlTest, OptionsNotSupportedYetAreRefused) {

@@ -109,7 +109,7 @@ absl::StatusOr<uint32_t> Job::AddTables(const std::vector<v1::TableSpec>& specs,
         return absl::Status(s.code(), absl::StrCat("tables[", i, "]: ", s.message()));
       }
     } else {
-      t.sparse = std::make_unique<SparseTable>(t.info.get());
+      t.sparse = std::make_unique<SparseTable>(t.info.get(), clock_);
     }
     table_index_[specs[i].name()] = static_cast<uint32_t>(tables_.size());
     tables_.push_back(std::move(t));
@@ -486,7 +486,8 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
   }
   if (n > 0 && !result.duplicate) {
     absl::Status a = config_.consistency.aggregate() ? Aggregate(s, chunk, values, dtype, n)
-                                                     : ApplyValues(s, chunk, values, dtype, n);
+                                                     : ApplyValues(s, chunk, values, dtype, n,
+                                                                   &result.row_decisions);
     if (!a.ok()) {
       absl::MutexLock c(&clock_mu_);
       applied_[w][tag.step()].erase(identity);
@@ -520,7 +521,8 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
 }
 
 absl::Status Job::ApplyValues(const SliceRef& s, const v1::PushChunk& chunk,
-                              const Payload& values, v1::DataType dtype, uint64_t n) {
+                              const Payload& values, v1::DataType dtype, uint64_t n,
+                              std::string* row_decisions) {
   const TableState& t = tables_[s.table];
   if (s.dense) {
     DenseBlock* b = t.dense->block(s.block);
@@ -551,11 +553,16 @@ absl::Status Job::ApplyValues(const SliceRef& s, const v1::PushChunk& chunk,
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!first_pos.emplace(keys[i], static_cast<uint32_t>(i)).second) dups = true;
   }
+  // Admission and expiry: a copy does what its primary did (PushChunk.row_decisions).
+  SparseTable::Decisions decisions;
+  decisions.follow = chunk.row_decisions();
   if (!dups) {
-    return t.sparse->Apply(
+    absl::Status st = t.sparse->Apply(
         keys,
         [&](size_t first, size_t k, float* out) { values.DecodeFloats(dtype, first, k, out); },
-        budget_, chunk.tag().step());
+        budget_, chunk.tag().step(), &decisions);
+    *row_decisions = std::move(decisions.made);
+    return st;
   }
   std::vector<float> all(n);
   values.DecodeFloats(dtype, 0, n, all.data());
@@ -572,12 +579,25 @@ absl::Status Job::ApplyValues(const SliceRef& s, const v1::PushChunk& chunk,
       for (uint32_t j = 0; j < width; ++j) dst[j] += all[i * width + j];
     }
   }
-  return t.sparse->Apply(
+  absl::Status st = t.sparse->Apply(
       uniq,
       [&](size_t first, size_t k, float* out) {
         std::memcpy(out, sum.data() + first, k * sizeof(float));
       },
-      budget_, chunk.tag().step());
+      budget_, chunk.tag().step(), &decisions);
+  *row_decisions = std::move(decisions.made);
+  return st;
+}
+
+uint64_t Job::CollectExpired() {
+  if (dropped_) return 0;
+  absl::ReaderMutexLock l(&state_mu_);
+  const int64_t min = min_clock();
+  uint64_t n = 0;
+  for (const auto& t : tables_) {
+    if (t.sparse) n += t.sparse->CollectExpired(min, budget_);
+  }
+  return n;
 }
 
 absl::Status Job::Aggregate(const SliceRef& s, const v1::PushChunk& chunk, const Payload& values,
@@ -907,9 +927,9 @@ absl::Status Job::Read(const SliceRef& s, uint64_t epoch, uint64_t first, uint64
   }
   const uint32_t width = t.info->width;
   absl::Span<const uint64_t> keys(s.keys.data() + first / width, n / width);
-  st = t.sparse->Read(keys, TransportType(dtype), out, budget_);
-  if (st.ok()) CountShard(ShardOfSlice(s), n * DTypeSize(TransportType(dtype)));
-  return st;
+  t.sparse->Read(keys, TransportType(dtype), out);
+  CountShard(ShardOfSlice(s), n * DTypeSize(TransportType(dtype)));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<LentBytes> Job::Lend(const SliceRef& s, uint64_t epoch, uint64_t first,
@@ -962,6 +982,12 @@ void Job::FillStatus(v1::JobOnServer* out) const {
         ts->set_rows(rows);
         ts->set_bytes(t.sparse->bytes_held());
         ts->set_elements(rows * t.info->width);
+        const SparseTable::PolicyCounts pc = t.sparse->policy_counts();
+        ts->set_admissions(pc.admissions);
+        ts->set_pushes_not_admitted(pc.not_admitted);
+        ts->set_expiries(pc.expiries);
+        ts->set_reads_without_row(pc.reads_without_row);
+        ts->set_sketch_bytes(pc.sketch_bytes);
       }
     }
   }

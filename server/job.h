@@ -102,6 +102,9 @@ struct PushResult {
   // A periodic checkpoint this push made due (the slowest clock crossed a multiple of N), taken
   // before any read at the new clock was served; to be written by the caller.
   std::shared_ptr<const CheckpointSnapshot> checkpoint;
+  // Sparse tables with admission or expiry: what was done with each key, for the copies
+  // (PushChunk.row_decisions); empty otherwise.
+  std::string row_decisions;
 };
 
 // Limits that protect the server from oversized requests.
@@ -282,6 +285,9 @@ class Job {
   // ---- Status.
 
   void FillStatus(v1::JobOnServer* out) const;
+  // Frees the sparse rows that have expired for every later push (EmbeddingSpec); returns how
+  // many. Takes one stripe lock at a time, so pushes and pulls go on meanwhile.
+  uint64_t CollectExpired();
   // Adds (job, shard, bytes, requests) for every shard with traffic since the last call.
   void TakeShardLoads(double window_sec, std::vector<v1::ShardLoad>* out);
   int64_t min_clock() const;
@@ -326,8 +332,11 @@ class Job {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(clock_mu_);
   absl::StatusOr<SliceRef> Resolve(const v1::Slice& slice, absl::string_view field) const
       ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+  // Sparse tables with admission or expiry: *row_decisions gets what was done with each key
+  // (PushChunk.row_decisions), for the copies.
   absl::Status ApplyValues(const SliceRef& s, const v1::PushChunk& chunk, const Payload& values,
-                           v1::DataType dtype, uint64_t n) ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+                           v1::DataType dtype, uint64_t n, std::string* row_decisions)
+      ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
   absl::Status Aggregate(const SliceRef& s, const v1::PushChunk& chunk, const Payload& values,
                          v1::DataType dtype, uint64_t n) ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
   // After clocks moved: applies finished aggregate steps and releases parked reads. When a

@@ -108,6 +108,10 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
       off += rows * 8;
       ct->set_updates_offset(off);
       off += rows * 8;
+      if (t.sparse->policy().expires()) {
+        ct->set_last_steps_offset(off);
+        off += rows * 8;
+      }
     }
   }
   h.set_data_bytes(off);
@@ -134,13 +138,19 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
       keys.reserve(sparse_rows[ti]);
       updates.reserve(sparse_rows[ti]);
       const size_t row_bytes = t.info->width * fpe * sizeof(float);
-      t.sparse->ForEachRowSorted([&](uint64_t key, int64_t u, const float* row) {
-        keys.push_back(key);
-        updates.push_back(u);
-        f.append(reinterpret_cast<const char*>(row), row_bytes);
-      });
+      std::vector<int64_t> last_steps;
+      t.sparse->ForEachRowSortedWithStep(
+          [&](uint64_t key, int64_t u, int64_t last_step, const float* row) {
+            keys.push_back(key);
+            updates.push_back(u);
+            last_steps.push_back(last_step);
+            f.append(reinterpret_cast<const char*>(row), row_bytes);
+          });
       f.append(reinterpret_cast<const char*>(keys.data()), keys.size() * 8);
       f.append(reinterpret_cast<const char*>(updates.data()), updates.size() * 8);
+      if (t.sparse->policy().expires()) {
+        f.append(reinterpret_cast<const char*>(last_steps.data()), last_steps.size() * 8);
+      }
     }
   }
   if (f.size() - data_start != off) {
@@ -240,6 +250,7 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::strin
       const uint64_t rows = ct.rows();
       if (rows > data_bytes / 8 || !in_range(ct.keys_offset(), rows * 8) ||
           !in_range(ct.updates_offset(), rows * 8) ||
+          (ct.last_steps_offset() != 0 && !in_range(ct.last_steps_offset(), rows * 8)) ||
           !in_range(ct.values_offset(), rows * t.info->width * fpe * sizeof(float))) {
         return corrupt(absl::StrCat("table '", ct.spec().name(), "' rows do not fit the file"));
       }
@@ -292,7 +303,11 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::strin
         int64_t u = static_cast<int64_t>(GetLe64(data + ct.updates_offset() + 8 * r));
         std::memcpy(row.data(), data + ct.values_offset() + r * row_floats * sizeof(float),
                     row_floats * sizeof(float));
-        absl::Status s = t.sparse->PutRow(k, u, row.data(), budget_);
+        const int64_t last_step =
+            ct.last_steps_offset() != 0
+                ? static_cast<int64_t>(GetLe64(data + ct.last_steps_offset() + 8 * r))
+                : h.step();
+        absl::Status s = t.sparse->PutRow(k, u, row.data(), budget_, last_step);
         if (!s.ok()) return s;
       }
     }

@@ -276,6 +276,7 @@ absl::Status PsHandler::ForwardToBackups(const Replication& rep, const v1::PushC
     c->clear_pull_clock();
     c->clear_step_final();
     c->clear_end_of_step();
+    c->set_row_decisions(applied.row_decisions);
     for (const std::string& b : rep.backups[shard]) {
       absl::Status s = send(b, req, values);
       if (!s.ok()) return s;
@@ -895,6 +896,10 @@ absl::StatusOr<PushResult> PsHandler::Push(const v1::PushChunk& chunk, const Pay
     // A primary's copy over the TCP data port (BackupQueue), not a worker's push.
     return ApplyToCopy(chunk.replica_of(), chunk, values, nullptr);
   }
+  if (!chunk.row_decisions().empty()) {
+    return absl::InvalidArgumentError(
+        "row_decisions: set only on a primary's copy of a chunk (replica_of), not by a worker");
+  }
   auto job = FindJob(chunk.tag().job_id(), "tag.job_id");
   if (!job.ok()) return job.status();
   auto r = (*job)->Push(chunk, values, [this] { return node_id(); });
@@ -1001,17 +1006,23 @@ void PsHandler::SampleRates(double* push, double* pull, double* in, double* out)
 void PsHandler::Tick(v1::Load* load, std::vector<v1::ShardLoad>* shard_loads) {
   double push, pull, in, out;
   SampleRates(&push, &pull, &in, &out);
-  std::vector<std::shared_ptr<Job>> jobs;
+  std::vector<std::shared_ptr<Job>> jobs, copies;
   double window;
   {
     absl::MutexLock l(&mu_);
     for (auto& [id, j] : jobs_) jobs.push_back(j);
+    for (auto& [id, r] : replication_) {
+      for (auto& [primary, copy] : r->replicas) copies.push_back(copy);
+    }
     absl::Time now = clock_->Now();
     window = absl::ToDoubleSeconds(now - last_tick_);
     last_tick_ = now;
   }
   std::vector<v1::ShardLoad> loads;
   for (auto& j : jobs) j->TakeShardLoads(window, &loads);
+  // Expired embedding rows (EmbeddingSpec) are freed here, on primaries and copies alike.
+  for (auto& j : jobs) j->CollectExpired();
+  for (auto& c : copies) c->CollectExpired();
   if (load != nullptr) {
     load->set_bytes_per_sec(in + out);
     load->set_requests_per_sec(push + pull);

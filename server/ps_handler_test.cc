@@ -176,7 +176,7 @@ TEST_F(HandlerTest, DenseTablesAreCutIntoBlocksWithDeterministicInitialValues) {
   EXPECT_NE(s.message().find("'w'"), std::string::npos) << s;
 }
 
-TEST_F(HandlerTest, SparseRowsAreCreatedOnFirstTouchWithTheInitializer) {
+TEST_F(HandlerTest, SparseRowsAreCreatedOnFirstPushWithTheInitializerAndNeverByPulls) {
   Create(CreateRequest("j", {SparseSpec("emb", 8, 1000, kSgd)}, v1::ConsistencySpec::ASP, 1));
   EXPECT_EQ(Status("j").jobs(0).tables(0).rows(), 0u);
   auto rows = Pull("j", 0, 0, {Rows("emb", {5, 999, 5})});
@@ -186,8 +186,10 @@ TEST_F(HandlerTest, SparseRowsAreCreatedOnFirstTouchWithTheInitializer) {
       << "a repeated key returns the same row";
   EXPECT_FALSE(std::equal(rows->begin(), rows->begin() + 8, rows->begin() + 8));
   auto st = Status("j").jobs(0).tables(0);
-  EXPECT_EQ(st.rows(), 2u);
-  EXPECT_EQ(st.elements(), 16u);
+  EXPECT_EQ(st.rows(), 0u) << "pulls of fresh keys create no rows";
+  EXPECT_EQ(st.elements(), 0u);
+  EXPECT_EQ(st.reads_without_row(), 3u);
+  EXPECT_EQ(h_->budget()->used(), 0u);
   // A push to a fresh row starts from the same initial values: SGD lr 0.5, g = 2 -> w - 1.
   std::vector<float> g(8, 2.f);
   ASSERT_TRUE(PushSparse("j", 0, 0, 0, "emb", {7}, g, false).ok());

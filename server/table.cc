@@ -186,8 +186,10 @@ void DenseTable::Clear(MemoryBudget* budget) {
 
 // ---------------------------------------------------------------- sparse
 
-SparseTable::SparseTable(const TableInfo* info)
+SparseTable::SparseTable(const TableInfo* info, const Clock* clock)
     : info_(info),
+      clock_(clock),
+      policy_(info->spec.embedding(), info->hash, info->spec.init().seed()),
       row_floats_(info->width * info->floats_per_elem()),
       rows_per_page_(std::max<size_t>(1, kPageBytes / (row_floats_ * sizeof(float)))),
       stripes_(new Stripe[kStripes]) {}
@@ -226,6 +228,10 @@ float* SparseTable::FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget,
   s->index.emplace(key, id);
   s->keys.push_back(key);
   s->updates.push_back(0);
+  if (policy_.expires()) {
+    s->last_step.push_back(0);
+    s->last_ms.push_back(0);
+  }
   float* row = RowPtr(s, id);
   info_->init.FillRow(key, info_->width, row);
   InitSlots(info_->optimizer, row + info_->width, info_->width);
@@ -233,22 +239,27 @@ float* SparseTable::FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget,
   return row;
 }
 
-absl::Status SparseTable::VisitRows(absl::Span<const uint64_t> keys, MemoryBudget* budget,
-                                    absl::FunctionRef<void(size_t, float*, int64_t*)> f) {
+void SparseTable::SortByStripe(absl::Span<const uint64_t> keys, int* count,
+                               std::vector<uint32_t>* order) {
   // Counting sort of the request positions by stripe, so each stripe is locked once.
-  int count[kStripes + 1] = {0};
+  std::fill(count, count + kStripes + 1, 0);
   std::vector<uint8_t> stripe_of(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     stripe_of[i] = static_cast<uint8_t>(StripeOf(keys[i]));
     ++count[stripe_of[i] + 1];
   }
   for (int s = 0; s < kStripes; ++s) count[s + 1] += count[s];
-  std::vector<uint32_t> order(keys.size());
-  {
-    int pos[kStripes];
-    std::copy(count, count + kStripes, pos);
-    for (size_t i = 0; i < keys.size(); ++i) order[pos[stripe_of[i]]++] = static_cast<uint32_t>(i);
-  }
+  order->resize(keys.size());
+  int pos[kStripes];
+  std::copy(count, count + kStripes, pos);
+  for (size_t i = 0; i < keys.size(); ++i) (*order)[pos[stripe_of[i]]++] = static_cast<uint32_t>(i);
+}
+
+absl::Status SparseTable::VisitRows(absl::Span<const uint64_t> keys, MemoryBudget* budget,
+                                    absl::FunctionRef<void(size_t, float*, int64_t*)> f) {
+  int count[kStripes + 1];
+  std::vector<uint32_t> order;
+  SortByStripe(keys, count, &order);
   // Phase 1: count the rows to create (each key once) and take their memory, all or nothing.
   // Rows are only ever removed with exclusive access to the table, so the count can only fall
   // before phase 2 (another call creating some of the same rows); the rest is given back.
@@ -296,7 +307,8 @@ absl::Status SparseTable::VisitRows(absl::Span<const uint64_t> keys, MemoryBudge
 }
 
 absl::Status SparseTable::Apply(absl::Span<const uint64_t> keys, GradientFn grad,
-                                MemoryBudget* budget, int64_t step) {
+                                MemoryBudget* budget, int64_t step, Decisions* decisions) {
+  if (policy_.active()) return ApplyWithPolicy(keys, grad, budget, step, decisions);
   const size_t width = info_->width;
   const OptimizerParams opt = AtStep(info_->optimizer, step);
   std::vector<float> g(width);
@@ -308,22 +320,50 @@ absl::Status SparseTable::Apply(absl::Span<const uint64_t> keys, GradientFn grad
   });
 }
 
-absl::Status SparseTable::Read(absl::Span<const uint64_t> keys, v1::DataType dtype, char* out,
-                               MemoryBudget* budget) {
+void SparseTable::Read(absl::Span<const uint64_t> keys, v1::DataType dtype, char* out) {
   const size_t width = info_->width;
   const size_t row_bytes = width * DTypeSize(dtype);
-  return VisitRows(keys, budget, [&](size_t i, float* row, int64_t*) {
-    EncodeFloats(row, width, dtype, out + i * row_bytes);
-  });
+  const int64_t step = max_step_.load(std::memory_order_relaxed);
+  const int64_t now_ms = policy_.expires() ? NowMs() : 0;
+  int count[kStripes + 1];
+  std::vector<uint32_t> order;
+  SortByStripe(keys, count, &order);
+  std::vector<float> initial(width);
+  uint64_t without_row = 0;
+  for (int s = 0; s < kStripes; ++s) {
+    if (count[s] == count[s + 1]) continue;
+    Stripe* st = &stripes_[s];
+    absl::MutexLock l(&st->mu);
+    for (int j = count[s]; j < count[s + 1]; ++j) {
+      const size_t i = order[j];
+      auto it = st->index.find(keys[i]);
+      if (it != st->index.end() &&
+          !(policy_.expires() && policy_.Expired(st->last_step[it->second],
+                                                 st->last_ms[it->second], step, now_ms))) {
+        EncodeFloats(RowPtr(st, it->second), width, dtype, out + i * row_bytes);
+        continue;
+      }
+      info_->init.FillRow(keys[i], width, initial.data());
+      EncodeFloats(initial.data(), width, dtype, out + i * row_bytes);
+      ++without_row;
+    }
+  }
+  if (without_row > 0) reads_without_row_.fetch_add(without_row, std::memory_order_relaxed);
 }
 
-void SparseTable::DropIf(absl::FunctionRef<bool(uint64_t)> drop, MemoryBudget* budget) {
+uint64_t SparseTable::DropIf(absl::FunctionRef<bool(uint64_t, int64_t, int64_t)> drop,
+                             MemoryBudget* budget) {
+  const bool meta = policy_.expires();
+  uint64_t dropped = 0;
   for (int s = 0; s < kStripes; ++s) {
     Stripe* st = &stripes_[s];
     absl::MutexLock l(&st->mu);
+    auto drops = [&](uint32_t id) {
+      return drop(st->keys[id], meta ? st->last_step[id] : 0, meta ? st->last_ms[id] : 0);
+    };
     bool any = false;
-    for (uint64_t k : st->keys) {
-      if (drop(k)) {
+    for (uint32_t id = 0; id < st->keys.size(); ++id) {
+      if (drops(id)) {
         any = true;
         break;
       }
@@ -333,9 +373,14 @@ void SparseTable::DropIf(absl::FunctionRef<bool(uint64_t)> drop, MemoryBudget* b
     absl::MutexLock lf(&fresh.mu);
     for (uint32_t id = 0; id < st->keys.size(); ++id) {
       uint64_t key = st->keys[id];
-      if (drop(key)) {
+      if (drops(id)) {
         budget->Release(row_floats_ * sizeof(float));
+        ++dropped;
         continue;
+      }
+      if (meta) {
+        fresh.last_step.push_back(st->last_step[id]);
+        fresh.last_ms.push_back(st->last_ms[id]);
       }
       uint32_t nid = static_cast<uint32_t>(fresh.keys.size());
       if (nid / rows_per_page_ >= fresh.pages.size()) {
@@ -350,19 +395,29 @@ void SparseTable::DropIf(absl::FunctionRef<bool(uint64_t)> drop, MemoryBudget* b
     st->pages.swap(fresh.pages);
     st->keys.swap(fresh.keys);
     st->updates.swap(fresh.updates);
+    st->last_step.swap(fresh.last_step);
+    st->last_ms.swap(fresh.last_ms);
   }
+  return dropped;
 }
 
 void SparseTable::DropUnheld(const std::vector<bool>& held, MemoryBudget* budget) {
-  DropIf([&](uint64_t key) { return !held[ShardOf(key)]; }, budget);
+  DropIf([&](uint64_t key, int64_t, int64_t) { return !held[ShardOf(key)]; }, budget);
 }
 
 void SparseTable::DropShards(const std::vector<bool>& shards, MemoryBudget* budget) {
-  DropIf([&](uint64_t key) { return static_cast<bool>(shards[ShardOf(key)]); }, budget);
+  DropIf([&](uint64_t key, int64_t, int64_t) { return static_cast<bool>(shards[ShardOf(key)]); },
+         budget);
 }
 
 void SparseTable::ForEachRowSorted(
     absl::FunctionRef<void(uint64_t, int64_t, const float*)> f) {
+  ForEachRowSortedWithStep(
+      [&](uint64_t key, int64_t updates, int64_t, const float* row) { f(key, updates, row); });
+}
+
+void SparseTable::ForEachRowSortedWithStep(
+    absl::FunctionRef<void(uint64_t, int64_t, int64_t, const float*)> f) {
   struct Ref {
     uint64_t key;
     int stripe;
@@ -380,12 +435,12 @@ void SparseTable::ForEachRowSorted(
   for (const Ref& r : refs) {
     Stripe* st = &stripes_[r.stripe];
     absl::MutexLock l(&st->mu);
-    f(r.key, st->updates[r.id], RowPtr(st, r.id));
+    f(r.key, st->updates[r.id], policy_.expires() ? st->last_step[r.id] : 0, RowPtr(st, r.id));
   }
 }
 
 absl::Status SparseTable::PutRow(uint64_t key, int64_t updates, const float* row,
-                                 MemoryBudget* budget) {
+                                 MemoryBudget* budget, int64_t step) {
   Stripe* st = &stripes_[StripeOf(key)];
   absl::MutexLock l(&st->mu);
   int64_t* u = nullptr;
@@ -398,6 +453,15 @@ absl::Status SparseTable::PutRow(uint64_t key, int64_t updates, const float* row
   }
   std::memcpy(dst, row, row_floats_ * sizeof(float));
   *u = updates;
+  if (policy_.expires()) {
+    const uint32_t id = st->index.at(key);
+    st->last_step[id] = step;
+    st->last_ms[id] = NowMs();
+    int64_t seen = max_step_.load(std::memory_order_relaxed);
+    while (seen < step &&
+           !max_step_.compare_exchange_weak(seen, step, std::memory_order_relaxed)) {
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -413,7 +477,7 @@ uint64_t SparseTable::rows() const {
 uint64_t SparseTable::bytes_held() const { return rows() * row_floats_ * sizeof(float); }
 
 void SparseTable::Clear(MemoryBudget* budget) {
-  DropIf([](uint64_t) { return true; }, budget);
+  DropIf([](uint64_t, int64_t, int64_t) { return true; }, budget);
 }
 
 }  // namespace pscluster

@@ -2,7 +2,9 @@
 //
 // A dense table is cut into blocks of block_elems elements; the server allocates the blocks of
 // the virtual shards it holds. A sparse table maps uint64 keys to rows of row_width elements,
-// created on first touch with the table's initializer and spread over lock stripes. Each element
+// created by the first push of the key with the table's initializer (admission permitting, see
+// EmbeddingPolicy) and spread over lock stripes; a pull of a key without a row reads the
+// initializer's values and creates nothing. Each element
 // carries its optimizer slots beside it (block: [weights | slot0 | slot1], row likewise).
 //
 // Thread model: Apply/Read/VisitRows may run concurrently from many threads (each block and each
@@ -11,6 +13,7 @@
 #ifndef PSCLUSTER_SERVER_TABLE_H_
 #define PSCLUSTER_SERVER_TABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -23,7 +26,9 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "common/clock.h"
 #include "proto/job.pb.h"
+#include "server/embedding_policy.h"
 #include "server/initializer.h"
 #include "server/memory_budget.h"
 #include "server/optimizer.h"
@@ -124,13 +129,31 @@ class SparseTable {
  public:
   static constexpr int kStripes = 64;
 
-  explicit SparseTable(const TableInfo* info);
+  // `clock` (may be null: time stands still) times expiry in seconds.
+  // REQUIRES: the clock outlives the table.
+  explicit SparseTable(const TableInfo* info, const Clock* clock = nullptr);
   ~SparseTable();
+
+  // What a push did with each key of a table with a policy (EmbeddingSpec), one RowDecision
+  // byte per key: `follow` (a copy's: the primary's decisions) when not empty, else `made`.
+  struct Decisions {
+    std::string follow;
+    std::string made;
+  };
+  // Counts of the table's policy since it was made (TableStatus).
+  struct PolicyCounts {
+    uint64_t admissions = 0;
+    uint64_t not_admitted = 0;
+    uint64_t expiries = 0;
+    uint64_t reads_without_row = 0;
+    uint64_t sketch_bytes = 0;
+  };
 
   uint32_t ShardOf(uint64_t key) const;
 
   // Calls f(i, row, updates) for each keys[i] (in stripe order, each under its stripe's lock),
-  // creating missing rows with the initializer. `row` points at [weights | slots] of the row.
+  // creating missing rows with the initializer (pushes in aggregate mode; Apply without a
+  // policy). `row` points at [weights | slots] of the row.
   // All or nothing: the memory of every new row is taken from the budget before any row is
   // touched, and RESOURCE_EXHAUSTED (naming the table, the rows and the limit) when it does not
   // fit leaves the table as it was.
@@ -138,12 +161,21 @@ class SparseTable {
                          absl::FunctionRef<void(size_t i, float* row, int64_t* updates)> f);
 
   // Applies gradient rows to `keys` for training step `step`. REQUIRES: keys are distinct; grad
-  // gives rows in key order.
+  // gives rows in key order. With a policy, each key is admitted, counted or restarted as
+  // `decisions` says or (without one to follow) as the policy decides, all or nothing as to
+  // memory; INVALID_ARGUMENT when decisions to follow do not match the keys.
   absl::Status Apply(absl::Span<const uint64_t> keys, GradientFn grad, MemoryBudget* budget,
-                     int64_t step = 0);
-  // Writes the weights of keys[i] (encoded as `dtype`) at out + i * width * DTypeSize(dtype).
-  absl::Status Read(absl::Span<const uint64_t> keys, v1::DataType dtype, char* out,
-                    MemoryBudget* budget);
+                     int64_t step = 0, Decisions* decisions = nullptr);
+  // Writes the weights of keys[i] (encoded as `dtype`) at out + i * width * DTypeSize(dtype):
+  // a key without a row (or with an expired one) reads the initializer's values. Creates
+  // nothing.
+  void Read(absl::Span<const uint64_t> keys, v1::DataType dtype, char* out);
+
+  const EmbeddingPolicy& policy() const { return policy_; }
+  // Removes the rows that have expired for every push at a step >= min_clock (see
+  // EmbeddingPolicy::Collectable); returns how many. Takes one stripe lock at a time.
+  uint64_t CollectExpired(int64_t min_clock, MemoryBudget* budget);
+  PolicyCounts policy_counts() const;
 
   // Drops rows whose shard is not held (exclusive access).
   void DropUnheld(const std::vector<bool>& held, MemoryBudget* budget);
@@ -151,8 +183,12 @@ class SparseTable {
   void DropShards(const std::vector<bool>& shards, MemoryBudget* budget);
   // Every row as (key, updates, [weights | slots]) sorted by key (exclusive access).
   void ForEachRowSorted(absl::FunctionRef<void(uint64_t key, int64_t updates, const float* row)> f);
-  // Inserts or replaces a row (exclusive access).
-  absl::Status PutRow(uint64_t key, int64_t updates, const float* row, MemoryBudget* budget);
+  // The same with the step of each row's last push (0 without expiry).
+  void ForEachRowSortedWithStep(
+      absl::FunctionRef<void(uint64_t key, int64_t updates, int64_t last_step, const float* row)> f);
+  // Inserts or replaces a row (exclusive access), as last pushed at `step` (expiry).
+  absl::Status PutRow(uint64_t key, int64_t updates, const float* row, MemoryBudget* budget,
+                      int64_t step = 0);
 
   uint64_t rows() const;
   uint64_t bytes_held() const;
@@ -165,7 +201,18 @@ class SparseTable {
     std::vector<std::unique_ptr<float[]>> pages ABSL_GUARDED_BY(mu);
     std::vector<uint64_t> keys ABSL_GUARDED_BY(mu);     // row id -> key
     std::vector<int64_t> updates ABSL_GUARDED_BY(mu);   // row id -> optimizer steps
+    // With expiry only: row id -> step and time (ms) of its last push.
+    std::vector<int64_t> last_step ABSL_GUARDED_BY(mu);
+    std::vector<int64_t> last_ms ABSL_GUARDED_BY(mu);
   };
+  // Stripe positions of `keys` sorted by stripe: order[count[s] .. count[s+1]) are stripe s's.
+  static void SortByStripe(absl::Span<const uint64_t> keys, int* count,
+                           std::vector<uint32_t>* order);
+  absl::Status ApplyWithPolicy(absl::Span<const uint64_t> keys, GradientFn grad,
+                               MemoryBudget* budget, int64_t step, Decisions* decisions);
+  // Writes the row `id` back to its initial values and optimizer state.
+  void Restart(Stripe* s, uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+  int64_t NowMs() const;
   static int StripeOf(uint64_t key);
   float* RowPtr(Stripe* s, uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
   // Finds or creates the row of `key`. A new row takes its bytes from `*reserved` (bytes already
@@ -173,9 +220,20 @@ class SparseTable {
   // budget is exhausted.
   float* FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget, uint64_t* reserved,
                       int64_t** updates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
-  void DropIf(absl::FunctionRef<bool(uint64_t key)> drop, MemoryBudget* budget);
+  // Drops the rows for which drop(key, last_step, last_ms) (0, 0 without expiry); returns how
+  // many.
+  uint64_t DropIf(absl::FunctionRef<bool(uint64_t key, int64_t last_step, int64_t last_ms)> drop,
+                  MemoryBudget* budget);
 
   const TableInfo* info_;
+  const Clock* const clock_;
+  EmbeddingPolicy policy_;
+  // The latest step any push was applied at (a pull's "now" for expiry in steps).
+  std::atomic<int64_t> max_step_{0};
+  std::atomic<uint64_t> admissions_{0};
+  std::atomic<uint64_t> not_admitted_{0};
+  std::atomic<uint64_t> expiries_{0};
+  std::atomic<uint64_t> reads_without_row_{0};
   size_t row_floats_;
   size_t rows_per_page_;
   std::unique_ptr<Stripe[]> stripes_;

@@ -161,14 +161,20 @@ TEST(SparseTableTest, BudgetLimitsNewRowsAndDropsFreeThem) {
   MemoryBudget budget(row_bytes * 10);
   std::vector<uint64_t> keys;
   for (uint64_t k = 0; k < 10; ++k) keys.push_back(k * 977);
-  std::vector<char> out(keys.size() * 16);
-  ASSERT_TRUE(t.Read(keys, v1::DT_FLOAT32, out.data(), &budget).ok());
+  auto grad = [](size_t, size_t k, float* out) { std::fill(out, out + k, 0.5f); };
+  ASSERT_TRUE(t.Apply(keys, grad, &budget).ok());
   EXPECT_EQ(t.rows(), 10u);
-  absl::Status st = t.Read({123456}, v1::DT_FLOAT32, out.data(), &budget);
+  const uint64_t more[] = {123456};
+  absl::Status st = t.Apply(more, grad, &budget);
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(st.message().find("memory_bytes"), std::string::npos) << st;
-  // Existing rows are still served.
-  EXPECT_TRUE(t.Read(keys, v1::DT_FLOAT32, out.data(), &budget).ok());
+  // Existing rows are still updated, and any key is still read (a missing one needs no memory).
+  EXPECT_TRUE(t.Apply(keys, grad, &budget).ok());
+  std::vector<char> out((keys.size() + 1) * 16);
+  keys.push_back(123456);
+  t.Read(keys, v1::DT_FLOAT32, out.data());
+  keys.pop_back();
+  EXPECT_EQ(t.rows(), 10u);
   std::vector<bool> held(4, true);
   held[t.ShardOf(keys[0])] = false;
   t.DropUnheld(held, &budget);

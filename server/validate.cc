@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/sharding.h"
+#include "server/embedding_policy.h"
 #include "server/initializer.h"
 
 namespace pscluster {
@@ -84,7 +85,7 @@ absl::Status ValidateTable(v1::TableSpec* t, absl::string_view f) {
                "top-k compression is not supported yet: clients send dense pushes (leave it 0; "
                "a push may still carry indices)");
   }
-  return absl::OkStatus();
+  return ValidateEmbedding(t->embedding(), t->kind(), absl::StrCat(f, ".embedding"));
 }
 
 }  // namespace
@@ -128,6 +129,11 @@ absl::Status ValidateCreateTables(const v1::CreateTablesRequest& req,
     v1::TableSpec t = req.tables(i);
     absl::Status s = ValidateTable(&t, f);
     if (!s.ok()) return s;
+    if (c.aggregate() && EmbeddingPolicy::Active(t.embedding())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f, ".embedding: admission and expiry are not supported with consistency.aggregate "
+             "(table '", t.name(), "')"));
+    }
     if (!names.insert(t.name()).second) {
       return absl::InvalidArgumentError(absl::StrCat(f, ".name: '", t.name(),
                                                      "' is declared twice"));

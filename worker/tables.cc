@@ -1,6 +1,7 @@
 #include "worker/tables.h"
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace pscluster::worker {
@@ -20,6 +21,35 @@ absl::StatusOr<std::vector<v1::TableSpec>> TableSpecsFor(const kernels::Model& m
     if (!names.contains(name)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "table_compression: '", name, "' is not a parameter of the ", model.kind(), " model"));
+    }
+  }
+  // table_embedding: a table's own entry, else the "prefix/*" entry that covers it.
+  auto embedding_of = [&](const std::string& name) -> const v1::EmbeddingSpec* {
+    auto it = spec.table_embedding().find(name);
+    if (it != spec.table_embedding().end()) return &it->second;
+    for (size_t slash = name.rfind('/'); slash != std::string::npos && slash > 0;
+         slash = name.rfind('/', slash - 1)) {
+      it = spec.table_embedding().find(name.substr(0, slash) + "/*");
+      if (it != spec.table_embedding().end()) return &it->second;
+    }
+    return nullptr;
+  };
+  for (const auto& [name, unused] : spec.table_embedding()) {
+    const bool under = absl::EndsWith(name, "/*");
+    const std::string prefix = under ? name.substr(0, name.size() - 1) : "";
+    bool matched = false;
+    for (const auto& p : model.params()) {
+      if (under ? !absl::StartsWith(p.name, prefix) : p.name != name) continue;
+      if (!p.sparse) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table_embedding: '", p.name, "' is a dense parameter of the ", model.kind(),
+            " model; admission and expiry apply to sparse (embedding) tables"));
+      }
+      matched = true;
+    }
+    if (!matched) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table_embedding: '", name, "' names no parameter of the ", model.kind(), " model"));
     }
   }
   std::vector<v1::TableSpec> out;
@@ -44,6 +74,9 @@ absl::StatusOr<std::vector<v1::TableSpec>> TableSpecsFor(const kernels::Model& m
     }
     auto comp = spec.table_compression().find(p.name);
     if (comp != spec.table_compression().end()) *t.mutable_compression() = comp->second;
+    if (const v1::EmbeddingSpec* e = embedding_of(p.name); e != nullptr && p.sparse) {
+      *t.mutable_embedding() = *e;
+    }
     out.push_back(std::move(t));
   }
   return out;

@@ -11,7 +11,10 @@
 
 namespace pscluster::worker {
 
-// INVALID_ARGUMENT names a table_optimizers / table_compression key that matches no parameter.
+// INVALID_ARGUMENT names a table_optimizers / table_compression key that matches no parameter,
+// and a table_embedding key (a name, or "prefix/*" for every table under it) that matches no
+// parameter or a dense one. A table takes its own table_embedding entry, else the longest
+// "prefix/*" entry covering it.
 // A COSINE learning-rate schedule without lr_decay_steps decays over `total_steps`, the job's
 // steps per worker.
 absl::StatusOr<std::vector<v1::TableSpec>> TableSpecsFor(const kernels::Model& model,

@@ -493,6 +493,16 @@ TEST_F(TrainerTest, BadTasksAreRefusedWithTheFieldNamed) {
   s = (*t4)->Run();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("table_optimizers: 'nope'"), std::string::npos) << s;
+
+  // Admission and expiry for a table the model does not have are refused, not ignored.
+  task = Task("job-bad", 0, 1);
+  (*task.mutable_spec()->mutable_table_embedding())["nope/*"].set_expire_after_steps(5);
+  auto t6 = Trainer::Create(task, Options(), &sink);
+  ASSERT_TRUE(t6.ok());
+  s = (*t6)->Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("table_embedding: 'nope/*' names no parameter"), std::string::npos)
+      << s;
 }
 
 }  // namespace

@@ -1,0 +1,159 @@
+// SparseTable with an EmbeddingPolicy: admission, expiry and their counts (see table.h).
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "server/table.h"
+
+namespace pscluster {
+
+int64_t SparseTable::NowMs() const {
+  return clock_ == nullptr ? 0 : absl::ToUnixMillis(clock_->Now());
+}
+
+void SparseTable::Restart(Stripe* s, uint32_t id) {
+  float* row = RowPtr(s, id);
+  info_->init.FillRow(s->keys[id], info_->width, row);
+  InitSlots(info_->optimizer, row + info_->width, info_->width);
+  s->updates[id] = 0;
+}
+
+absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, GradientFn grad,
+                                          MemoryBudget* budget, int64_t step,
+                                          Decisions* decisions) {
+  const bool follow = decisions != nullptr && !decisions->follow.empty();
+  if (follow) {
+    if (decisions->follow.size() != keys.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "row_decisions: ", decisions->follow.size(), " decisions for ", keys.size(),
+          " distinct keys of table '", info_->spec.name(), "'"));
+    }
+    for (char d : decisions->follow) {
+      if (static_cast<uint8_t>(d) > kRowRestarted) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "row_decisions: unknown decision ", static_cast<int>(static_cast<uint8_t>(d))));
+      }
+    }
+  }
+  int count[kStripes + 1];
+  std::vector<uint32_t> order;
+  SortByStripe(keys, count, &order);
+  const int64_t now_ms = policy_.expires() ? NowMs() : 0;
+  std::string decided(keys.size(), static_cast<char>(kRowApplied));
+  // Phase 1: decide each key and take the memory of the rows to make, all or nothing. Rows that
+  // are restarted are counted too: CollectExpired may drop one before phase 2 (it drops only rows
+  // that have expired for every push from the slowest clock on, which phase 1 restarts).
+  uint64_t need = 0;
+  for (int s = 0; s < kStripes; ++s) {
+    if (count[s] == count[s + 1]) continue;
+    Stripe* st = &stripes_[s];
+    absl::MutexLock l(&st->mu);
+    for (int j = count[s]; j < count[s + 1]; ++j) {
+      const size_t i = order[j];
+      auto it = st->index.find(keys[i]);
+      const bool present = it != st->index.end();
+      char& d = decided[i];
+      if (follow) {
+        d = decisions->follow[i];
+        // The copy counts what its primary counted, so that it decides alike once promoted.
+        if (policy_.admits() && (d != kRowApplied || !present)) policy_.Admit(keys[i], step);
+      } else if (present) {
+        // An expired row is as good as gone: its key passes admission again, as it would once
+        // CollectExpired had dropped the row.
+        const bool expired =
+            policy_.expires() && policy_.Expired(st->last_step[it->second],
+                                                 st->last_ms[it->second], step, now_ms);
+        d = static_cast<char>(!expired                        ? kRowApplied
+                              : policy_.Admit(keys[i], step) ? kRowRestarted
+                                                             : kRowCounted);
+      } else {
+        d = static_cast<char>(policy_.Admit(keys[i], step) ? kRowApplied : kRowCounted);
+      }
+      if (d != kRowCounted && (!present || d == kRowRestarted)) ++need;
+    }
+  }
+  const uint64_t row_bytes = row_floats_ * sizeof(float);
+  uint64_t reserved = need * row_bytes;
+  if (reserved > 0 && !budget->TryReserve(reserved)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "table '", info_->spec.name(), "': no memory for ", need, " new rows (", reserved,
+        " bytes); ", budget->used(), " bytes held of the --memory_bytes limit ", budget->limit(),
+        "; nothing was applied"));
+  }
+  // Phase 2: apply.
+  const size_t width = info_->width;
+  const OptimizerParams opt = AtStep(info_->optimizer, step);
+  std::vector<float> g(width);
+  uint64_t made = 0, counted = 0, restarted = 0;
+  for (int s = 0; s < kStripes; ++s) {
+    if (count[s] == count[s + 1]) continue;
+    Stripe* st = &stripes_[s];
+    absl::MutexLock l(&st->mu);
+    for (int j = count[s]; j < count[s + 1]; ++j) {
+      const size_t i = order[j];
+      const uint8_t d = static_cast<uint8_t>(decided[i]);
+      if (d == kRowCounted) {
+        ++counted;
+        continue;
+      }
+      const bool present = st->index.contains(keys[i]);
+      int64_t* updates = nullptr;
+      float* row = FindOrCreate(st, keys[i], budget, &reserved, &updates);
+      if (row == nullptr) {  // Not reached: phase 1 reserved every row to make.
+        budget->Release(reserved);
+        return absl::InternalError(absl::StrCat("table '", info_->spec.name(),
+                                                "': row memory reserved for key ", keys[i],
+                                                " was gone"));
+      }
+      const uint32_t id = st->index.at(keys[i]);
+      if (!present) {
+        ++made;
+      } else if (d == kRowRestarted) {
+        Restart(st, id);
+        ++restarted;
+      }
+      grad(i * width, width, g.data());
+      ++*updates;
+      ApplyUpdate(opt, *updates, width, g.data(), row,
+                  opt.num_slots() >= 1 ? row + width : nullptr,
+                  opt.num_slots() >= 2 ? row + 2 * width : nullptr);
+      if (policy_.expires()) {
+        st->last_step[id] = std::max(st->last_step[id], step);
+        st->last_ms[id] = now_ms;
+      }
+    }
+  }
+  budget->Release(reserved);
+  int64_t seen = max_step_.load(std::memory_order_relaxed);
+  while (seen < step && !max_step_.compare_exchange_weak(seen, step, std::memory_order_relaxed)) {
+  }
+  admissions_.fetch_add(made, std::memory_order_relaxed);
+  not_admitted_.fetch_add(counted, std::memory_order_relaxed);
+  expiries_.fetch_add(restarted, std::memory_order_relaxed);
+  if (decisions != nullptr && !follow) decisions->made = std::move(decided);
+  return absl::OkStatus();
+}
+
+uint64_t SparseTable::CollectExpired(int64_t min_clock, MemoryBudget* budget) {
+  if (!policy_.expires()) return 0;
+  const int64_t now_ms = NowMs();
+  uint64_t n = DropIf(
+      [&](uint64_t, int64_t last_step, int64_t last_ms) {
+        return policy_.Collectable(last_step, last_ms, min_clock, now_ms);
+      },
+      budget);
+  expiries_.fetch_add(n, std::memory_order_relaxed);
+  return n;
+}
+
+SparseTable::PolicyCounts SparseTable::policy_counts() const {
+  PolicyCounts c;
+  c.admissions = admissions_.load(std::memory_order_relaxed);
+  c.not_admitted = not_admitted_.load(std::memory_order_relaxed);
+  c.expiries = expiries_.load(std::memory_order_relaxed);
+  c.reads_without_row = reads_without_row_.load(std::memory_order_relaxed);
+  c.sketch_bytes = policy_.sketch_bytes();
+  return c;
+}
+
+}  // namespace pscluster
