@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics.h"
+#include "server/ps_metrics.h"
 #include "server/testing/cluster.h"
 
 namespace pscluster {
@@ -122,6 +124,38 @@ TEST(EmbeddingReplicationTest, PullsCreateNoRowsAndPushesStartFromWhatTheyRead) 
   ASSERT_TRUE((*client)->Push(0, {{}, {{"emb", keys, grads.data()}}}).ok());
   ASSERT_TRUE((*client)->Pull(1, {{}, {{"emb", keys, second.data()}}}).ok());
   for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(second[i], first[i] - 0.5f) << i;
+}
+
+TEST(EmbeddingMetricsTest, StatusAndMetricsCountAdmissionsAndReadsWithoutRows) {
+  InProcessCluster cluster(1);
+  ASSERT_TRUE(cluster.status().ok());
+  auto client = cluster.Client("job", {EmbeddingTable()});
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->CreateTables(Bsp(), 1).ok());
+  std::vector<uint64_t> keys = {1, 2, 3};
+  std::vector<float> g(12, 1.f), got(12);
+  ASSERT_TRUE((*client)->Push(0, {{}, {{"emb", keys, g.data()}}}).ok());
+  ASSERT_TRUE((*client)->Push(1, {{}, {{"emb", {keys.data(), 1}, g.data()}}}).ok());
+  ASSERT_TRUE((*client)->Pull(2, {{}, {{"emb", keys, got.data()}}}).ok());
+  v1::ServerStatusRequest req;
+  v1::ServerStatus st;
+  ASSERT_TRUE(cluster.server(0)->handler()->Status(req, &st).ok());
+  const v1::TableStatus& t = st.jobs(0).tables(0);
+  EXPECT_EQ(t.rows(), 1u);
+  EXPECT_EQ(t.admissions(), 1u);
+  EXPECT_EQ(t.pushes_not_admitted(), 3u);
+  EXPECT_EQ(t.reads_without_row(), 2u);
+  EXPECT_EQ(t.sketch_bytes(), 1024u);
+  MetricsRegistry registry;
+  RegisterServerMetrics(cluster.server(0)->handler(), &registry);
+  const std::string page = registry.Render();
+  for (const char* line : {"pscluster_table_rows{job=\"job\",table=\"emb\"} 1\n",
+                           "pscluster_table_admissions_total{job=\"job\",table=\"emb\"} 1\n",
+                           "pscluster_table_pushes_not_admitted_total{job=\"job\",table=\"emb\"} 3\n",
+                           "pscluster_table_reads_without_row_total{job=\"job\",table=\"emb\"} 2\n",
+                           "pscluster_table_expiries_total{job=\"job\",table=\"emb\"} 0\n"}) {
+    EXPECT_NE(page.find(line), std::string::npos) << line << page;
+  }
 }
 
 TEST(EmbeddingReplicationTest, AWorkerCannotSetRowDecisions) {

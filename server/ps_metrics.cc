@@ -141,6 +141,35 @@ void RegisterServerMetrics(PsHandler* handler, MetricsRegistry* r) {
                         }
                         return out;
                       });
+  // Sparse (embedding) tables: rows held and what admission and expiry did (EmbeddingSpec).
+  auto per_sparse_table = [snap](uint64_t (v1::TableStatus::*field)() const) {
+    return [snap, field] {
+      std::vector<Sample> out;
+      const v1::ServerStatus st = snap->Get();
+      for (const auto& j : st.jobs()) {
+        for (const auto& t : j.tables()) {
+          if (t.kind() != v1::SPARSE) continue;
+          out.push_back({absl::StrCat(JobLabel(j), ",table=\"", Escape(t.name()), "\""),
+                         double((t.*field)())});
+        }
+      }
+      return out;
+    };
+  };
+  r->AddGaugeCallback("pscluster_table_rows", "Rows of a sparse table held in memory here.",
+                      per_sparse_table(&v1::TableStatus::rows));
+  r->AddCounterCallback("pscluster_table_admissions_total",
+                        "Rows of a sparse table made by a push (past its admission filter).",
+                        per_sparse_table(&v1::TableStatus::admissions));
+  r->AddCounterCallback("pscluster_table_pushes_not_admitted_total",
+                        "Row pushes counted but not applied: the key was not admitted yet.",
+                        per_sparse_table(&v1::TableStatus::pushes_not_admitted));
+  r->AddCounterCallback("pscluster_table_expiries_total",
+                        "Rows of a sparse table restarted or freed because they had expired.",
+                        per_sparse_table(&v1::TableStatus::expiries));
+  r->AddCounterCallback("pscluster_table_reads_without_row_total",
+                        "Rows pulled that had none here (the initializer's values were sent).",
+                        per_sparse_table(&v1::TableStatus::reads_without_row));
 }
 
 }  // namespace pscluster
