@@ -22,6 +22,9 @@ PACKAGES=(
   libopenblas-dev libsqlite3-dev libyaml-cpp-dev zlib1g-dev libssl-dev
   # Tools the tests and launcher use
   openssl procps python3 systemd
+  # The web status page's browser test (//tests/browser:status_page_test): headless Chromium
+  # driven by Selenium
+  chromium chromium-driver python3-selenium
   # Data: Fashion-MNIST (IDX files under /usr/share/datasets/fashion-mnist)
   dataset-fashion-mnist
 )
