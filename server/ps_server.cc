@@ -16,6 +16,7 @@
 #include "common/logging.h"
 #include "common/status_convert.h"
 #include "proto/ps.grpc.pb.h"
+#include "server/client/dialer.h"
 #include "server/client/round.h"
 #include "server/client/tcp_conn.h"
 #include "server/ps_metrics.h"
@@ -42,7 +43,7 @@ class BackupLinks {
   absl::Status Forward(const std::string& address, const v1::ReplicateRequest& req,
                        const Payload& values) {
     const bool seed = !req.seed().empty() || req.seed_size() != 0;
-    if (!seed && !options_.tls.enabled() && options_.bearer_token.empty()) {
+    if (!seed) {
       auto conn = DataConnTo(address);
       if (conn.ok() && *conn != nullptr) return ForwardOverTcp(**conn, address, req, values);
       if (!conn.ok()) return conn.status();
@@ -76,7 +77,8 @@ class BackupLinks {
     return slot.get();
   }
 
-  // The data connection to the backup at `address`; nullptr when it offers no TCP data port.
+  // The data connection to the backup at `address` (dialer.h: its TCP data port); nullptr when
+  // there is none to use (it offers none, TLS is on, or this server sends a credential).
   absl::StatusOr<std::shared_ptr<TcpConn>> DataConnTo(const std::string& address) {
     {
       absl::MutexLock l(&mu_);
@@ -85,23 +87,15 @@ class BackupLinks {
     }
     v1::ParameterServer::Stub* stub = Stub(address);
     if (stub == nullptr) return absl::UnavailableError(absl::StrCat("no channel to ", address));
-    v1::ServerStatusRequest sreq;
-    sreq.set_brief(true);
-    v1::ServerStatus st;
-    auto ctx = CallContext(kTimeout, options_);
-    absl::Status s = FromGrpcStatus(stub->Status(ctx.get(), sreq, &st),
-                                    absl::StrCat("Status of the backup at ", address));
-    if (!s.ok()) return s;
-    std::shared_ptr<TcpConn> conn;
-    if (st.data_port() != 0) {
-      std::string host, port;
-      s = SplitHostPort(address, &host, &port);
-      if (!s.ok()) return s;
-      auto opened = TcpConn::Open(host, static_cast<int>(st.data_port()), address, kTimeout,
-                                  pool_, absl::Microseconds(50));
-      if (!opened.ok()) return opened.status();
-      conn = std::move(*opened);
-    }
+    DialOptions d;
+    d.transport = DataTransport::kTcp;
+    d.timeout = kTimeout;
+    d.channel = options_;
+    d.pool = pool_;
+    d.spin = absl::Microseconds(50);
+    absl::StatusOr<Dialed> dialed = DialDataConn(stub, address, d);
+    if (!dialed.ok()) return dialed.status();
+    std::shared_ptr<TcpConn> conn = std::move(dialed->conn);
     absl::MutexLock l(&mu_);
     conns_[address] = conn;
     return conn;

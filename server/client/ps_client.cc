@@ -14,6 +14,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "server/buffer_pool.h"
 #include "common/logging.h"
+#include "server/client/dialer.h"
 #include "server/client/ps_stream.h"
 #include "server/client/tcp_conn.h"
 #include "server/tcp_frame.h"
@@ -81,7 +82,7 @@ struct Connection {
       retired.push_back(std::move(stream));
     }
     if (o.data_transport != DataTransport::kGrpc && !o.channel.tls.enabled()) {
-      auto tcp = OpenTcp(o);
+      absl::StatusOr<std::shared_ptr<DataConn>> tcp = Dial(o);
       if (tcp.ok()) {
         stream = std::move(*tcp);
         if (!announced) {
@@ -104,42 +105,20 @@ struct Connection {
     return stream;
   }
 
-  // Asks the server for its data sockets and connects to the Unix one (same host) or the TCP
-  // port, as `o.data_transport` allows.
-  absl::StatusOr<std::shared_ptr<DataConn>> OpenTcp(const PsClientOptions& o) {
-    v1::ServerStatusRequest req;
-    req.set_brief(true);
-    v1::ServerStatus resp;
-    auto ctx = CallContext(std::min(o.call_timeout, absl::Seconds(10)), o.channel);
-    absl::Status st = FromGrpcStatus(stub->Status(ctx.get(), req, &resp),
-                                     absl::StrCat("Status of ", address));
-    if (!st.ok()) return st;
-    std::string host, port;
-    st = SplitHostPort(address, &host, &port);
-    if (!st.ok()) return st;
-    if (o.data_transport == DataTransport::kAuto || o.data_transport == DataTransport::kUnix) {
-      absl::Status unix_st;
-      if (resp.data_unix().empty()) {
-        unix_st = absl::UnavailableError(absl::StrCat(address, " offers no Unix data socket"));
-      } else if (!IsLocalHost(host)) {
-        unix_st = absl::UnavailableError(
-            absl::StrCat(address, " is not on this host: no Unix data socket"));
-      } else {
-        auto c = TcpConn::OpenUnix(resp.data_unix(), resp.pid(), address, pool, o.spin,
-                                   o.shm_ring_bytes);
-        if (c.ok()) return std::shared_ptr<DataConn>(std::move(*c));
-        unix_st = c.status();
-      }
-      if (o.data_transport == DataTransport::kUnix) return unix_st;
-      Logger("worker")->debug("data plane to {}: {}; trying TCP", address, unix_st);
-    }
-    if (resp.data_port() == 0) {
-      return absl::UnavailableError(absl::StrCat(address, " offers no TCP data port"));
-    }
-    auto c = TcpConn::Open(host, static_cast<int>(resp.data_port()), address,
-                           std::min(o.call_timeout, absl::Seconds(10)), pool, o.spin);
-    if (!c.ok()) return c.status();
-    return std::shared_ptr<DataConn>(std::move(*c));
+  // The server's Unix socket or TCP port, as `o.data_transport` allows (dialer.h); an error
+  // when neither can be used.
+  absl::StatusOr<std::shared_ptr<DataConn>> Dial(const PsClientOptions& o) {
+    DialOptions d;
+    d.transport = o.data_transport;
+    d.timeout = std::min(o.call_timeout, absl::Seconds(10));
+    d.channel = o.channel;
+    d.pool = pool;
+    d.spin = o.spin;
+    d.shm_ring_bytes = o.shm_ring_bytes;
+    absl::StatusOr<Dialed> dialed = DialDataConn(stub.get(), address, d);
+    if (!dialed.ok()) return dialed.status();
+    if (dialed->conn == nullptr) return dialed->why_none;
+    return std::shared_ptr<DataConn>(std::move(dialed->conn));
   }
 
   ~Connection() {
@@ -199,15 +178,6 @@ bool IsRetryable(const absl::Status& st) {
 }
 
 }  // namespace
-
-absl::StatusOr<DataTransport> ParseDataTransport(absl::string_view name) {
-  if (name == "auto") return DataTransport::kAuto;
-  if (name == "grpc") return DataTransport::kGrpc;
-  if (name == "tcp") return DataTransport::kTcp;
-  if (name == "unix") return DataTransport::kUnix;
-  return absl::InvalidArgumentError(
-      absl::StrCat("data transport '", name, "' must be auto, grpc, tcp or unix"));
-}
 
 struct PsClient::Impl {
   PsClientOptions options;

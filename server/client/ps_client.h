@@ -32,22 +32,9 @@
 #include "common/metrics.h"
 #include "common/channel.h"
 #include "proto/ps.grpc.pb.h"
+#include "server/client/dialer.h"
 
 namespace pscluster {
-
-// How data-plane rounds travel to a server.
-enum class DataTransport {
-  // With TLS off: the server's Unix data socket when the server is on this host (its address is
-  // a local one, the socket is reachable and served by the server's process), else its TCP data
-  // port when it offers one; else (and always with TLS) gRPC PushPull.
-  kAuto,
-  kGrpc,  // Always the gRPC PushPull stream.
-  kTcp,   // Always the TCP data port, even on the same host (calls fail when a server offers none).
-  kUnix,  // Always the Unix data socket (calls fail unless the server is on this host).
-};
-
-// "auto", "grpc", "tcp" or "unix"; INVALID_ARGUMENT otherwise.
-absl::StatusOr<DataTransport> ParseDataTransport(absl::string_view name);
 
 // Histograms a client observes each call's duration into (the worker's /metrics); null members
 // are not observed. A call that fails is observed too: its time is what the caller waited.
