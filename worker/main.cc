@@ -1,5 +1,5 @@
 // ps_worker: the pscluster training worker. Flags are defined here only; they fill
-// WorkerNodeOptions and TrainerOptions.
+// WorkerDaemonOptions (worker_daemon.h) and TrainerOptions.
 //
 // With --scheduler, the worker registers, heartbeats and trains the tasks the scheduler assigns,
 // until SIGINT/SIGTERM (SIGHUP reads --token_file again). Without it (standalone), it trains one
@@ -17,21 +17,13 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/address.h"
 #include "common/atomic_file.h"
-#include "common/authz.h"
-#include "common/grpc_server.h"
-#include "common/host_memory.h"
 #include "common/logging.h"
-#include "common/metrics.h"
 #include "common/token_file.h"
-#include "kernels/device_probe.h"
 #include "scheduler/job_yaml.h"
-#include "worker/scheduler_client.h"
 #include "worker/standalone.h"
 #include "worker/trainer.h"
-#include "worker/worker_node.h"
-#include "worker/worker_service.h"
+#include "worker/worker_daemon.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve WorkerControl on (port 0 = any)");
 ABSL_FLAG(std::string, advertise_host, "",
@@ -214,112 +206,29 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  auto authz = Authorizer::Create(absl::GetFlag(FLAGS_token_file));
-  if (!authz.ok()) return Fail(authz.status(), 2);
-  LogAuthMode("worker", **authz, topts.channel.tls.enabled() && !topts.channel.tls.ca.empty());
-
-  auto scheduler = worker::SchedulerClient::Create(absl::GetFlag(FLAGS_scheduler), topts.channel,
-                                                   absl::Seconds(5));
-  if (!scheduler.ok()) return Fail(scheduler.status(), 2);
-
-  CudaAvailability cuda = ProbeCuda();
-  worker::WorkerNodeOptions nopts;
-  nopts.capacity.set_cpu_slots(std::max(0, absl::GetFlag(FLAGS_cpu_slots)));
-  nopts.capacity.set_gpus(device == "cpu" ? 0 : static_cast<uint32_t>(cuda.device_count));
-  uint64_t mem = absl::GetFlag(FLAGS_memory_bytes);
-  nopts.capacity.set_memory_bytes(mem > 0 ? mem : HostMemoryBytes());
-  nopts.device = cuda.usable() && device != "cpu"
-                     ? absl::StrCat("cuda (", cuda.device_count, " x ", cuda.device_name, ")")
-                     : std::string("cpu");
-  nopts.registration_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_sec));
-  if (!cuda.usable()) log->info("CUDA: {}", cuda.reason);
-
-  // Prometheus metrics: call latencies observed by every task, and (below) values computed from
-  // the node's status at scrape time.
-  MetricsRegistry metrics;
-  {
-    const std::string help =
-        "Duration of the worker's data-plane calls to the servers (pull, push, push_pull: one "
-        "round of a step, waiting for slower workers under BSP/SSP included).";
-    auto latency = std::make_shared<CallLatency>();
-    latency->pull = metrics.AddHistogram("pscluster_worker_call_seconds", help, "call=\"pull\"");
-    latency->push = metrics.AddHistogram("pscluster_worker_call_seconds", help, "call=\"push\"");
-    latency->push_pull =
-        metrics.AddHistogram("pscluster_worker_call_seconds", help, "call=\"push_pull\"");
-    topts.call_latency = std::move(latency);
-  }
-  auto factory = [topts](const v1::AssignTaskRequest& task, worker::ProgressSink* sink)
-      -> absl::StatusOr<std::unique_ptr<worker::TaskRunner>> {
-    auto t = worker::Trainer::Create(task, topts, sink);
-    if (!t.ok()) return t.status();
-    return std::unique_ptr<worker::TaskRunner>(std::move(*t));
-  };
-  auto node = std::make_unique<worker::WorkerNode>(nopts, scheduler->get(), factory);
-  worker::WorkerService service(node.get(), authz->get());
-  service.ObserveLatency(&metrics, "pscluster_worker_rpc_seconds");
-  GrpcServerOptions gopts;
-  gopts.listen_address = absl::GetFlag(FLAGS_listen);
-  gopts.tls = topts.channel.tls;
-  gopts.component = "worker";
-  auto server = GrpcServer::Start(gopts, {&service});
-  if (!server.ok()) return Fail(server.status(), 2);
-  std::string host = absl::GetFlag(FLAGS_advertise_host);
-  std::string address = host.empty() ? (*server)->address()
-                                     : absl::StrCat(host, ":", (*server)->port());
-  node->SetAddress(address);
-  if (const std::string sched = absl::GetFlag(FLAGS_scheduler); !sched.empty()) {
-    if (auto w = LoopbackAdvertiseWarning(address, sched)) Logger("worker")->warn("{}", *w);
-  }
-
-  std::unique_ptr<MetricsHttpServer> metrics_server;
-  worker::WorkerNode* n = node.get();
-  auto gauge = [&metrics, n](const std::string& name, const std::string& help,
-                             std::function<double(const v1::WorkerStatus&)> fn) {
-    metrics.AddGaugeCallback(name, help, [n, fn] {
-      v1::WorkerStatus st = n->Status();
-      return std::vector<Sample>{{"", fn(st)}};
-    });
-  };
-  gauge("pscluster_worker_busy", "1 while a training task runs.",
-        [](const v1::WorkerStatus& s) { return s.busy() ? 1.0 : 0.0; });
-  gauge("pscluster_worker_step", "Steps completed by the current task.",
-        [](const v1::WorkerStatus& s) { return static_cast<double>(s.step()); });
-  gauge("pscluster_worker_samples_per_second", "Training throughput, last window.",
-        [](const v1::WorkerStatus& s) { return s.samples_per_sec(); });
-  gauge("pscluster_worker_pull_wait_seconds", "Time waiting on pulls, current task.",
-        [](const v1::WorkerStatus& s) { return s.pull_wait_sec(); });
-  gauge("pscluster_worker_compute_seconds", "Time computing, current task.",
-        [](const v1::WorkerStatus& s) { return s.compute_sec(); });
-  gauge("pscluster_worker_push_wait_seconds", "Time blocked on pushes, current task.",
-        [](const v1::WorkerStatus& s) { return s.push_sec(); });
-  gauge("pscluster_worker_data_bytes_read", "Bytes of the user's files read, current task.",
-        [](const v1::WorkerStatus& s) { return static_cast<double>(s.data_bytes_read()); });
-  gauge("pscluster_worker_data_lines_skipped",
-        "Malformed lines skipped (dataset.on_error: skip), current task.",
-        [](const v1::WorkerStatus& s) { return static_cast<double>(s.data_lines_skipped()); });
-  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
-    auto ms = MetricsHttpServer::Start(absl::GetFlag(FLAGS_metrics_listen), &metrics);
-    if (!ms.ok()) return Fail(ms.status(), 2);
-    metrics_server = std::move(*ms);
-    log->info("Prometheus metrics on port {} (/metrics)", metrics_server->port());
-  }
-
+  worker::WorkerDaemonOptions dopts;
+  dopts.scheduler_address = absl::GetFlag(FLAGS_scheduler);
+  dopts.listen_address = absl::GetFlag(FLAGS_listen);
+  dopts.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  dopts.port_file = absl::GetFlag(FLAGS_port_file);
+  dopts.metrics_address = absl::GetFlag(FLAGS_metrics_listen);
+  dopts.token_file = absl::GetFlag(FLAGS_token_file);
+  dopts.cpu_slots = absl::GetFlag(FLAGS_cpu_slots);
+  dopts.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
+  dopts.registration_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_sec));
+  dopts.trainer = topts;
   std::atomic<int> exit_code{0};
-  node->Start([&exit_code](absl::Status why) {
+  dopts.on_fatal = [&exit_code](absl::Status why) {
     exit_code.store(kExitRetryable);
     Logger("worker")->error("exiting: {}", why);
     kill(getpid(), SIGTERM);
-  });
-  if (!absl::GetFlag(FLAGS_port_file).empty()) {
-    s = WriteFileAtomically(absl::GetFlag(FLAGS_port_file), address + "\n");
-    if (!s.ok()) return Fail(s, 2);
-  }
-  log->info("ps_worker serving on {} (scheduler {}, device {})", address,
-            absl::GetFlag(FLAGS_scheduler), nopts.device);
+  };
+  auto daemon = worker::WorkerDaemon::Start(std::move(dopts));
+  if (!daemon.ok()) return Fail(daemon.status(), 2);
 
   int sig = 0;
   while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
-    absl::Status reloaded = (*authz)->Reload();
+    absl::Status reloaded = (*daemon)->ReloadTokenFile();
     if (reloaded.ok()) {
       log->info("SIGHUP: token file reloaded");
     } else {
@@ -327,7 +236,6 @@ int main(int argc, char** argv) {
     }
   }
   if (exit_code.load() == 0) log->info("signal {}: shutting down", sig);
-  (*server)->Shutdown(absl::Seconds(2));
-  node->Shutdown();
+  (*daemon)->Shutdown();
   return exit_code.load();
 }
