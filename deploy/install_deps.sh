@@ -20,8 +20,10 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   # Compute, storage, config
   libopenblas-dev libsqlite3-dev libyaml-cpp-dev zlib1g-dev libssl-dev
+  # Disk tier of large embedding tables (server --spill_dir)
+  librocksdb-dev
   # Tools the tests and launcher use
-  openssl procps python3 systemd
+  openssl procps python3 python3-yaml systemd
   # The web status page's browser test (//tests/browser:status_page_test): headless Chromium
   # driven by Selenium
   chromium chromium-driver python3-selenium

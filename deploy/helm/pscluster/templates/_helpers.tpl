@@ -29,3 +29,93 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "pscluster.schedulerAddress" -}}
 {{- printf "%s-scheduler:%d" (include "pscluster.fullname" .) (int .Values.scheduler.port) -}}
 {{- end -}}
+
+{{/* TLS flags of every daemon (tls.*). */}}
+{{- define "pscluster.tlsArgs" -}}
+{{- if .Values.tls.enabled }}
+- --tls_cert=/etc/pscluster/tls/tls.crt
+- --tls_key=/etc/pscluster/tls/tls.key
+{{- if .Values.tls.mutual }}
+- --tls_ca=/etc/pscluster/tls/ca.crt
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Health probes on gRPC port `port`: gRPC health checks, or TCP checks under TLS. */}}
+{{- define "pscluster.probes" -}}
+{{- $ctx := index . 0 -}}
+{{- $port := index . 1 -}}
+livenessProbe:
+  {{- if $ctx.Values.tls.enabled }}
+  tcpSocket:
+    port: {{ $port }}
+  {{- else }}
+  grpc:
+    port: {{ $port }}
+  {{- end }}
+  initialDelaySeconds: 5
+  periodSeconds: 10
+readinessProbe:
+  {{- if $ctx.Values.tls.enabled }}
+  tcpSocket:
+    port: {{ $port }}
+  {{- else }}
+  grpc:
+    port: {{ $port }}
+  {{- end }}
+  periodSeconds: 5
+{{- end -}}
+
+{{/* Secret volumes: TLS, and the token file with the credential of daemon kind `kind`. */}}
+{{- define "pscluster.secretVolumes" -}}
+{{- $ctx := index . 0 -}}
+{{- $kind := index . 1 -}}
+{{- if $ctx.Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ $ctx.Values.tls.secretName }}
+    defaultMode: 0440
+{{- end }}
+{{- if $ctx.Values.auth.enabled }}
+- name: auth
+  secret:
+    secretName: {{ $ctx.Values.auth.secretName }}
+    defaultMode: 0440
+    items:
+      - key: tokens
+        path: tokens
+      - key: {{ $kind }}.token
+        path: {{ $kind }}.token
+{{- end }}
+{{- end -}}
+
+{{- define "pscluster.secretMounts" -}}
+{{- if .Values.tls.enabled }}
+- name: tls
+  mountPath: /etc/pscluster/tls
+  readOnly: true
+{{- end }}
+{{- if .Values.auth.enabled }}
+- name: auth
+  mountPath: /etc/pscluster/auth
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* Token flags of daemon kind `kind` (auth.*). */}}
+{{- define "pscluster.authArgs" -}}
+{{- $ctx := index . 0 -}}
+{{- $kind := index . 1 -}}
+{{- if $ctx.Values.auth.enabled }}
+- --token_file=/etc/pscluster/auth/tokens
+- --credential_file=/etc/pscluster/auth/{{ $kind }}.token
+{{- end }}
+{{- end -}}
+
+{{- define "pscluster.checkpointsClaim" -}}
+{{- default (printf "%s-checkpoints" (include "pscluster.fullname" .)) .Values.storage.sharedCheckpoints.existingClaim -}}
+{{- end -}}
+
+{{- define "pscluster.exportsClaim" -}}
+{{- default (printf "%s-exports" (include "pscluster.fullname" .)) .Values.storage.exports.existingClaim -}}
+{{- end -}}
