@@ -157,6 +157,8 @@ class PsHandler {
   MemoryBudget* budget() { return &budget_; }
 
  private:
+  // Longest a push's last chunk waits for its backups, beyond their queues' retry window.
+  static constexpr absl::Duration kReplicationFlushSlack = absl::Seconds(20);
   // Node id, addresses, data sockets and pid: what even a brief Status carries.
   void FillIdentity(v1::ServerStatus* resp) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct Totals {

@@ -170,4 +170,18 @@ absl::Status ValidateShardMap(const v1::ShardMap& map, absl::string_view field) 
   return absl::OkStatus();
 }
 
+absl::Status CheckStep(int64_t v, absl::string_view field) {
+  constexpr int64_t kMaxStep = int64_t{1} << 62;
+  if (v < 0) return absl::InvalidArgumentError(absl::StrCat(field, ": ", v, " is negative"));
+  if (v > kMaxStep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", v, " is beyond the largest step, ", kMaxStep, " (2^62)"));
+  }
+  return absl::OkStatus();
+}
+
+bool IsFloatTransport(v1::DataType t) {
+  return t == v1::DT_FLOAT32 || t == v1::DT_FLOAT16 || t == v1::DT_BFLOAT16;
+}
+
 }  // namespace pscluster

@@ -3,6 +3,7 @@
 #ifndef PSCLUSTER_SERVER_VALIDATE_H_
 #define PSCLUSTER_SERVER_VALIDATE_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,6 +25,13 @@ bool IsValidJobId(absl::string_view id);
 absl::Status ValidateCreateTables(const v1::CreateTablesRequest& req,
                                   std::vector<v1::TableSpec>* specs,
                                   std::vector<OptimizerParams>* optimizers);
+
+// A step or clock a caller sends: never negative, and at most 2^62, far enough from the int64
+// limit that the step + 1 and clock - staleness the consistency rules compute cannot overflow.
+absl::Status CheckStep(int64_t v, absl::string_view field);
+
+// float32, float16 or bfloat16: what pushes carry and pulls return.
+bool IsFloatTransport(v1::DataType t);
 
 // Checks a shard map's structure (one assignment per shard, in order).
 absl::Status ValidateShardMap(const v1::ShardMap& map, absl::string_view field);

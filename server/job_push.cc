@@ -1,0 +1,335 @@
+// Job's push path: a chunk checked against the job (epoch, rank, step, attempt, dtype, slice),
+// its exactly-once record, its update applied (or aggregated across the step's ranks), and the
+// clock advanced once a rank's step is complete.
+#include "server/job.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/logging.h"
+#include "common/sharding.h"
+#include "server/validate.h"
+
+namespace pscluster {
+namespace {
+
+uint64_t ChunkIdentity(uint64_t seq, const SliceRef& s, uint64_t offset, uint64_t n) {
+  uint64_t h = Mix64(seq);
+  h = Mix64(h ^ (static_cast<uint64_t>(s.table) << 1 | (s.dense ? 1 : 0)));
+  h = Mix64(h ^ s.block);
+  h = Mix64(h ^ offset);
+  h = Mix64(h ^ s.keys_hash);
+  return Mix64(h ^ n);
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ push
+
+absl::StatusOr<PushResult> Job::Push(const v1::PushChunk& chunk, const Payload& values,
+                                     absl::FunctionRef<std::string()> node_id) {
+  if (dropped_) {
+    return absl::NotFoundError(absl::StrCat("tag.job_id: job '", id(), "' was dropped"));
+  }
+  std::vector<std::function<void(absl::Status)>> ready;
+  absl::StatusOr<PushResult> r;
+  int64_t hold = -1;
+  {
+    absl::ReaderMutexLock l(&state_mu_);
+    r = PushLocked(chunk, values, &ready, &hold);
+    if (r.ok() && forwarding_ != nullptr) {
+      forwarding_->Begin();
+      r->forwarding = forwarding_;
+    }
+  }
+  if (hold >= 0) {
+    // No read at the new clock has been served yet, so no worker can have pushed a later step:
+    // the snapshot holds exactly the steps up to `hold` (under BSP).
+    auto snap = MakeCheckpoint(node_id(), absl::ToUnixMillis(clock_->Now()), hold);
+    if (snap.ok() && r.ok()) r->checkpoint = std::make_shared<const Snapshot>(std::move(*snap));
+    ReleaseHeld(hold, &ready);
+  }
+  for (auto& f : ready) f(absl::OkStatus());
+  return r;
+}
+
+absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Payload& values,
+                                           std::vector<std::function<void(absl::Status)>>* ready,
+                                           int64_t* hold) {
+  if (sealed_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", id(), "': this copy was taken over by its server and takes no more updates"));
+  }
+  absl::Status st = CheckEpoch(chunk.epoch(), "epoch");
+  if (!st.ok()) return st;
+  const v1::Tag& tag = chunk.tag();
+  if (tag.worker() >= config_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat("tag.worker: rank ", tag.worker(),
+                                                   " is outside job '", id(), "' (",
+                                                   config_.num_workers, " workers)"));
+  }
+  st = CheckStep(tag.step(), "tag.step");
+  if (!st.ok()) return st;
+  st = CheckAttempt(tag.worker(), tag.attempt(), "tag.attempt");
+  if (!st.ok()) return st;
+  const v1::DataType dtype = TransportType(chunk.dtype());
+  if (!IsFloatTransport(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype: values must be float32, float16 or bfloat16, got ", std::string(DTypeName(dtype)),
+        " (", static_cast<int>(chunk.dtype()), ")"));
+  }
+  if (values.size() > limits_.max_chunk_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "values: ", values.size(), " bytes exceed the limit of ", limits_.max_chunk_bytes,
+        " bytes per chunk; split tensors into chunks of about 4 MiB"));
+  }
+  if (chunk.pull_after()) {
+    st = CheckStep(chunk.pull_clock(), "pull_clock");
+    if (!st.ok()) return st;
+  }
+  const bool has_slice = !chunk.slice().table().empty();
+  if (!values.empty() || chunk.end_of_step()) {
+    // A worker pushes its current step (its clock) or, at most, the next one. A push further
+    // ahead would move the clock past steps the worker has not pushed yet, and its real pushes
+    // of those steps would then be taken for duplicates: refused in every consistency mode.
+    // (A chunk with no values that ends no step only asks for a pull: its step is the pull's.)
+    absl::MutexLock c(&clock_mu_);
+    const int64_t clock = clocks_[tag.worker()];
+    if (tag.step() > clock + 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tag.step: step ", tag.step(), " is more than one step ahead of rank ", tag.worker(),
+          "'s clock ", clock, " in job '", id(), "' (it has completed steps below ", clock,
+          "); push step ", clock, " first"));
+    }
+  }
+  SliceRef s;
+  uint64_t n = 0;
+  if (!has_slice) {
+    if (!values.empty() || !chunk.indices().empty() || chunk.pull_after()) {
+      return absl::InvalidArgumentError("slice.table: values or pull_after without a table");
+    }
+  } else {
+    auto r = Resolve(chunk.slice(), "slice");
+    if (!r.ok()) return r.status();
+    s = std::move(*r);
+    const size_t es = DTypeSize(dtype);
+    if (values.size() % es != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("values: ", values.size(),
+                                                     " bytes is not a whole number of ",
+                                                     std::string(DTypeName(dtype)), " elements"));
+    }
+    n = values.size() / es;
+    const uint32_t width = s.dense ? 1 : tables_[s.table].info->width;
+    if (!chunk.indices().empty()) {
+      if (!s.dense) {
+        return absl::InvalidArgumentError(
+            "indices: top-k indices apply to dense blocks; sparse pushes list their rows in keys");
+      }
+      if (chunk.indices().size() % 4 != 0 || chunk.indices().size() / 4 != n) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "indices: ", chunk.indices().size(), " bytes do not hold one uint32 per value (",
+            n, " values)"));
+      }
+      if (chunk.offset() != 0) {
+        return absl::InvalidArgumentError("offset: must be 0 for a top-k push");
+      }
+      for (uint64_t i = 0; i < n; ++i) {
+        uint32_t idx;
+        std::memcpy(&idx, chunk.indices().data() + 4 * i, 4);
+        if (idx >= s.elems) {
+          return absl::InvalidArgumentError(absl::StrCat("indices: index ", idx,
+                                                         " is outside block ", s.block, " (",
+                                                         s.elems, " elements)"));
+        }
+      }
+    } else {
+      if (chunk.offset() > s.elems || n > s.elems - chunk.offset()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "values: ", n, " elements at offset ", chunk.offset(), " overrun the slice of '",
+            chunk.slice().table(), "' (", s.elems, " elements)"));
+      }
+      if (chunk.offset() % width != 0 || n % width != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "values: offset ", chunk.offset(), " and ", n,
+            " elements must be whole rows of width ", width));
+      }
+    }
+  }
+
+  PushResult result;
+  const uint32_t w = tag.worker();
+  uint64_t identity = has_slice ? ChunkIdentity(tag.seq(), s, chunk.offset(), n) : 0;
+  if (n > 0) {
+    absl::MutexLock c(&clock_mu_);
+    if (tag.step() < clocks_[w] || !applied_[w][tag.step()].insert(identity).second) {
+      result.duplicate = true;
+    }
+  }
+  if (n > 0 && !result.duplicate) {
+    absl::Status a = config_.consistency.aggregate() ? Aggregate(s, chunk, values, dtype, n)
+                                                     : ApplyValues(s, chunk, values, dtype, n,
+                                                                   &result.row_decisions);
+    if (!a.ok()) {
+      absl::MutexLock c(&clock_mu_);
+      applied_[w][tag.step()].erase(identity);
+      return a;
+    }
+    result.applied = true;
+    CountShard(ShardOfSlice(s), values.size());
+  }
+  if (has_slice) result.shard = ShardOfSlice(s);
+  bool advanced = false;
+  {
+    absl::MutexLock c(&clock_mu_);
+    // Fenced while its values were applied (they stay, recorded under their tag, so that the
+    // newer task's copy of this chunk is a duplicate): the step does not complete for it.
+    absl::Status fenced = CheckAttemptLocked(w, tag.attempt(), "tag.attempt");
+    if (!fenced.ok()) return fenced;
+    if (chunk.end_of_step() && clocks_[w] < tag.step() + 1) {
+      int64_t before = MinClockLocked();
+      clocks_[w] = tag.step() + 1;
+      // The record of the step just completed stays one step longer: should a backup's copy
+      // take over with that step missing there, the worker pushes it again and what was
+      // applied here must be a duplicate (AdoptReplica).
+      auto& steps = applied_[w];
+      steps.erase(steps.begin(), steps.lower_bound(clocks_[w] - 1));
+      advanced = MinClockLocked() != before;
+    }
+    result.clock = clocks_[w];
+  }
+  if (advanced) AfterAdvance(ready, hold);
+  return result;
+}
+
+absl::Status Job::ApplyValues(const SliceRef& s, const v1::PushChunk& chunk,
+                              const Payload& values, v1::DataType dtype, uint64_t n,
+                              std::string* row_decisions) {
+  const TableState& t = tables_[s.table];
+  if (s.dense) {
+    DenseBlock* b = t.dense->block(s.block);
+    if (chunk.indices().empty()) {
+      t.dense->ApplyPayload(b, chunk.offset(), n, values, dtype, chunk.tag().step());
+      return absl::OkStatus();
+    }
+    std::vector<float> sparse_vals(n), g(s.elems, 0.f);
+    values.DecodeFloats(dtype, 0, n, sparse_vals.data());
+    for (uint64_t i = 0; i < n; ++i) {
+      uint32_t idx;
+      std::memcpy(&idx, chunk.indices().data() + 4 * i, 4);
+      g[idx] += sparse_vals[i];
+    }
+    t.dense->Apply(b, 0, s.elems,
+                   [&](size_t first, size_t k, float* out) {
+                     std::memcpy(out, g.data() + first, k * sizeof(float));
+                   },
+                   chunk.tag().step());
+    return absl::OkStatus();
+  }
+  const uint32_t width = t.info->width;
+  absl::Span<const uint64_t> keys(s.keys.data() + chunk.offset() / width, n / width);
+  // Duplicate keys add their gradients: sum them first so each row gets one update.
+  absl::flat_hash_map<uint64_t, uint32_t> first_pos;
+  first_pos.reserve(keys.size());
+  bool dups = false;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!first_pos.emplace(keys[i], static_cast<uint32_t>(i)).second) dups = true;
+  }
+  // Admission and expiry: a copy does what its primary did (PushChunk.row_decisions).
+  SparseTable::Decisions decisions;
+  decisions.follow = chunk.row_decisions();
+  if (!dups) {
+    absl::Status st = t.sparse->Apply(
+        keys,
+        [&](size_t first, size_t k, float* out) { values.DecodeFloats(dtype, first, k, out); },
+        budget_, chunk.tag().step(), &decisions);
+    *row_decisions = std::move(decisions.made);
+    return st;
+  }
+  std::vector<float> all(n);
+  values.DecodeFloats(dtype, 0, n, all.data());
+  std::vector<uint64_t> uniq;
+  std::vector<float> sum;
+  absl::flat_hash_map<uint64_t, uint32_t> slot;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, fresh] = slot.emplace(keys[i], static_cast<uint32_t>(uniq.size()));
+    if (fresh) {
+      uniq.push_back(keys[i]);
+      sum.insert(sum.end(), all.begin() + i * width, all.begin() + (i + 1) * width);
+    } else {
+      float* dst = sum.data() + static_cast<size_t>(it->second) * width;
+      for (uint32_t j = 0; j < width; ++j) dst[j] += all[i * width + j];
+    }
+  }
+  absl::Status st = t.sparse->Apply(
+      uniq,
+      [&](size_t first, size_t k, float* out) {
+        std::memcpy(out, sum.data() + first, k * sizeof(float));
+      },
+      budget_, chunk.tag().step(), &decisions);
+  *row_decisions = std::move(decisions.made);
+  return st;
+}
+
+uint64_t Job::CollectExpired() {
+  if (dropped_) return 0;
+  absl::ReaderMutexLock l(&state_mu_);
+  const int64_t min = min_clock();
+  uint64_t n = 0;
+  for (const auto& t : tables_) {
+    if (t.sparse) n += t.sparse->CollectExpired(min, budget_);
+  }
+  return n;
+}
+
+absl::Status Job::Aggregate(const SliceRef& s, const v1::PushChunk& chunk, const Payload& values,
+                            v1::DataType dtype, uint64_t n) {
+  if (!s.dense) {
+    // The step's rows are made now, all or nothing, so that applying the step once every worker
+    // ended it never needs memory that may have run out by then: a push that cannot have its
+    // rows is refused here, with nothing aggregated.
+    const uint32_t width = tables_[s.table].info->width;
+    absl::Span<const uint64_t> keys(s.keys.data() + chunk.offset() / width, n / width);
+    absl::Status made =
+        tables_[s.table].sparse->VisitRows(keys, budget_, [](size_t, float*, int64_t*) {});
+    if (!made.ok()) return made;
+  }
+  AggStep* step;
+  {
+    absl::MutexLock c(&clock_mu_);
+    auto& slot = agg_[chunk.tag().step()];
+    if (!slot) slot = std::make_unique<AggStep>();
+    step = slot.get();
+  }
+  std::vector<float> g(n);
+  values.DecodeFloats(dtype, 0, n, g.data());
+  absl::MutexLock a(&step->mu);
+  if (s.dense) {
+    auto& sum = step->dense[{s.table, s.block}];
+    if (sum.empty()) sum.assign(s.elems, 0.f);
+    if (chunk.indices().empty()) {
+      float* dst = sum.data() + chunk.offset();
+      for (uint64_t i = 0; i < n; ++i) dst[i] += g[i];
+    } else {
+      for (uint64_t i = 0; i < n; ++i) {
+        uint32_t idx;
+        std::memcpy(&idx, chunk.indices().data() + 4 * i, 4);
+        sum[idx] += g[i];
+      }
+    }
+    return absl::OkStatus();
+  }
+  const uint32_t width = tables_[s.table].info->width;
+  auto& rows = step->sparse[s.table];
+  const uint64_t first_row = chunk.offset() / width;
+  for (uint64_t r = 0; r < n / width; ++r) {
+    auto& row = rows[s.keys[first_row + r]];
+    if (row.empty()) row.assign(width, 0.f);
+    for (uint32_t j = 0; j < width; ++j) row[j] += g[r * width + j];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster

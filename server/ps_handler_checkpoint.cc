@@ -1,0 +1,173 @@
+// PsHandler's checkpoints, restores and exports: files written under the job's checkpoint
+// directory (newest kept, older pruned), restored for recovery, exported as safetensors.
+#include "server/ps_handler.h"
+
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+#include <tuple>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/atomic_file.h"
+#include "common/logging.h"
+#include "common/sharding.h"
+#include "common/validate_enums.h"
+#include "server/validate.h"
+
+namespace pscluster {
+namespace {
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty() || dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+std::string ParentDir(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+absl::Status PsHandler::RestoreForRecovery(Job& job, const v1::UpdateShardMapRequest& req) {
+  for (int i = 0; i < req.restore_from_size(); ++i) {
+    const std::string& path = req.restore_from(i);
+    auto file = ReadFile(path);
+    if (!file.ok()) {
+      return absl::Status(file.status().code(), absl::StrCat("restore_from[", i, "]: ",
+                                                             file.status().message()));
+    }
+    auto r = job.Restore(*file, path);
+    if (!r.ok()) return r.status();
+    if (r->first != req.restore_step()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "restore_from[", i, "]: checkpoint ", path, " is at step ", r->first,
+          ", the recovery resumes from step ", req.restore_step()));
+    }
+  }
+  job.RewindClocks(req.restore_step());
+  Logger("server")->info("job '{}': recovered at step {} from {} checkpoint file(s)", job.id(),
+                         req.restore_step(), req.restore_from_size());
+  return absl::OkStatus();
+}
+
+std::string PsHandler::CheckpointPrefix() const {
+  absl::MutexLock l(&mu_);
+  std::string who = !node_id_.empty() ? node_id_
+                                      : (address_.empty() ? std::string("server") : address_);
+  return absl::StrReplaceAll(who, {{":", "_"}, {"/", "_"}, {"[", ""}, {"]", ""}});
+}
+
+absl::StatusOr<v1::CheckpointResponse> PsHandler::WriteCheckpoint(
+    const std::shared_ptr<Job>& job, const std::string& dir_override, bool periodic,
+    std::shared_ptr<const Job::Snapshot> snapshot) {
+  std::string base = !dir_override.empty()            ? dir_override
+                     : !job->config().checkpoint_dir.empty() ? job->config().checkpoint_dir
+                                                              : options_.checkpoint_dir;
+  if (base.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dir: no checkpoint directory for job '", job->id(),
+        "' (give one in the request, in CreateTables, or with --checkpoint_dir)"));
+  }
+  absl::MutexLock cl(&checkpoint_mu_);
+  const std::string dir = JoinPath(base, job->id());
+  absl::Status s = MakeDirs(dir);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("dir: ", s.message()));
+  const std::string prefix = CheckpointPrefix();
+  if (snapshot == nullptr) {
+    auto taken = job->MakeCheckpoint(node_id(), absl::ToUnixMillis(clock_->Now()));
+    if (!taken.ok()) return taken.status();
+    snapshot = std::make_shared<const Job::Snapshot>(std::move(*taken));
+  }
+  const Job::Snapshot* snap = snapshot.get();
+  const std::string path = JoinPath(dir, absl::StrCat(prefix, "-step", snap->step, ".ckpt"));
+  s = WriteFileAtomically(path, snap->bytes);
+  if (!s.ok()) return s;
+  job->NoteCheckpoint(path, clock_->Now());
+  if (periodic) PruneCheckpoints(dir, prefix);
+  v1::CheckpointResponse resp;
+  resp.set_path(path);
+  resp.set_step(snap->step);
+  resp.set_bytes(snap->bytes.size());
+  resp.set_crc32c(snap->crc);
+  Logger("server")->info("job '{}': checkpoint at step {} written to {} ({} bytes)", job->id(),
+                         snap->step, path, snap->bytes.size());
+  return resp;
+}
+
+void PsHandler::PruneCheckpoints(const std::string& dir, const std::string& prefix) {
+  if (options_.keep_checkpoints <= 0) return;
+  std::vector<std::pair<int64_t, std::string>> found;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  const std::string head = prefix + "-step";
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (!absl::StartsWith(name, head) || !absl::EndsWith(name, ".ckpt")) continue;
+    std::string num = name.substr(head.size(), name.size() - head.size() - 5);
+    char* end = nullptr;
+    long long step = std::strtoll(num.c_str(), &end, 10);
+    if (end == nullptr || *end != '\0' || num.empty()) continue;
+    found.emplace_back(step, name);
+  }
+  closedir(d);
+  std::sort(found.begin(), found.end());
+  for (size_t i = 0; i + options_.keep_checkpoints < found.size(); ++i) {
+    ::unlink(JoinPath(dir, found[i].second).c_str());
+  }
+}
+
+absl::Status PsHandler::Checkpoint(const v1::CheckpointRequest& req,
+                                   v1::CheckpointResponse* resp) {
+  auto job = FindJob(req.job_id(), "job_id");
+  if (!job.ok()) return job.status();
+  auto r = WriteCheckpoint(*job, req.dir(), false);
+  if (!r.ok()) return r.status();
+  *resp = std::move(*r);
+  return absl::OkStatus();
+}
+
+absl::Status PsHandler::Restore(const v1::RestoreRequest& req, v1::RestoreResponse* resp) {
+  auto job = FindJob(req.job_id(), "job_id");
+  if (!job.ok()) return job.status();
+  if (req.path().empty()) return absl::InvalidArgumentError("path: empty checkpoint path");
+  auto file = ReadFile(req.path());
+  if (!file.ok()) {
+    return absl::Status(file.status().code(), absl::StrCat("path: ", file.status().message()));
+  }
+  auto r = (*job)->Restore(*file, req.path());
+  if (!r.ok()) return r.status();
+  resp->set_step(r->first);
+  resp->set_tables(r->second);
+  Logger("server")->info("job '{}': restored {} tables at step {} from {}", req.job_id(),
+                         r->second, r->first, req.path());
+  return absl::OkStatus();
+}
+
+absl::Status PsHandler::Export(const v1::ExportRequest& req, v1::ExportResponse* resp) {
+  auto job = FindJob(req.job_id(), "job_id");
+  if (!job.ok()) return job.status();
+  if (req.path().empty()) return absl::InvalidArgumentError("path: empty output path");
+  std::vector<std::string> tables(req.tables().begin(), req.tables().end());
+  auto bytes = (*job)->Export(tables);
+  if (!bytes.ok()) return bytes.status();
+  absl::Status s = MakeDirs(ParentDir(req.path()));
+  if (s.ok()) s = WriteFileAtomically(req.path(), bytes->first);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("path: ", s.message()));
+  resp->set_path(req.path());
+  resp->set_bytes(bytes->first.size());
+  resp->set_tensors(bytes->second);
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster

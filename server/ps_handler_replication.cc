@@ -1,0 +1,348 @@
+// PsHandler's side of replication: which backups each shard has under a map, the copies a map
+// creates or seeds, forwarding a primary's pushes to its backups, and applying what a primary
+// forwards (Replicate) to this server's copy.
+#include "server/ps_handler.h"
+
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+#include <tuple>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/atomic_file.h"
+#include "common/logging.h"
+#include "common/sharding.h"
+#include "common/validate_enums.h"
+#include "server/validate.h"
+
+namespace pscluster {
+
+std::shared_ptr<PsHandler::Replication> PsHandler::FindReplication(
+    const std::string& job_id) const {
+  absl::ReaderMutexLock l(&mu_);
+  auto it = replication_.find(job_id);
+  return it == replication_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<PsHandler::Replication> PsHandler::PlanReplication(const v1::ShardMap& map,
+                                                                   const std::string& self) {
+  auto rep = std::make_shared<Replication>();
+  rep->forwarding.rep = rep.get();
+  rep->epoch = map.epoch();
+  rep->self = self;
+  absl::flat_hash_map<std::string, std::string> address;
+  for (const auto& ep : map.servers()) address[ep.node_id()] = ep.address();
+  rep->backups.resize(map.num_virtual_shards());
+  for (const auto& a : map.assignments()) {
+    if (a.shard() >= map.num_virtual_shards()) continue;
+    if (a.primary() == self) {
+      for (const std::string& b : a.backups()) {
+        const std::string& addr = address[b];
+        rep->backups[a.shard()].push_back(addr);
+        if (std::find(rep->backup_servers.begin(), rep->backup_servers.end(), addr) ==
+            rep->backup_servers.end()) {
+          rep->backup_servers.push_back(addr);
+        }
+      }
+    } else if (std::find(a.backups().begin(), a.backups().end(), self) != a.backups().end()) {
+      auto& held = rep->replica_shards[a.primary()];
+      held.resize(map.num_virtual_shards());
+      held[a.shard()] = true;
+    }
+  }
+  return rep;
+}
+
+absl::Status PsHandler::CreateReplicas(const Job& job, const v1::UpdateShardMapRequest& req,
+                                       Replication* rep) {
+  for (const auto& [primary, held] : rep->replica_shards) {
+    auto seed = std::find_if(req.copy_from().begin(), req.copy_from().end(),
+                             [&](const v1::ReplicaSeed& s) { return s.primary() == primary; });
+    if (seed != req.copy_from().end() && seed->live()) {
+      auto copy = NewCopy(job, held, req.map().epoch(), req.min_attempt());
+      if (!copy.ok()) return copy.status();
+      rep->replicas[primary] = std::move(*copy);
+      rep->seeds[primary] = std::make_shared<JobReplication::Seed>();
+      continue;
+    }
+    if (seed != req.copy_from().end()) {
+      auto copy = SeedReplica(job, held, req.map().epoch(), req.min_attempt(), primary,
+                              seed->path());
+      if (!copy.ok()) return copy.status();
+      rep->replicas[primary] = std::move(*copy);
+      continue;
+    }
+    auto copy = NewCopy(job, held, req.map().epoch(), req.min_attempt());
+    if (!copy.ok()) return copy.status();
+    if (!req.restore_from().empty() || req.restore_step() > 0) {
+      absl::Status s = RestoreForRecovery(**copy, req);
+      if (!s.ok()) return s;
+    }
+    rep->replicas[primary] = std::move(*copy);
+  }
+  if (!rep->replica_shards.empty()) {
+    Logger("server")->info("job '{}': copies of {} primary server(s)' shards held here",
+                           job.id(), rep->replica_shards.size());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Job>> PsHandler::NewCopy(const Job& job,
+                                                        const std::vector<bool>& held,
+                                                        uint64_t epoch, uint32_t min_attempt) {
+  std::vector<v1::TableSpec> specs;
+  std::vector<OptimizerParams> optimizers;
+  job.Declared(&specs, &optimizers);
+  JobConfig c = job.config();
+  c.checkpoint_every_steps = 0;  // The primary checkpoints its shards.
+  auto copy = std::make_shared<Job>(std::move(c), &budget_, clock_, options_.limits);
+  absl::Status s = copy->SetShards(epoch, held);
+  if (!s.ok()) return s;
+  auto created = copy->AddTables(specs, optimizers);
+  if (!created.ok()) return created.status();
+  copy->FenceAll(min_attempt);
+  for (uint32_t w : job.LeftWorkers()) (void)copy->Leave(w);
+  return copy;
+}
+
+absl::StatusOr<std::shared_ptr<Job>> PsHandler::SeedReplica(
+    const Job& job, const std::vector<bool>& held, uint64_t epoch, uint32_t min_attempt,
+    const std::string& primary, const std::string& path) {
+  auto made = NewCopy(job, held, epoch, min_attempt);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<Job> copy = std::move(*made);
+  auto file = ReadFile(path);
+  if (!file.ok()) {
+    return absl::Status(file.status().code(),
+                        absl::StrCat("copy_from (", primary, "): ", file.status().message()));
+  }
+  auto r = copy->Restore(*file, path);
+  if (!r.ok()) return r.status();
+  Logger("server")->info("job '{}': new copy of {}'s shards from {} (step {})", job.id(), primary,
+                         path, r->first);
+  return copy;
+}
+
+absl::Status PsHandler::PlanAdoptions(const Job& job, const Replication& old,
+                                      const std::vector<bool>& held, Replication* next,
+                                      std::vector<Job::MapChange::Adoption>* adopt) {
+  for (const auto& [primary, copy] : old.replicas) {
+    auto kept = next->replica_shards.find(primary);
+    auto seed = old.seeds.find(primary);
+    if (kept != next->replica_shards.end() && next->replicas.count(primary) == 0) {
+      next->replicas[primary] = copy;  // Still backing that primary.
+      if (seed != old.seeds.end()) next->seeds[primary] = seed->second;
+      continue;
+    }
+    // Shards of the copy that this server now holds as primary: the copy takes over.
+    const std::vector<bool>& shards = old.replica_shards.at(primary);
+    bool promoted = false;
+    for (uint32_t s = 0; s < shards.size() && s < held.size(); ++s) {
+      promoted = promoted || (shards[s] && held[s]);
+    }
+    if (!promoted) continue;  // Dropped with the old replication.
+    if (seed != old.seeds.end()) {
+      absl::MutexLock l(&seed->second->mu);
+      if (!seed->second->done) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "map: job '", job.id(), "': the copy of ", primary,
+            "'s shards here has not received its snapshot yet and cannot take over"));
+      }
+    }
+    auto snap = copy->SealAndCheckpoint(next->self, absl::ToUnixMillis(clock_->Now()));
+    if (!snap.ok()) return snap.status();
+    Job::ClockState cs = copy->GetClockState();
+    adopt->push_back(Job::MapChange::Adoption{std::move(*snap), std::move(cs.clocks),
+                                              std::move(cs.applied),
+                                              absl::StrCat("copy of ", primary, "'s shards")});
+  }
+  return absl::OkStatus();
+}
+
+void PsHandler::StartQueues(Replication* rep, const Replication* old) {
+  Forwarder forward;
+  {
+    absl::MutexLock l(&mu_);
+    forward = forwarder_;
+  }
+  if (!forward) return;
+  for (const std::string& address : rep->backup_servers) {
+    if (old != nullptr) {
+      auto it = old->queues.find(address);
+      if (it != old->queues.end()) {
+        // One queue per backup across maps, so that its order (and the barriers of end-of-step
+        // markers and snapshots) holds across a map change. A broken one stays broken: a backup
+        // that missed copies must not be promoted later.
+        rep->queues[address] = it->second;
+        continue;
+      }
+    }
+    rep->queues[address] =
+        std::make_shared<BackupQueue>(address, forward, options_.replication_retry);
+  }
+}
+
+absl::Status PsHandler::ForwardToBackups(const Replication& rep, const v1::PushChunk& chunk,
+                                         const Payload& values, const PushResult& applied) {
+  const uint32_t shard = applied.shard;
+  // The chunk is queued (or refused) below: map changes wait for that, not for the flush.
+  absl::Cleanup handed_over = [&] { applied.forwarding->End(); };
+  if (rep.queues.size() != rep.backup_servers.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", chunk.tag().job_id(), "': this server cannot reach its shards' backups"));
+  }
+  const std::string& self = rep.self;
+  // Queued in apply order, sent by each backup's queue while this thread goes on; the push's
+  // last chunk waits until every backup has everything before it is acknowledged.
+  auto send = [&](const std::string& address, v1::ReplicateRequest req,
+                  const Payload& payload = Payload()) {
+    rep.queues.at(address)->Enqueue(std::move(req), payload);
+    return absl::OkStatus();
+  };
+  if (applied.applied && shard < rep.backups.size() && !rep.backups[shard].empty() &&
+      values.size() > 0) {
+    v1::ReplicateRequest req;
+    req.set_primary(self);
+    v1::PushChunk* c = req.mutable_chunk();
+    *c = chunk;
+    c->clear_values();
+    c->clear_pull_after();
+    c->clear_pull_clock();
+    c->clear_step_final();
+    c->clear_end_of_step();
+    c->set_row_decisions(applied.row_decisions);
+    for (const std::string& b : rep.backups[shard]) {
+      absl::Status s = send(b, req, values);
+      if (!s.ok()) return s;
+    }
+  }
+  if (chunk.end_of_step()) {
+    v1::ReplicateRequest req;
+    req.set_primary(self);
+    v1::PushChunk* c = req.mutable_chunk();
+    *c->mutable_tag() = chunk.tag();
+    c->set_epoch(chunk.epoch());
+    c->set_last(true);
+    c->set_end_of_step(true);
+    for (const std::string& b : rep.backup_servers) {
+      absl::Status s = send(b, req);
+      if (!s.ok()) return s;
+    }
+  }
+  std::move(handed_over).Invoke();
+  if (chunk.last() || chunk.end_of_step()) {
+    for (const auto& [address, queue] : rep.queues) {
+      absl::Status s = queue->Flush(options_.replication_retry + kReplicationFlushSlack);
+      if (!s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsHandler::Replicate(const v1::ReplicateRequest& req, v1::ReplicateResponse* resp) {
+  const bool seed_part = !req.seed().empty() || req.seed_size() != 0;
+  v1::PushChunk chunk = req.chunk();
+  Payload values = Payload::FromString(std::move(*chunk.mutable_values()));
+  chunk.clear_values();
+  auto r = ApplyToCopy(req.primary(), std::move(chunk), values, seed_part ? &req : nullptr);
+  if (!r.ok()) return r.status();
+  resp->set_duplicate(r->duplicate);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PushResult> PsHandler::ApplyToCopy(const std::string& primary,
+                                                  v1::PushChunk chunk, const Payload& values,
+                                                  const v1::ReplicateRequest* seed_part) {
+  const std::string& job_id = chunk.tag().job_id();
+  if (job_id.empty()) return absl::InvalidArgumentError("chunk.tag.job_id: empty job id");
+  std::shared_ptr<Replication> rep = FindReplication(job_id);
+  std::shared_ptr<Job> copy;
+  if (rep != nullptr) {
+    auto it = rep->replicas.find(primary);
+    if (it != rep->replicas.end()) copy = it->second;
+  }
+  if (copy == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "primary: this server holds no copy of job '", job_id, "' shards of '", primary, "'"));
+  }
+  std::shared_ptr<JobReplication::Seed> seed;
+  if (auto it = rep->seeds.find(primary); it != rep->seeds.end()) seed = it->second;
+  if (seed_part != nullptr) {
+    if (seed == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "seed: the copy of job '", job_id, "' shards of '", primary,
+          "' here is not a live copy waiting for a snapshot"));
+    }
+    absl::Status s = ReceiveSeed(*seed_part, *copy, *seed);
+    if (!s.ok()) return s;
+    return PushResult();
+  }
+  if (seed != nullptr) {
+    absl::MutexLock l(&seed->mu);
+    if (!seed->done) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "chunk: the copy of job '", job_id, "' shards of '", primary,
+          "' here is still waiting for its snapshot"));
+    }
+  }
+  chunk.set_epoch(copy->epoch());  // The primary checked the worker's epoch.
+  chunk.clear_replica_of();
+  return copy->Push(chunk, values);
+}
+
+absl::Status PsHandler::ReceiveSeed(const v1::ReplicateRequest& req, Job& copy,
+                                    JobReplication::Seed& seed) {
+  absl::MutexLock l(&seed.mu);
+  const uint64_t end = req.seed_offset() + req.seed().size();
+  if (seed.done) return absl::OkStatus();  // A repeat of a part already loaded.
+  if (req.seed_size() == 0 || end < req.seed_offset() || end > req.seed_size() ||
+      (seed.size != 0 && req.seed_size() != seed.size)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "seed: part at ", req.seed_offset(), " (", req.seed().size(), " bytes) does not fit a "
+        "snapshot of ", req.seed_size(), " bytes", seed.size ? absl::StrCat(" (announced: ",
+                                                                           seed.size, ")")
+                                                              : ""));
+  }
+  if (req.seed_offset() < seed.bytes.size()) return absl::OkStatus();  // A repeat.
+  if (req.seed_offset() > seed.bytes.size()) {
+    return absl::FailedPreconditionError(absl::StrCat("seed: part at ", req.seed_offset(),
+                                                      " arrived before the part at ",
+                                                      seed.bytes.size()));
+  }
+  if (seed.size == 0) {
+    seed.size = req.seed_size();
+    seed.bytes.reserve(seed.size);
+  }
+  seed.bytes.append(req.seed());
+  if (seed.bytes.size() < seed.size) return absl::OkStatus();
+  const std::string from = absl::StrCat("snapshot of ", req.primary(), "'s shards");
+  auto clocks = Job::CheckpointClocks(seed.bytes, from);
+  absl::StatusOr<std::pair<int64_t, uint32_t>> r = std::make_pair(int64_t{0}, 0u);
+  if (clocks.ok()) {
+    r = copy.Restore(seed.bytes, from);
+  } else {
+    r = clocks.status();
+  }
+  if (!r.ok()) {
+    seed.bytes.clear();
+    seed.size = 0;
+    return r.status();
+  }
+  seed.clocks = std::move(*clocks);
+  seed.done = true;
+  seed.bytes = std::string();
+  Logger("server")->info("job '{}': live copy of {}'s shards seeded (step {})", copy.id(),
+                         req.primary(), r->first);
+  return absl::OkStatus();
+}
+
+}  // namespace pscluster
