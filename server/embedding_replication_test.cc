@@ -21,13 +21,6 @@ v1::ConsistencySpec Bsp() {
   return c;
 }
 
-v1::ShardMap ReplicatedMap(const std::string& job, uint64_t epoch,
-                           const std::vector<std::string>& addresses) {
-  v1::ShardMap m = RoundRobinMap(job, epoch, addresses);
-  for (auto& a : *m.mutable_assignments()) a.add_backups(a.primary() == "s0" ? "s1" : "s0");
-  return m;
-}
-
 v1::TableSpec EmbeddingTable() {
   v1::TableSpec t = SparseSpec("emb", 4, 0, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.1f));
   t.mutable_embedding()->set_admit_after_pushes(2);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "proto/ps.pb.h"
+#include "server/initializer.h"
 
 namespace pscluster {
 namespace testing {
@@ -16,6 +17,31 @@ inline v1::OptimizerSpec Optimizer(v1::OptimizerSpec::Kind kind, float lr) {
   o.set_kind(kind);
   o.set_learning_rate(lr);
   return o;
+}
+
+inline v1::ConsistencySpec Mode(v1::ConsistencySpec::Mode mode, uint32_t staleness = 0) {
+  v1::ConsistencySpec c;
+  c.set_mode(mode);
+  c.set_staleness(staleness);
+  return c;
+}
+
+// The first `n` initial values of a dense table (what a server holds before any push).
+inline std::vector<float> InitialDense(const v1::TableSpec& spec, uint64_t n) {
+  std::vector<float> v(n);
+  Initializer(spec).FillDense(0, n, v.data());
+  return v;
+}
+
+// The initial rows of `keys` of a sparse table, one after the other.
+inline std::vector<float> InitialRows(const v1::TableSpec& spec,
+                                      const std::vector<uint64_t>& keys) {
+  std::vector<float> v(keys.size() * spec.row_width());
+  Initializer init(spec);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    init.FillRow(keys[i], spec.row_width(), v.data() + i * spec.row_width());
+  }
+  return v;
 }
 
 inline v1::TableSpec DenseSpec(const std::string& name, std::vector<uint64_t> dims,
@@ -86,6 +112,14 @@ inline v1::ShardMap RoundRobinMap(const std::string& job, uint64_t epoch,
 inline std::string TempDir(const std::string& name) {
   const char* t = std::getenv("TEST_TMPDIR");
   return std::string(t ? t : "/tmp") + "/" + name;
+}
+
+// RoundRobinMap over two servers, each shard backed up on the other one.
+inline v1::ShardMap ReplicatedMap(const std::string& job, uint64_t epoch,
+                                  const std::vector<std::string>& addresses) {
+  v1::ShardMap m = RoundRobinMap(job, epoch, addresses);
+  for (auto& a : *m.mutable_assignments()) a.add_backups(a.primary() == "s0" ? "s1" : "s0");
+  return m;
 }
 
 }  // namespace testing
