@@ -35,6 +35,7 @@ const std::vector<std::pair<std::string, RoleSet>>& Table() {
       {"pscluster.v1.Scheduler.ClusterStatus", kRead},
       {"pscluster.v1.Scheduler.MoveShard", kAdmin},
       {"pscluster.v1.Scheduler.CheckpointJob", kAdmin},
+      {"pscluster.v1.Scheduler.ExportJob", kAdmin},
       // ParameterServer: the scheduler's control calls, the workers' data plane, replication.
       // A task creates its job's tables (idempotent) and installs the shard map it was given, so
       // CreateTables and UpdateShardMap also take the worker role.
@@ -58,6 +59,7 @@ const std::vector<std::pair<std::string, RoleSet>>& Table() {
       {"pscluster.v1.WorkerControl.UpdateShardMap", kScheduler},
       {"pscluster.v1.WorkerControl.UpdatePartition", kScheduler},
       {"pscluster.v1.WorkerControl.Status", kRead | Role::kScheduler},
+      {"pscluster.v1.WorkerControl.ExportModel", kScheduler},
   };
   return *table;
 }

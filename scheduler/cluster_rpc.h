@@ -52,6 +52,11 @@ class ClusterRpc {
   virtual absl::StatusOr<v1::WorkerStatus> WorkerStatus(const std::string& address) = 0;
   virtual absl::Status UpdatePartition(const std::string& address,
                                        const v1::UpdatePartitionRequest& request) = 0;
+  // The lead rank's task writes the model now (psctl export); may take up to `timeout` (the
+  // pull waits for every rank to reach the step).
+  virtual absl::StatusOr<v1::ExportModelResponse> ExportModel(
+      const std::string& address, const v1::ExportModelRequest& request,
+      absl::Duration timeout) = 0;
 };
 
 }  // namespace pscluster::scheduler

@@ -171,4 +171,16 @@ absl::Status GrpcClusterRpc::UpdatePartition(const std::string& address,
                         absl::StrCat("UpdatePartition to worker ", address));
 }
 
+absl::StatusOr<v1::ExportModelResponse> GrpcClusterRpc::ExportModel(
+    const std::string& address, const v1::ExportModelRequest& request, absl::Duration timeout) {
+  auto s = Get(address);
+  if (!s.ok()) return s.status();
+  auto ctx = CallContext(timeout, options_.channel);
+  v1::ExportModelResponse resp;
+  absl::Status st = FromGrpcStatus((*s)->worker->ExportModel(ctx.get(), request, &resp),
+                                   absl::StrCat("ExportModel to worker ", address));
+  if (!st.ok()) return st;
+  return resp;
+}
+
 }  // namespace pscluster::scheduler

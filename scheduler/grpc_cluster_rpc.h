@@ -48,6 +48,9 @@ class GrpcClusterRpc final : public ClusterRpc {
                                    uint32_t worker) override;
   absl::Status UpdatePartition(const std::string& address,
                                const v1::UpdatePartitionRequest& request) override;
+  absl::StatusOr<v1::ExportModelResponse> ExportModel(const std::string& address,
+                                                      const v1::ExportModelRequest& request,
+                                                      absl::Duration timeout) override;
   absl::StatusOr<int64_t> RejoinJob(const std::string& address, const std::string& job_id,
                                     uint32_t worker, uint32_t attempt) override;
 

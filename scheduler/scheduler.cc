@@ -721,4 +721,65 @@ absl::Status Scheduler::CheckpointJob(const v1::CheckpointJobRequest& req,
   return absl::OkStatus();
 }
 
+// How long the lead worker may take to write an export: its pull waits until every rank has
+// pushed the step, and a large model takes a while to write.
+constexpr absl::Duration kExportTimeout = absl::Seconds(120);
+
+absl::Status Scheduler::ExportJob(const v1::ExportJobRequest& req, v1::ExportJobResponse* resp) {
+  if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
+  if (req.path().size() > 4096) return absl::InvalidArgumentError("path: longer than 4096 bytes");
+  v1::ExportModelRequest call;
+  std::string worker;
+  {
+    absl::MutexLock l(&mu_);
+    JobRecord* rec = FindJob(req.job_id());
+    if (rec == nullptr) {
+      return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
+    }
+    const v1::Job& job = rec->job;
+    if (job.state() != v1::JOB_RUNNING) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", req.job_id(), " is ", JobStateName(job.state()),
+          job.state() == v1::JOB_SUCCEEDED && !job.export_path().empty()
+              ? absl::StrCat(": its model was exported to ", job.export_path(), " at the end")
+              : ": only a running job can be exported on demand"));
+    }
+    std::string path = req.path().empty() ? job.spec().export_path() : req.path();
+    if (path.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", req.job_id(), " has no export_path: name a file (psctl export ", req.job_id(),
+          " --to PATH)"));
+    }
+    const uint32_t lead = LeadRank(job.recovery(), job.progress().workers_size());
+    if (lead >= static_cast<uint32_t>(job.workers_size())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", req.job_id(), " has no lead rank to export"));
+    }
+    worker = job.workers(lead);
+    call.set_job_id(req.job_id());
+    call.set_rank(lead);
+    call.set_attempt(RankAttempt(job.recovery(), lead));
+    call.set_path(path);
+  }
+  std::optional<v1::NodeStatus> node = registry_.Get(worker);
+  if (!node.has_value() || node->state() != v1::NODE_ALIVE) {
+    return absl::UnavailableError(
+        absl::StrCat("the job's lead worker ", worker, " is not alive; try again after its recovery"));
+  }
+  // Outside the lock: the worker pulls the model from the servers and writes it.
+  auto written = rpc_->ExportModel(node->info().address(), call, kExportTimeout);
+  if (!written.ok()) {
+    return absl::Status(written.status().code(),
+                        absl::StrCat("worker ", worker, " (", node->info().address(), "): ",
+                                     written.status().message()));
+  }
+  resp->set_path(written->path());
+  resp->set_bytes(written->bytes());
+  resp->set_step(written->step());
+  resp->set_worker(worker);
+  Log()->info("job {}: exported on demand to {} by {} (step {}, {} bytes)", req.job_id(),
+              written->path(), worker, written->step(), written->bytes());
+  return absl::OkStatus();
+}
+
 }  // namespace pscluster::scheduler

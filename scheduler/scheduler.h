@@ -129,6 +129,8 @@ class Scheduler {
   // on-demand checkpoint.
   absl::Status CheckpointJob(const v1::CheckpointJobRequest& req,
                              v1::CheckpointJobResponse* resp);
+  // Also calls out (the job's lead worker, outside the lock): an operator's on-demand export.
+  absl::Status ExportJob(const v1::ExportJobRequest& req, v1::ExportJobResponse* resp);
 
   // Carries out the queued shard moves (and, when due, the rebalancer's look), one after the
   // other; the moves thread calls it (tests call it directly).

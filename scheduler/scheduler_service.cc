@@ -26,6 +26,7 @@ SchedulerService::SchedulerService(Scheduler* handler, const Authorizer* authz)
   Inline("ClusterStatus", &Scheduler::ClusterStatus);
   Inline("MoveShard", &Scheduler::MoveShard);
   Inline("CheckpointJob", &Scheduler::CheckpointJob);
+  Inline("ExportJob", &Scheduler::ExportJob);
   CheckEveryUnaryMethodServed();
 }
 

@@ -59,4 +59,47 @@ absl::StatusOr<uint64_t> ExportModel(const kernels::Model& model, kernels::Backe
   return static_cast<uint64_t>(*written);
 }
 
+absl::StatusOr<uint64_t> ExportParams(const std::vector<kernels::ParamInfo>& params,
+                                      PsClient* client, int64_t clock,
+                                      const std::vector<uint64_t>& sparse_keys,
+                                      const std::string& path,
+                                      const std::map<std::string, std::string>& metadata) {
+  std::vector<std::vector<float>> values(params.size());
+  PullTargets targets;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const kernels::ParamInfo& p = params[i];
+    if (p.sparse) {
+      values[i].resize(sparse_keys.size() * static_cast<size_t>(p.row_width));
+      targets.sparse.push_back({p.name, sparse_keys, values[i].data()});
+    } else {
+      values[i].resize(static_cast<size_t>(p.num_elements()));
+      targets.dense.push_back({p.name, values[i].data()});
+    }
+  }
+  absl::Status ps = client->Pull(clock, targets);
+  if (!ps.ok()) return ps;
+  std::vector<SafetensorsTensor> tensors;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const kernels::ParamInfo& p = params[i];
+    absl::string_view bytes(reinterpret_cast<const char*>(values[i].data()),
+                            values[i].size() * sizeof(float));
+    if (p.sparse) {
+      tensors.push_back({p.name + ".keys", v1::DT_UINT64, {sparse_keys.size()},
+                         absl::string_view(reinterpret_cast<const char*>(sparse_keys.data()),
+                                           sparse_keys.size() * sizeof(uint64_t))});
+      tensors.push_back({p.name, v1::DT_FLOAT32,
+                         {sparse_keys.size(), static_cast<uint64_t>(p.row_width)}, bytes});
+    } else {
+      std::vector<uint64_t> shape(p.shape.begin(), p.shape.end());
+      tensors.push_back({p.name, v1::DT_FLOAT32, shape, bytes});
+    }
+  }
+  auto written = WriteSafetensors(path, tensors, metadata);
+  if (!written.ok()) {
+    return absl::Status(written.status().code(),
+                        absl::StrCat("path: ", written.status().message()));
+  }
+  return static_cast<uint64_t>(*written);
+}
+
 }  // namespace pscluster::worker

@@ -31,6 +31,14 @@ absl::StatusOr<uint64_t> ExportModel(const kernels::Model& model, kernels::Backe
                                      const std::map<std::string, std::string>& metadata,
                                      ParamSlot* slot);
 
+// The same file as ExportModel from `params` alone, into host memory (no backend, no slot): what
+// an on-demand export runs on a thread of its own while the task trains (psctl export).
+absl::StatusOr<uint64_t> ExportParams(const std::vector<kernels::ParamInfo>& params,
+                                      PsClient* client, int64_t clock,
+                                      const std::vector<uint64_t>& sparse_keys,
+                                      const std::string& path,
+                                      const std::map<std::string, std::string>& metadata);
+
 }  // namespace pscluster::worker
 
 #endif  // PSCLUSTER_WORKER_MODEL_EXPORT_H_

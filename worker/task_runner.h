@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -52,6 +53,13 @@ class TaskRunner {
   }
   // Thread-safe.
   virtual TaskSnapshot Snapshot() const = 0;
+  // An export of the model as the servers hold it now (psctl export), to run on another thread:
+  // self-contained, so it may outlive the task. FAILED_PRECONDITION before the task's tables
+  // exist. Thread-safe.
+  using ExportFn = std::function<absl::StatusOr<v1::ExportModelResponse>()>;
+  virtual absl::StatusOr<ExportFn> PrepareExport(const std::string& path) {
+    return absl::UnimplementedError("this task cannot export its model on demand");
+  }
 };
 
 // Builds the runner for an assigned task. REQUIRES: `sink` outlives the runner.

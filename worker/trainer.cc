@@ -64,6 +64,14 @@ struct Trainer::State {
   std::unique_ptr<PsClient> client;
 };
 
+struct Trainer::ExportContext {
+  PsClientOptions client;
+  std::vector<v1::TableSpec> tables;
+  std::vector<kernels::ParamInfo> params;
+  std::vector<uint64_t> sparse_keys;
+  std::string model_kind;
+};
+
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::AssignTaskRequest& task,
                                                          const TrainerOptions& options,
                                                          ProgressSink* sink) {
@@ -137,6 +145,48 @@ absl::Status Trainer::UpdatePartition(const v1::UpdatePartitionRequest& update) 
   new_partition_ = partition;
   lead_rank_.store(lead_rank);
   return absl::OkStatus();
+}
+
+absl::StatusOr<TaskRunner::ExportFn> Trainer::PrepareExport(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("path: empty output path");
+  absl::MutexLock l(&mu_);
+  if (client_ == nullptr || export_ctx_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", task_.job_id(), " rank ", task_.rank(),
+        ": the task is not training (its tables are not created yet, or it ended)"));
+  }
+  std::shared_ptr<const ExportContext> ctx = export_ctx_;
+  for (const kernels::ParamInfo& p : ctx->params) {
+    if (p.sparse && ctx->sparse_keys.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", task_.job_id(), ": sparse table ", p.name,
+          " has no keys to export (only sparse_linear jobs submitted with an export_path "
+          "export their sparse tables)"));
+    }
+  }
+  v1::ShardMap map = client_->shard_map();
+  const int64_t step = snapshot_.step;
+  const std::string job_id = task_.job_id();
+  return ExportFn([ctx, map, step, job_id, path]() -> absl::StatusOr<v1::ExportModelResponse> {
+    absl::Status ds = ExportDirReady(path);
+    if (!ds.ok()) return ds;
+    auto client = PsClient::Create(ctx->client, map, ctx->tables);
+    if (!client.ok()) return client.status();
+    std::map<std::string, std::string> meta = {{"job_id", job_id},
+                                               {"model", ctx->model_kind},
+                                               {"steps", absl::StrCat(step)},
+                                               {"producer", "pscluster"}};
+    // At this rank's step: the pull waits until every rank has pushed it.
+    auto written = ExportParams(ctx->params, client->get(), step, ctx->sparse_keys, path, meta);
+    if (!written.ok()) return written.status();
+    Logger("worker")->info("job {}: model at step {} exported on demand to {} ({} bytes)", job_id,
+                           step, path, *written);
+    v1::ExportModelResponse resp;
+    resp.set_path(path);
+    resp.set_bytes(*written);
+    resp.set_step(step);
+    return resp;
+  });
 }
 
 TaskSnapshot Trainer::Snapshot() const {
@@ -285,9 +335,19 @@ absl::Status Trainer::RunImpl(State* st) {
   if (!client.ok()) return client.status();
   st->client = std::move(*client);
   {
+    auto ctx = std::make_shared<ExportContext>();
+    ctx->client = copts;
+    ctx->client.data_transport = DataTransport::kGrpc;  // One pull; no data connections.
+    ctx->client.latency = nullptr;
+    ctx->client.refresh_shard_map = nullptr;  // A stale map fails the export; it is retried.
+    ctx->tables = st->tables;
+    ctx->params = st->model->params();
+    ctx->sparse_keys = export_keys;
+    ctx->model_kind = model_spec.kind();
     absl::MutexLock l(&mu_);
     client_ = st->client.get();
     snapshot_.shard_map_epoch = task_.shard_map().epoch();
+    export_ctx_ = std::move(ctx);
   }
   if (options_.install_shard_map) {
     absl::Status s = st->client->InstallShardMap();

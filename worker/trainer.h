@@ -91,6 +91,9 @@ class Trainer final : public TaskRunner {
   void UpdateShardMap(const v1::ShardMap& map) override;
   absl::Status UpdatePartition(const v1::UpdatePartitionRequest& update) override;
   TaskSnapshot Snapshot() const override;
+  // The model as the servers hold it at this rank's step, written to `path` by a client of its
+  // own (psctl export). FAILED_PRECONDITION until the task's tables exist, or once it ended.
+  absl::StatusOr<ExportFn> PrepareExport(const std::string& path) override;
 
   // Valid after Run() returned OK.
   TrainerResult result() const;
@@ -101,6 +104,7 @@ class Trainer final : public TaskRunner {
     lead_rank_.store(task_.lead_rank());
   }
   struct State;
+  struct ExportContext;  // What an on-demand export needs, set once the tables exist.
   class StoppingSink;
   absl::Status RunImpl(State* st);
 
@@ -117,6 +121,7 @@ class Trainer final : public TaskRunner {
   // Set by UpdatePartition, taken by the training loop before its next batch.
   std::optional<v1::DataPartition> new_partition_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint32_t> lead_rank_{0};
+  std::shared_ptr<const ExportContext> export_ctx_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pscluster::worker

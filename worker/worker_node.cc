@@ -238,6 +238,20 @@ absl::Status WorkerNode::UpdatePartition(const v1::UpdatePartitionRequest& reque
   return s;
 }
 
+absl::StatusOr<TaskRunner::ExportFn> WorkerNode::PrepareExport(
+    const v1::ExportModelRequest& request) {
+  absl::MutexLock l(&mu_);
+  if (!busy_ || runner_ == nullptr || job_id_ != request.job_id() || rank_ != request.rank() ||
+      attempt_ != request.attempt()) {
+    return absl::NotFoundError(absl::StrCat(
+        "job ", request.job_id(), " rank ", request.rank(), " attempt ", request.attempt(),
+        " is not running here", busy_ ? absl::StrCat(" (running: job ", job_id_, " rank ", rank_,
+                                                      " attempt ", attempt_, ")")
+                                      : std::string(" (idle)")));
+  }
+  return runner_->PrepareExport(request.path());
+}
+
 v1::WorkerStatus WorkerNode::Status() const {
   v1::WorkerStatus st;
   absl::MutexLock l(&mu_);

@@ -62,6 +62,9 @@ class WorkerNode : public ProgressSink {
   absl::StatusOr<uint64_t> UpdateShardMap(const v1::WorkerShardMapRequest& request);
   // Changes the running task's data partition (NOT_FOUND unless that job, rank and attempt run).
   absl::Status UpdatePartition(const v1::UpdatePartitionRequest& request);
+  // psctl export: the export the named task (job, rank, attempt) would run, to run off the RPC
+  // thread; NOT_FOUND unless that task runs here.
+  absl::StatusOr<TaskRunner::ExportFn> PrepareExport(const v1::ExportModelRequest& request);
   v1::WorkerStatus Status() const;
 
   std::string node_id() const;

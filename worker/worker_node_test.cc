@@ -96,6 +96,17 @@ class StepRunner final : public TaskRunner {
     if (u.partition().also_size() > 3) return absl::InvalidArgumentError("partition.also: too many");
     return absl::OkStatus();
   }
+  // Writes nothing: answers the path with the task's step, off the RPC thread.
+  absl::StatusOr<ExportFn> PrepareExport(const std::string& path) override {
+    if (path == "/refused") return absl::FailedPreconditionError("not yet");
+    int64_t step = step_.load();
+    return ExportFn([path, step]() -> absl::StatusOr<v1::ExportModelResponse> {
+      v1::ExportModelResponse r;
+      r.set_path(path);
+      r.set_step(step);
+      return r;
+    });
+  }
   TaskSnapshot Snapshot() const override {
     TaskSnapshot s;
     s.step = step_.load();
@@ -252,6 +263,32 @@ TEST_F(WorkerNodeTest, APartitionUpdateReachesOnlyTheTaskItNames) {
       << other.error_message();
   EXPECT_EQ(update("job-2", 0, 1).error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(update("job-1", 0, 4).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// WorkerControl.ExportModel reaches only the task it names; the task's own refusal comes back.
+TEST_F(WorkerNodeTest, AnExportReachesOnlyTheTaskItNames) {
+  StartNode(100000);
+  auto export_model = [&](const std::string& job, uint32_t attempt, const std::string& path,
+                          v1::ExportModelResponse* resp) {
+    v1::ExportModelRequest req;
+    req.set_job_id(job);
+    req.set_rank(0);
+    req.set_attempt(attempt);
+    req.set_path(path);
+    auto ctx = CallContext(absl::Seconds(5));
+    return stub_->ExportModel(ctx.get(), req, resp);
+  };
+  v1::ExportModelResponse resp;
+  grpc::Status idle = export_model("job-1", 0, "/m.safetensors", &resp);
+  EXPECT_EQ(idle.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(idle.error_message().find("(idle)"), std::string::npos) << idle.error_message();
+  ASSERT_TRUE(Assign(Task("job-1")).ok());
+  ASSERT_TRUE(export_model("job-1", 0, "/m.safetensors", &resp).ok());
+  EXPECT_EQ(resp.path(), "/m.safetensors");
+  EXPECT_EQ(export_model("job-1", 2, "/m.safetensors", &resp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(export_model("job-1", 0, "/refused", &resp).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 TEST_F(WorkerNodeTest, ATaskOfAnotherAttemptOfTheSameJobIsNotTheSameTask) {

@@ -28,6 +28,17 @@ WorkerService::WorkerService(WorkerNode* node, const Authorizer* authz)
         *resp = node_->Status();
         done(absl::OkStatus());
       });
+  Serve<v1::ExportModelRequest, v1::ExportModelResponse>(
+      "ExportModel", [this](grpc::CallbackServerContext*, const v1::ExportModelRequest& req,
+                            v1::ExportModelResponse* resp, Done done) {
+        auto fn = node_->PrepareExport(req);
+        if (!fn.ok()) return done(fn.status());
+        exports_.Post([fn = std::move(*fn), resp, done] {
+          auto written = fn();
+          if (written.ok()) *resp = *written;
+          done(written.status());
+        });
+      });
   CheckEveryUnaryMethodServed();
 }
 

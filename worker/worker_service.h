@@ -1,8 +1,11 @@
 // gRPC adapter of WorkerControl: requests parsed and their enums checked at the edge
 // (ParsedUnaryService), then WorkerNode called and its status converted. No logic lives here.
+// ExportModel's export (a pull of the whole model and a file write) runs on an executor thread of
+// its own, never on a gRPC thread; exports run one at a time.
 #ifndef PSCLUSTER_WORKER_WORKER_SERVICE_H_
 #define PSCLUSTER_WORKER_WORKER_SERVICE_H_
 
+#include "common/executor.h"
 #include "common/parsed_unary.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/worker_node.h"
@@ -16,6 +19,7 @@ class WorkerService final : public ParsedUnaryService<v1::WorkerControl::Service
 
  private:
   WorkerNode* const node_;
+  Executor exports_{1, "export"};  // Last member: joined first, while node_ is still there.
 };
 
 }  // namespace pscluster::worker

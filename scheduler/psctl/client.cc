@@ -1,5 +1,7 @@
 #include "scheduler/psctl/client.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_convert.h"
 
@@ -109,6 +111,20 @@ absl::StatusOr<v1::CheckpointJobResponse> SchedulerClient::CheckpointJob(
   req.set_dir(dir);
   v1::CheckpointJobResponse resp;
   absl::Status s = Explain(stub_->CheckpointJob(ctx.get(), req, &resp), "CheckpointJob");
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<v1::ExportJobResponse> SchedulerClient::ExportJob(const std::string& job_id,
+                                                                 const std::string& path) {
+  ClientOptions o = options_;
+  o.timeout = std::max(o.timeout, absl::Seconds(130));
+  auto ctx = Context(o);
+  v1::ExportJobRequest req;
+  req.set_job_id(job_id);
+  req.set_path(path);
+  v1::ExportJobResponse resp;
+  absl::Status s = Explain(stub_->ExportJob(ctx.get(), req, &resp), "ExportJob");
   if (!s.ok()) return s;
   return resp;
 }

@@ -31,6 +31,9 @@ class SchedulerClient {
   // `dir` empty: the job's checkpoint_dir.
   absl::StatusOr<v1::CheckpointJobResponse> CheckpointJob(const std::string& job_id,
                                                           const std::string& dir);
+  // Waits at least two minutes whatever --timeout says (the worker writes the whole model).
+  absl::StatusOr<v1::ExportJobResponse> ExportJob(const std::string& job_id,
+                                                  const std::string& path);
   absl::StatusOr<v1::CancelJobResponse> CancelJob(const std::string& job_id,
                                                   const std::string& reason);
   absl::StatusOr<v1::ShardMap> GetShardMap(const std::string& job_id);

@@ -29,6 +29,8 @@ constexpr char kUsage[] =
     "                              servers while it trains, and follow the move to its end\n"
     "  checkpoint JOB [DIR]        checkpoint a running job now (into DIR, default the job's\n"
     "                              checkpoint_dir): one file per server\n"
+    "  export JOB [--to PATH]      export a running job's model now (safetensors, written by\n"
+    "                              its lead worker; default PATH: the job's export_path)\n"
     "  up --local [--detach]       run a local cluster (scheduler, 2 servers, 2 workers) and\n"
     "                              the example job on it\n"
     "  down                        stop a cluster started with up --local --detach\n"
@@ -330,6 +332,18 @@ int RunPsctl(const PsctlOptions& o, const std::vector<std::string>& args, std::o
       out << f.server() << "  step " << f.step() << "  " << f.bytes() << " bytes  " << f.path()
           << std::endl;
     }
+    return 0;
+  }
+  if (cmd == "export") {
+    if (!want_args(1, "the job id: psctl export JOB [--to PATH]")) return 2;
+    auto written = c.ExportJob(args[1], o.export_to);
+    if (!written.ok()) return Fail(err, written.status());
+    if (o.output != OutputFormat::kTable) {
+      Print(o, *written, out);
+      return 0;
+    }
+    out << args[1] << ": step " << written->step() << " exported to " << written->path() << " ("
+        << written->bytes() << " bytes, by " << written->worker() << ")" << std::endl;
     return 0;
   }
   if (cmd == "move-shard") {

@@ -9,6 +9,8 @@
 //   nodes                       servers and workers with liveness and load
 //   shards JOB                  a job's shard map and per-shard load
 //   move-shard JOB SHARD SERVER move a virtual shard live to another of the job's servers
+//   checkpoint JOB [DIR]        checkpoint a running job now
+//   export JOB [--to PATH]      export a running job's model now (safetensors)
 //   up --local                  a scheduler, 2 servers and 2 workers as child processes; runs
 //                               deploy/examples/fashion_mlp.yaml to the end, then stops them
 //   down                        stops a cluster started with `up --local --detach`
@@ -59,6 +61,7 @@ struct PsctlOptions {
   bool history = false;      // status JOB --history
   bool active_only = false;  // jobs --active
   std::string reason;        // cancel --reason
+  std::string export_to;     // export --to
   absl::Duration interval = absl::Seconds(1);  // Refresh period of live views.
   bool tty = false;          // Redraw live views in place (stdout is a terminal).
   std::string self_path;     // This executable (finds sibling binaries and example jobs).

@@ -24,6 +24,9 @@ ABSL_FLAG(bool, wait, false, "submit: follow the job until it ends; exit 0 only 
 ABSL_FLAG(bool, watch, false, "status JOB: live view until the job ends");
 ABSL_FLAG(bool, history, false,
           "status JOB: the job's progress over time and its events (-o json: every point)");
+ABSL_FLAG(std::string, to, "",
+          "export JOB: the file to write (on the lead worker's machine; default: the job's "
+          "export_path)");
 ABSL_FLAG(bool, active, false, "jobs: only queued, placing and running jobs");
 ABSL_FLAG(std::string, reason, "", "cancel: why (recorded in the job)");
 ABSL_FLAG(absl::Duration, interval, absl::Seconds(1), "refresh period of live views");
@@ -133,6 +136,7 @@ int main(int argc, char** argv) {
   o.history = absl::GetFlag(FLAGS_history);
   o.active_only = absl::GetFlag(FLAGS_active);
   o.reason = absl::GetFlag(FLAGS_reason);
+  o.export_to = absl::GetFlag(FLAGS_to);
   o.interval = std::max(absl::GetFlag(FLAGS_interval), absl::Milliseconds(50));
   o.tty = isatty(STDOUT_FILENO) != 0;
   o.self_path = SelfPath(argv[0]);

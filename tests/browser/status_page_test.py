@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -119,7 +120,7 @@ try:
     with open(f"{WORK}/job.yaml", "w") as f:
         f.write("name: page-test\nmodel:\n  kind: mlp\n  hidden: [32]\ndataset:\n  name: fashion_mnist\n"
                 "optimizer:\n  kind: adam\n  learning_rate: 0.002\nconsistency:\n  mode: bsp\n"
-                "num_servers: 2\nnum_workers: 2\ndevice: cpu\nepochs: 30\nbatch_size: 50\n"
+                "num_servers: 2\nnum_workers: 2\ndevice: cpu\nepochs: 200\nbatch_size: 50\n"
                 "num_virtual_shards: 16\nseed: 7\n")
     code, out = psctl("submit", f"{WORK}/job.yaml")
     if code != 0:
@@ -157,6 +158,21 @@ try:
             float(e.get_attribute("data-load") or 0) > 0
             for e in browser.find_elements(By.CSS_SELECTOR, "#heat div[data-shard]")), 20)
         print("heat map: 16 shards, traffic shown")
+
+        # psctl export: the running job's model now, as a safetensors file, while it trains on.
+        target = f"{WORK}/exports/now.safetensors"
+        code, out = psctl("export", job, f"--to={target}")
+        if code != 0:
+            fail(f"psctl export: {out}")
+        with open(target, "rb") as f:
+            header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+        step = int(header["__metadata__"]["steps"])
+        if step <= 0 or not any(k.endswith("weight") for k in header) or f"step {step} exported" not in out:
+            fail(f"export: {out} / {header}")
+        code, out = psctl("export", "job-99")
+        if code != 1 or "no job 'job-99'" not in out:
+            fail(f"psctl export of an unknown job: {code} {out}")
+        print(f"exported step {step}: {sorted(k for k in header if k != '__metadata__')}")
 
         # Kill one of the job's workers; its rank goes to the spare worker (a recovery).
         code, out = psctl("status", job, "-o", "json")

@@ -277,6 +277,38 @@ TEST_F(PsctlCliTest, StatusHistoryJsonAndText) {
   EXPECT_THAT(no_job.output, HasSubstr("--history: name the job"));
 }
 
+// psctl export: what the scheduler refuses, naming why (the export itself, by a real worker, is
+// in //tests/browser:status_page_test and the e2e tests).
+TEST_F(PsctlCliTest, ExportRefusalsNameWhy) {
+  SimulatedTraining slow = Quick();
+  slow.total_steps = 100000;
+  StartCluster(slow);
+  std::string no_path = absl::StrReplaceAll(kJob, {{"export_path: /models/cli-job.safetensors\n", ""}});
+  ASSERT_EQ(Psctl({"submit", WriteJob("job.yaml", no_path)}).exit_code, 0);
+  for (int i = 0; i < 200; ++i) {
+    CommandResult s = Psctl({"status", "job-1", "-o", "json"});
+    if (s.output.find("JOB_RUNNING") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  CommandResult r = Psctl({"export", "job-1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("job-1 has no export_path: name a file (psctl export job-1 --to PATH)"));
+  // The stand-in workers cannot export: the worker's refusal comes back naming it.
+  r = Psctl({"export", "job-1", "--to=/tmp/never.safetensors"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("ExportModel to worker"));
+  r = Psctl({"export", "job-7"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("no job 'job-7'"));
+  ASSERT_EQ(Psctl({"cancel", "job-1"}).exit_code, 0);
+  r = Psctl({"export", "job-1", "--to=/tmp/x.safetensors"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("job job-1 is cancelled: only a running job can be exported"));
+  r = Psctl({"export"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("psctl export JOB [--to PATH]"));
+}
+
 TEST_F(PsctlCliTest, CancelAQueuedAndARunningJob) {
   SimulatedTraining slow = Quick();
   slow.total_steps = 100000;
