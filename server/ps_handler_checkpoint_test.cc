@@ -1,0 +1,389 @@
+// PsHandler's checkpoints, restores and exports with a fake clock: bit-for-bit restores, damaged
+// files refused, periodic checkpoints (testing/handler_fixture.h).
+#include "server/testing/handler_fixture.h"
+
+namespace pscluster {
+namespace {
+
+using namespace ::pscluster::testing;  // NOLINT
+
+class CheckpointTest : public HandlerTest {
+ protected:
+  void SetUp() override {
+    HandlerTest::SetUp();
+    Create(JobRequest());
+  }
+  static v1::CreateTablesRequest JobRequest() {
+    auto momentum = Optimizer(v1::OptimizerSpec::MOMENTUM, 0.1f);
+    momentum.set_momentum(0.9f);
+    return CreateRequest("j",
+                         {DenseSpec("adam", {200, 700}, kAdam), DenseSpec("mom", {33}, momentum),
+                          SparseSpec("emb", 16, 0, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.1f))},
+                         v1::ConsistencySpec::SSP, 2, 1);
+  }
+  // A recovery's map for this server ("s0", every shard), restoring `files` at `step`.
+  static v1::UpdateShardMapRequest RecoveryMap(uint64_t epoch, std::vector<std::string> files,
+                                               int64_t step) {
+    v1::UpdateShardMapRequest req;
+    *req.mutable_map() = RoundRobinMap("j", epoch, {"a:1"});
+    req.set_self("s0");
+    for (auto& f : files) req.add_restore_from(std::move(f));
+    req.set_restore_step(step);
+    return req;
+  }
+
+  void Train(int from, int to) {
+    for (int step = from; step < to; ++step) {
+      for (uint32_t w = 0; w < 2; ++w) {
+        for (uint64_t b = 0; b < 3; ++b) {
+          std::vector<float> g(b < 2 ? 65536 : 140000 - 2 * 65536);
+          for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(step * 0.7 + i * 0.01 + w);
+          if (partial_ && b == 0 && step % 2 == 1) {
+            // Only the second half of the block, on odd steps: its elements' step counts differ.
+            v1::PushChunk c = Chunk("j", w, step, b);
+            c.mutable_slice()->set_table("adam");
+            c.mutable_slice()->set_block(b);
+            c.set_offset(g.size() / 2);
+            c.set_last(true);
+            std::vector<float> half(g.begin() + g.size() / 2, g.end());
+            ASSERT_TRUE(h_->Push(c, Payload::FromString(Bytes(half))).ok());
+            continue;
+          }
+          ASSERT_TRUE(PushDense("j", w, step, b, "adam", b, g, false).ok());
+        }
+        ASSERT_TRUE(PushDense("j", w, step, 3, "mom", 0, std::vector<float>(33, 0.3f * step), false).ok());
+        std::vector<uint64_t> keys = {static_cast<uint64_t>(step), 1000, 7u + w};
+        ASSERT_TRUE(PushSparse("j", w, step, 4, "emb", keys, std::vector<float>(48, 0.5f), true).ok());
+      }
+    }
+  }
+
+  std::vector<float> All() {
+    return *Pull("j", 0, 0,
+                 {Block("adam", 0), Block("adam", 1), Block("adam", 2), Block("mom", 0),
+                  Rows("emb", {0, 1, 2, 3, 4, 5, 1000, 7, 8})});
+  }
+
+  std::string Ckpt() {
+    v1::CheckpointRequest req;
+    req.set_job_id("j");
+    v1::CheckpointResponse resp;
+    absl::Status s = h_->Checkpoint(req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_GT(resp.bytes(), 140000u * 3 * 4);
+    return resp.path();
+  }
+
+  absl::Status Restore(const std::string& path) {
+    v1::RestoreRequest req;
+    req.set_job_id("j");
+    req.set_path(path);
+    v1::RestoreResponse resp;
+    return h_->Restore(req, &resp);
+  }
+
+  bool partial_ = false;  // Train pushes only part of a block on odd steps.
+};
+
+TEST_F(CheckpointTest, RestoreReproducesTablesAndOptimizerStateBitForBit) {
+  Train(0, 3);
+  std::string path = Ckpt();
+  EXPECT_NE(path.find("-step3.ckpt"), std::string::npos) << path;
+  const auto at_ckpt = All();
+  Train(3, 6);
+  const auto trained = All();
+  ASSERT_NE(trained, at_ckpt);
+  ASSERT_TRUE(Restore(path).ok()) << Restore(path);
+  EXPECT_EQ(Status("j").jobs(0).min_clock(), 3);
+  const auto restored = All();
+  ASSERT_EQ(std::memcmp(restored.data(), at_ckpt.data(), restored.size() * 4), 0);
+  // The optimizer slots and step counts came back too: the same pushes give the same result.
+  Train(3, 6);
+  const auto retrained = All();
+  EXPECT_EQ(std::memcmp(retrained.data(), trained.data(), trained.size() * 4), 0);
+}
+
+TEST_F(CheckpointTest, PartlyPushedBlocksKeepEachElementsStepCountThroughRestore) {
+  partial_ = true;
+  Train(0, 3);
+  std::string path = Ckpt();
+  auto h = ReadCheckpointHeader(path);
+  ASSERT_TRUE(h.ok()) << h.status();
+  const auto& blk = h->tables(0).blocks(0);  // "adam" block 0: 2 steps whole, 1 in half.
+  ASSERT_EQ(blk.step_runs_size(), 2) << blk.DebugString();
+  EXPECT_EQ(blk.step_runs(0).updates(), 2 * 2);
+  EXPECT_EQ(blk.step_runs(1).updates(), 3 * 2);
+  EXPECT_EQ(blk.step_runs(1).end(), 65536u);
+  const auto at_ckpt = All();
+  Train(3, 6);
+  const auto trained = All();
+  ASSERT_TRUE(Restore(path).ok()) << Restore(path);
+  ASSERT_EQ(std::memcmp(All().data(), at_ckpt.data(), at_ckpt.size() * 4), 0);
+  Train(3, 6);
+  const auto retrained = All();
+  EXPECT_EQ(std::memcmp(retrained.data(), trained.data(), trained.size() * 4), 0);
+}
+
+TEST_F(CheckpointTest, ARecoveryRestoresIntoTheTablesItsMapPrecedes) {
+  Train(0, 3);
+  const std::string path = Ckpt();
+  const auto at_ckpt = All();
+  Train(3, 6);
+  const auto trained = All();
+  ASSERT_NE(trained, at_ckpt);
+
+  // A replacement server: the scheduler's map (with the files) arrives before the workers'
+  // CreateTables, which then finds the checkpoint's state and every clock at its step.
+  Make(PsHandlerOptions{});
+  v1::UpdateShardMapResponse mresp;
+  ASSERT_TRUE(h_->UpdateShardMap(RecoveryMap(2, {path}, 3), &mresp).ok());
+  Create(JobRequest());
+  epoch_ = 2;
+  const auto restored = All();
+  ASSERT_EQ(std::memcmp(restored.data(), at_ckpt.data(), restored.size() * 4), 0);
+  auto st = Status("j").jobs(0);
+  EXPECT_EQ(st.min_clock(), 3);
+  EXPECT_EQ(st.epoch(), 2u);
+  for (const auto& c : st.clocks()) EXPECT_EQ(c.clock(), 3) << "worker " << c.worker();
+  // Workers resuming at step 3 get exactly what the original run got.
+  Train(3, 6);
+  const auto retrained = All();
+  EXPECT_EQ(std::memcmp(retrained.data(), trained.data(), trained.size() * 4), 0);
+
+  // The same map again (a scheduler retrying its placement) is a no-op; a newer one that
+  // restores into these live tables is refused and changes nothing.
+  ASSERT_TRUE(h_->UpdateShardMap(RecoveryMap(2, {path}, 3), &mresp).ok());
+  absl::Status s = h_->UpdateShardMap(RecoveryMap(3, {path}, 3), &mresp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("DropJob first"), std::string::npos) << s;
+  EXPECT_EQ(Status("j").jobs(0).epoch(), 2u);
+  EXPECT_EQ(All(), retrained);
+}
+
+TEST_F(CheckpointTest, ARecoveryFromABadFileCreatesNothingAndNamesTheFile) {
+  Train(0, 3);
+  const std::string path = Ckpt();
+  std::string bytes = *ReadFile(path);
+  bytes[bytes.size() / 2] ^= 1;
+  const std::string damaged = path + ".damaged.ckpt";
+  ASSERT_TRUE(WriteFileAtomically(damaged, bytes).ok());
+
+  Make(PsHandlerOptions{});
+  v1::UpdateShardMapResponse mresp;
+  v1::CreateTablesResponse cresp;
+  struct Case {
+    v1::UpdateShardMapRequest map;
+    absl::StatusCode code;
+    std::string says;
+  };
+  const Case cases[] = {
+      {RecoveryMap(2, {damaged}, 3), absl::StatusCode::kDataLoss, damaged},
+      {RecoveryMap(3, {path + ".missing"}, 3), absl::StatusCode::kNotFound, path + ".missing"},
+      {RecoveryMap(4, {path}, 5), absl::StatusCode::kFailedPrecondition, "is at step 3"},
+  };
+  for (const Case& c : cases) {
+    ASSERT_TRUE(h_->UpdateShardMap(c.map, &mresp).ok());
+    absl::Status s = h_->CreateTables(JobRequest(), &cresp);
+    EXPECT_EQ(s.code(), c.code) << s;
+    EXPECT_NE(s.message().find(c.says), std::string::npos) << s;
+    EXPECT_EQ(Status().jobs_size(), 0) << "a job with half-restored tables was published";
+  }
+  // Bad requests are refused outright.
+  EXPECT_EQ(h_->UpdateShardMap(RecoveryMap(5, {""}, 3), &mresp).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(h_->UpdateShardMap(RecoveryMap(5, {path}, -1), &mresp).code(),
+            absl::StatusCode::kInvalidArgument);
+  // The scheduler's next placement names a good file: the job comes up restored.
+  ASSERT_TRUE(h_->UpdateShardMap(RecoveryMap(6, {path}, 3), &mresp).ok());
+  Create(JobRequest());
+  EXPECT_EQ(Status("j").jobs(0).min_clock(), 3);
+}
+
+TEST_F(CheckpointTest, CorruptOrTruncatedCheckpointsAreRefusedAndChangeNothing) {
+  Train(0, 2);
+  std::string path = Ckpt();
+  std::string good = *ReadFile(path);
+  Train(2, 3);
+  const auto before = All();
+  struct Case {
+    std::string name;
+    std::string bytes;
+    std::string needle;
+  };
+  std::string flipped = good;
+  flipped[good.size() / 2] ^= 0x40;
+  std::vector<Case> cases = {
+      {"flipped", flipped, "checksum mismatch"},
+      {"truncated", good.substr(0, good.size() - 1000), "truncated"},
+      {"cut_trailer", good.substr(0, good.size() - 5), "truncated"},
+      {"empty", "", "not a pscluster checkpoint"},
+      {"padded", good + "xxxxxxxxxxxxxxxxxxxxxxxx", "truncated"},
+  };
+  for (const auto& c : cases) {
+    std::string p = TempDir("bad-" + c.name + ".ckpt");
+    ASSERT_TRUE(WriteFileAtomically(p, c.bytes).ok());
+    absl::Status s = Restore(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << c.name << ": " << s;
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << c.name << ": " << s;
+    EXPECT_NE(s.message().find(p), std::string::npos) << "names the file: " << s;
+  }
+  EXPECT_EQ(All(), before);
+  EXPECT_EQ(Status("j").jobs(0).min_clock(), 3);
+  EXPECT_EQ(Restore(TempDir("missing.ckpt")).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(Restore(path).ok());
+}
+
+// Damage of every kind, at random places: bit flips (header, body, trailer), truncation at any
+// length, bytes inserted or a range repeated. Every file is refused as DATA_LOSS naming it, and
+// the job's state stays exactly as it was.
+TEST_F(CheckpointTest, RandomlyDamagedCheckpointsAreRefusedAndChangeNothing) {
+  Train(0, 2);
+  const std::string good = *ReadFile(Ckpt());
+  Train(2, 3);
+  const auto before = All();
+  std::mt19937_64 rng(20261130);
+  auto at = [&](size_t n) { return static_cast<size_t>(rng() % std::max<size_t>(n, 1)); };
+  const std::string p = TempDir("damaged.ckpt");
+  int refused = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string bytes = good;
+    switch (i % 5) {
+      case 0:  // Bits flipped anywhere.
+        for (int f = 0, n = 1 + static_cast<int>(rng() % 4); f < n; ++f) {
+          bytes[at(bytes.size())] ^= static_cast<char>(1u << (rng() % 8));
+        }
+        break;
+      case 1:  // Bits flipped in the first or last 64 bytes (header, trailer).
+        for (int f = 0, n = 1 + static_cast<int>(rng() % 4); f < n; ++f) {
+          const size_t k = at(64);
+          bytes[rng() % 2 ? k : bytes.size() - 1 - k] ^= static_cast<char>(1u << (rng() % 8));
+        }
+        break;
+      case 2:  // Cut anywhere.
+        bytes.resize(at(bytes.size()));
+        break;
+      case 3:  // Bytes inserted.
+        bytes.insert(at(bytes.size()), std::string(1 + at(16), static_cast<char>(rng())));
+        break;
+      default: {  // A range repeated.
+        const size_t from = at(bytes.size()), len = 1 + at(std::min<size_t>(4096, good.size() - from));
+        bytes.insert(at(bytes.size()), good.substr(from, len));
+        break;
+      }
+    }
+    if (bytes == good) continue;
+    ASSERT_TRUE(WriteFileAtomically(p, bytes).ok());
+    absl::Status s = Restore(p);
+    ASSERT_EQ(s.code(), absl::StatusCode::kDataLoss) << "damage " << i << ": " << s;
+    ASSERT_NE(s.message().find(p), std::string::npos) << "names the file: " << s;
+    ++refused;
+  }
+  EXPECT_GE(refused, 290);
+  EXPECT_EQ(All(), before);
+  EXPECT_EQ(Status("j").jobs(0).min_clock(), 3);
+}
+
+TEST_F(CheckpointTest, ExportsDenseTablesAsSafetensors) {
+  Train(0, 2);
+  const auto values = All();
+  v1::ExportRequest req;
+  req.set_job_id("j");
+  req.set_path(TempDir("export/model.safetensors"));
+  v1::ExportResponse resp;
+  ASSERT_TRUE(h_->Export(req, &resp).ok());
+  EXPECT_EQ(resp.tensors(), 2u);
+  auto f = SafetensorsFile::Read(req.path());
+  ASSERT_TRUE(f.ok()) << f.status();
+  const auto* adam = f->Find("adam");
+  ASSERT_NE(adam, nullptr);
+  EXPECT_EQ(adam->shape, (std::vector<uint64_t>{200, 700}));
+  EXPECT_EQ(adam->dtype, v1::DT_FLOAT32);
+  EXPECT_EQ(std::memcmp(f->Data(*adam).data(), values.data(), 140000 * 4), 0);
+  EXPECT_EQ(f->Find("mom")->shape, (std::vector<uint64_t>{33}));
+  EXPECT_EQ(f->metadata().at("pscluster.step"), "2");
+  // A sparse table named explicitly exports its materialised rows.
+  req.add_tables("emb");
+  ASSERT_TRUE(h_->Export(req, &resp).ok());
+  f = SafetensorsFile::Read(req.path());
+  EXPECT_EQ(f->Find("emb:values")->shape[1], 16u);
+  req.add_tables("nope");
+  absl::Status s = h_->Export(req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("tables[1]"), std::string::npos);
+}
+
+TEST_F(HandlerTest, WritesPeriodicCheckpointsAndKeepsTheNewest) {
+  PsHandlerOptions o;
+  o.keep_checkpoints = 2;
+  o.checkpoint_dir = TempDir("periodic");
+  Make(o);
+  auto r = CreateRequest("j", {DenseSpec("w", {10}, kSgd)}, v1::ConsistencySpec::BSP, 2);
+  r.set_checkpoint_every_steps(2);
+  Create(r);
+  for (int step = 0; step < 8; ++step) {
+    for (uint32_t w = 0; w < 2; ++w) {
+      ASSERT_TRUE(PushDense("j", w, step, 0, "w", 0, std::vector<float>(10, 1.f), true).ok());
+    }
+  }
+  std::vector<std::string> files;
+  DIR* d = opendir((o.checkpoint_dir + "/j").c_str());
+  ASSERT_NE(d, nullptr);
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') files.push_back(e->d_name);
+  }
+  closedir(d);
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"server-step6.ckpt", "server-step8.ckpt"}));
+  auto st = Status("j").jobs(0);
+  EXPECT_NE(st.last_checkpoint().find("server-step8.ckpt"), std::string::npos);
+  EXPECT_GE(st.checkpoint_age_sec(), 0.0);
+}
+
+// The snapshot of a periodic checkpoint is taken before the reads that the step released are
+// served: a worker that pushes its next step the moment its read is released (here, from the
+// read's own callback) does not get that step into the checkpoint. A recovery restoring it then
+// replays that step once, not twice.
+TEST_F(HandlerTest, APeriodicCheckpointHoldsExactlyTheStepsUpToItsClock) {
+  PsHandlerOptions o;
+  o.checkpoint_dir = TempDir("exact");
+  Make(o);
+  auto r = CreateRequest("j", {DenseSpec("w", {10}, kSgd)}, v1::ConsistencySpec::BSP, 2);
+  r.set_checkpoint_every_steps(2);
+  Create(r);
+  auto w0 = Pull("j", 0, 0, {Block("w", 0)});
+  ASSERT_TRUE(w0.ok());
+  const std::vector<float> g(10, 1.f);
+  ASSERT_TRUE(PushDense("j", 0, 0, 0, "w", 0, g, true).ok());
+  ASSERT_TRUE(PushDense("j", 1, 0, 0, "w", 0, g, true).ok());
+  ASSERT_TRUE(PushDense("j", 0, 1, 0, "w", 0, g, true).ok());
+  // Worker 0 waits to read at clock 2 and pushes step 2 as soon as it may.
+  v1::PullRequest pull;
+  pull.set_job_id("j");
+  pull.set_worker(0);
+  pull.set_clock(2);
+  *pull.add_slices() = Block("w", 0);
+  auto plan = h_->PlanPull(pull);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::atomic<bool> pushed{false};
+  uint64_t wait = 0;
+  ASSERT_FALSE(plan->job->WhenReadable(2, [&](absl::Status) {
+    pushed = PushDense("j", 0, 2, 0, "w", 0, g, true).ok();
+  }, &wait));
+  // Worker 1's push completes step 1: the checkpoint at step 2 falls due.
+  ASSERT_TRUE(PushDense("j", 1, 1, 0, "w", 0, g, true).ok());
+  ASSERT_TRUE(pushed.load());
+  const std::string path = o.checkpoint_dir + "/j/server-step2.ckpt";
+  auto h = ReadCheckpointHeader(path);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->step(), 2);
+  ASSERT_EQ(h->tables_size(), 1);
+  ASSERT_EQ(h->tables(0).blocks_size(), 1);
+  EXPECT_EQ(h->tables(0).blocks(0).updates(), 4) << "two workers x two steps, nothing of step 2";
+  // The early push of step 2 did land, after the snapshot.
+  auto now = Pull("j", 0, 2, {Block("w", 0)});
+  ASSERT_TRUE(now.ok());
+  EXPECT_FLOAT_EQ((*now)[0], (*w0)[0] - 0.5f * 5);
+}
+
+}  // namespace
+}  // namespace pscluster
