@@ -3,6 +3,8 @@
 // checkpoints in job_checkpoint.cc.
 #include "server/job.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -85,7 +87,15 @@ absl::StatusOr<uint32_t> Job::AddTables(const std::vector<v1::TableSpec>& specs,
         return absl::Status(s.code(), absl::StrCat("tables[", i, "]: ", s.message()));
       }
     } else {
-      t.sparse = std::make_unique<SparseTable>(t.info.get(), clock_);
+      std::string spill;
+      if (!config_.spill_dir.empty() && !config_.consistency.aggregate()) {
+        // One directory per table of this Job object (a server may hold a job's primaries and
+        // copies of other servers' shards, each a Job of its own).
+        spill = absl::StrCat(config_.spill_dir, "/", config_.job_id, ".", getpid(), ".",
+                             absl::Hex(reinterpret_cast<uintptr_t>(this)), ".",
+                             absl::Hex(t.info->hash));
+      }
+      t.sparse = std::make_unique<SparseTable>(t.info.get(), clock_, std::move(spill));
     }
     table_index_[specs[i].name()] = static_cast<uint32_t>(tables_.size());
     tables_.push_back(std::move(t));
@@ -349,6 +359,10 @@ void Job::FillStatus(v1::JobOnServer* out) const {
         ts->set_expiries(pc.expiries);
         ts->set_reads_without_row(pc.reads_without_row);
         ts->set_sketch_bytes(pc.sketch_bytes);
+        ts->set_rows_on_disk(pc.rows_on_disk);
+        ts->set_ram_hits(pc.ram_hits);
+        ts->set_disk_reads(pc.disk_reads);
+        ts->set_spills(pc.spills);
       }
     }
   }

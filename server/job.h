@@ -43,6 +43,9 @@ struct JobConfig {
   uint32_t num_shards = 0;
   uint32_t checkpoint_every_steps = 0;
   std::string checkpoint_dir;
+  // The server's --spill_dir (empty: none): sparse tables spill cold rows to a directory of
+  // their own under it when the memory budget is short (not in aggregate mode).
+  std::string spill_dir;
 };
 
 // A validated part of a table.

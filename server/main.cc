@@ -30,6 +30,10 @@ ABSL_FLAG(uint64_t, memory_bytes, 0,
           "bytes of parameters and optimizer state this server may hold (0 = this machine's memory, "
           "or its container's limit)");
 ABSL_FLAG(std::string, checkpoint_dir, "", "default directory for checkpoints");
+ABSL_FLAG(std::string, spill_dir, "",
+          "directory for the disk tier of sparse tables: when --memory_bytes runs short, their "
+          "least recently used rows move there (RocksDB) instead of pushes being refused; "
+          "empty = no disk tier");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain (enables TLS with --tls_key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key");
@@ -91,6 +95,7 @@ int main(int argc, char** argv) {
   o.scheduler = absl::GetFlag(FLAGS_scheduler);
   o.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  o.spill_dir = absl::GetFlag(FLAGS_spill_dir);
   o.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   o.tls.key = absl::GetFlag(FLAGS_tls_key);
   o.tls.ca = absl::GetFlag(FLAGS_tls_ca);

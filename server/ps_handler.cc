@@ -124,6 +124,7 @@ absl::Status PsHandler::CreateTables(const v1::CreateTablesRequest& req,
     c.num_workers = req.num_workers();
     c.checkpoint_every_steps = req.checkpoint_every_steps();
     c.checkpoint_dir = req.checkpoint_dir();
+    c.spill_dir = options_.spill_dir;
     const uint32_t map_shards = pending ? pending->map().num_virtual_shards() : 0;
     c.num_shards = req.num_virtual_shards() ? req.num_virtual_shards()
                                             : (map_shards ? map_shards : kDefaultVirtualShards);

@@ -39,6 +39,9 @@ struct PsHandlerOptions {
   // Bytes of parameters and optimizer state this server may hold; 0 = unlimited (PsServer
   // passes the machine's memory when --memory_bytes is 0).
   uint64_t memory_bytes = 0;
+  // Disk tier of sparse tables (--spill_dir): when memory_bytes runs short, cold rows spill to
+  // directories under it instead of pushes being refused. Empty: none.
+  std::string spill_dir;
   DataPlaneLimits limits;
   // Periodic checkpoints kept per job (older ones are deleted).
   int keep_checkpoints = 3;

@@ -167,6 +167,34 @@ void RegisterServerMetrics(PsHandler* handler, MetricsRegistry* r) {
   r->AddCounterCallback("pscluster_table_expiries_total",
                         "Rows of a sparse table restarted or freed because they had expired.",
                         per_sparse_table(&v1::TableStatus::expiries));
+  r->AddGaugeCallback("pscluster_table_rows_on_disk",
+                      "Rows of a sparse table in its disk tier here (--spill_dir).",
+                      per_sparse_table(&v1::TableStatus::rows_on_disk));
+  r->AddCounterCallback("pscluster_table_ram_hits_total",
+                        "Row touches (pushes and pulls) that found the row in memory.",
+                        per_sparse_table(&v1::TableStatus::ram_hits));
+  r->AddCounterCallback("pscluster_table_disk_reads_total",
+                        "Row touches that found the row on disk (a push brings it back).",
+                        per_sparse_table(&v1::TableStatus::disk_reads));
+  r->AddCounterCallback("pscluster_table_spills_total",
+                        "Rows moved from memory to the disk tier (evictions).",
+                        per_sparse_table(&v1::TableStatus::spills));
+  r->AddGaugeCallback("pscluster_table_ram_hit_ratio",
+                      "Share of row touches served from memory (tables with a disk tier).",
+                      [snap] {
+                        std::vector<Sample> out;
+                        const v1::ServerStatus st = snap->Get();
+                        for (const auto& j : st.jobs()) {
+                          for (const auto& t : j.tables()) {
+                            const uint64_t n = t.ram_hits() + t.disk_reads();
+                            if (t.kind() != v1::SPARSE || n == 0) continue;
+                            out.push_back({absl::StrCat(JobLabel(j), ",table=\"",
+                                                        Escape(t.name()), "\""),
+                                           double(t.ram_hits()) / double(n)});
+                          }
+                        }
+                        return out;
+                      });
   r->AddCounterCallback("pscluster_table_reads_without_row_total",
                         "Rows pulled that had none here (the initializer's values were sent).",
                         per_sparse_table(&v1::TableStatus::reads_without_row));

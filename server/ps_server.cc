@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -146,6 +148,12 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   PsHandlerOptions ho;
   ho.checkpoint_dir = options.checkpoint_dir;
   ho.memory_bytes = memory;
+  if (!options.spill_dir.empty() && access(options.spill_dir.c_str(), W_OK | X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--spill_dir ", options.spill_dir, ": not a writable directory (", std::strerror(errno),
+        "); the disk tier of sparse tables needs one"));
+  }
+  ho.spill_dir = options.spill_dir;
   ho.limits = options.limits;
   ho.replication_retry = options.replication_retry;
   Executor* bg = s->background_.get();

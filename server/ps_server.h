@@ -37,6 +37,7 @@ struct PsServerOptions {
   std::string port_file;               // --port_file
   std::string scheduler;               // --scheduler (empty = standalone)
   uint64_t memory_bytes = 0;           // --memory_bytes (0 = HostMemoryBytes())
+  std::string spill_dir;               // --spill_dir (empty = no disk tier)
   std::string checkpoint_dir;          // --checkpoint_dir
   TlsFiles tls;                        // --tls_cert / --tls_key / --tls_ca
   // --token_file: identities and roles of callers (common/token_file.h); empty = every call is

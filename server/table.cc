@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/logging.h"
 #include "common/sharding.h"
 
 namespace pscluster {
@@ -186,9 +187,10 @@ void DenseTable::Clear(MemoryBudget* budget) {
 
 // ---------------------------------------------------------------- sparse
 
-SparseTable::SparseTable(const TableInfo* info, const Clock* clock)
+SparseTable::SparseTable(const TableInfo* info, const Clock* clock, std::string spill_path)
     : info_(info),
       clock_(clock),
+      spill_path_(std::move(spill_path)),
       policy_(info->spec.embedding(), info->hash, info->spec.init().seed()),
       row_floats_(info->width * info->floats_per_elem()),
       rows_per_page_(std::max<size_t>(1, kPageBytes / (row_floats_ * sizeof(float)))),
@@ -209,9 +211,12 @@ float* SparseTable::RowPtr(Stripe* s, uint32_t id) {
 }
 
 float* SparseTable::FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget,
-                                 uint64_t* reserved, int64_t** updates) {
+                                 uint64_t* reserved, int64_t** updates, bool* loaded,
+                                 absl::Status* error) {
+  if (loaded != nullptr) *loaded = false;
   auto it = s->index.find(key);
   if (it != s->index.end()) {
+    if (tiered()) s->referenced[it->second] = 1;
     *updates = &s->updates[it->second];
     return RowPtr(s, it->second);
   }
@@ -221,20 +226,65 @@ float* SparseTable::FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget,
   } else if (!budget->TryReserve(row_bytes)) {
     return nullptr;
   }
-  uint32_t id = static_cast<uint32_t>(s->keys.size());
-  if (id / rows_per_page_ >= s->pages.size()) {
-    s->pages.emplace_back(new float[rows_per_page_ * row_floats_]);
+  std::string spilled;
+  if (tiered()) {
+    absl::Status read_error;
+    if (ReadSpilled(key, &spilled, &read_error)) {
+      if (spilled.size() != 24 + row_bytes) {
+        read_error = absl::DataLossError(absl::StrCat(
+            "table '", info_->spec.name(), "': disk tier ", spill_path_, " holds ",
+            spilled.size(), " bytes for row ", key, ", expected ", 24 + row_bytes));
+      } else {
+        read_error = store_ptr_.load()->Delete(key);
+      }
+    }
+    if (!read_error.ok()) {
+      *reserved += row_bytes;
+      if (error != nullptr) *error = read_error;
+      return nullptr;
+    }
+  }
+  uint32_t id;
+  if (!s->free_ids.empty()) {
+    id = s->free_ids.back();
+    s->free_ids.pop_back();
+    s->keys[id] = key;
+    s->updates[id] = 0;
+    if (has_meta()) {
+      s->last_step[id] = 0;
+      s->last_ms[id] = 0;
+    }
+  } else {
+    id = static_cast<uint32_t>(s->keys.size());
+    if (id / rows_per_page_ >= s->pages.size()) {
+      s->pages.emplace_back(new float[rows_per_page_ * row_floats_]);
+    }
+    s->keys.push_back(key);
+    s->updates.push_back(0);
+    if (has_meta()) {
+      s->last_step.push_back(0);
+      s->last_ms.push_back(0);
+    }
+    if (tiered()) {
+      s->live.push_back(0);
+      s->referenced.push_back(0);
+      s->pins.push_back(0);
+    }
   }
   s->index.emplace(key, id);
-  s->keys.push_back(key);
-  s->updates.push_back(0);
-  if (policy_.expires()) {
-    s->last_step.push_back(0);
-    s->last_ms.push_back(0);
-  }
+  if (tiered()) NoteRowLive(s, id);
   float* row = RowPtr(s, id);
-  info_->init.FillRow(key, info_->width, row);
-  InitSlots(info_->optimizer, row + info_->width, info_->width);
+  if (!spilled.empty()) {
+    std::memcpy(&s->updates[id], spilled.data(), 8);
+    std::memcpy(&s->last_step[id], spilled.data() + 8, 8);
+    std::memcpy(&s->last_ms[id], spilled.data() + 16, 8);
+    std::memcpy(row, spilled.data() + 24, row_bytes);
+    rows_on_disk_.fetch_sub(1, std::memory_order_relaxed);
+    if (loaded != nullptr) *loaded = true;
+  } else {
+    info_->init.FillRow(key, info_->width, row);
+    InitSlots(info_->optimizer, row + info_->width, info_->width);
+  }
   *updates = &s->updates[id];
   return row;
 }
@@ -308,7 +358,7 @@ absl::Status SparseTable::VisitRows(absl::Span<const uint64_t> keys, MemoryBudge
 
 absl::Status SparseTable::Apply(absl::Span<const uint64_t> keys, GradientFn grad,
                                 MemoryBudget* budget, int64_t step, Decisions* decisions) {
-  if (policy_.active()) return ApplyWithPolicy(keys, grad, budget, step, decisions);
+  if (policy_.active() || tiered()) return ApplyWithPolicy(keys, grad, budget, step, decisions);
   const size_t width = info_->width;
   const OptimizerParams opt = AtStep(info_->optimizer, step);
   std::vector<float> g(width);
@@ -329,7 +379,8 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, v1::DataType dtype, char
   std::vector<uint32_t> order;
   SortByStripe(keys, count, &order);
   std::vector<float> initial(width);
-  uint64_t without_row = 0;
+  uint64_t without_row = 0, ram_hits = 0, disk_reads = 0;
+  std::string spilled;
   for (int s = 0; s < kStripes; ++s) {
     if (count[s] == count[s + 1]) continue;
     Stripe* st = &stripes_[s];
@@ -337,11 +388,27 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, v1::DataType dtype, char
     for (int j = count[s]; j < count[s + 1]; ++j) {
       const size_t i = order[j];
       auto it = st->index.find(keys[i]);
-      if (it != st->index.end() &&
-          !(policy_.expires() && policy_.Expired(st->last_step[it->second],
-                                                 st->last_ms[it->second], step, now_ms))) {
-        EncodeFloats(RowPtr(st, it->second), width, dtype, out + i * row_bytes);
-        continue;
+      if (it != st->index.end()) {
+        if (tiered()) {
+          st->referenced[it->second] = 1;
+          ++ram_hits;
+        }
+        if (!(policy_.expires() && policy_.Expired(st->last_step[it->second],
+                                                   st->last_ms[it->second], step, now_ms))) {
+          EncodeFloats(RowPtr(st, it->second), width, dtype, out + i * row_bytes);
+          continue;
+        }
+      } else if (tiered() && ReadSpilled(keys[i], &spilled, nullptr) &&
+                 spilled.size() == 24 + width * info_->floats_per_elem() * sizeof(float)) {
+        ++disk_reads;
+        int64_t last_step, last_ms;
+        std::memcpy(&last_step, spilled.data() + 8, 8);
+        std::memcpy(&last_ms, spilled.data() + 16, 8);
+        if (!(policy_.expires() && policy_.Expired(last_step, last_ms, step, now_ms))) {
+          std::memcpy(initial.data(), spilled.data() + 24, width * sizeof(float));
+          EncodeFloats(initial.data(), width, dtype, out + i * row_bytes);
+          continue;
+        }
       }
       info_->init.FillRow(keys[i], width, initial.data());
       EncodeFloats(initial.data(), width, dtype, out + i * row_bytes);
@@ -349,17 +416,21 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, v1::DataType dtype, char
     }
   }
   if (without_row > 0) reads_without_row_.fetch_add(without_row, std::memory_order_relaxed);
+  if (ram_hits > 0) ram_hits_.fetch_add(ram_hits, std::memory_order_relaxed);
+  if (disk_reads > 0) disk_reads_.fetch_add(disk_reads, std::memory_order_relaxed);
 }
 
 uint64_t SparseTable::DropIf(absl::FunctionRef<bool(uint64_t, int64_t, int64_t)> drop,
-                             MemoryBudget* budget) {
-  const bool meta = policy_.expires();
+                             MemoryBudget* budget, bool include_disk) {
+  const bool meta = has_meta();
+  const bool tier = tiered();
   uint64_t dropped = 0;
   for (int s = 0; s < kStripes; ++s) {
     Stripe* st = &stripes_[s];
     absl::MutexLock l(&st->mu);
     auto drops = [&](uint32_t id) {
-      return drop(st->keys[id], meta ? st->last_step[id] : 0, meta ? st->last_ms[id] : 0);
+      return (!tier || (st->live[id] && st->pins[id] == 0)) &&
+             drop(st->keys[id], meta ? st->last_step[id] : 0, meta ? st->last_ms[id] : 0);
     };
     bool any = false;
     for (uint32_t id = 0; id < st->keys.size(); ++id) {
@@ -373,6 +444,7 @@ uint64_t SparseTable::DropIf(absl::FunctionRef<bool(uint64_t, int64_t, int64_t)>
     absl::MutexLock lf(&fresh.mu);
     for (uint32_t id = 0; id < st->keys.size(); ++id) {
       uint64_t key = st->keys[id];
+      if (tier && !st->live[id]) continue;  // Moved to disk; its id is not carried over.
       if (drops(id)) {
         budget->Release(row_floats_ * sizeof(float));
         ++dropped;
@@ -381,6 +453,11 @@ uint64_t SparseTable::DropIf(absl::FunctionRef<bool(uint64_t, int64_t, int64_t)>
       if (meta) {
         fresh.last_step.push_back(st->last_step[id]);
         fresh.last_ms.push_back(st->last_ms[id]);
+      }
+      if (tier) {
+        fresh.live.push_back(1);
+        fresh.referenced.push_back(st->referenced[id]);
+        fresh.pins.push_back(st->pins[id]);
       }
       uint32_t nid = static_cast<uint32_t>(fresh.keys.size());
       if (nid / rows_per_page_ >= fresh.pages.size()) {
@@ -397,6 +474,32 @@ uint64_t SparseTable::DropIf(absl::FunctionRef<bool(uint64_t, int64_t, int64_t)>
     st->updates.swap(fresh.updates);
     st->last_step.swap(fresh.last_step);
     st->last_ms.swap(fresh.last_ms);
+    st->live.swap(fresh.live);
+    st->referenced.swap(fresh.referenced);
+    st->pins.swap(fresh.pins);
+    st->free_ids.clear();
+    st->hand = 0;
+  }
+  if (include_disk && store_ptr_.load() != nullptr && rows_on_disk_.load() > 0) {
+    RowStore* store = store_ptr_.load();
+    std::vector<uint64_t> gone;
+    store->ForEach([&](uint64_t key, absl::string_view v) {
+      int64_t last_step = 0, last_ms = 0;
+      if (v.size() >= 24) {
+        std::memcpy(&last_step, v.data() + 8, 8);
+        std::memcpy(&last_ms, v.data() + 16, 8);
+      }
+      if (drop(key, last_step, last_ms)) gone.push_back(key);
+    });
+    for (uint64_t key : gone) {
+      absl::Status s = store->Delete(key);
+      if (!s.ok()) {
+        Logger("server")->error("table '{}': {}", info_->spec.name(), s.ToString());
+        continue;
+      }
+      rows_on_disk_.fetch_sub(1, std::memory_order_relaxed);
+      ++dropped;
+    }
   }
   return dropped;
 }
@@ -428,24 +531,52 @@ void SparseTable::ForEachRowSortedWithStep(
   for (int s = 0; s < kStripes; ++s) {
     absl::MutexLock l(&stripes_[s].mu);
     for (uint32_t id = 0; id < stripes_[s].keys.size(); ++id) {
+      if (tiered() && !stripes_[s].live[id]) continue;
       refs.push_back({stripes_[s].keys[id], s, id});
     }
   }
   std::sort(refs.begin(), refs.end(), [](const Ref& a, const Ref& b) { return a.key < b.key; });
-  for (const Ref& r : refs) {
-    Stripe* st = &stripes_[r.stripe];
-    absl::MutexLock l(&st->mu);
-    f(r.key, st->updates[r.id], policy_.expires() ? st->last_step[r.id] : 0, RowPtr(st, r.id));
+  size_t next = 0;
+  auto ram_upto = [&](uint64_t bound, bool all) {
+    for (; next < refs.size() && (all || refs[next].key < bound); ++next) {
+      const Ref& r = refs[next];
+      Stripe* st = &stripes_[r.stripe];
+      absl::MutexLock l(&st->mu);
+      f(r.key, st->updates[r.id], has_meta() ? st->last_step[r.id] : 0, RowPtr(st, r.id));
+    }
+  };
+  // Rows on disk (ascending) merged in: a key lives in one tier only.
+  if (store_ptr_.load() != nullptr && rows_on_disk_.load() > 0) {
+    std::vector<float> row(row_floats_);
+    store_ptr_.load()->ForEach([&](uint64_t key, absl::string_view v) {
+      if (v.size() != 24 + row_floats_ * sizeof(float)) return;
+      ram_upto(key, false);
+      int64_t updates, last_step;
+      std::memcpy(&updates, v.data(), 8);
+      std::memcpy(&last_step, v.data() + 8, 8);
+      std::memcpy(row.data(), v.data() + 24, row_floats_ * sizeof(float));
+      f(key, updates, last_step, row.data());
+    });
   }
+  ram_upto(0, true);
 }
 
 absl::Status SparseTable::PutRow(uint64_t key, int64_t updates, const float* row,
                                  MemoryBudget* budget, int64_t step) {
+  const uint64_t row_bytes = row_floats_ * sizeof(float);
+  uint64_t reserved = 0;
+  if (tiered()) {
+    absl::Status r = Reserve(row_bytes, budget, 1);
+    if (!r.ok()) return r;
+    reserved = row_bytes;
+  }
   Stripe* st = &stripes_[StripeOf(key)];
   absl::MutexLock l(&st->mu);
   int64_t* u = nullptr;
-  uint64_t none = 0;
-  float* dst = FindOrCreate(st, key, budget, &none, &u);
+  absl::Status disk;
+  float* dst = FindOrCreate(st, key, budget, &reserved, &u, nullptr, &disk);
+  budget->Release(reserved);
+  if (!disk.ok()) return disk;
   if (dst == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "table '", info_->spec.name(), "': no memory to restore row ", key, " (--memory_bytes ",
@@ -453,7 +584,7 @@ absl::Status SparseTable::PutRow(uint64_t key, int64_t updates, const float* row
   }
   std::memcpy(dst, row, row_floats_ * sizeof(float));
   *u = updates;
-  if (policy_.expires()) {
+  if (has_meta()) {
     const uint32_t id = st->index.at(key);
     st->last_step[id] = step;
     st->last_ms[id] = NowMs();
@@ -469,15 +600,21 @@ uint64_t SparseTable::rows() const {
   uint64_t n = 0;
   for (int s = 0; s < kStripes; ++s) {
     absl::MutexLock l(&stripes_[s].mu);
-    n += stripes_[s].keys.size();
+    n += stripes_[s].keys.size() - stripes_[s].free_ids.size();
   }
-  return n;
+  return n + rows_on_disk_.load(std::memory_order_relaxed);
 }
 
-uint64_t SparseTable::bytes_held() const { return rows() * row_floats_ * sizeof(float); }
+uint64_t SparseTable::bytes_held() const {
+  return (rows() - rows_on_disk_.load(std::memory_order_relaxed)) * row_floats_ * sizeof(float);
+}
 
 void SparseTable::Clear(MemoryBudget* budget) {
   DropIf([](uint64_t, int64_t, int64_t) { return true; }, budget);
+  absl::MutexLock l(&store_mu_);
+  store_ptr_.store(nullptr);
+  store_.reset();  // Removes the directory.
+  rows_on_disk_.store(0);
 }
 
 }  // namespace pscluster

@@ -33,6 +33,7 @@
 #include "server/memory_budget.h"
 #include "server/optimizer.h"
 #include "server/payload.h"
+#include "server/row_store.h"
 #include "server/step_counts.h"
 
 namespace pscluster {
@@ -129,9 +130,14 @@ class SparseTable {
  public:
   static constexpr int kStripes = 64;
 
-  // `clock` (may be null: time stands still) times expiry in seconds.
-  // REQUIRES: the clock outlives the table.
-  explicit SparseTable(const TableInfo* info, const Clock* clock = nullptr);
+  // `clock` (may be null: time stands still) times expiry in seconds. `spill_path` (empty:
+  // none) is the directory of the table's disk tier: when the memory budget is short, the least
+  // recently used rows (a clock sweep per stripe) move there with their optimizer state and
+  // step counts, and come back when a push touches them; pulls read them in place. The
+  // directory is made at the first spill and removed with the table.
+  // REQUIRES: the clock outlives the table; the parent of `spill_path` exists.
+  explicit SparseTable(const TableInfo* info, const Clock* clock = nullptr,
+                       std::string spill_path = "");
   ~SparseTable();
 
   // What a push did with each key of a table with a policy (EmbeddingSpec), one RowDecision
@@ -147,6 +153,11 @@ class SparseTable {
     uint64_t expiries = 0;
     uint64_t reads_without_row = 0;
     uint64_t sketch_bytes = 0;
+    // Disk tier.
+    uint64_t rows_on_disk = 0;
+    uint64_t ram_hits = 0;    // Row touches (pushes and pulls) that found the row in memory.
+    uint64_t disk_reads = 0;  // Row touches that found it on disk (pushes bring it back).
+    uint64_t spills = 0;      // Rows moved to disk.
   };
 
   uint32_t ShardOf(uint64_t key) const;
@@ -190,8 +201,9 @@ class SparseTable {
   absl::Status PutRow(uint64_t key, int64_t updates, const float* row, MemoryBudget* budget,
                       int64_t step = 0);
 
-  uint64_t rows() const;
-  uint64_t bytes_held() const;
+  uint64_t rows() const;  // In memory and on disk.
+  uint64_t bytes_held() const;  // In memory.
+  bool tiered() const { return !spill_path_.empty(); }
   void Clear(MemoryBudget* budget);
 
  private:
@@ -204,6 +216,14 @@ class SparseTable {
     // With expiry only: row id -> step and time (ms) of its last push.
     std::vector<int64_t> last_step ABSL_GUARDED_BY(mu);
     std::vector<int64_t> last_ms ABSL_GUARDED_BY(mu);
+    // With a disk tier only: row ids whose rows moved to disk (reused first), and per row id:
+    // whether it holds a row, whether it was touched since the clock hand passed, and how many
+    // calls between their two phases need it to stay (not spilled).
+    std::vector<uint32_t> free_ids ABSL_GUARDED_BY(mu);
+    std::vector<uint8_t> live ABSL_GUARDED_BY(mu);
+    std::vector<uint8_t> referenced ABSL_GUARDED_BY(mu);
+    std::vector<uint16_t> pins ABSL_GUARDED_BY(mu);
+    uint32_t hand ABSL_GUARDED_BY(mu) = 0;  // The clock hand: next row id to look at.
   };
   // Stripe positions of `keys` sorted by stripe: order[count[s] .. count[s+1]) are stripe s's.
   static void SortByStripe(absl::Span<const uint64_t> keys, int* count,
@@ -218,16 +238,41 @@ class SparseTable {
   // Finds or creates the row of `key`. A new row takes its bytes from `*reserved` (bytes already
   // taken from the budget for this call) while they last, else from `budget`; nullptr when the
   // budget is exhausted.
+  // With a disk tier, a row found there is brought back (*loaded set) instead of made; a disk
+  // error leaves nothing changed and comes back in *error (nullptr returned).
   float* FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget, uint64_t* reserved,
-                      int64_t** updates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+                      int64_t** updates, bool* loaded = nullptr, absl::Status* error = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+  bool has_meta() const { return policy_.expires() || tiered(); }
+  // ---- Disk tier (table_tier.cc).
+  // Takes `bytes` from the budget, spilling unpinned rows of this table to disk while it is
+  // short. RESOURCE_EXHAUSTED names the table, the limit and the directory when even that cannot
+  // free enough; disk errors name the directory. Holds no stripe lock when called.
+  absl::Status Reserve(uint64_t bytes, MemoryBudget* budget, uint64_t rows_wanted);
+  // Moves up to `want` cold rows of `s` to disk; returns how many.
+  uint64_t SpillFrom(Stripe* s, uint64_t want, MemoryBudget* budget, absl::Status* error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+  // The row of `key` on disk, if any: [updates | last_step | last_ms | weights | slots].
+  bool ReadSpilled(uint64_t key, std::string* value, absl::Status* error) const;
+  std::string EncodeRow(Stripe* s, uint32_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+  void NoteRowLive(Stripe* s, uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
   // Drops the rows for which drop(key, last_step, last_ms) (0, 0 without expiry); returns how
   // many.
   uint64_t DropIf(absl::FunctionRef<bool(uint64_t key, int64_t last_step, int64_t last_ms)> drop,
-                  MemoryBudget* budget);
+                  MemoryBudget* budget, bool include_disk = true);
 
   const TableInfo* info_;
   const Clock* const clock_;
+  const std::string spill_path_;
   EmbeddingPolicy policy_;
+  absl::Mutex store_mu_;
+  std::unique_ptr<RowStore> store_ ABSL_GUARDED_BY(store_mu_);  // Opened at the first spill.
+  std::atomic<RowStore*> store_ptr_{nullptr};                      // store_, once open.
+  std::atomic<uint64_t> rows_on_disk_{0};
+  std::atomic<uint64_t> ram_hits_{0};
+  std::atomic<uint64_t> disk_reads_{0};
+  std::atomic<uint64_t> spills_{0};
+  std::atomic<uint32_t> spill_cursor_{0};
   // The latest step any push was applied at (a pull's "now" for expiry in steps).
   std::atomic<int64_t> max_step_{0};
   std::atomic<uint64_t> admissions_{0};

@@ -43,7 +43,24 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
   // Phase 1: decide each key and take the memory of the rows to make, all or nothing. Rows that
   // are restarted are counted too: CollectExpired may drop one before phase 2 (it drops only rows
   // that have expired for every push from the slowest clock on, which phase 1 restarts).
+  // With a disk tier, the rows found in memory are pinned there until phase 2 is done with them,
+  // and a row on disk counts as present (its step decides expiry) but needs memory to come back.
   uint64_t need = 0;
+  std::vector<uint8_t> pinned(tiered() ? keys.size() : 0);
+  auto unpin = [&] {
+    if (!tiered()) return;
+    for (int s = 0; s < kStripes; ++s) {
+      if (count[s] == count[s + 1]) continue;
+      Stripe* st = &stripes_[s];
+      absl::MutexLock l(&st->mu);
+      for (int j = count[s]; j < count[s + 1]; ++j) {
+        if (!pinned[order[j]]) continue;
+        auto it = st->index.find(keys[order[j]]);
+        if (it != st->index.end() && st->pins[it->second] > 0) --st->pins[it->second];
+      }
+    }
+  };
+  std::string spilled;
   for (int s = 0; s < kStripes; ++s) {
     if (count[s] == count[s + 1]) continue;
     Stripe* st = &stripes_[s];
@@ -51,7 +68,23 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
     for (int j = count[s]; j < count[s + 1]; ++j) {
       const size_t i = order[j];
       auto it = st->index.find(keys[i]);
-      const bool present = it != st->index.end();
+      bool present = it != st->index.end();
+      int64_t last_step = 0, last_ms = 0;
+      bool in_ram = present;
+      if (present) {
+        if (policy_.expires()) {
+          last_step = st->last_step[it->second];
+          last_ms = st->last_ms[it->second];
+        }
+        if (tiered()) {
+          ++st->pins[it->second];
+          pinned[i] = 1;
+        }
+      } else if (tiered() && ReadSpilled(keys[i], &spilled, nullptr) && spilled.size() >= 24) {
+        present = true;
+        std::memcpy(&last_step, spilled.data() + 8, 8);
+        std::memcpy(&last_ms, spilled.data() + 16, 8);
+      }
       char& d = decided[i];
       if (follow) {
         d = decisions->follow[i];
@@ -61,24 +94,24 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
         // An expired row is as good as gone: its key passes admission again, as it would once
         // CollectExpired had dropped the row.
         const bool expired =
-            policy_.expires() && policy_.Expired(st->last_step[it->second],
-                                                 st->last_ms[it->second], step, now_ms);
+            policy_.expires() && policy_.Expired(last_step, last_ms, step, now_ms);
         d = static_cast<char>(!expired                        ? kRowApplied
                               : policy_.Admit(keys[i], step) ? kRowRestarted
                                                              : kRowCounted);
       } else {
         d = static_cast<char>(policy_.Admit(keys[i], step) ? kRowApplied : kRowCounted);
       }
-      if (d != kRowCounted && (!present || d == kRowRestarted)) ++need;
+      if (d != kRowCounted && (!in_ram || d == kRowRestarted)) ++need;
     }
   }
   const uint64_t row_bytes = row_floats_ * sizeof(float);
   uint64_t reserved = need * row_bytes;
-  if (reserved > 0 && !budget->TryReserve(reserved)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "table '", info_->spec.name(), "': no memory for ", need, " new rows (", reserved,
-        " bytes); ", budget->used(), " bytes held of the --memory_bytes limit ", budget->limit(),
-        "; nothing was applied"));
+  if (reserved > 0) {
+    absl::Status r = Reserve(reserved, budget, need);
+    if (!r.ok()) {
+      unpin();
+      return r;
+    }
   }
   // Phase 2: apply.
   const size_t width = info_->width;
@@ -88,7 +121,7 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
   for (int s = 0; s < kStripes; ++s) {
     if (count[s] == count[s + 1]) continue;
     Stripe* st = &stripes_[s];
-    absl::MutexLock l(&st->mu);
+    absl::ReleasableMutexLock l(&st->mu);
     for (int j = count[s]; j < count[s + 1]; ++j) {
       const size_t i = order[j];
       const uint8_t d = static_cast<uint8_t>(decided[i]);
@@ -98,15 +131,21 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
       }
       const bool present = st->index.contains(keys[i]);
       int64_t* updates = nullptr;
-      float* row = FindOrCreate(st, keys[i], budget, &reserved, &updates);
-      if (row == nullptr) {  // Not reached: phase 1 reserved every row to make.
+      bool loaded = false;
+      absl::Status disk;
+      float* row = FindOrCreate(st, keys[i], budget, &reserved, &updates, &loaded, &disk);
+      if (row == nullptr) {  // A disk error; else not reached: phase 1 reserved every row.
         budget->Release(reserved);
-        return absl::InternalError(absl::StrCat("table '", info_->spec.name(),
-                                                "': row memory reserved for key ", keys[i],
-                                                " was gone"));
+        l.Release();
+        unpin();
+        return disk.ok() ? absl::InternalError(absl::StrCat(
+                               "table '", info_->spec.name(), "': row memory reserved for key ",
+                               keys[i], " was gone"))
+                         : disk;
       }
       const uint32_t id = st->index.at(keys[i]);
-      if (!present) {
+      if (tiered()) (present ? ram_hits_ : disk_reads_).fetch_add(present || loaded ? 1 : 0);
+      if (!present && !loaded) {
         ++made;
       } else if (d == kRowRestarted) {
         Restart(st, id);
@@ -117,20 +156,21 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
       ApplyUpdate(opt, *updates, width, g.data(), row,
                   opt.num_slots() >= 1 ? row + width : nullptr,
                   opt.num_slots() >= 2 ? row + 2 * width : nullptr);
-      if (policy_.expires()) {
+      if (has_meta()) {
         st->last_step[id] = std::max(st->last_step[id], step);
         st->last_ms[id] = now_ms;
       }
     }
   }
   budget->Release(reserved);
+  unpin();
   int64_t seen = max_step_.load(std::memory_order_relaxed);
   while (seen < step && !max_step_.compare_exchange_weak(seen, step, std::memory_order_relaxed)) {
   }
   admissions_.fetch_add(made, std::memory_order_relaxed);
   not_admitted_.fetch_add(counted, std::memory_order_relaxed);
   expiries_.fetch_add(restarted, std::memory_order_relaxed);
-  if (decisions != nullptr && !follow) decisions->made = std::move(decided);
+  if (decisions != nullptr && !follow && policy_.active()) decisions->made = std::move(decided);
   return absl::OkStatus();
 }
 
@@ -141,7 +181,7 @@ uint64_t SparseTable::CollectExpired(int64_t min_clock, MemoryBudget* budget) {
       [&](uint64_t, int64_t last_step, int64_t last_ms) {
         return policy_.Collectable(last_step, last_ms, min_clock, now_ms);
       },
-      budget);
+      budget, /*include_disk=*/false);
   expiries_.fetch_add(n, std::memory_order_relaxed);
   return n;
 }
@@ -153,6 +193,10 @@ SparseTable::PolicyCounts SparseTable::policy_counts() const {
   c.expiries = expiries_.load(std::memory_order_relaxed);
   c.reads_without_row = reads_without_row_.load(std::memory_order_relaxed);
   c.sketch_bytes = policy_.sketch_bytes();
+  c.rows_on_disk = rows_on_disk_.load(std::memory_order_relaxed);
+  c.ram_hits = ram_hits_.load(std::memory_order_relaxed);
+  c.disk_reads = disk_reads_.load(std::memory_order_relaxed);
+  c.spills = spills_.load(std::memory_order_relaxed);
   return c;
 }
 

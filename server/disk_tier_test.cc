@@ -1,0 +1,127 @@
+// A server with a memory cap and a disk tier (--spill_dir), through the data plane: pushes and
+// pulls give bit for bit what an uncapped server gives, checkpoints cover both tiers (restored
+// on an uncapped server they give the same rows), Status shows the tiers, and a --spill_dir that
+// is not a writable directory stops the server at start, naming it.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "server/testing/cluster.h"
+
+namespace pscluster {
+namespace {
+
+using namespace ::pscluster::testing;  // NOLINT
+
+std::string TempDir() {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return t != nullptr ? t : "/tmp";
+}
+
+v1::ConsistencySpec Asp() {
+  v1::ConsistencySpec c;
+  c.set_mode(v1::ConsistencySpec::ASP);
+  return c;
+}
+
+constexpr int kSteps = 200;
+constexpr uint32_t kWidth = 16;
+constexpr uint64_t kKeys = 3000;
+
+// The step's 64 distinct keys of 0..kKeys-1, skewed towards small keys.
+std::vector<uint64_t> StepKeys(int step) {
+  std::vector<uint64_t> keys;
+  std::vector<bool> seen(kKeys);
+  uint64_t x = 0x9e3779b97f4a7c15ULL * (step + 1);
+  while (keys.size() < 64) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    const double u = static_cast<double>(x % 1000003) / 1000003.0;
+    const uint64_t k = static_cast<uint64_t>(kKeys * u * u * u);
+    if (!seen[k]) keys.push_back(k), seen[k] = true;
+  }
+  return keys;
+}
+
+// Runs the pushes on `cluster`; returns every key's row after them.
+std::vector<float> Train(InProcessCluster& cluster, const v1::TableSpec& emb) {
+  auto client = cluster.Client("job", {emb});
+  EXPECT_TRUE(client.ok());
+  EXPECT_TRUE((*client)->CreateTables(Asp(), 1).ok());
+  std::vector<float> g(64 * kWidth);
+  for (int step = 0; step < kSteps; ++step) {
+    const auto keys = StepKeys(step);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = 0.001f * static_cast<float>((i + step) % 23) - 0.01f;
+    absl::Status s = (*client)->Push(step, {{}, {{"emb", keys, g.data()}}});
+    EXPECT_TRUE(s.ok()) << step << ": " << s;
+    if (!s.ok()) break;
+  }
+  std::vector<uint64_t> all(kKeys);
+  for (uint64_t k = 0; k < kKeys; ++k) all[k] = k;
+  std::vector<float> rows(kKeys * kWidth);
+  EXPECT_TRUE((*client)->Pull(kSteps, {{}, {{"emb", all, rows.data()}}}).ok());
+  return rows;
+}
+
+TEST(DiskTierTest, ACappedServerMatchesAnUncappedOneAndCheckpointsBothTiers) {
+  const v1::TableSpec emb =
+      SparseSpec("emb", kWidth, kKeys, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.05f));
+  const uint64_t row_bytes = kWidth * 2 * sizeof(float);
+  InProcessCluster uncapped(1);
+  ASSERT_TRUE(uncapped.status().ok());
+  const std::vector<float> expected = Train(uncapped, emb);
+
+  PsServerOptions o;
+  o.memory_bytes = 300 * row_bytes;
+  o.spill_dir = TempDir();
+  InProcessCluster capped(1, o);
+  ASSERT_TRUE(capped.status().ok()) << capped.status();
+  EXPECT_EQ(Train(capped, emb), expected) << "bit for bit, whichever tier each row was in";
+  v1::ServerStatus st;
+  ASSERT_TRUE(capped.server(0)->handler()->Status(v1::ServerStatusRequest(), &st).ok());
+  const v1::TableStatus& t = st.jobs(0).tables(0);
+  EXPECT_GT(t.rows_on_disk(), 0u);
+  EXPECT_GT(t.spills(), 0u);
+  EXPECT_GT(t.ram_hits(), 0u);
+  EXPECT_GT(t.disk_reads(), 0u);
+  EXPECT_LE(t.bytes(), o.memory_bytes);
+  EXPECT_EQ(t.bytes(), (t.rows() - t.rows_on_disk()) * row_bytes);
+
+  // A checkpoint covers both tiers: restored on an uncapped server it gives the same rows.
+  v1::CheckpointRequest creq;
+  creq.set_job_id("job");
+  creq.set_dir(TempDir() + "/ckpt");
+  v1::CheckpointResponse cresp;
+  absl::Status s = capped.server(0)->handler()->Checkpoint(creq, &cresp);
+  ASSERT_TRUE(s.ok()) << s;
+  InProcessCluster fresh(1);
+  auto client = fresh.Client("job", {emb});
+  ASSERT_TRUE((*client)->CreateTables(Asp(), 1).ok());
+  v1::RestoreRequest rreq;
+  rreq.set_job_id("job");
+  rreq.set_path(cresp.path());
+  v1::RestoreResponse rresp;
+  s = fresh.server(0)->handler()->Restore(rreq, &rresp);
+  ASSERT_TRUE(s.ok()) << s;
+  std::vector<uint64_t> all(kKeys);
+  for (uint64_t k = 0; k < kKeys; ++k) all[k] = k;
+  std::vector<float> restored(kKeys * kWidth);
+  ASSERT_TRUE((*client)->Pull(kSteps, {{}, {{"emb", all, restored.data()}}}).ok());
+  EXPECT_EQ(restored, expected);
+  v1::ServerStatus fst;
+  ASSERT_TRUE(fresh.server(0)->handler()->Status(v1::ServerStatusRequest(), &fst).ok());
+  EXPECT_EQ(fst.jobs(0).tables(0).rows(), t.rows());
+}
+
+TEST(DiskTierTest, ASpillDirThatIsNotAWritableDirectoryStopsTheServer) {
+  PsServerOptions o;
+  o.spill_dir = TempDir() + "/no-such-dir";
+  InProcessCluster cluster(1, o);
+  EXPECT_EQ(cluster.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(cluster.status().message().find("--spill_dir " + o.spill_dir), std::string::npos)
+      << cluster.status();
+}
+
+}  // namespace
+}  // namespace pscluster

@@ -1,0 +1,53 @@
+// The disk tier of a sparse table (see SparseTable): rows spilled out of memory, kept in an
+// embedded RocksDB database in a directory of their own. Keys are stored big-endian, so that an
+// iteration visits them in ascending order. Not durable across a crash on purpose (no
+// write-ahead log, no fsync): checkpoints are what survive a crash, and they cover both tiers.
+//
+// Thread-safe (RocksDB's own locking).
+#ifndef PSCLUSTER_SERVER_ROW_STORE_H_
+#define PSCLUSTER_SERVER_ROW_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace pscluster {
+
+class RowStore {
+ public:
+  // Creates (or empties) the database directory `path`, whose parent must exist and be
+  // writable. FAILED_PRECONDITION names the directory and RocksDB's reason.
+  static absl::StatusOr<std::unique_ptr<RowStore>> Open(const std::string& path);
+  // Closes the database and removes its directory.
+  ~RowStore();
+
+  // Writes the rows (key, value) in one batch: all or nothing. RESOURCE_EXHAUSTED (disk full) or
+  // INTERNAL names the directory.
+  absl::Status PutAll(const std::vector<std::pair<uint64_t, std::string>>& rows);
+  // false when `key` is absent (an error reading counts as absent and is returned in *error).
+  bool Get(uint64_t key, std::string* value, absl::Status* error = nullptr);
+  absl::Status Delete(uint64_t key);
+  // Visits every row in ascending key order.
+  void ForEach(absl::FunctionRef<void(uint64_t key, absl::string_view value)> f);
+  const std::string& path() const { return path_; }
+
+ private:
+  RowStore(std::string path, rocksdb::DB* db);
+  std::string path_;
+  std::unique_ptr<rocksdb::DB> db_;
+};
+
+}  // namespace pscluster
+
+#endif  // PSCLUSTER_SERVER_ROW_STORE_H_

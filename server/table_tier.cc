@@ -1,0 +1,118 @@
+// SparseTable's disk tier (see table.h): spilling cold rows to a RowStore and reading them back.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "server/table.h"
+
+namespace pscluster {
+
+void SparseTable::NoteRowLive(Stripe* s, uint32_t id) {
+  s->live[id] = 1;
+  s->referenced[id] = 1;
+  s->pins[id] = 0;
+}
+
+bool SparseTable::ReadSpilled(uint64_t key, std::string* value, absl::Status* error) const {
+  RowStore* store = store_ptr_.load(std::memory_order_acquire);
+  if (store == nullptr || rows_on_disk_.load(std::memory_order_relaxed) == 0) return false;
+  return store->Get(key, value, error);
+}
+
+std::string SparseTable::EncodeRow(Stripe* s, uint32_t id) const {
+  const size_t row_bytes = row_floats_ * sizeof(float);
+  std::string v(24 + row_bytes, '\0');
+  const int64_t last_step = has_meta() ? s->last_step[id] : 0;
+  const int64_t last_ms = has_meta() ? s->last_ms[id] : 0;
+  std::memcpy(&v[0], &s->updates[id], 8);
+  std::memcpy(&v[8], &last_step, 8);
+  std::memcpy(&v[16], &last_ms, 8);
+  std::memcpy(&v[24], const_cast<SparseTable*>(this)->RowPtr(s, id), row_bytes);
+  return v;
+}
+
+uint64_t SparseTable::SpillFrom(Stripe* s, uint64_t want, MemoryBudget* budget,
+                                absl::Status* error) {
+  const uint32_t n = static_cast<uint32_t>(s->keys.size());
+  if (n == 0 || want == 0) return 0;
+  // The clock: a row touched since the hand last passed gets a second chance.
+  std::vector<uint32_t> victims;
+  for (uint32_t looked = 0; looked < 2 * n && victims.size() < want; ++looked) {
+    const uint32_t id = s->hand;
+    s->hand = (s->hand + 1) % n;
+    if (!s->live[id] || s->pins[id] > 0) continue;
+    if (s->referenced[id]) {
+      s->referenced[id] = 0;
+      continue;
+    }
+    s->live[id] = 0;  // Taken: not looked at again in this sweep.
+    victims.push_back(id);
+  }
+  if (victims.empty()) return 0;
+  std::vector<std::pair<uint64_t, std::string>> rows;
+  rows.reserve(victims.size());
+  for (uint32_t id : victims) rows.emplace_back(s->keys[id], EncodeRow(s, id));
+  absl::Status put = store_ptr_.load()->PutAll(rows);
+  if (!put.ok()) {
+    for (uint32_t id : victims) s->live[id] = 1;
+    *error = absl::Status(put.code(), absl::StrCat("table '", info_->spec.name(),
+                                                   "': spilling rows: ", put.message()));
+    return 0;
+  }
+  for (uint32_t id : victims) {
+    s->index.erase(s->keys[id]);
+    s->free_ids.push_back(id);
+  }
+  budget->Release(victims.size() * row_floats_ * sizeof(float));
+  rows_on_disk_.fetch_add(victims.size(), std::memory_order_relaxed);
+  spills_.fetch_add(victims.size(), std::memory_order_relaxed);
+  return victims.size();
+}
+
+absl::Status SparseTable::Reserve(uint64_t bytes, MemoryBudget* budget, uint64_t rows_wanted) {
+  const uint64_t row_bytes = row_floats_ * sizeof(float);
+  auto short_of_memory = [&](absl::string_view more) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "table '", info_->spec.name(), "': no memory for ", rows_wanted, " rows (", bytes,
+        " bytes); ", budget->used(), " bytes held of the --memory_bytes limit ", budget->limit(),
+        more, "; nothing was applied"));
+  };
+  if (budget->TryReserve(bytes)) return absl::OkStatus();
+  if (!tiered()) return short_of_memory("");
+  {
+    absl::MutexLock l(&store_mu_);
+    if (store_ == nullptr) {
+      auto store = RowStore::Open(spill_path_);
+      if (!store.ok()) {
+        return absl::Status(store.status().code(), absl::StrCat("table '", info_->spec.name(),
+                                                                "': ", store.status().message()));
+      }
+      store_ = std::move(*store);
+      store_ptr_.store(store_.get(), std::memory_order_release);
+    }
+  }
+  // Spill what is needed and a little more (up to 1/32 of the rows in memory, at most 256: one
+  // disk write for several calls), a few stripes at a time, starting where the last spill
+  // stopped so that every stripe's clock turns.
+  const uint64_t in_memory = rows() - rows_on_disk_.load(std::memory_order_relaxed);
+  const uint64_t batch = std::max<uint64_t>(std::min<uint64_t>(256, in_memory / 32),
+                                            (bytes + row_bytes - 1) / row_bytes);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    uint64_t freed = 0;
+    for (int k = 0; k < kStripes && freed < batch; ++k) {
+      Stripe* st = &stripes_[spill_cursor_.fetch_add(1, std::memory_order_relaxed) % kStripes];
+      absl::Status error;
+      absl::MutexLock l(&st->mu);
+      freed += SpillFrom(st, (batch - freed + kStripes - 1 - k) / (kStripes - k) + 1, budget,
+                         &error);
+      if (!error.ok()) return error;
+    }
+    if (budget->TryReserve(bytes)) return absl::OkStatus();
+    if (freed == 0) break;
+  }
+  return short_of_memory(absl::StrCat(
+      " even with every other row of the table spilled to ", spill_path_,
+      " (the rows of one push must fit in memory together: raise --memory_bytes)"));
+}
+
+}  // namespace pscluster
