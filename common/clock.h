@@ -12,15 +12,25 @@ class Clock {
  public:
   virtual ~Clock() = default;
   virtual absl::Time Now() const = 0;
+  // Waits `d` of this clock's time (a wait that polls another daemon, a grace period).
+  virtual void SleepFor(absl::Duration d) const = 0;
+  // Waits until Now() >= t.
+  void SleepUntil(absl::Time t) const {
+    const absl::Time now = Now();
+    if (t > now) SleepFor(t - now);
+  }
 };
 
 // Wall-clock time.
 class RealClock final : public Clock {
  public:
   absl::Time Now() const override { return absl::Now(); }
+  void SleepFor(absl::Duration d) const override { absl::SleepFor(d); }
 };
 
-// A clock that moves only when told to. Thread-safe.
+// A clock that moves only when told to, or by what sleeps on it: SleepFor(d) moves it by d at
+// once (after a millisecond of real time, so that other threads run), so waits in the code
+// under test take fake time, not real time. Thread-safe.
 class FakeClock final : public Clock {
  public:
   explicit FakeClock(absl::Time start = absl::FromUnixSeconds(1700000000)) : now_(start) {}
@@ -32,10 +42,15 @@ class FakeClock final : public Clock {
     absl::MutexLock l(&mu_);
     now_ += d;
   }
+  void SleepFor(absl::Duration d) const override {
+    absl::SleepFor(absl::Milliseconds(1));
+    absl::MutexLock l(&mu_);
+    if (d > absl::ZeroDuration()) now_ += d;
+  }
 
  private:
   mutable absl::Mutex mu_;
-  absl::Time now_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Time now_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pscluster

@@ -363,8 +363,10 @@ bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
         (void)rpc_->StopTask(address[workers[q]], job_id, *why);
       }
     });
-    const absl::Time until = absl::Now() + options_.task_stop_grace;
-    while (absl::Now() < until && WorkerStillRuns(workers, job_id)) absl::SleepFor(kStopRecheck);
+    const absl::Time until = clock_->Now() + options_.task_stop_grace;
+    while (clock_->Now() < until && WorkerStillRuns(workers, job_id)) {
+      clock_->SleepFor(kStopRecheck);
+    }
     return false;
   }
   // 4. Running again.

@@ -56,9 +56,9 @@ void Scheduler::RecoverJobs() {
       absl::Status s = rpc_->StopTask(node->info().address(), w.job_id, why);
       if (!s.ok()) Log()->warn("job {}: stopping the task on {}: {}", w.job_id, w.workers[i], s);
     });
-    const absl::Time until = absl::Now() + options_.task_stop_grace;
-    while (absl::Now() < until && WorkerStillRuns(w.workers, w.job_id)) {
-      absl::SleepFor(kStopRecheck);
+    const absl::Time until = clock_->Now() + options_.task_stop_grace;
+    while (clock_->Now() < until && WorkerStillRuns(w.workers, w.job_id)) {
+      clock_->SleepFor(kStopRecheck);
     }
     {
       bool promote = false;

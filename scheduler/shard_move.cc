@@ -309,9 +309,11 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
   absl::Status s;
   v1::ShardMap next = before;
   if (!finishing) {
-    // Map 1: the target's live copy first, then the primary's snapshot. Real time: these
-    // measure (and bound) how fast the servers are, whatever the scheduler's clock.
+    // Map 1: the target's live copy first, then the primary's snapshot. Real time measures how
+    // fast the servers are (copy_ms, switch_ms); the wait for the copy is bounded on the
+    // scheduler's clock (fake in tests).
     t0 = absl::Now();
+    const absl::Time wait_start = clock_->Now();
     s = resumed ? absl::OkStatus() : install(
         copying, move.to(),
         [&](v1::UpdateShardMapRequest* req) {
@@ -352,7 +354,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
         }
       }
       if (caught_up) break;
-      if (absl::Now() - t0 > options_.move_copy_timeout) {
+      if (clock_->Now() - wait_start > options_.move_copy_timeout) {
         s = absl::DeadlineExceededError(absl::StrCat(
             "the copy on ", move.to(), " did not catch up within ",
             absl::FormatDuration(options_.move_copy_timeout),
@@ -360,7 +362,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
                     : absl::StrCat(": ", st.status().message())));
         break;
       }
-      absl::SleepFor(kCopyPoll);
+      clock_->SleepFor(kCopyPoll);
     }
     t1 = absl::Now();
     // Map 2 switches the primary; or, when the copy could not be made, one that drops it.
