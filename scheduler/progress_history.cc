@@ -29,9 +29,13 @@ void ProgressHistory::ObservePoint(const v1::Job& job, int64_t unix_ms) {
   point.set_train_accuracy(p.train_accuracy());
   point.set_test_accuracy(p.test_accuracy());
   point.set_test_loss(p.test_loss());
+  // The evaluating rank's AUC, as psctl picks it: the lowest rank still in the job that has
+  // evaluated (a rank that has not reports 0, not -1).
   double auc = -1;
   for (const v1::WorkerProgress& w : p.workers()) {
-    if (w.test_auc() >= 0) auc = w.test_auc();  // Only the lead rank evaluates.
+    if (w.left() || w.test_accuracy() < 0) continue;
+    auc = w.test_auc();
+    break;
   }
   point.set_test_auc(auc);
   point.set_samples_per_sec(p.samples_per_sec());

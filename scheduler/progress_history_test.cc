@@ -51,6 +51,22 @@ TEST(ProgressHistoryTest, OnePointPerStepAndTheLatestLookReplacesItsStep) {
   EXPECT_EQ(got.points(0).test_auc(), -1);
 }
 
+// Test AUC comes from the rank that evaluated; before any evaluation it is unknown (-1), even
+// though a rank that has not evaluated reports 0.
+TEST(ProgressHistoryTest, TestAucOfTheEvaluatingRank) {
+  ProgressHistory h;
+  v1::Job job = Running(1, 1.0);
+  job.mutable_progress()->mutable_workers(0)->set_test_auc(0);
+  job.mutable_progress()->mutable_workers(0)->set_test_accuracy(-1);
+  h.Observe(job, At(1000));
+  EXPECT_EQ(h.history().points(0).test_auc(), -1);
+  job = Running(2, 0.9);
+  job.mutable_progress()->mutable_workers(0)->set_test_accuracy(0.8);
+  job.mutable_progress()->mutable_workers(0)->set_test_auc(0.91);
+  h.Observe(job, At(2000));
+  EXPECT_EQ(h.history().points(1).test_auc(), 0.91);
+}
+
 TEST(ProgressHistoryTest, BoundedAndSpreadOverTheWholeRun) {
   ProgressHistory h;
   const int64_t steps = 10 * ProgressHistory::kMaxPoints + 7;
