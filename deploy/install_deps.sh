@@ -24,6 +24,8 @@ PACKAGES=(
   librocksdb-dev
   # Tools the tests and launcher use
   openssl procps python3 python3-yaml systemd
+  # Network emulation (tests/netsim): namespaces, veth pairs, a bridge, tc tbf
+  iproute2
   # The web status page's browser test (//tests/browser:status_page_test): headless Chromium
   # driven by Selenium
   chromium chromium-driver python3-selenium
