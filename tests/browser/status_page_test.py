@@ -3,7 +3,9 @@
 against a real local cluster: a scheduler with --http_listen, 2 servers and 3 workers (one
 spare), a Fashion-MNIST job on 2 of the workers. The page lists the job, its loss curve grows
 as it trains, and once one of the job's workers is killed (SIGKILL) the hand-over of its rank
-shows up among the job's events as a recovery. A screenshot of the page is a test output.
+shows up among the job's events as a recovery; psctl export writes the running job's model. A
+screenshot of the page is a test output. Then a scheduler with a token file: the page asks for a
+token and opens with a viewer's.
 
 Usage: status_page_test.py BIN_DIR (holding scheduler/ps_scheduler, scheduler/psctl,
 server/ps_server, worker/ps_worker). Exits 0 with a SKIP line when Chromium, chromedriver or
@@ -197,6 +199,26 @@ try:
             for e in browser.find_elements(By.CSS_SELECTOR, "#nodes tr[data-node]")), 20)
         browser.save_screenshot(f"{OUT}/status_page.png")
         print("screenshot:", f"{OUT}/status_page.png")
+
+        # A scheduler with a token file: the page asks for a token, and a viewer's token opens it.
+        import hashlib
+        with open(f"{WORK}/tokens", "w") as f:
+            f.write(hashlib.sha256(b"viewer-secret").hexdigest() + " vera viewer\n")
+        start("secured", [f"{BIN}/scheduler/ps_scheduler", "--listen=127.0.0.1:0",
+                          f"--port_file={WORK}/secured.port", f"--db={WORK}/secured.db",
+                          f"--token_file={WORK}/tokens", "--http_listen=127.0.0.1:0"])
+        port_file("secured")
+        secured = wait_for("the secured status page's address", lambda: (
+            re.search(r"status page at (http://[0-9.]+:\d+)/", open(f"{WORK}/secured.log").read()) or
+            [None, None])[1], 10)
+        browser.get(secured + "/")
+        wait_for("the page to ask for a token",
+                 lambda: browser.find_element(By.ID, "auth").is_displayed(), 15)
+        browser.find_element(By.ID, "token").send_keys("viewer-secret")
+        browser.find_element(By.ID, "token-save").click()
+        wait_for("the page to load with the token", lambda: not browser.find_element(
+            By.ID, "auth").is_displayed() and "0 nodes" in browser.find_element(By.ID, "meta").text, 15)
+        print("secured page: asked for a token, opened with a viewer's")
     finally:
         browser.quit()
     psctl("cancel", job)
