@@ -212,7 +212,7 @@ float* SparseTable::RowPtr(Stripe* s, uint32_t id) {
 
 float* SparseTable::FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget,
                                  uint64_t* reserved, int64_t** updates, bool* loaded,
-                                 absl::Status* error) {
+                                 absl::Status* error, const std::string* known) {
   if (loaded != nullptr) *loaded = false;
   auto it = s->index.find(key);
   if (it != s->index.end()) {
@@ -229,7 +229,9 @@ float* SparseTable::FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget,
   std::string spilled;
   if (tiered()) {
     absl::Status read_error;
-    if (ReadSpilled(key, &spilled, &read_error)) {
+    const bool on_disk = known != nullptr ? (spilled = *known, !spilled.empty())
+                                          : ReadSpilled(key, &spilled, &read_error);
+    if (on_disk) {
       if (spilled.size() != 24 + row_bytes) {
         read_error = absl::DataLossError(absl::StrCat(
             "table '", info_->spec.name(), "': disk tier ", spill_path_, " holds ",

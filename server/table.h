@@ -224,6 +224,9 @@ class SparseTable {
     std::vector<uint8_t> referenced ABSL_GUARDED_BY(mu);
     std::vector<uint16_t> pins ABSL_GUARDED_BY(mu);
     uint32_t hand ABSL_GUARDED_BY(mu) = 0;  // The clock hand: next row id to look at.
+    // Counts the spills from this stripe: what a caller read from disk for it stays true while
+    // this does not change.
+    uint64_t spill_gen ABSL_GUARDED_BY(mu) = 0;
   };
   // Stripe positions of `keys` sorted by stripe: order[count[s] .. count[s+1]) are stripe s's.
   static void SortByStripe(absl::Span<const uint64_t> keys, int* count,
@@ -240,9 +243,11 @@ class SparseTable {
   // budget is exhausted.
   // With a disk tier, a row found there is brought back (*loaded set) instead of made; a disk
   // error leaves nothing changed and comes back in *error (nullptr returned).
+  // `known` (optional): what the disk holds for `key`, read since s->spill_gen last changed
+  // (empty: nothing), so that it is not read again.
   float* FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget, uint64_t* reserved,
-                      int64_t** updates, bool* loaded = nullptr, absl::Status* error = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+                      int64_t** updates, bool* loaded = nullptr, absl::Status* error = nullptr,
+                      const std::string* known = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
   bool has_meta() const { return policy_.expires() || tiered(); }
   // ---- Disk tier (table_tier.cc).
   // Takes `bytes` from the budget, spilling unpinned rows of this table to disk while it is

@@ -60,11 +60,16 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
       }
     }
   };
+  // What phase 1 read from disk (per key: the row, or empty for none), valid in phase 2 while
+  // the stripe's spill_gen has not moved.
+  std::vector<std::string> on_disk(tiered() ? keys.size() : 0);
+  std::vector<uint64_t> gen(tiered() ? kStripes : 0);
   std::string spilled;
   for (int s = 0; s < kStripes; ++s) {
     if (count[s] == count[s + 1]) continue;
     Stripe* st = &stripes_[s];
     absl::MutexLock l(&st->mu);
+    if (tiered()) gen[s] = st->spill_gen;
     for (int j = count[s]; j < count[s + 1]; ++j) {
       const size_t i = order[j];
       auto it = st->index.find(keys[i]);
@@ -84,6 +89,8 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
         present = true;
         std::memcpy(&last_step, spilled.data() + 8, 8);
         std::memcpy(&last_ms, spilled.data() + 16, 8);
+        on_disk[i] = std::move(spilled);
+        spilled.clear();
       }
       char& d = decided[i];
       if (follow) {
@@ -133,7 +140,9 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
       int64_t* updates = nullptr;
       bool loaded = false;
       absl::Status disk;
-      float* row = FindOrCreate(st, keys[i], budget, &reserved, &updates, &loaded, &disk);
+      const std::string* known = tiered() && st->spill_gen == gen[s] ? &on_disk[i] : nullptr;
+      float* row =
+          FindOrCreate(st, keys[i], budget, &reserved, &updates, &loaded, &disk, known);
       if (row == nullptr) {  // A disk error; else not reached: phase 1 reserved every row.
         budget->Release(reserved);
         l.Release();

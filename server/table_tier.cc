@@ -59,6 +59,7 @@ uint64_t SparseTable::SpillFrom(Stripe* s, uint64_t want, MemoryBudget* budget,
                                                    "': spilling rows: ", put.message()));
     return 0;
   }
+  ++s->spill_gen;
   for (uint32_t id : victims) {
     s->index.erase(s->keys[id]);
     s->free_ids.push_back(id);
