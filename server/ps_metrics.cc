@@ -156,7 +156,8 @@ void RegisterServerMetrics(PsHandler* handler, MetricsRegistry* r) {
       return out;
     };
   };
-  r->AddGaugeCallback("pscluster_table_rows", "Rows of a sparse table held in memory here.",
+  r->AddGaugeCallback("pscluster_table_rows",
+                      "Rows of a sparse table held here (in memory and in its disk tier).",
                       per_sparse_table(&v1::TableStatus::rows));
   r->AddCounterCallback("pscluster_table_admissions_total",
                         "Rows of a sparse table made by a push (past its admission filter).",
