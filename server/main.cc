@@ -30,6 +30,12 @@ ABSL_FLAG(uint64_t, memory_bytes, 0,
           "bytes of parameters and optimizer state this server may hold (0 = this machine's memory, "
           "or its container's limit)");
 ABSL_FLAG(std::string, checkpoint_dir, "", "default directory for checkpoints");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "directory every checkpoint directory and restored checkpoint file must lie in "
+          "(requests naming another path are refused); empty = anywhere");
+ABSL_FLAG(std::string, export_root, "",
+          "directory every export must be written in (requests naming another path are "
+          "refused); empty = anywhere");
 ABSL_FLAG(std::string, spill_dir, "",
           "directory for the disk tier of sparse tables: when --memory_bytes runs short, their "
           "least recently used rows move there (RocksDB) instead of pushes being refused; "
@@ -95,6 +101,8 @@ int main(int argc, char** argv) {
   o.scheduler = absl::GetFlag(FLAGS_scheduler);
   o.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  o.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
+  o.export_root = absl::GetFlag(FLAGS_export_root);
   o.spill_dir = absl::GetFlag(FLAGS_spill_dir);
   o.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   o.tls.key = absl::GetFlag(FLAGS_tls_key);

@@ -20,6 +20,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "common/path_root.h"
 #include "common/sharding.h"
 #include "common/validate_enums.h"
 #include "server/validate.h"
@@ -89,6 +90,11 @@ absl::StatusOr<std::shared_ptr<Job>> PsHandler::FindJob(absl::string_view job_id
 
 absl::Status PsHandler::CreateTables(const v1::CreateTablesRequest& req,
                                      v1::CreateTablesResponse* resp) {
+  if (!req.checkpoint_dir().empty()) {
+    absl::Status in_root =
+        CheckUnderRoot(req.checkpoint_dir(), options_.checkpoint_root, "checkpoint_dir");
+    if (!in_root.ok()) return in_root;
+  }
   std::vector<v1::TableSpec> specs;
   std::vector<OptimizerParams> optimizers;
   absl::Status s = ValidateCreateTables(req, &specs, &optimizers);
@@ -199,6 +205,9 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
     if (req.restore_from(i).empty()) {
       return absl::InvalidArgumentError(absl::StrCat("restore_from[", i, "]: empty path"));
     }
+    s = CheckUnderRoot(req.restore_from(i), options_.checkpoint_root,
+                       absl::StrCat("restore_from[", i, "]"));
+    if (!s.ok()) return s;
   }
   const v1::ShardMap& map = req.map();
   std::shared_ptr<Job> job;

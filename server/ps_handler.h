@@ -36,6 +36,10 @@ namespace pscluster {
 struct PsHandlerOptions {
   // Checkpoint directory for jobs that name none (--checkpoint_dir).
   std::string checkpoint_dir;
+  // Roots (resolved, see common/path_root.h) that every checkpoint directory and restored file
+  // (--checkpoint_root), and every export (--export_root), must lie in; empty = anywhere.
+  std::string checkpoint_root;
+  std::string export_root;
   // Bytes of parameters and optimizer state this server may hold; 0 = unlimited (PsServer
   // passes the machine's memory when --memory_bytes is 0).
   uint64_t memory_bytes = 0;

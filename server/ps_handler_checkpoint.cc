@@ -19,6 +19,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "common/path_root.h"
 #include "common/sharding.h"
 #include "common/validate_enums.h"
 #include "server/validate.h"
@@ -42,6 +43,9 @@ std::string ParentDir(const std::string& path) {
 absl::Status PsHandler::RestoreForRecovery(Job& job, const v1::UpdateShardMapRequest& req) {
   for (int i = 0; i < req.restore_from_size(); ++i) {
     const std::string& path = req.restore_from(i);
+    absl::Status in_root =
+        CheckUnderRoot(path, options_.checkpoint_root, absl::StrCat("restore_from[", i, "]"));
+    if (!in_root.ok()) return in_root;
     auto file = ReadFile(path);
     if (!file.ok()) {
       return absl::Status(file.status().code(), absl::StrCat("restore_from[", i, "]: ",
@@ -79,6 +83,8 @@ absl::StatusOr<v1::CheckpointResponse> PsHandler::WriteCheckpoint(
         "dir: no checkpoint directory for job '", job->id(),
         "' (give one in the request, in CreateTables, or with --checkpoint_dir)"));
   }
+  absl::Status in_root = CheckUnderRoot(base, options_.checkpoint_root, "dir");
+  if (!in_root.ok()) return in_root;
   absl::MutexLock cl(&checkpoint_mu_);
   const std::string dir = JoinPath(base, job->id());
   absl::Status s = MakeDirs(dir);
@@ -141,6 +147,8 @@ absl::Status PsHandler::Restore(const v1::RestoreRequest& req, v1::RestoreRespon
   auto job = FindJob(req.job_id(), "job_id");
   if (!job.ok()) return job.status();
   if (req.path().empty()) return absl::InvalidArgumentError("path: empty checkpoint path");
+  absl::Status in_root = CheckUnderRoot(req.path(), options_.checkpoint_root, "path");
+  if (!in_root.ok()) return in_root;
   auto file = ReadFile(req.path());
   if (!file.ok()) {
     return absl::Status(file.status().code(), absl::StrCat("path: ", file.status().message()));
@@ -158,6 +166,8 @@ absl::Status PsHandler::Export(const v1::ExportRequest& req, v1::ExportResponse*
   auto job = FindJob(req.job_id(), "job_id");
   if (!job.ok()) return job.status();
   if (req.path().empty()) return absl::InvalidArgumentError("path: empty output path");
+  absl::Status in_root = CheckUnderRoot(req.path(), options_.export_root, "path");
+  if (!in_root.ok()) return in_root;
   std::vector<std::string> tables(req.tables().begin(), req.tables().end());
   auto bytes = (*job)->Export(tables);
   if (!bytes.ok()) return bytes.status();

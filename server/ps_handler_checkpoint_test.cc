@@ -385,5 +385,90 @@ TEST_F(HandlerTest, APeriodicCheckpointHoldsExactlyTheStepsUpToItsClock) {
   EXPECT_FLOAT_EQ((*now)[0], (*w0)[0] - 0.5f * 5);
 }
 
+// With --checkpoint_root and --export_root, every path a request names must lie in its root:
+// others (outside, "..", a symlink out) are refused naming the field and the root, and nothing
+// is read, written or created.
+TEST_F(HandlerTest, FilesOutsideTheConfiguredRootsAreRefusedAndNothingIsWritten) {
+  const std::string base = TempDir("roots");
+  const std::string ckpt_root = base + "/checkpoints", export_root = base + "/exports";
+  const std::string outside = base + "/outside";
+  for (const std::string& d : {ckpt_root, export_root, outside}) {
+    ASSERT_TRUE(MakeDirs(d).ok());
+  }
+  ASSERT_EQ(::symlink(outside.c_str(), (ckpt_root + "/escape").c_str()), 0);
+  PsHandlerOptions o;
+  o.checkpoint_dir = ckpt_root + "/default";
+  o.checkpoint_root = ckpt_root;
+  o.export_root = export_root;
+  Make(o);
+
+  // A job whose checkpoint directory is outside the root is not created.
+  auto req = CreateRequest("j", {DenseSpec("w", {64}, kSgd)}, v1::ConsistencySpec::ASP, 1);
+  req.set_checkpoint_dir(outside);
+  v1::CreateTablesResponse cresp;
+  absl::Status s = h_->CreateTables(req, &cresp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(s.message().find("checkpoint_dir: " + outside + " is outside " + ckpt_root),
+            std::string::npos)
+      << s;
+  v1::ServerStatus st;
+  ASSERT_TRUE(h_->Status(v1::ServerStatusRequest(), &st).ok());
+  EXPECT_EQ(st.jobs_size(), 0);
+  req.set_checkpoint_dir("");
+  Create(req);
+
+  // Checkpoints: inside the root (the default) yes; outside, through "..", or a symlink, no.
+  v1::CheckpointRequest c;
+  c.set_job_id("j");
+  v1::CheckpointResponse cr;
+  ASSERT_TRUE(h_->Checkpoint(c, &cr).ok());
+  EXPECT_EQ(cr.path().rfind(ckpt_root + "/default/j/", 0), 0u) << cr.path();
+  for (const std::string& dir :
+       {outside, ckpt_root + "/../outside", ckpt_root + "/escape", std::string("relative")}) {
+    c.set_dir(dir);
+    s = h_->Checkpoint(c, &cr);
+    EXPECT_FALSE(s.ok()) << dir;
+    EXPECT_NE(s.message().find("dir: "), std::string::npos) << s;
+  }
+  DIR* d = opendir(outside.c_str());
+  ASSERT_NE(d, nullptr);
+  int entries = 0;
+  while (dirent* e = readdir(d)) entries += e->d_name[0] != '.';
+  closedir(d);
+  EXPECT_EQ(entries, 0);  // Nothing was written outside.
+
+  // Restores read only inside the checkpoint root.
+  v1::RestoreRequest r;
+  r.set_job_id("j");
+  r.set_path("/etc/hostname");
+  v1::RestoreResponse rr;
+  s = h_->Restore(r, &rr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  r.set_path(cr.path().empty() ? ckpt_root : cr.path());
+  c.set_dir("");
+  ASSERT_TRUE(h_->Checkpoint(c, &cr).ok());
+  r.set_path(cr.path());
+  EXPECT_TRUE(h_->Restore(r, &rr).ok());
+  v1::UpdateShardMapRequest m;
+  *m.mutable_map() = RoundRobinMap("j", 5, {"a:1"});
+  m.set_self("s0");
+  m.add_restore_from("/etc/hostname");
+  v1::UpdateShardMapResponse mr;
+  s = h_->UpdateShardMap(m, &mr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(s.message().find("restore_from[0]"), std::string::npos) << s;
+
+  // Exports only inside the export root (not even inside the checkpoint root).
+  v1::ExportRequest e;
+  e.set_job_id("j");
+  e.set_path(ckpt_root + "/model.safetensors");
+  v1::ExportResponse er;
+  s = h_->Export(e, &er);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(s.message().find("path: "), std::string::npos) << s;
+  e.set_path(export_root + "/m/model.safetensors");
+  EXPECT_TRUE(h_->Export(e, &er).ok());
+}
+
 }  // namespace
 }  // namespace pscluster

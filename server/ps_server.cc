@@ -16,6 +16,7 @@
 #include "common/channel.h"
 #include "common/host_memory.h"
 #include "common/logging.h"
+#include "common/path_root.h"
 #include "common/status_convert.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/client/dialer.h"
@@ -147,6 +148,21 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   const uint64_t memory = options.memory_bytes != 0 ? options.memory_bytes : HostMemoryBytes();
   PsHandlerOptions ho;
   ho.checkpoint_dir = options.checkpoint_dir;
+  if (!options.checkpoint_root.empty()) {
+    auto root = ResolveRoot(options.checkpoint_root, "--checkpoint_root");
+    if (!root.ok()) return root.status();
+    ho.checkpoint_root = *root;
+  }
+  if (!options.export_root.empty()) {
+    auto root = ResolveRoot(options.export_root, "--export_root");
+    if (!root.ok()) return root.status();
+    ho.export_root = *root;
+  }
+  if (!options.checkpoint_dir.empty()) {
+    absl::Status in_root =
+        CheckUnderRoot(options.checkpoint_dir, ho.checkpoint_root, "--checkpoint_dir");
+    if (!in_root.ok()) return in_root;
+  }
   ho.memory_bytes = memory;
   if (!options.spill_dir.empty() && access(options.spill_dir.c_str(), W_OK | X_OK) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(

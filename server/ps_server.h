@@ -39,6 +39,10 @@ struct PsServerOptions {
   uint64_t memory_bytes = 0;           // --memory_bytes (0 = HostMemoryBytes())
   std::string spill_dir;               // --spill_dir (empty = no disk tier)
   std::string checkpoint_dir;          // --checkpoint_dir
+  // --checkpoint_root / --export_root: the directories every checkpoint directory and restored
+  // file / every export must lie in (common/path_root.h); empty = anywhere.
+  std::string checkpoint_root;
+  std::string export_root;
   TlsFiles tls;                        // --tls_cert / --tls_key / --tls_ca
   // --token_file: identities and roles of callers (common/token_file.h); empty = every call is
   // allowed. When set, the TCP/Unix data plane stays closed (it does not authenticate yet).

@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "common/path_root.h"
 #include "common/token_file.h"
 #include "scheduler/job_yaml.h"
 #include "worker/standalone.h"
@@ -54,6 +55,9 @@ ABSL_FLAG(int, data_shm_mib, 16,
           "(requests, replies) so that payloads bypass the socket (0 = never)");
 ABSL_FLAG(int, register_timeout_sec, 60,
           "give up registering with --scheduler after this long (exit 138, retryable)");
+ABSL_FLAG(std::string, export_root, "",
+          "directory every model export must be written in (the job's export_path, psctl "
+          "export --to; others are refused); empty = anywhere");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port serving Prometheus text at /metrics (empty = no metrics endpoint)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
@@ -171,6 +175,11 @@ int main(int argc, char** argv) {
     topts.channel.bearer_token = *token;
   }
   topts.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_sec));
+  if (!absl::GetFlag(FLAGS_export_root).empty()) {
+    auto root = ResolveRoot(absl::GetFlag(FLAGS_export_root), "--export_root");
+    if (!root.ok()) return Fail(root.status(), 2);
+    topts.export_root = *root;
+  }
   if (topts.cpu_threads < 0) return Fail(absl::InvalidArgumentError("--cpu_threads: must be >= 0"), 2);
   if (absl::GetFlag(FLAGS_call_timeout_sec) <= 0) {
     return Fail(absl::InvalidArgumentError("--call_timeout_sec: must be > 0"), 2);

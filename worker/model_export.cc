@@ -4,11 +4,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
+#include "common/path_root.h"
 #include "common/safetensors.h"
 
 namespace pscluster::worker {
 
-absl::Status ExportDirReady(const std::string& path) {
+absl::Status ExportDirReady(const std::string& path, const std::string& root,
+                            absl::string_view field) {
+  absl::Status in_root = CheckUnderRoot(path, root, field);
+  if (!in_root.ok()) return in_root;
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   absl::Status ds = MakeDirs(dir);
@@ -17,7 +21,7 @@ absl::Status ExportDirReady(const std::string& path) {
     ds = WriteFileAtomically(probe, "");
     ::unlink(probe.c_str());
   }
-  if (!ds.ok()) return absl::Status(ds.code(), absl::StrCat("export_path: ", ds.message()));
+  if (!ds.ok()) return absl::Status(ds.code(), absl::StrCat(field, ": ", ds.message()));
   return absl::OkStatus();
 }
 

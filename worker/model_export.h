@@ -17,9 +17,11 @@
 
 namespace pscluster::worker {
 
-// Creates the directory of `export_path` and checks it is writable (a lead rank checks this
-// when its task starts, not after hours of training). Errors name export_path.
-absl::Status ExportDirReady(const std::string& export_path);
+// Checks that `export_path` lies in `root` (a resolved --export_root; empty = anywhere), creates
+// its directory and checks it is writable (a lead rank checks this when its task starts, not
+// after hours of training). Errors name `field`.
+absl::Status ExportDirReady(const std::string& export_path, const std::string& root = "",
+                            absl::string_view field = "export_path");
 
 // Pulls every parameter at `clock` (the sparse ones at `sparse_keys`, sorted and unique) into
 // `slot` and writes them to `path` with `metadata`. Returns the bytes written; errors name

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
 #include "common/logging.h"
+#include "common/path_root.h"
 #include "kernels/create_backend.h"
 #include "kernels/models/create_model.h"
 #include "server/client/ps_client.h"
@@ -149,6 +150,8 @@ absl::Status Trainer::UpdatePartition(const v1::UpdatePartitionRequest& update) 
 
 absl::StatusOr<TaskRunner::ExportFn> Trainer::PrepareExport(const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError("path: empty output path");
+  absl::Status in_root = CheckUnderRoot(path, options_.export_root, "path");
+  if (!in_root.ok()) return in_root;
   absl::MutexLock l(&mu_);
   if (client_ == nullptr || export_ctx_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -314,7 +317,7 @@ absl::Status Trainer::RunImpl(State* st) {
   // when the task starts as the lead, not after hours of training, and again before the export.
   auto lead = [&] { return lead_rank_.load() == rank; };
   if (lead() && !spec.export_path().empty()) {
-    absl::Status ds = ExportDirReady(spec.export_path());
+    absl::Status ds = ExportDirReady(spec.export_path(), options_.export_root);
     if (!ds.ok()) return ds;
   }
 
@@ -431,7 +434,7 @@ absl::Status Trainer::RunImpl(State* st) {
   // step; the sparse tables at every feature key the training set uses.
   std::string export_path;
   if (lead() && !spec.export_path().empty()) {
-    absl::Status ds = ExportDirReady(spec.export_path());
+    absl::Status ds = ExportDirReady(spec.export_path(), options_.export_root);
     if (!ds.ok()) return ds;
     std::map<std::string, std::string> meta = {{"job_id", task_.job_id()},
                                                {"model", model_spec.kind()},

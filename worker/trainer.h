@@ -38,6 +38,9 @@ struct TrainerOptions {
   int cpu_threads = 0;                  // CPU backend threads; 0 = all cores.
   DataDirs data_dirs;
   ChannelOptions channel;               // TLS to the servers.
+  // Every export (the job's export_path, psctl export --to) must lie in this directory (a
+  // resolved --export_root, common/path_root.h); empty = anywhere.
+  std::string export_root;
   // Data plane to the servers (auto: their TCP data port unless TLS is on).
   DataTransport data_transport = DataTransport::kAuto;
   // TCP data plane: how long a waiting thread checks the socket before it sleeps.

@@ -8,6 +8,7 @@
 #include "common/atomic_file.h"
 #include "common/host_memory.h"
 #include "common/logging.h"
+#include "common/path_root.h"
 #include "kernels/device_probe.h"
 
 namespace pscluster::worker {
@@ -16,6 +17,11 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(WorkerDaemonOp
   auto log = Logger("worker");
   std::unique_ptr<WorkerDaemon> d(new WorkerDaemon());
   TrainerOptions& topts = options.trainer;
+  if (!topts.export_root.empty()) {
+    auto root = ResolveRoot(topts.export_root, "--export_root");
+    if (!root.ok()) return root.status();
+    topts.export_root = *root;
+  }
 
   auto authz = Authorizer::Create(options.token_file);
   if (!authz.ok()) return authz.status();
