@@ -309,7 +309,10 @@ absl::StatusOr<std::unique_ptr<EchoClient>> ConnectTcpEcho(const std::string& ad
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  // The echo's host as given (an IPv4 address), loopback for anything else ("localhost").
+  if (inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  }
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
     return absl::UnavailableError(absl::StrCat("connect to tcp echo ", address));

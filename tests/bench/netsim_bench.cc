@@ -1,0 +1,321 @@
+// The dense data plane over shaped links (tests/netsim): one ps_server on a host of its own, one
+// client (this process) on another, each host's link shaped with tc tbf to each rate in turn;
+// beside it, in the same run, a raw TCP echo through the same links, and both again over
+// loopback inside one host (no shaping) as the baseline. Reports throughput (payload bits each
+// way per round) against the link rate, the TCP echo and loopback — ratios, not timed
+// assertions. Needs root.
+//
+//   bazel run -c opt //tests/bench:netsim_bench -- [--rates=10gbit,1gbit,100mbit]
+//       [--sizes=4194304,67108864] [--runs=3] [--min_run_sec=1] [--out=FILE]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/atomic_file.h"
+#include "common/logging.h"
+#include "server/client/ps_client.h"
+#include "tests/bench/ps_bench_baselines.h"
+#include "tests/bench/ps_bench_process.h"
+#include "tests/netsim/netsim.h"
+
+ABSL_FLAG(std::string, rates, "10gbit,1gbit,100mbit", "link rates to measure, in turn");
+ABSL_FLAG(std::string, sizes, "4194304,67108864", "dense payload sizes in bytes");
+ABSL_FLAG(int, runs, 3, "runs per measurement (the median is reported)");
+ABSL_FLAG(double, min_run_sec, 1.0, "each run repeats rounds for at least this long (2 at least)");
+ABSL_FLAG(std::string, out, "", "also write the report (markdown) to this file");
+ABSL_FLAG(std::string, server_binary, "", "ps_server to launch (default: from the runfiles)");
+ABSL_FLAG(std::string, serve_echo, "", "internal: run a TCP echo server on this host");
+ABSL_FLAG(std::string, port_file, "", "internal: port file of --serve_echo");
+
+namespace pscluster::bench {
+namespace {
+
+std::string self_path;
+
+void Progress(const std::string& s) {
+  fprintf(stderr, "[netsim_bench] %s\n", s.c_str());
+  fflush(stderr);
+}
+
+void Check(const absl::Status& st, const std::string& what) {
+  if (!st.ok()) {
+    Progress(absl::StrCat(what, ": ", st.ToString()));
+    exit(1);
+  }
+}
+
+// A TCP echo server bound to `host` (one thread per connection).
+int ServeEchoOn(const std::string& host, const std::string& port_file) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1 ||
+      bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(s, 16) != 0) {
+    perror("echo");
+    return 1;
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
+  if (!WriteFileAtomically(port_file, absl::StrCat(host, ":", ntohs(addr.sin_port), "\n")).ok()) {
+    return 1;
+  }
+  while (true) {
+    int c = accept(s, nullptr, nullptr);
+    if (c < 0) continue;
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    std::thread([c] {
+      std::vector<char> buf(4 << 20);
+      for (ssize_t n; (n = read(c, buf.data(), buf.size())) > 0;) {
+        for (ssize_t off = 0; off < n;) {
+          ssize_t w = write(c, buf.data() + off, n - off);
+          if (w <= 0) return;
+          off += w;
+        }
+      }
+      close(c);
+    }).detach();
+  }
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Seconds per round: rounds repeated for at least --min_run_sec (2 at least).
+template <typename F>
+double TimeRounds(F round) {
+  const absl::Time t0 = absl::Now();
+  int n = 0;
+  while (n < 2 || absl::Now() - t0 < absl::Seconds(absl::GetFlag(FLAGS_min_run_sec))) {
+    round();
+    ++n;
+  }
+  return absl::ToDoubleSeconds(absl::Now() - t0) / n;
+}
+
+// One client of one ps_server, a dense table of `bytes`, over the TCP data port.
+struct PsPair {
+  std::unique_ptr<PsClient> client;
+  std::vector<float> grad, vals;
+  int64_t step = 0;
+};
+
+PsPair MakePair(const std::string& address, size_t bytes) {
+  static int seq = 0;
+  const std::string job = absl::StrCat("netsim", seq++);
+  const uint64_t elems = bytes / 4;
+  v1::TableSpec t;
+  t.set_name("t");
+  t.set_kind(v1::DENSE);
+  t.mutable_shape()->add_dims(elems);
+  t.set_block_elems(std::clamp<uint64_t>(elems / 8, 1 << 16, 1 << 20));
+  t.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  t.mutable_optimizer()->set_learning_rate(1e-6f);
+  v1::ShardMap m;
+  m.set_job_id(job);
+  m.set_epoch(1);
+  m.set_num_virtual_shards(16);
+  for (uint32_t s = 0; s < 16; ++s) {
+    auto* a = m.add_assignments();
+    a->set_shard(s);
+    a->set_primary("s0");
+  }
+  auto* e = m.add_servers();
+  e->set_node_id("s0");
+  e->set_address(address);
+  PsClientOptions o;
+  o.job_id = job;
+  o.call_timeout = absl::Seconds(300);
+  o.data_transport = DataTransport::kTcp;  // The same path over loopback and over the links.
+  auto c = PsClient::Create(o, m, {t});
+  Check(c.status(), "client");
+  Check((*c)->InstallShardMap(), "install shard map");
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  Check((*c)->CreateTables(asp, 1), "create tables");
+  PsPair p;
+  p.client = std::move(*c);
+  p.grad.assign(elems, 1e-3f);
+  p.vals.assign(elems, 0.f);
+  return p;
+}
+
+struct Result {
+  double echo = 0, pushpull = 0;  // Seconds per round, medians.
+};
+
+// Echo and push-pull, interleaved run by run (a run 0 warms both up).
+Result Measure(const std::string& echo_addr, const std::string& ps_addr, size_t bytes) {
+  auto echo = ConnectTcpEcho(echo_addr);
+  Check(echo.status(), "echo connect " + echo_addr);
+  PsPair p = MakePair(ps_addr, bytes);
+  std::vector<double> e, pp;
+  for (int run = 0; run <= absl::GetFlag(FLAGS_runs); ++run) {
+    const double te = TimeRounds([&] { Check((*echo)->Round(bytes).status(), "echo round"); });
+    const double tp = TimeRounds([&] {
+      Check(
+          p.client->PushPull(p.step++, {{{"t", p.grad.data()}}, {}}, {{{"t", p.vals.data()}}, {}}),
+          "push-pull");
+    });
+    if (run == 0) continue;
+    e.push_back(te);
+    pp.push_back(tp);
+  }
+  Check(p.client->DropJob(), "drop job");
+  return {Median(e), Median(pp)};
+}
+
+std::string Size(size_t b) {
+  return b >= (1 << 20) ? absl::StrCat(b >> 20, " MiB") : absl::StrCat(b >> 10, " KiB");
+}
+std::string Mbits(double bytes, double sec) {
+  return absl::StrFormat("%.0f", bytes * 8 / sec / 1e6);
+}
+
+int Main(netsim::Network& net, const std::vector<std::string>& rates,
+         const std::vector<size_t>& sizes) {
+  std::string server_bin = absl::GetFlag(FLAGS_server_binary);
+  if (server_bin.empty()) {
+    const char* rf = getenv("RUNFILES_DIR");
+    server_bin = rf ? std::string(rf) + "/pscluster/server/ps_server"
+                    : self_path + ".runfiles/pscluster/server/ps_server";
+  }
+  const std::string tmp = absl::StrCat("/tmp/netsim_bench.", getpid());
+  Check(MakeDirs(tmp), "tmp dir");
+  const std::string server_ip = net.host("server")->address;
+  // Over the links: ps_server and the echo on the server host.
+  std::vector<std::string> remote_ps =
+      net.Command("server", {server_bin, "--log_level=warn", "--listen=" + server_ip + ":0"});
+  ChildProcess ps_remote(remote_ps[0], {remote_ps.begin() + 1, remote_ps.end()},
+                         tmp + "/ps_remote.port");
+  std::vector<std::string> remote_echo =
+      net.Command("server", {self_path, "--serve_echo=" + server_ip});
+  ChildProcess echo_remote(remote_echo[0], {remote_echo.begin() + 1, remote_echo.end()},
+                           tmp + "/echo_remote.port");
+  // Loopback: both on this (the client's) host.
+  ChildProcess ps_local(server_bin, {"--log_level=warn", "--listen=127.0.0.1:0"},
+                        tmp + "/ps_local.port");
+  ChildProcess echo_local(self_path, {"--serve_echo=127.0.0.1"}, tmp + "/echo_local.port");
+  auto a_ps_remote = ps_remote.Address();
+  auto a_echo_remote = echo_remote.Address();
+  auto a_ps_local = ps_local.Address();
+  auto a_echo_local = echo_local.Address();
+  Check(a_ps_remote.status(), "ps_server on the server host");
+  Check(a_echo_remote.status(), "echo on the server host");
+  Check(a_ps_local.status(), "ps_server on loopback");
+  Check(a_echo_local.status(), "echo on loopback");
+
+  std::string out;
+  auto line = [&](const std::string& s) {
+    out += s + "\n";
+    printf("%s\n", s.c_str());
+    fflush(stdout);
+  };
+  line(absl::StrCat(
+      "Machine: ", std::thread::hardware_concurrency(),
+      " cores. 1 ps_server x 1 client over the TCP data port; client and server on netsim hosts "
+      "of their own, each host's link shaped both ways with tc tbf (no delay emulation); the "
+      "raw TCP echo on the server's host, through the same links; loopback = both inside one "
+      "host, unshaped. Mbit/s = payload bits each way / round time (a push-pull round pushes "
+      "the payload and pulls it back; an echo round sends it and receives it back). Median of ",
+      absl::GetFlag(FLAGS_runs), " runs, each >= ", absl::GetFlag(FLAGS_min_run_sec),
+      " s of rounds; echo and push-pull interleaved run by run."));
+  line("");
+  line(
+      "| payload | link | raw TCP echo Mbit/s | push-pull Mbit/s | push-pull round | echo / link "
+      "rate | push-pull / link rate | push-pull / TCP echo | push-pull / loopback push-pull |");
+  line("|---|---|---|---|---|---|---|---|---|");
+  for (size_t b : sizes) {
+    Progress(absl::StrCat(Size(b), " over loopback"));
+    const Result lo = Measure(*a_echo_local, *a_ps_local, b);
+    line(absl::StrCat("| ", Size(b), " | loopback (baseline) | ", Mbits(b, lo.echo), " | ",
+                      Mbits(b, lo.pushpull), " | ", absl::StrFormat("%.1f ms", lo.pushpull * 1e3),
+                      " | – | – | ", absl::StrFormat("%.2f", lo.echo / lo.pushpull), " | 1.00 |"));
+    for (const std::string& rate : rates) {
+      Check(net.SetRate("client", rate), "shape the client's link");
+      Check(net.SetRate("server", rate), "shape the server's link");
+      const double bits = *netsim::ParseRate(rate);
+      Progress(absl::StrCat(Size(b), " over ", rate, " links"));
+      const Result r = Measure(*a_echo_remote, *a_ps_remote, b);
+      line(absl::StrCat("| ", Size(b), " | ", rate, " | ", Mbits(b, r.echo), " | ",
+                        Mbits(b, r.pushpull), " | ", absl::StrFormat("%.1f ms", r.pushpull * 1e3),
+                        " | ", absl::StrFormat("%.2f", b * 8 / r.echo / bits), " | ",
+                        absl::StrFormat("%.2f", b * 8 / r.pushpull / bits), " | ",
+                        absl::StrFormat("%.2f", r.echo / r.pushpull), " | ",
+                        absl::StrFormat("%.2f", lo.pushpull / r.pushpull), " |"));
+    }
+  }
+  if (!absl::GetFlag(FLAGS_out).empty())
+    Check(WriteFileAtomically(absl::GetFlag(FLAGS_out), out), "--out");
+  return 0;
+}
+
+}  // namespace
+}  // namespace pscluster::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  pscluster::bench::self_path = n > 0 ? std::string(buf, n) : argv[0];
+  if (!absl::GetFlag(FLAGS_serve_echo).empty()) {
+    return pscluster::bench::ServeEchoOn(absl::GetFlag(FLAGS_serve_echo),
+                                         absl::GetFlag(FLAGS_port_file));
+  }
+  std::vector<std::string> rates =
+      absl::StrSplit(absl::GetFlag(FLAGS_rates), ',', absl::SkipEmpty());
+  for (const std::string& r : rates) {
+    auto bits = pscluster::netsim::ParseRate(r);
+    if (!bits.ok() || *bits == 0) {
+      fprintf(stderr, "--rates: '%s' is not a link rate (100mbit, 1gbit, 10gbit)\n", r.c_str());
+      return 2;
+    }
+  }
+  std::vector<size_t> sizes;
+  for (auto s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',')) {
+    size_t v;
+    if (!absl::SimpleAtoi(s, &v) || v < 4096) {
+      fprintf(stderr, "--sizes: '%s' is not a size >= 4096\n", std::string(s).c_str());
+      return 2;
+    }
+    sizes.push_back(v);
+  }
+  // The network first, and this process into the client's host, before anything starts a thread.
+  auto net = pscluster::netsim::Network::Create();
+  if (!net.ok()) {
+    fprintf(stderr, "netsim_bench: %s\n", net.status().ToString().c_str());
+    return 1;
+  }
+  for (const char* host : {"client", "server"}) {
+    auto h = (*net)->AddHost(host, rates.empty() ? "" : rates[0]);
+    if (!h.ok()) {
+      fprintf(stderr, "netsim_bench: %s\n", h.status().ToString().c_str());
+      return 1;
+    }
+  }
+  absl::Status st = (*net)->Enter("client");
+  if (!st.ok()) {
+    fprintf(stderr, "netsim_bench: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  (void)pscluster::SetLogLevel("warn");
+  return pscluster::bench::Main(**net, rates, sizes);
+}
