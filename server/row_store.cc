@@ -40,6 +40,9 @@ absl::StatusOr<std::unique_ptr<RowStore>> RowStore::Open(const std::string& path
   o.error_if_exists = false;
   o.IncreaseParallelism(2);
   o.max_open_files = 256;
+  // Rows are float32 weights and optimizer state: compression costs CPU and saves little.
+  o.compression = rocksdb::kNoCompression;
+  o.write_buffer_size = 128 << 20;
   rocksdb::BlockBasedTableOptions t;
   t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
