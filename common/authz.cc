@@ -120,7 +120,9 @@ absl::Status Authorizer::Decide(absl::string_view method, const Identity* identi
   return absl::OkStatus();
 }
 
-absl::Status Authorizer::Check(const grpc::ServerContextBase& ctx, absl::string_view method) const {
+absl::Status Authorizer::Check(const grpc::ServerContextBase& ctx, absl::string_view method,
+                               std::string* who) const {
+  if (who != nullptr) who->clear();
   if (!enabled()) return absl::OkStatus();
   std::shared_ptr<const TokenFile> file;
   {
@@ -135,7 +137,9 @@ absl::Status Authorizer::Check(const grpc::ServerContextBase& ctx, absl::string_
       return absl::UnauthenticatedError(
           absl::StrCat(method, ": the authorization header is not 'Bearer <token>'"));
     }
-    return Decide(method, file->FindByToken(value.substr(7)));
+    const Identity* id = file->FindByToken(value.substr(7));
+    if (id != nullptr && who != nullptr) *who = id->name;
+    return Decide(method, id);
   }
   std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   if (auth != nullptr && auth->IsPeerAuthenticated()) {
@@ -145,7 +149,10 @@ absl::Status Authorizer::Check(const grpc::ServerContextBase& ctx, absl::string_
     }
     for (const auto& name : names) {
       const Identity* id = file->FindByName(ToView(name));
-      if (id != nullptr) return Decide(method, id);
+      if (id != nullptr) {
+        if (who != nullptr) *who = id->name;
+        return Decide(method, id);
+      }
     }
     return absl::PermissionDeniedError(
         absl::StrCat(method, ": the client certificate's identity ",

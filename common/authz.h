@@ -50,8 +50,10 @@ class Authorizer {
   absl::Status Reload();
 
   // OK when the caller of `method` may call it. UNAUTHENTICATED when it presents no credential
-  // or a token not in the file; PERMISSION_DENIED naming the role needed otherwise.
-  absl::Status Check(const grpc::ServerContextBase& ctx, absl::string_view method) const;
+  // or a token not in the file; PERMISSION_DENIED naming the role needed otherwise. `who`, when
+  // given, is set to the caller's identity name once it is known ("" otherwise).
+  absl::Status Check(const grpc::ServerContextBase& ctx, absl::string_view method,
+                     std::string* who = nullptr) const;
 
   // The same decision for a call that is not gRPC (the scheduler's web status page):
   // `authorization` is the request's Authorization header ("" = none), "Bearer <token>".

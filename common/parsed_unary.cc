@@ -71,6 +71,15 @@ absl::Status SerializeResponse(const google::protobuf::Message& resp, grpc::Byte
   return absl::OkStatus();
 }
 
+std::string JobIdOf(const google::protobuf::Message& m) {
+  const google::protobuf::FieldDescriptor* f = m.GetDescriptor()->FindFieldByName("job_id");
+  if (f == nullptr || f->type() != google::protobuf::FieldDescriptor::TYPE_STRING ||
+      f->is_repeated()) {
+    return "";
+  }
+  return m.GetReflection()->GetString(m, f);
+}
+
 void CheckServed(const google::protobuf::ServiceDescriptor* service,
                  const std::vector<bool>& served) {
   std::vector<std::string> missing;

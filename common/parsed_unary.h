@@ -34,6 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "common/audit_log.h"
 #include "common/authz.h"
 #include "common/metrics.h"
 #include "common/status_convert.h"
@@ -56,6 +57,8 @@ const google::protobuf::ServiceDescriptor* FindService(absl::string_view full_na
 absl::Status ParseRequest(const grpc::ByteBuffer& in, google::protobuf::Message* req,
                           const google::protobuf::MethodDescriptor* method);
 absl::Status SerializeResponse(const google::protobuf::Message& resp, grpc::ByteBuffer* out);
+// The value of `m`'s string field "job_id" ("" when it has none).
+std::string JobIdOf(const google::protobuf::Message& m);
 // Aborts naming the unary methods of `service` not in `served`.
 void CheckServed(const google::protobuf::ServiceDescriptor* service,
                  const std::vector<bool>& served);
@@ -94,6 +97,11 @@ class ParsedUnaryService : public Base {
     }
   }
 
+  // Records every refused call, and every call of a method that changes state (AuditedMethod),
+  // in `log` (nullptr = none, the default). REQUIRES: before the service serves; `log` outlives
+  // it.
+  void SetAuditLog(AuditLog* log) { audit_ = log; }
+
  protected:
   // Every call is checked by `authz` before it is parsed (nullptr = none, the default).
   // REQUIRES: called from the constructor of the derived service; `authz` outlives the service.
@@ -116,18 +124,38 @@ class ParsedUnaryService : public Base {
               grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
               Histogram* const latency = latency_[m->index()].load(std::memory_order_acquire);
               const absl::Time arrived = latency != nullptr ? absl::Now() : absl::InfinitePast();
-              auto finish = [reactor, latency, arrived](const absl::Status& s) {
+              auto call = std::make_shared<std::pair<Req, Resp>>();
+              // The audit record, when this call is to be recorded (filled as it goes).
+              std::shared_ptr<AuditRecord> audit;
+              if (audit_ != nullptr) {
+                audit = std::make_shared<AuditRecord>();
+                audit->time = absl::Now();
+                audit->method = m->full_name();
+                audit->peer = ctx->peer();
+              }
+              AuditLog* const audit_log = audit_;
+              const bool audited = audit_ != nullptr && AuditedMethod(m->full_name());
+              auto finish = [reactor, latency, arrived, audit, audit_log, audited,
+                             call](const absl::Status& s) {
                 if (latency != nullptr) latency->ObserveSeconds(absl::Now() - arrived);
+                if (audit != nullptr &&
+                    (audited || s.code() == absl::StatusCode::kUnauthenticated ||
+                     (s.code() == absl::StatusCode::kPermissionDenied && !audit->checked))) {
+                  audit->status = s;
+                  audit->job_id = parsed_unary_internal::JobIdOf(call->first);
+                  audit_log->Record(*audit);
+                }
                 reactor->Finish(ToGrpcStatus(s));
               };
               if (authz_ != nullptr) {
-                absl::Status allowed = authz_->Check(*ctx, m->full_name());
+                absl::Status allowed =
+                    authz_->Check(*ctx, m->full_name(), audit ? &audit->identity : nullptr);
                 if (!allowed.ok()) {
                   finish(allowed);
                   return reactor;
                 }
               }
-              auto call = std::make_shared<std::pair<Req, Resp>>();
+              if (audit != nullptr) audit->checked = true;
               absl::Status parsed = parsed_unary_internal::ParseRequest(*in, &call->first, m);
               if (!parsed.ok()) {
                 finish(parsed);
@@ -152,6 +180,7 @@ class ParsedUnaryService : public Base {
   std::vector<bool> served_;
   std::unique_ptr<std::atomic<Histogram*>[]> latency_;  // By method index; null: not observed.
   const Authorizer* authz_ = nullptr;
+  AuditLog* audit_ = nullptr;
 };
 
 }  // namespace pscluster

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/channel.h"
 #include "common/token_file.h"
 #include "gmock/gmock.h"
@@ -55,6 +56,9 @@ class SchedulerAuthzTest : public ::testing::Test {
     o.db_full_sync = false;
     o.tls = {dir_ + "/localhost.pem", dir_ + "/localhost.key", dir_ + "/ca.pem"};
     o.token_file = dir_ + "/tokens";
+    o.audit_log = dir_ + "/audit-" +
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".log";
+    audit_log_ = o.audit_log;
     auto d = SchedulerDaemon::Start(o);
     ASSERT_THAT(d, IsOk());
     daemon_ = std::move(*d);
@@ -74,6 +78,7 @@ class SchedulerAuthzTest : public ::testing::Test {
   }
 
   std::string dir_;
+  std::string audit_log_;
   std::unique_ptr<SchedulerDaemon> daemon_;
 };
 
@@ -100,6 +105,32 @@ TEST_F(SchedulerAuthzTest, ATokenWinsOverTheCertificate) {
   EXPECT_THAT(as_alice->CancelJob("job-404", "test"), StatusIs(absl::StatusCode::kNotFound));
   auto wrong = Client("vera", "not-a-token");
   EXPECT_THAT(wrong->ListJobs(true), StatusIs(absl::StatusCode::kUnauthenticated));
+}
+
+// --audit_log: a line per call that changes state (allowed or not) and per refused call, with
+// who made it; reads that pass are not logged.
+TEST_F(SchedulerAuthzTest, TheAuditLogRecordsChangesAndRefusalsWithTheirCaller) {
+  auto vera = Client("vera");
+  EXPECT_THAT(vera->ListJobs(true), IsOk());  // A read: not logged.
+  EXPECT_THAT(vera->CancelJob("job-1", "no"), StatusIs(absl::StatusCode::kPermissionDenied));
+  auto as_alice = Client("vera", "alice-token");
+  EXPECT_THAT(as_alice->CancelJob("job-404", "test"), StatusIs(absl::StatusCode::kNotFound));
+  auto wrong = Client("vera", "not-a-token");
+  EXPECT_THAT(wrong->ListJobs(true), StatusIs(absl::StatusCode::kUnauthenticated));
+
+  std::ifstream in(audit_log_);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u) << absl::StrJoin(lines, "\n");
+  EXPECT_THAT(lines[0], HasSubstr("\"method\":\"pscluster.v1.Scheduler.CancelJob\","
+                                  "\"identity\":\"vera.pscluster\""));
+  EXPECT_THAT(lines[0], HasSubstr("\"code\":\"PERMISSION_DENIED\""));
+  EXPECT_THAT(lines[1], HasSubstr("\"identity\":\"alice\""));
+  EXPECT_THAT(lines[1], HasSubstr("\"job_id\":\"job-404\",\"code\":\"NOT_FOUND\""));
+  EXPECT_THAT(lines[2], HasSubstr("\"method\":\"pscluster.v1.Scheduler.ListJobs\","
+                                  "\"identity\":\"\""));
+  EXPECT_THAT(lines[2], HasSubstr("\"code\":\"UNAUTHENTICATED\""));
+  EXPECT_THAT(lines[2], HasSubstr("\"peer\":\"ipv4:127.0.0.1:"));
 }
 
 TEST_F(SchedulerAuthzTest, ACertificateWithoutALineIsRefused) {

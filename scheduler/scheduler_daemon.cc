@@ -41,6 +41,12 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   LogAuthMode("scheduler", *d->authz_, options.tls.enabled() && !options.tls.ca.empty());
   d->service_ = std::make_unique<SchedulerService>(d->scheduler_.get(), d->authz_.get());
   d->service_->ObserveLatency(d->scheduler_->mutable_metrics(), "pscluster_scheduler_rpc_seconds");
+  if (!options.audit_log.empty()) {
+    auto audit = AuditLog::Open(options.audit_log);
+    if (!audit.ok()) return audit.status();
+    d->audit_ = std::move(*audit);
+    d->service_->SetAuditLog(d->audit_.get());
+  }
   SchedulerDaemon* self = d.get();
   d->scheduler_->OnServingChanged([self](bool serving) {
     absl::MutexLock l(&self->health_mu_);

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/audit_log.h"
 #include "common/authz.h"
 #include "common/clock.h"
 #include "common/grpc_server.h"
@@ -35,6 +36,9 @@ struct SchedulerDaemonOptions {
   TlsFiles tls;                 // Server side; also presented to servers and workers.
   // Identities and roles of callers (common/token_file.h); empty = every call is allowed.
   std::string token_file;
+  // Calls that change state (SubmitJob, CancelJob, MoveShard, CheckpointJob, ExportJob) and
+  // refused calls, as JSON lines (common/audit_log.h); "" = none.
+  std::string audit_log;
   std::string credential;       // Token sent to servers and workers (empty = none).
   absl::Duration rpc_timeout = absl::Seconds(5);  // Deadline of calls to servers and workers.
   std::string metrics_address;  // host:port of the Prometheus /metrics endpoint ("" = none).
@@ -76,6 +80,7 @@ class SchedulerDaemon {
   CapacityPlacement placement_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Authorizer> authz_;
+  std::unique_ptr<AuditLog> audit_;
   std::unique_ptr<SchedulerService> service_;
   std::unique_ptr<GrpcServer> server_;
   std::unique_ptr<MetricsHttpServer> metrics_;

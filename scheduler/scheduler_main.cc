@@ -61,6 +61,9 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA bundle: requires and verifies client certificates (mutual TLS) and verifies "
           "the servers and workers the scheduler calls");
+ABSL_FLAG(std::string, audit_log, "",
+          "append a JSON line per call that changes state (SubmitJob, CancelJob, MoveShard, "
+          "CheckpointJob, ExportJob) and per refused call to this file; empty = none");
 ABSL_FLAG(std::string, token_file, "",
           "identities and roles allowed to call the scheduler: lines 'SHA256_HEX_OF_TOKEN|- "
           "IDENTITY ROLE[,ROLE...]' (re-read on SIGHUP); empty = no authentication (a warning "
@@ -154,6 +157,7 @@ int main(int argc, char** argv) {
   options.tls.key = absl::GetFlag(FLAGS_tls_key);
   options.tls.ca = absl::GetFlag(FLAGS_tls_ca);
   options.token_file = absl::GetFlag(FLAGS_token_file);
+  options.audit_log = absl::GetFlag(FLAGS_audit_log);
   if (!absl::GetFlag(FLAGS_credential_file).empty()) {
     auto token = pscluster::ReadCredentialFile(absl::GetFlag(FLAGS_credential_file));
     if (!token.ok()) {

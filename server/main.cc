@@ -48,6 +48,10 @@ ABSL_FLAG(std::string, token_file, "",
           "identities and roles allowed to call this server: lines 'SHA256_HEX_OF_TOKEN|- "
           "IDENTITY ROLE[,ROLE...]' (re-read on SIGHUP); empty = no authentication (a warning "
           "is logged); when set, the TCP/Unix data port stays closed");
+ABSL_FLAG(std::string, audit_log, "",
+          "append a JSON line per call that changes state (CreateTables, UpdateShardMap, DropJob, "
+          "Checkpoint, Restore, Export, FenceWorker) and per refused call to this file; empty = "
+          "none");
 ABSL_FLAG(std::string, credential_file, "",
           "file holding the token this server sends to the scheduler and to other servers (its "
           "identity needs roles node and server)");
@@ -108,6 +112,7 @@ int main(int argc, char** argv) {
   o.tls.key = absl::GetFlag(FLAGS_tls_key);
   o.tls.ca = absl::GetFlag(FLAGS_tls_ca);
   o.token_file = absl::GetFlag(FLAGS_token_file);
+  o.audit_log = absl::GetFlag(FLAGS_audit_log);
   if (!absl::GetFlag(FLAGS_credential_file).empty()) {
     auto token = pscluster::ReadCredentialFile(absl::GetFlag(FLAGS_credential_file));
     if (!token.ok()) {

@@ -189,6 +189,12 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
                                             options.data_plane, s->replica_.get(),
                                             s->authz_.get());
   s->service_->ObserveLatency(&s->registry_, "pscluster_server_rpc_seconds");
+  if (!options.audit_log.empty()) {
+    auto audit = AuditLog::Open(options.audit_log);
+    if (!audit.ok()) return audit.status();
+    s->audit_ = std::move(*audit);
+    s->service_->SetAuditLog(s->audit_.get());
+  }
   GrpcServerOptions go;
   go.listen_address = options.listen;
   go.tls = options.tls;

@@ -18,6 +18,7 @@
 #include "common/executor.h"
 #include "common/grpc_server.h"
 #include "common/metrics.h"
+#include "common/audit_log.h"
 #include "common/authz.h"
 #include "common/tls.h"
 #include "server/data_stream.h"
@@ -47,6 +48,9 @@ struct PsServerOptions {
   // --token_file: identities and roles of callers (common/token_file.h); empty = every call is
   // allowed. When set, the TCP/Unix data plane stays closed (it does not authenticate yet).
   std::string token_file;
+  // --audit_log: calls that change state, and refused calls, as JSON lines (common/audit_log.h);
+  // empty = none.
+  std::string audit_log;
   // The token this server sends to the scheduler and to other servers (--credential_file's
   // content); empty = none.
   std::string credential;
@@ -118,6 +122,7 @@ class PsServer {
   std::unique_ptr<Executor> background_;
   std::unique_ptr<PsHandler> handler_;
   std::unique_ptr<Authorizer> authz_;
+  std::unique_ptr<AuditLog> audit_;
   std::unique_ptr<PsService> service_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<TcpDataServer> tcp_;

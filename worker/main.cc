@@ -68,6 +68,9 @@ ABSL_FLAG(std::string, token_file, "",
           "identities and roles allowed to call this worker: lines 'SHA256_HEX_OF_TOKEN|- "
           "IDENTITY ROLE[,ROLE...]' (re-read on SIGHUP); empty = no authentication (a warning "
           "is logged)");
+ABSL_FLAG(std::string, audit_log, "",
+          "append a JSON line per call that changes state (AssignTask, StopTask, "
+          "UpdatePartition, ExportModel, ...) and per refused call to this file; empty = none");
 ABSL_FLAG(std::string, credential_file, "",
           "file holding the token this worker sends to the scheduler and the servers (its "
           "identity needs roles node and worker)");
@@ -222,6 +225,7 @@ int main(int argc, char** argv) {
   dopts.port_file = absl::GetFlag(FLAGS_port_file);
   dopts.metrics_address = absl::GetFlag(FLAGS_metrics_listen);
   dopts.token_file = absl::GetFlag(FLAGS_token_file);
+  dopts.audit_log = absl::GetFlag(FLAGS_audit_log);
   dopts.cpu_slots = absl::GetFlag(FLAGS_cpu_slots);
   dopts.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
   dopts.registration_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_sec));

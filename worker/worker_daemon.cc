@@ -68,6 +68,12 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(WorkerDaemonOp
   d->node_ = std::make_unique<WorkerNode>(nopts, d->scheduler_.get(), factory);
   d->service_ = std::make_unique<WorkerService>(d->node_.get(), d->authz_.get());
   d->service_->ObserveLatency(&d->metrics_, "pscluster_worker_rpc_seconds");
+  if (!options.audit_log.empty()) {
+    auto audit = AuditLog::Open(options.audit_log);
+    if (!audit.ok()) return audit.status();
+    d->audit_ = std::move(*audit);
+    d->service_->SetAuditLog(d->audit_.get());
+  }
   GrpcServerOptions gopts;
   gopts.listen_address = options.listen_address;
   gopts.tls = topts.channel.tls;

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/audit_log.h"
 #include "common/authz.h"
 #include "common/grpc_server.h"
 #include "common/metrics.h"
@@ -30,6 +31,8 @@ struct WorkerDaemonOptions {
   std::string metrics_address;                   // /metrics ("" = none).
   // Identities and roles of callers (common/token_file.h); empty = every call is allowed.
   std::string token_file;
+  // Calls that change state, and refused calls, as JSON lines (common/audit_log.h); "" = none.
+  std::string audit_log;
   int cpu_slots = 1;                             // Training tasks offered.
   uint64_t memory_bytes = 0;                     // Offered (0 = physical memory).
   absl::Duration registration_timeout = absl::Seconds(60);
@@ -65,6 +68,7 @@ class WorkerDaemon {
 
   MetricsRegistry metrics_;
   std::unique_ptr<Authorizer> authz_;
+  std::unique_ptr<AuditLog> audit_;
   std::unique_ptr<SchedulerClient> scheduler_;
   std::unique_ptr<WorkerNode> node_;
   std::unique_ptr<WorkerService> service_;
