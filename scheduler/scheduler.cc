@@ -406,7 +406,38 @@ absl::Status Scheduler::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartbeat
   if (!s.ok()) return s;
   heartbeats_->Add();
   resp->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
+  if (!req.tasks().empty()) StopUnwantedTasks(req);
   return absl::OkStatus();
+}
+
+void Scheduler::StopUnwantedTasks(const v1::HeartbeatRequest& req) {
+  absl::MutexLock l(&mu_);
+  for (const v1::WorkerTaskLoad& task : req.tasks()) {
+    const JobRecord* rec = FindJob(task.job_id());
+    const bool wanted = rec != nullptr && HoldsResources(rec->job.state()) &&
+                        static_cast<int>(task.rank()) < rec->job.workers_size() &&
+                        rec->job.workers(static_cast<int>(task.rank())) == req.node_id();
+    if (wanted) continue;
+    const bool queued = std::any_of(cleanups_.begin(), cleanups_.end(), [&](const Cleanup& c) {
+      return !c.drop_job && c.node_id == req.node_id() && c.job_id == task.job_id();
+    });
+    if (queued) continue;
+    // A task the scheduler no longer wants (its rank was handed over while its worker was cut
+    // off, or its job ended meanwhile): stopped, unless the job gives this worker a rank again.
+    Cleanup c;
+    c.node_id = req.node_id();
+    c.job_id = task.job_id();
+    c.reason = rec == nullptr ? "the scheduler knows no such job"
+                              : absl::StrCat("rank ", task.rank(), " of job ", task.job_id(),
+                                             " is no longer this worker's (job ",
+                                             JobStateName(rec->job.state()), ")");
+    c.not_before = absl::InfinitePast();
+    c.stale_copy = true;
+    Log()->info("{} still runs a task of job {} rank {}: stopping it ({})", req.node_id(),
+                task.job_id(), task.rank(), c.reason);
+    cleanups_.push_back(std::move(c));
+    Wake();
+  }
 }
 
 absl::Status Scheduler::Deregister(const v1::DeregisterRequest& req) {

@@ -208,8 +208,9 @@ class Scheduler {
     // (the servers keep its tables while its workers stop; see task_stop_grace).
     std::vector<std::string> stopping_workers;
     absl::Time stop_deadline;
-    // DropJob of a copy left on a server that came back after its jobs moved away: done unless
-    // the job is placed on that server again (whatever the job's state).
+    // DropJob of a copy left on a server that came back after its jobs moved away, or StopTask
+    // of a task its worker still runs though the job no longer gives it that rank: done unless
+    // the job holds that node again (whatever the job's state).
     bool stale_copy = false;
   };
   // Placement calls prepared under the lock and made outside it.
@@ -324,6 +325,9 @@ class Scheduler {
   // Whether one of `workers` (live, reachable) still runs a task of `job_id`.
   bool WorkerStillRuns(const std::vector<std::string>& workers, const std::string& job_id);
   void PersistProgress();
+  // A worker's heartbeat lists a task that its job no longer gives it (the job ended, or the
+  // rank was handed over while the worker was cut off): queues a StopTask for it.
+  void StopUnwantedTasks(const v1::HeartbeatRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
   void MoveLoop();
   // Queues the moves the rebalancer picks for running jobs from their servers' shard loads.
   void Rebalance();

@@ -20,6 +20,64 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
+// A worker cut off long enough for its rank to be handed over comes back still running the old
+// task (fenced on the servers, but waiting out its calls): its heartbeat gets that task stopped.
+// A task of a job that has ended is stopped the same way; the wanted task is left alone.
+TEST_F(SchedulerTest, ATaskItsJobNoLongerGivesTheWorkerIsStoppedWhenItsWorkerIsHeardFrom) {
+  AddCluster(2, 3);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(kJob, &id));
+  v1::Job job = Get(id);
+  const std::string cut = job.workers(1);
+  const std::string kept = job.workers(0);
+  Node(job.servers(0))->server()->SetClocks({42, 41});
+  Node(job.servers(1))->server()->SetClocks({41, 40});
+  AdvanceWithout(cut, absl::Seconds(11));  // Its lease expires: rank 1 is handed over.
+  job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  ASSERT_NE(job.workers(1), cut);
+  ASSERT_EQ(job.recovery().handovers(), 1u);
+  EXPECT_THAT(Node(cut)->worker()->stopped(), IsEmpty());
+
+  // The cut-off worker comes back and reports its old task; the kept one reports its own.
+  v1::RegisterNodeRequest again;
+  again.mutable_node()->set_node_id(cut);
+  again.mutable_node()->set_role(v1::ROLE_WORKER);
+  again.mutable_node()->set_address(Node(cut)->address());
+  again.mutable_node()->mutable_capacity()->set_cpu_slots(1);
+  again.mutable_node()->mutable_capacity()->set_memory_bytes(uint64_t{1} << 30);
+  v1::RegisterNodeResponse rr;
+  ASSERT_THAT(sched_->RegisterNode(again, &rr), IsOk());
+  for (const auto& [node, rank] : {std::pair<std::string, uint32_t>{cut, 1}, {kept, 0}}) {
+    v1::HeartbeatRequest hb;
+    hb.set_node_id(node);
+    v1::WorkerTaskLoad* t = hb.add_tasks();
+    t->set_job_id(id);
+    t->set_rank(rank);
+    v1::HeartbeatResponse r;
+    ASSERT_THAT(sched_->Heartbeat(hb, &r), IsOk());
+    ASSERT_THAT(sched_->Heartbeat(hb, &r), IsOk());  // Twice: one StopTask all the same.
+  }
+  sched_->RunOnce();
+  auto stopped = Node(cut)->worker()->stopped();
+  ASSERT_THAT(stopped, SizeIs(1));
+  EXPECT_EQ(stopped[0].job_id(), id);
+  EXPECT_THAT(stopped[0].reason(), HasSubstr("rank 1 of job " + id + " is no longer this worker's"));
+  EXPECT_THAT(Node(kept)->worker()->stopped(), IsEmpty());
+  EXPECT_EQ(Get(id).state(), v1::JOB_RUNNING);
+
+  // A task of a job the scheduler has never heard of is stopped too.
+  v1::HeartbeatRequest hb;
+  hb.set_node_id(kept);
+  hb.add_tasks()->set_job_id("job-from-elsewhere");
+  v1::HeartbeatResponse r;
+  ASSERT_THAT(sched_->Heartbeat(hb, &r), IsOk());
+  sched_->RunOnce();
+  stopped = Node(kept)->worker()->stopped();
+  ASSERT_THAT(stopped, SizeIs(1));
+  EXPECT_EQ(stopped[0].job_id(), "job-from-elsewhere");
+}
+
 TEST_F(SchedulerTest, ALostWorkersRankIsHandedToAnIdleWorkerWithNoRollback) {
   AddCluster(2, 3);
   std::string id;

@@ -186,11 +186,13 @@ void Scheduler::RunCleanups() {
       Cleanup c = std::move(cleanups_.front());
       cleanups_.pop_front();
       const JobRecord* rec = FindJob(c.job_id);
-      // A job placed again since holds these nodes anew: leave them alone.
-      if (rec != nullptr && HoldsResources(rec->job.state()) &&
-          (!c.stale_copy || std::find(rec->job.servers().begin(), rec->job.servers().end(),
-                                      c.node_id) != rec->job.servers().end())) {
-        continue;
+      // A job placed again since holds these nodes anew: leave them alone. A stale copy or
+      // task is left alone only if the job holds that very node again.
+      if (rec != nullptr && HoldsResources(rec->job.state())) {
+        const auto& nodes = c.drop_job ? rec->job.servers() : rec->job.workers();
+        if (!c.stale_copy || std::find(nodes.begin(), nodes.end(), c.node_id) != nodes.end()) {
+          continue;
+        }
       }
       if (c.not_before > now) {
         later.push_back(std::move(c));
