@@ -8,7 +8,6 @@ namespace {
 
 using ::pscluster::scheduler::testing::CheckpointedJob;
 using ::pscluster::scheduler::testing::FakeNode;
-using ::pscluster::scheduler::testing::FakeNodeOptions;
 using ::pscluster::scheduler::testing::FakeParameterServer;
 using ::pscluster::scheduler::testing::FakeWorker;
 using ::pscluster::scheduler::testing::kJob;
@@ -16,7 +15,6 @@ using ::pscluster::scheduler::testing::SchedulerTest;
 using ::pscluster::scheduler::testing::WriteCheckpoint;
 using ::pscluster::testing::IsOk;
 using ::pscluster::testing::StatusIs;
-using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;

@@ -5,14 +5,9 @@
 namespace pscluster::scheduler {
 namespace {
 
-using ::pscluster::scheduler::testing::CheckpointedJob;
 using ::pscluster::scheduler::testing::FakeNode;
-using ::pscluster::scheduler::testing::FakeNodeOptions;
-using ::pscluster::scheduler::testing::FakeParameterServer;
-using ::pscluster::scheduler::testing::FakeWorker;
 using ::pscluster::scheduler::testing::kJob;
 using ::pscluster::scheduler::testing::SchedulerTest;
-using ::pscluster::scheduler::testing::WriteCheckpoint;
 using ::pscluster::testing::IsOk;
 using ::pscluster::testing::StatusIs;
 using ::testing::AllOf;
