@@ -29,6 +29,9 @@ PACKAGES=(
   # The web status page's browser test (//tests/browser:status_page_test): headless Chromium
   # driven by Selenium
   chromium chromium-driver python3-selenium
+  # The Python package (python/: pscluster and pscluster.torch): headers for its C++ extension,
+  # NumPy and PyTorch 1.13 (CPU) for its API and tests, pip to install its wheel
+  python3-dev pybind11-dev python3-pybind11 python3-numpy python3-torch python3-pip
   # Data: Fashion-MNIST (IDX files under /usr/share/datasets/fashion-mnist)
   dataset-fashion-mnist
 )
