@@ -76,13 +76,17 @@ class DistributedOptimizer:
     prefix: table names are prefix + parameter name; init: "auto" (init_like) or a function
     (name, tensor) -> pscluster.Init; overlap: push each gradient while backward runs (False:
     push them all in step(), which also allows accumulating gradients over several backward
-    passes); grad_scale: multiplies every pushed gradient (e.g. 1 / num_workers).
+    passes); grad_scale: multiplies every pushed gradient (e.g. 1 / num_workers); consistency:
+    for create_tables (default: the task's, else BSP).
 
     Creating it declares and creates the tables (idempotent across workers) and pulls the
-    current parameters into the model."""
+    current parameters into the model. Every worker must build the model the same way (same
+    seed, or the same init=): a table created with other initial values is refused by the
+    servers (pscluster.Error ALREADY_EXISTS naming it). Create Embedding / EmbeddingBag modules
+    first: their sparse tables are created here with the rest."""
 
     def __init__(self, model, client, optimizer=None, prefix="", init="auto", overlap=True,
-                 grad_scale=1.0, seed=0, transport=None):
+                 grad_scale=1.0, seed=0, transport=None, consistency=None):
         named = model.named_parameters() if isinstance(model, torch.nn.Module) else model
         self.client = client
         self.params = []  # (table, parameter)
@@ -109,7 +113,7 @@ class DistributedOptimizer:
         if not self.params:
             raise ValueError("DistributedOptimizer: no parameter requires grad")
         client.declare(*specs)
-        client.create_tables()
+        client.create_tables(consistency=consistency)
         client.pull(client.step, dense={t: _view(p) for t, p in self.params})
         self._pushes = _pushes(client)
         self._hooks = []
