@@ -209,7 +209,7 @@ class Client:
 
 
 def _consistency_text(s):
-    return consistency(s).text() if isinstance(s, str) else s.text()
+    return consistency(s).text() if isinstance(s, str) else s.text()  # a specs.Consistency
 
 
 def connect(servers=None, job_id="pscluster-python", rank=0, num_workers=1, num_virtual_shards=0,

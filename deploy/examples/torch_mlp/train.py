@@ -78,6 +78,10 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max_steps", type=int, default=0, help="stop after this many steps (0 = all)")
     ap.add_argument("--consistency", default="bsp", help="standalone: bsp, asp or ssp:N")
+    ap.add_argument("--no_aggregate", action="store_true",
+                    help="standalone BSP: apply each worker's push on its own (default: the servers "
+                         "sum the workers' gradients of a step, each scaled by 1/num_workers, and "
+                         "apply the mean once, as one process with batch_size * num_workers would)")
     ap.add_argument("--no_overlap", action="store_true", help="push gradients in step(), not in backward")
     ap.add_argument("--data_dir", default=DATA_DIR)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -104,10 +108,20 @@ def main(argv=None):
         opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     else:
         # Outside a task the servers run Adam with --lr; in a task the job's optimizer.
-        server_opt = None if client.context.task else pscluster.Optimizer("adam", a.lr)
+        task = client.context.task
+        if task:
+            server_opt, consistency = None, None  # the job's
+            aggregate = "aggregate: true" in task["consistency"]
+            ranks = task["training_ranks"]
+        else:
+            server_opt = pscluster.Optimizer("adam", a.lr)
+            aggregate = a.consistency == "bsp" and not a.no_aggregate
+            consistency = pscluster.consistency(a.consistency, aggregate=aggregate) \
+                if a.consistency == "bsp" else a.consistency
+            ranks = workers
         opt = pst.DistributedOptimizer(
             model, client, optimizer=server_opt, seed=seed, overlap=not a.no_overlap,
-            consistency=None if client.context.task else a.consistency)
+            consistency=consistency, grad_scale=1.0 / ranks if aggregate else 1.0)
 
     # This rank's part of the data: every workers-th example of a fixed shuffle. Every rank runs
     # the same number of steps (the smallest part's), as BSP needs.
