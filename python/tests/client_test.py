@@ -5,6 +5,7 @@ with the gRPC code and message, a task file read as an entrypoint task, progress
 import json
 import os
 import struct
+import threading
 import unittest
 
 import numpy as np
@@ -93,6 +94,30 @@ class RoundTrip(unittest.TestCase):
         c.pull(1, dense={"b": b})
         np.testing.assert_allclose(b, 1.0)  # 2 - 0.5 - 0.5
         self.assertGreaterEqual(c.last_min_clock(), 1)
+
+
+class Clock(unittest.TestCase):
+    def test_bsp_pull_waits_without_the_gil(self):
+        # Rank 0's pull of clock 1 waits for rank 1 to end step 0. Rank 1 pushes from this
+        # thread while rank 0's pull is parked: it could not if the waiting call held the GIL.
+        cs = [pscluster.connect(servers=SERVERS.addresses, job_id="clock", rank=r, num_workers=2,
+                                call_timeout_sec=20) for r in range(2)]
+        for c in cs:
+            c.declare(pscluster.dense("b", (5,), optimizer=pscluster.Optimizer("sgd", 1.0)))
+            c.create_tables(consistency="bsp")
+        b = np.zeros(5, np.float32)
+        done = threading.Event()
+
+        def rank0():
+            cs[0].push_pull(0, push_dense={"b": np.ones(5, np.float32)}, pull_dense={"b": b})
+            done.set()
+        t = threading.Thread(target=rank0)
+        t.start()
+        self.assertFalse(done.wait(1.0))  # parked: rank 1 has not ended step 0
+        np.testing.assert_array_equal(b, 0)
+        cs[1].push(0, dense={"b": np.full(5, 2.0, np.float32)})
+        t.join()
+        np.testing.assert_allclose(b, -3.0)  # both pushes applied before the pull answered
 
 
 class BadInput(unittest.TestCase):
