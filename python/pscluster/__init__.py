@@ -227,9 +227,10 @@ def connect(servers=None, job_id="pscluster-python", rank=0, num_workers=1, num_
     return Client(ctx, call_timeout_sec=call_timeout_sec, data_transport=data_transport)
 
 
-def report_progress(step, loss=None, epoch=None, examples=None, metrics=None):
+def report_progress(step, loss=None, epoch=None, examples=None, metrics=None, total_steps=None):
     """Reports the task's progress to its worker (one JSON line on PSCLUSTER_PROGRESS_FD), which
-    forwards it to the scheduler (psctl status). A no-op outside an entrypoint task."""
+    forwards it to the scheduler (psctl status: step of total_steps, loss, metrics["accuracy"]
+    as train accuracy, samples/s from examples). A no-op outside an entrypoint task."""
     fd = os.environ.get("PSCLUSTER_PROGRESS_FD")
     if not fd:
         return False
@@ -240,6 +241,8 @@ def report_progress(step, loss=None, epoch=None, examples=None, metrics=None):
         line["examples"] = int(examples)
     if loss is not None:
         line["loss"] = float(loss)
+    if total_steps is not None:
+        line["total_steps"] = int(total_steps)
     if metrics:
         line["metrics"] = {str(k): float(v) for k, v in metrics.items()}
     data = (json.dumps(line) + "\n").encode()

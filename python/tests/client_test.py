@@ -254,14 +254,14 @@ class EntrypointContext(unittest.TestCase):
         os.environ["PSCLUSTER_PROGRESS_FD"] = str(w)
         try:
             self.assertTrue(pscluster.report_progress(6, loss=0.25, epoch=0, examples=192,
-                                                      metrics={"accuracy": 0.5}))
+                                                      metrics={"accuracy": 0.5}, total_steps=90))
         finally:
             del os.environ["PSCLUSTER_PROGRESS_FD"]
         os.close(w)
         line = os.read(r, 4096).decode()
         self.assertTrue(line.endswith("\n"))
         self.assertEqual(json.loads(line), {"step": 6, "epoch": 0, "examples": 192, "loss": 0.25,
-                                            "metrics": {"accuracy": 0.5}})
+                                            "total_steps": 90, "metrics": {"accuracy": 0.5}})
         self.assertFalse(pscluster.report_progress(7))  # no fd: a no-op
         with open(path, "wb") as f:
             f.write(b"\xff\xff")

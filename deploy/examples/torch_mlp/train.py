@@ -128,6 +128,9 @@ def main(argv=None):
     order = np.random.default_rng(seed).permutation(len(xtr))
     part = order[rank::workers]
     steps_per_epoch = (len(xtr) // workers) // batch
+    total_steps = epochs * steps_per_epoch
+    if a.max_steps:
+        total_steps = min(total_steps, a.max_steps)
     loss_fn = torch.nn.CrossEntropyLoss()
     rng = np.random.default_rng(seed + 1000 + rank)
     step, examples, t0 = 0, 0, time.perf_counter()
@@ -147,7 +150,7 @@ def main(argv=None):
             loss_sum, loss_n = loss_sum + float(loss), loss_n + 1
             if client is not None and step % 50 == 0:
                 pscluster.report_progress(client.step, loss=loss_sum / loss_n, epoch=epoch,
-                                          examples=examples)
+                                          examples=examples, total_steps=total_steps)
                 loss_sum, loss_n = 0.0, 0
             if a.max_steps and step >= a.max_steps:
                 done = True
