@@ -1,6 +1,7 @@
 #include "scheduler/grpc_cluster_rpc.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/data_auth.h"
 #include "common/status_convert.h"
 
 namespace pscluster::scheduler {
@@ -25,6 +26,12 @@ absl::Status GrpcClusterRpc::UpdateShardMap(const std::string& address,
   if (!s.ok()) return s.status();
   auto ctx = CallContext(options_.timeout, options_.channel);
   v1::UpdateShardMapResponse resp;
+  if (!options_.cluster_key.empty()) {
+    v1::UpdateShardMapRequest with_secret = request;
+    with_secret.set_data_secret(DeriveJobDataSecret(options_.cluster_key, request.map().job_id()));
+    return FromGrpcStatus((*s)->server->UpdateShardMap(ctx.get(), with_secret, &resp),
+                          absl::StrCat("UpdateShardMap to ", address));
+  }
   return FromGrpcStatus((*s)->server->UpdateShardMap(ctx.get(), request, &resp),
                         absl::StrCat("UpdateShardMap to ", address));
 }
@@ -120,6 +127,12 @@ absl::Status GrpcClusterRpc::AssignTask(const std::string& address,
   if (!s.ok()) return s.status();
   auto ctx = CallContext(options_.timeout, options_.channel);
   v1::AssignTaskResponse resp;
+  if (!options_.cluster_key.empty()) {
+    v1::AssignTaskRequest with_secret = request;
+    with_secret.set_data_secret(DeriveJobDataSecret(options_.cluster_key, request.job_id()));
+    return FromGrpcStatus((*s)->worker->AssignTask(ctx.get(), with_secret, &resp),
+                          absl::StrCat("AssignTask to ", address));
+  }
   return FromGrpcStatus((*s)->worker->AssignTask(ctx.get(), request, &resp),
                         absl::StrCat("AssignTask to ", address));
 }

@@ -22,6 +22,10 @@ namespace pscluster::scheduler {
 struct GrpcClusterRpcOptions {
   ChannelOptions channel;                    // TLS to the daemons.
   absl::Duration timeout = absl::Seconds(5);  // Deadline of each call.
+  // The cluster key (Store::ClusterKey). When set, every shard map sent to a server and every
+  // task sent to a worker carries the job's data secret derived from it (common/data_auth.h),
+  // so that the job's data connections can prove it. The secret travels only on these calls.
+  std::string cluster_key;
 };
 
 class GrpcClusterRpc final : public ClusterRpc {

@@ -29,6 +29,9 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   rpc_options.channel.tls = options.tls;
   rpc_options.channel.bearer_token = options.credential;
   rpc_options.timeout = options.rpc_timeout;
+  absl::StatusOr<std::string> cluster_key = d->store_->ClusterKey();
+  if (!cluster_key.ok()) return cluster_key.status();
+  rpc_options.cluster_key = *cluster_key;
   d->rpc_ = std::make_unique<GrpcClusterRpc>(rpc_options);
 
   auto sched = Scheduler::Create(options.scheduler, d->store_.get(), clock, d->rpc_.get(),

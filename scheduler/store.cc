@@ -5,6 +5,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/data_auth.h"
 
 namespace pscluster::scheduler {
 namespace {
@@ -14,6 +15,7 @@ constexpr int kSchemaVersion = 1;
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
   job_id TEXT PRIMARY KEY,
   submitted_ms INTEGER NOT NULL,
@@ -65,6 +67,7 @@ class SqliteStore final : public Store {
   ~SqliteStore() override;
 
   absl::StatusOr<uint64_t> NextId(absl::string_view counter) override;
+  absl::StatusOr<std::string> ClusterKey() override;
   absl::Status PutNode(const v1::NodeStatus& node) override;
   absl::StatusOr<std::vector<v1::NodeStatus>> LoadNodes() override;
   absl::Status PutJob(const v1::Job& job, absl::string_view client_token,
@@ -167,6 +170,24 @@ absl::Status SqliteStore::Error(absl::string_view what) const {
   if (rc == SQLITE_NOTADB || rc == SQLITE_CORRUPT) return absl::DataLossError(msg);
   if (rc == SQLITE_FULL || rc == SQLITE_IOERR) return absl::UnavailableError(msg);
   return absl::InternalError(msg);
+}
+
+absl::StatusOr<std::string> SqliteStore::ClusterKey() {
+  absl::StatusOr<std::string> fresh = RandomBytes(kDataSecretBytes);
+  if (!fresh.ok()) return fresh.status();
+  absl::MutexLock l(&mu_);
+  Stmt ins(db_, "INSERT OR IGNORE INTO secrets(name, value) VALUES('cluster_key', ?1)");
+  if (!ins.ok()) return Error("prepare the cluster key's insert");
+  ins.Blob(1, *fresh);
+  if (ins.Step() != SQLITE_DONE) return Error("store the cluster key");
+  Stmt q(db_, "SELECT value FROM secrets WHERE name = 'cluster_key'");
+  if (!q.ok() || q.Step() != SQLITE_ROW) return Error("read the cluster key");
+  std::string key = q.ColumnBlob(0);
+  if (key.size() != kDataSecretBytes) {
+    return absl::DataLossError(absl::StrCat("the cluster key in ", path_, " has ", key.size(),
+                                            " bytes (", kDataSecretBytes, " expected)"));
+  }
+  return key;
 }
 
 absl::StatusOr<uint64_t> SqliteStore::NextId(absl::string_view counter) {

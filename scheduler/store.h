@@ -47,6 +47,10 @@ class Store {
   // Next value of a named counter (1, 2, 3, ...), durable across restarts.
   virtual absl::StatusOr<uint64_t> NextId(absl::string_view counter) = 0;
 
+  // The cluster's secret key: 32 random bytes made on the first call, the same ever after
+  // (restarts included). Each job's data secret is derived from it (common/data_auth.h).
+  virtual absl::StatusOr<std::string> ClusterKey() = 0;
+
   virtual absl::Status PutNode(const v1::NodeStatus& node) = 0;
   virtual absl::StatusOr<std::vector<v1::NodeStatus>> LoadNodes() = 0;
 

@@ -182,6 +182,7 @@ void DataStream::OnReadDone(bool ok) {
                                       &item->values,
                                       mode_ == Mode::kPush ? "Push: PushChunk" : "PushPull: PushChunk");
   read_buf_.Clear();
+  if (st.ok() && socket_) st = CheckSocketAuth(item->chunk);
   item->received = absl::Now();
   handler_->AddTime(PsHandler::Phase::kParse, item->received - t0);
   handler_->CountChunkIn();
@@ -211,6 +212,40 @@ void DataStream::OnReadDone(bool ok) {
       },
       small);
   MaybeStartRead();
+}
+
+void DataStream::SetSocketAuth(bool bound, DataAuth claim) {
+  socket_ = true;
+  bound_ = bound;
+  claim_ = std::move(claim);
+}
+
+absl::Status DataStream::CheckSocketAuth(const v1::PushChunk& chunk) const {
+  const std::string& job = chunk.tag().job_id();
+  absl::Status st;
+  if (!bound_) {
+    if (!handler_->DataSecret(job).empty()) {
+      st = absl::UnauthenticatedError(absl::StrCat(
+          "job ", job, " takes data only on connections that prove its data secret"));
+    }
+  } else if (job != claim_.job_id) {
+    st = absl::PermissionDeniedError(absl::StrCat("this data connection is authenticated for job ",
+                                                  claim_.job_id, ", not for job ", job));
+  } else if (claim_.worker == kReplicaWorker) {
+    if (chunk.replica_of().empty()) {
+      st = absl::PermissionDeniedError(
+          "this data connection is a server's: it carries copies to backups only");
+    }
+  } else if (!chunk.replica_of().empty()) {
+    st = absl::PermissionDeniedError(
+        "copies to backups come only on a server's data connection, not a worker's");
+  } else if (chunk.tag().worker() != claim_.worker) {
+    st = absl::PermissionDeniedError(absl::StrCat(
+        "this data connection is authenticated for worker ", claim_.worker, " of job ", job,
+        ", not for worker ", chunk.tag().worker()));
+  }
+  if (!st.ok()) Logger("server")->warn("data chunk refused: {}", st.message());
+  return st;
 }
 
 void DataStream::ApplyOne(const std::shared_ptr<PushItem>& item) {

@@ -17,6 +17,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/data_auth.h"
 #include "common/executor.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/status.h"
@@ -62,6 +63,13 @@ class DataStream : public std::enable_shared_from_this<DataStream> {
   // The transport broke or the peer violated its protocol: ends the call with `st`.
   void Abort(const absl::Status& st);
 
+  // A data socket's authentication (server/tcp_data_server.h; gRPC calls are authenticated by
+  // gRPC and check nothing more): the stream accepts only chunks of `claim.job_id` pushed as
+  // `claim.worker` (a replica connection, worker kReplicaWorker: only a primary's copies), or,
+  // with no job bound (`bound` false), only chunks of jobs without a data secret. Any other
+  // chunk ends the stream (PERMISSION_DENIED / UNAUTHENTICATED). Call before reading starts.
+  void SetSocketAuth(bool bound, DataAuth claim);
+
  private:
   struct PushItem;
   struct ReadItem;
@@ -83,6 +91,7 @@ class DataStream : public std::enable_shared_from_this<DataStream> {
   // Ends an operation start; issues Finish if it is now due.
   void EndOp();
   bool FinishDueLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckSocketAuth(const v1::PushChunk& chunk) const;
 
   const Mode mode_;
   PsHandler* const handler_;
@@ -92,6 +101,10 @@ class DataStream : public std::enable_shared_from_this<DataStream> {
   const Ops ops_;
   std::unique_ptr<SerialQueue> apply_q_;
   std::unique_ptr<SerialQueue> read_q_;
+  // Set before reading starts, then read-only (SetSocketAuth).
+  bool socket_ = false;
+  bool bound_ = false;
+  DataAuth claim_;
 
   absl::Mutex mu_;
   grpc::ByteBuffer read_buf_;                        // Owned by the outstanding read.

@@ -58,7 +58,8 @@ ABSL_FLAG(std::string, credential_file, "",
 ABSL_FLAG(int, data_threads, 0, "threads applying pushes and serving pulls (0 = one per core)");
 ABSL_FLAG(int, data_port, 0,
           "port of the plaintext TCP data plane on the --listen host (0 = any free port, -1 = "
-          "none: workers use gRPC); never opened with TLS or --token_file");
+          "none: workers use gRPC); never opened with TLS; each connection proves its job's data "
+          "secret (with --token_file, always)");
 ABSL_FLAG(int, data_spin_us, 50,
           "TCP data plane: a connection's reader checks an empty socket this long before it "
           "sleeps (0 = never; saves waking an idle core between the chunks of a round)");

@@ -217,6 +217,10 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
       return absl::InvalidArgumentError(absl::StrCat("self: this server is '", node_id_,
                                                      "', not '", req.self(), "'"));
     }
+    if (!req.data_secret().empty()) {
+      s = SetDataSecret(map.job_id(), req.data_secret());  // Lock order: mu_, secrets_mu_.
+      if (!s.ok()) return s;
+    }
     auto it = jobs_.find(map.job_id());
     if (it == jobs_.end()) {
       auto& pending = pending_maps_[map.job_id()];
@@ -418,6 +422,10 @@ absl::Status PsHandler::FenceWorker(const v1::FenceWorkerRequest& req,
 }
 
 absl::Status PsHandler::DropJob(const v1::DropJobRequest& req, v1::DropJobResponse*) {
+  {
+    absl::MutexLock l(&secrets_mu_);
+    data_secrets_.erase(req.job_id());
+  }
   std::shared_ptr<Job> job;
   {
     absl::MutexLock l(&mu_);

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/data_auth.h"
 #include "common/metrics.h"
 #include "proto/ps.pb.h"
 #include "server/backup_queue.h"
@@ -120,6 +121,22 @@ class PsHandler {
   absl::Status FenceWorker(const v1::FenceWorkerRequest& req, v1::FenceWorkerResponse* resp);
   // A chunk from the primary of shards this server backs up, applied to its copy.
   absl::Status Replicate(const v1::ReplicateRequest& req, v1::ReplicateResponse* resp);
+
+  // ---- Data-connection authentication (common/data_auth.h; ps_handler_data_auth.cc).
+
+  // Records the job's data secret (UpdateShardMapRequest.data_secret): INVALID_ARGUMENT unless
+  // 32 bytes, PERMISSION_DENIED when the job already has a different one here.
+  absl::Status SetDataSecret(const std::string& job_id, const std::string& secret);
+  // The job's data secret ("" = none: its messages may come on unauthenticated connections).
+  std::string DataSecret(const std::string& job_id) const;
+  // Checks what a data connection claims (`hello`, answering `nonce`). OK: true when the
+  // connection is now bound to hello.job_id, false when it gave no proof and may carry only
+  // messages of jobs without a secret (refused with UNAUTHENTICATED when `proof_required`).
+  // Refusals are logged with `peer`: PERMISSION_DENIED for a wrong proof, ABORTED for a fenced
+  // attempt, UNAVAILABLE while this server has no secret for the job yet.
+  absl::StatusOr<bool> AuthenticateData(const DataAuth& hello, const std::string& proof,
+                                        const std::string& nonce, bool proof_required,
+                                        const std::string& peer) const;
 
   // ---- Data plane.
 
@@ -233,6 +250,9 @@ class PsHandler {
   const Runner background_;
   const absl::Time started_;
   MemoryBudget budget_;
+
+  mutable absl::Mutex secrets_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  absl::flat_hash_map<std::string, std::string> data_secrets_ ABSL_GUARDED_BY(secrets_mu_);
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);

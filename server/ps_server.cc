@@ -30,13 +30,17 @@ namespace pscluster {
 namespace {
 
 // Copies to the backups of this server's shards: over each backup's TCP data port (one
-// connection per backup, kept; each chunk a round of its own, as a worker's push with
-// `replica_of`, its payload sent from the received frame without a copy) when it offers one and
-// TLS is off and this server sends no credential; else, and for snapshot parts, as Replicate
-// calls (one channel per backup, kept), which carry this server's credential.
+// connection per backup, kept, and per job when the job has a data secret, which the
+// connection proves as a server, common/data_auth.h kReplicaWorker; each chunk a round of its
+// own, as a worker's push with `replica_of`, its payload sent from the received frame without a
+// copy) when it offers one and TLS is off and this server sends no credential or the job has a
+// secret; else, and for snapshot parts, as Replicate calls (one channel per backup, kept),
+// which carry this server's credential.
 class BackupLinks {
  public:
-  BackupLinks(TlsFiles tls, std::string credential) : pool_(BufferPool::Create(64 << 20)) {
+  using SecretOf = std::function<std::string(const std::string& job_id)>;
+  BackupLinks(TlsFiles tls, std::string credential, SecretOf secret_of)
+      : pool_(BufferPool::Create(64 << 20)), secret_of_(std::move(secret_of)) {
     options_.tls = std::move(tls);
     options_.bearer_token = std::move(credential);
     // The data plane's HTTP/2 windows: a chunk of a few hundred KiB in one go.
@@ -47,7 +51,7 @@ class BackupLinks {
                        const Payload& values) {
     const bool seed = !req.seed().empty() || req.seed_size() != 0;
     if (!seed) {
-      auto conn = DataConnTo(address);
+      auto conn = DataConnTo(address, req.chunk().tag().job_id());
       if (conn.ok() && *conn != nullptr) return ForwardOverTcp(**conn, address, req, values);
       if (!conn.ok()) return conn.status();
     }
@@ -82,10 +86,13 @@ class BackupLinks {
 
   // The data connection to the backup at `address` (dialer.h: its TCP data port); nullptr when
   // there is none to use (it offers none, TLS is on, or this server sends a credential).
-  absl::StatusOr<std::shared_ptr<TcpConn>> DataConnTo(const std::string& address) {
+  absl::StatusOr<std::shared_ptr<TcpConn>> DataConnTo(const std::string& address,
+                                                      const std::string& job_id) {
+    const std::string secret = secret_of_(job_id);
+    const std::string key = secret.empty() ? address : absl::StrCat(address, "\n", job_id);
     {
       absl::MutexLock l(&mu_);
-      auto it = conns_.find(address);
+      auto it = conns_.find(key);
       if (it != conns_.end() && (it->second == nullptr || !it->second->done())) return it->second;
     }
     v1::ParameterServer::Stub* stub = Stub(address);
@@ -96,11 +103,12 @@ class BackupLinks {
     d.channel = options_;
     d.pool = pool_;
     d.spin = absl::Microseconds(50);
+    if (!secret.empty()) d.auth = DataAuth{job_id, kReplicaWorker, 0, secret};
     absl::StatusOr<Dialed> dialed = DialDataConn(stub, address, d);
     if (!dialed.ok()) return dialed.status();
     std::shared_ptr<TcpConn> conn = std::move(dialed->conn);
     absl::MutexLock l(&mu_);
-    conns_[address] = conn;
+    conns_[key] = conn;
     return conn;
   }
 
@@ -124,6 +132,7 @@ class BackupLinks {
 
   ChannelOptions options_;
   const std::shared_ptr<BufferPool> pool_;
+  const SecretOf secret_of_;
   std::atomic<uint64_t> next_request_{1};
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<v1::ParameterServer::Stub>> stubs_
@@ -180,7 +189,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   if (!authz.ok()) return authz.status();
   s->authz_ = std::move(*authz);
   LogAuthMode("server", *s->authz_, options.tls.enabled() && !options.tls.ca.empty());
-  auto links = std::make_shared<BackupLinks>(options.tls, options.credential);
+  PsHandler* handler = s->handler_.get();
+  auto links = std::make_shared<BackupLinks>(
+      options.tls, options.credential,
+      [handler](const std::string& job_id) { return handler->DataSecret(job_id); });
   s->handler_->set_forwarder([links](const std::string& address, const v1::ReplicateRequest& r,
                                       const Payload& values) {
     return links->Forward(address, r, values);
@@ -215,12 +227,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   s->handler_->set_address(advertised);
   if (options.data_port >= 0 && options.tls.enabled()) {
     Logger("server")->info("TCP data plane off: it carries no TLS (workers use gRPC PushPull)");
-  } else if (options.data_port >= 0 && s->authz_->enabled()) {
-    Logger("server")->info(
-        "TCP/Unix data plane off: it does not authenticate callers yet and --token_file is set "
-        "(workers use gRPC PushPull, which checks their token)");
   } else if (options.data_port >= 0) {
     TcpDataServerOptions to;
+    // With --token_file every data connection proves a job's data secret.
+    to.require_auth = s->authz_->enabled();
     std::string port;
     absl::Status st = SplitHostPort(options.listen, &to.host, &port);
     if (!st.ok()) {

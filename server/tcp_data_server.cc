@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/data_auth.h"
 #include "common/logging.h"
 #include "server/shm_ring.h"
 #include "server/tcp_frame.h"
@@ -101,6 +102,7 @@ class TcpDataServer::Conn {
   ~Conn() { close(fd_); }
 
   void Start(PsHandler* handler, Executor* executor, const DataPlaneOptions& data_plane) {
+    handler_ = handler;
     stream_ = DataStream::Create(DataStream::Mode::kPushPull, handler, executor, pool_,
                                  data_plane,
                                  {[this](grpc::ByteBuffer* b) { StartRead(b); },
@@ -250,7 +252,65 @@ class TcpDataServer::Conn {
     return st;
   }
 
+  // The authentication exchange (tcp_frame.h, kinds 5 and 6) that opens every connection:
+  // binds the stream to what the client proved, or fails naming why.
+  absl::Status Authenticate(PsHandler* handler) {
+    absl::StatusOr<std::string> nonce = RandomBytes(kDataNonceBytes);
+    if (!nonce.ok()) return nonce.status();
+    absl::Status st =
+        OutFrame::Raw(kFrameChallenge, options_.require_auth ? 1 : 0, *nonce).SendRest(fd_);
+    if (!st.ok()) return absl::OutOfRangeError(st.message());  // The client is gone.
+    // A connection that does not authenticate within the time is closed.
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(kAuthTimeout))) <= 0) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no auth frame within ", absl::FormatDuration(kAuthTimeout)));
+    }
+    unsigned char hb[kFrameHeaderBytes];
+    st = ReadFull(fd_, hb, sizeof(hb), /*eof_ok=*/true, kAuthTimeout);
+    if (!st.ok()) return absl::IsOutOfRange(st) ? st : absl::OutOfRangeError(st.message());
+    absl::StatusOr<FrameHeader> h = ParseFrameHeader(hb);
+    if (!h.ok()) return h.status();
+    if (h->kind != kFrameAuth) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          "the connection's first frame is of kind ", h->kind, ", not an auth frame (kind ",
+          kFrameAuth, "): a data connection authenticates before anything else"));
+    }
+    if (h->length > kMaxAuthFrameBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("auth frame of ", h->length, " bytes (at most ", kMaxAuthFrameBytes, ")"));
+    }
+    std::string body(h->length, '\0');
+    st = ReadFull(fd_, body.data(), body.size(), false, kAuthTimeout);
+    if (!st.ok()) return absl::OutOfRangeError(st.message());
+    absl::StatusOr<AuthClaim> claim = ParseAuthBody(body, h->aux);
+    if (!claim.ok()) return claim.status();
+    DataAuth hello{claim->job_id, claim->worker, claim->attempt, ""};
+    absl::StatusOr<bool> bound =
+        handler->AuthenticateData(hello, claim->proof, *nonce, options_.require_auth, peer_);
+    if (!bound.ok()) return bound.status();
+    stream_->SetSocketAuth(*bound, std::move(hello));
+    st = OutFrame::Raw(kFrameAuth, 1, "").SendRest(fd_);
+    return st.ok() ? st : absl::OutOfRangeError(st.message());
+  }
+
   void ReadLoop() {
+    absl::Status auth = Authenticate(handler_);
+    if (auth.ok()) {
+      ReadFrames();
+    } else if (absl::IsOutOfRange(auth)) {
+      stream_->OnCancel();  // The client went away.
+    } else {
+      if (absl::IsInvalidArgument(auth) || absl::IsDeadlineExceeded(auth) ||
+          absl::IsUnauthenticated(auth)) {
+        Logger("server")->warn("data connection {}: {}; closing it", peer_, auth.message());
+      }
+      stream_->Abort(auth);  // The client learns why from the status frame.
+    }
+    Drain();
+  }
+
+  void ReadFrames() {
     FrameReader reader(fd_, options_.spin);
     bool first = true;
     while (true) {
@@ -310,8 +370,10 @@ class TcpDataServer::Conn {
         }
       } else if (st.ok() && h->kind != kFrameMessage) {
         st = absl::InvalidArgumentError(
-            h->kind == kFrameAttach ? "an attach frame that is not the first on a Unix socket"
-                                    : "a client sent a status frame");
+            h->kind == kFrameAttach
+                ? "an attach frame that is not the first after authentication on a Unix socket"
+                : (h->kind == kFrameStatus ? "a client sent a status frame"
+                                           : "a second authentication exchange"));
       } else if (st.ok() && h->length > options_.max_frame_bytes) {
         st = absl::InvalidArgumentError(absl::StrCat("frame of ", h->length,
                                                      " bytes exceeds the limit of ",
@@ -351,6 +413,9 @@ class TcpDataServer::Conn {
       }
       break;
     }
+  }
+
+  void Drain() {
     // The stream finishes once its work is done (or cancelled); then the client gets the status
     // frame. What it still sends meanwhile is read and dropped, so that closing the socket does
     // not reset the connection under the status frame.
@@ -410,6 +475,9 @@ class TcpDataServer::Conn {
     writer_done_ = true;
   }
 
+  static constexpr absl::Duration kAuthTimeout = absl::Seconds(30);
+
+  PsHandler* handler_ = nullptr;
   const int fd_;
   const std::string peer_;
   const bool is_unix_;

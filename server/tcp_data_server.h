@@ -46,6 +46,10 @@ struct TcpDataServerOptions {
   // Largest shared memory a Unix connection may attach (both rings and the control page; 0:
   // none, payloads then go over the socket).
   size_t shm_max_bytes = 256u << 20;
+  // Every connection must prove a job's data secret (server/tcp_frame.h, kind 6): the server
+  // authenticates its callers (--token_file). Otherwise a connection may also go without a
+  // proof and then carries only the messages of jobs that have no data secret.
+  bool require_auth = false;
 };
 
 class TcpDataServer {

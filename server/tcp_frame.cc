@@ -120,6 +120,39 @@ std::string AttachFrame(uint64_t request, uint64_t reply) {
   return f;
 }
 
+std::string AuthFrame(const std::string& job_id, uint32_t worker, uint32_t attempt,
+                      const std::string& proof) {
+  const size_t body = 8 + proof.size() + job_id.size();
+  std::string f(kFrameHeaderBytes + 8, '\0');
+  PutU32(f.data(), kTcpFrameMagic);
+  PutU32(f.data() + 4, kFrameAuth);
+  PutU32(f.data() + 8, static_cast<uint32_t>(body));
+  PutU32(f.data() + 12, static_cast<uint32_t>(proof.size()));
+  PutU32(f.data() + kFrameHeaderBytes, worker);
+  PutU32(f.data() + kFrameHeaderBytes + 4, attempt);
+  f += proof;
+  f += job_id;
+  return f;
+}
+
+absl::StatusOr<AuthClaim> ParseAuthBody(const std::string& body, uint32_t proof_bytes) {
+  if (proof_bytes != 0 && proof_bytes != 32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("auth frame with a proof of ", proof_bytes, " bytes (0 or 32 expected)"));
+  }
+  if (body.size() < 8 + proof_bytes + (proof_bytes != 0 ? 1 : 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("auth frame of ", body.size(), " bytes: too short for its proof and job"));
+  }
+  const auto* p = reinterpret_cast<const unsigned char*>(body.data());
+  AuthClaim c;
+  c.worker = GetU32(p);
+  c.attempt = GetU32(p + 4);
+  c.proof = body.substr(8, proof_bytes);
+  c.job_id = body.substr(8 + proof_bytes);
+  return c;
+}
+
 ssize_t SendWithFd(int fd, const std::string& bytes, int passed, int flags) {
   iovec v{const_cast<char*>(bytes.data()), bytes.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
@@ -251,8 +284,7 @@ absl::StatusOr<FrameHeader> ParseFrameHeader(const unsigned char* h) {
   f.kind = GetU32(h + 4);
   f.length = GetU32(h + 8);
   f.aux = GetU32(h + 12);
-  if (f.kind != kFrameMessage && f.kind != kFrameStatus && f.kind != kFrameShmMessage &&
-      f.kind != kFrameAttach) {
+  if (f.kind < kFrameMessage || f.kind > kFrameAuth) {
     return absl::InvalidArgumentError(absl::StrCat("unknown frame kind ", f.kind));
   }
   if (f.kind == kFrameShmMessage &&

@@ -15,10 +15,20 @@
 //   kind 3  a message whose payload lies in the sender's ring: `length` counts the message
 //           without its payload and then the payload's u64 ring position; `aux` is the payload's
 //           size (not part of `length`). The receiver puts the payload back behind the message.
-//   kind 4  attach: from the client, the first frame on the socket, with the memfd as SCM_RIGHTS
+//   kind 4  attach: from the client, the first frame after authentication, with the memfd as SCM_RIGHTS
 //           and a 16-byte body (the request and reply rings' sizes, u64 each); the server
 //           answers with a kind-4 header whose `aux` is 1 (attached) or 0 (refused: the
 //           connection goes on without shared memory).
+//
+// Every connection (TCP or Unix) starts with an authentication exchange (common/data_auth.h)
+// before any other frame:
+//
+//   kind 5  challenge: from the server as soon as it accepts, body = a 32-byte random nonce,
+//           `aux` 1 when the server requires a proof (it authenticates its callers), else 0
+//   kind 6  auth: from the client, body = worker u32, attempt u32, the proof (`aux` bytes: 32,
+//           or 0 for none), the job id (the rest); the server answers with a kind-6 header of
+//           `aux` 1 (accepted; the connection carries that job's messages, or with no proof
+//           only those of jobs without a secret) or with a status frame, and closes
 //
 // All integers little-endian. Frames larger than kMaxFrameBytes, unknown kinds and a wrong magic
 // are protocol errors: the receiver closes the connection.
@@ -46,6 +56,10 @@ inline constexpr uint32_t kFrameMessage = 1;
 inline constexpr uint32_t kFrameStatus = 2;
 inline constexpr uint32_t kFrameShmMessage = 3;
 inline constexpr uint32_t kFrameAttach = 4;
+inline constexpr uint32_t kFrameChallenge = 5;
+inline constexpr uint32_t kFrameAuth = 6;
+// Largest auth body: worker, attempt, a proof and a job id of up to 1 KiB.
+inline constexpr uint32_t kMaxAuthFrameBytes = 8 + 32 + 1024;
 inline constexpr size_t kShmPositionBytes = 8;
 inline constexpr uint32_t kMaxFrameBytes = 80u << 20;
 inline constexpr size_t kFrameHeaderBytes = 16;
@@ -137,6 +151,17 @@ void PutU64(char* p, uint64_t v);
 
 // An attach frame (kind 4) announcing rings of `request` and `reply` bytes.
 std::string AttachFrame(uint64_t request, uint64_t reply);
+// A whole auth frame (kind 6) claiming `job_id`, `worker`, `attempt` with `proof` (may be empty).
+std::string AuthFrame(const std::string& job_id, uint32_t worker, uint32_t attempt,
+                      const std::string& proof);
+// The body of an auth frame with a `proof_bytes`-byte proof: INVALID_ARGUMENT when malformed.
+struct AuthClaim {
+  std::string job_id;
+  uint32_t worker = 0;
+  uint32_t attempt = 0;
+  std::string proof;
+};
+absl::StatusOr<AuthClaim> ParseAuthBody(const std::string& body, uint32_t proof_bytes);
 // sendmsg() of `bytes` with the file descriptor `passed` as SCM_RIGHTS (none when -1); returns
 // sendmsg()'s result.
 ssize_t SendWithFd(int fd, const std::string& bytes, int passed, int flags);

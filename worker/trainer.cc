@@ -326,6 +326,7 @@ absl::Status Trainer::RunImpl(State* st) {
   copts.job_id = task_.job_id();
   copts.worker = rank;
   copts.attempt = task_.attempt();
+  copts.data_secret = task_.data_secret();
   copts.channel = options_.channel;
   copts.call_timeout = options_.call_timeout;
   copts.data_transport = options_.data_transport;

@@ -29,6 +29,10 @@ class FailingStore final : public Store {
     if (absl::Status s = Refuse(); !s.ok()) return s;
     return real_->NextId(counter);
   }
+  absl::StatusOr<std::string> ClusterKey() override {
+    if (absl::Status s = Refuse(); !s.ok()) return s;
+    return real_->ClusterKey();
+  }
   absl::Status PutNode(const v1::NodeStatus& node) override {
     if (absl::Status s = Refuse(); !s.ok()) return s;
     return real_->PutNode(node);

@@ -30,9 +30,10 @@ absl::StatusOr<Dialed> DialDataConn(v1::ParameterServer::Stub* stub, const std::
         absl::StrCat("TLS is on: the data sockets of ", address, " are plaintext"));
     return none;
   }
-  if (!o.channel.bearer_token.empty()) {
+  if (!o.channel.bearer_token.empty() && o.auth.secret.empty()) {
     none.why_none = absl::UnavailableError(absl::StrCat(
-        "a credential is set: the data sockets of ", address, " do not authenticate callers"));
+        "a credential is set and there is no job data secret to prove on the data sockets of ",
+        address));
     return none;
   }
   v1::ServerStatusRequest req;
@@ -54,7 +55,7 @@ absl::StatusOr<Dialed> DialDataConn(v1::ParameterServer::Stub* stub, const std::
           absl::StrCat(address, " is not on this host: no Unix data socket"));
     } else {
       auto c = TcpConn::OpenUnix(resp.data_unix(), resp.pid(), address, o.pool, o.spin,
-                                 o.shm_ring_bytes);
+                                 o.shm_ring_bytes, o.auth);
       if (c.ok()) return Dialed{std::move(*c), absl::OkStatus()};
       unix_st = c.status();
     }
@@ -66,7 +67,7 @@ absl::StatusOr<Dialed> DialDataConn(v1::ParameterServer::Stub* stub, const std::
     return none;
   }
   auto c = TcpConn::Open(host, static_cast<int>(resp.data_port()), address, o.timeout, o.pool,
-                         o.spin);
+                         o.spin, o.auth);
   if (!c.ok()) return c.status();
   return Dialed{std::move(*c), absl::OkStatus()};
 }

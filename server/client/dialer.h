@@ -41,6 +41,9 @@ struct DialOptions {
   std::shared_ptr<BufferPool> pool;            // Receive buffers of the connection.
   absl::Duration spin;                         // See TcpConn::Open.
   size_t shm_ring_bytes = 0;                   // Unix socket only: 0 = no shared memory.
+  // What the connection proves (common/data_auth.h). Without a secret it goes unauthenticated,
+  // which servers that authenticate their callers refuse.
+  DataAuth auth;
 };
 
 // What a dial found: a connection, or none that `options` allow, with why.
@@ -51,8 +54,9 @@ struct Dialed {
 
 // Dials `address` (whose Status `stub` answers). An error: its Status could not be asked, or a
 // socket it offers could not be connected (for kUnix, also a Unix socket that cannot be used).
-// With TLS or a bearer credential (the plaintext sockets do not authenticate callers), with
-// kGrpc, and when the server offers no socket the transport allows: Dialed with no connection.
+// With TLS (the sockets are plaintext), with a bearer credential but no job data secret (the
+// credential cannot be checked on the sockets; the secret can), with kGrpc, and when the
+// server offers no socket the transport allows: Dialed with no connection.
 absl::StatusOr<Dialed> DialDataConn(v1::ParameterServer::Stub* stub, const std::string& address,
                                     const DialOptions& options);
 

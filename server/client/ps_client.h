@@ -1,7 +1,8 @@
 // The data-plane client of the parameter servers, used by workers and benchmarks: routes dense
 // blocks and sparse rows to servers with common/sharding.h, and pulls and pushes them over one
 // long-lived connection per server (the server's plaintext TCP data port when it offers one and
-// TLS is off, else a gRPC PushPull stream; see DataTransport), all servers in parallel, with
+// TLS is off, authenticated with the job's data secret; else a gRPC PushPull stream; see
+// DataTransport), all servers in parallel, with
 // payloads sent from and received into the caller's buffers without intermediate copies
 // (fp16/bf16 per table).
 //
@@ -53,6 +54,11 @@ struct PsClientOptions {
   // TLS / bearer token for the server channels. Empty int_args get the data-plane defaults
   // (server/wire.h DataPlaneChannelArgs()).
   ChannelOptions channel;
+  // The job's data secret (AssignTaskRequest.data_secret; common/data_auth.h): proven on the
+  // TCP and Unix data connections, which a job with a secret requires and which are then used
+  // with a bearer credential too. Empty: the connections go unauthenticated (standalone setups
+  // of servers without --token_file).
+  std::string data_secret;
   // Deadline of each call (Pull, Push, PushPull, control calls), retries and waiting for slow
   // workers under BSP/SSP included.
   absl::Duration call_timeout = absl::Seconds(60);

@@ -120,6 +120,7 @@ struct Connection {
     d.pool = pool;
     d.spin = o.spin;
     d.shm_ring_bytes = o.shm_ring_bytes;
+    d.auth = DataAuth{o.job_id, o.worker, o.attempt, o.data_secret};
     absl::StatusOr<Dialed> dialed = DialDataConn(stub.get(), address, d);
     if (!dialed.ok()) return dialed.status();
     if (dialed->conn == nullptr) return dialed->why_none;

@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_convert.h"
+#include "server/client/socket_setup.h"
 #include "server/wire.h"
 
 namespace pscluster {
@@ -85,11 +86,17 @@ absl::StatusOr<std::shared_ptr<TcpConn>> TcpConn::Open(const std::string& host, 
                                                        const std::string& peer,
                                                        absl::Duration connect_timeout,
                                                        std::shared_ptr<BufferPool> pool,
-                                                       absl::Duration spin) {
+                                                       absl::Duration spin,
+                                                       const DataAuth& auth) {
   auto fd = Connect(host, port, connect_timeout);
   if (!fd.ok()) {
     return absl::Status(fd.status().code(),
                         absl::StrCat("data port of ", peer, ": ", fd.status().message()));
+  }
+  absl::Status authed = AuthenticateDataSocket(*fd, auth, peer);
+  if (!authed.ok()) {
+    close(*fd);
+    return authed;
   }
   int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake < 0) {
@@ -100,68 +107,12 @@ absl::StatusOr<std::shared_ptr<TcpConn>> TcpConn::Open(const std::string& host, 
   return std::shared_ptr<TcpConn>(new TcpConn(*fd, wake, peer, std::move(pool), spin));
 }
 
-namespace {
-
-// Offers the server `area` as the first frame on the fresh socket `fd` and reads its answer:
-// true when it attached the memory, false when it refused.
-absl::StatusOr<bool> OfferSharedMemory(int fd, const ShmArea& area, const std::string& peer) {
-  const std::string frame = AttachFrame(area.request_bytes(), area.reply_bytes());
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  auto wait_for = [&](short events) -> absl::Status {
-    pollfd p{fd, events, 0};
-    const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
-    if (ms <= 0 || poll(&p, 1, static_cast<int>(ms)) <= 0) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "data socket of ", peer, ": no answer to the shared-memory offer within 10 s"));
-    }
-    return absl::OkStatus();
-  };
-  // A fresh socket takes the 32 bytes at once; all or nothing, so the memfd goes with the header.
-  while (SendWithFd(fd, frame, area.fd(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
-         static_cast<ssize_t>(frame.size())) {
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      return absl::UnavailableError(absl::StrCat("data socket of ", peer,
-                                                 ": shared-memory offer: ", std::strerror(errno)));
-    }
-    absl::Status st = wait_for(POLLOUT);
-    if (!st.ok()) return st;
-  }
-  unsigned char answer[kFrameHeaderBytes];
-  size_t got = 0;
-  while (got < sizeof(answer)) {
-    ssize_t r = recv(fd, answer + got, sizeof(answer) - got, MSG_DONTWAIT);
-    if (r > 0) {
-      got += static_cast<size_t>(r);
-      continue;
-    }
-    if (r == 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "data socket of ", peer, ": closed by the server after the shared-memory offer"));
-    }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      return absl::UnavailableError(absl::StrCat("data socket of ", peer, ": ",
-                                                 std::strerror(errno)));
-    }
-    absl::Status st = wait_for(POLLIN);
-    if (!st.ok()) return st;
-  }
-  auto h = ParseFrameHeader(answer);
-  if (!h.ok() || h->kind != kFrameAttach || h->length != 0) {
-    return absl::InternalError(absl::StrCat("data socket of ", peer,
-                                            ": unexpected answer to the shared-memory offer"));
-  }
-  return h->aux == 1;
-}
-
-}  // namespace
-
 absl::StatusOr<std::shared_ptr<TcpConn>> TcpConn::OpenUnix(const std::string& name, uint32_t pid,
                                                            const std::string& peer,
                                                            std::shared_ptr<BufferPool> pool,
                                                            absl::Duration spin,
-                                                           size_t shm_ring_bytes) {
+                                                           size_t shm_ring_bytes,
+                                                           const DataAuth& auth) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (name.empty() || name.size() > sizeof(a.sun_path) - 1) {
@@ -189,6 +140,11 @@ absl::StatusOr<std::shared_ptr<TcpConn>> TcpConn::OpenUnix(const std::string& na
     return absl::PermissionDeniedError(absl::StrCat("data socket of ", peer, ": @", name,
                                                     " is served by process ", cred.pid,
                                                     ", not by the server (process ", pid, ")"));
+  }
+  absl::Status authed = AuthenticateDataSocket(fd, auth, peer);
+  if (!authed.ok()) {
+    close(fd);
+    return authed;
   }
   std::unique_ptr<ShmArea> shm;
   if (shm_ring_bytes > 0) {

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "common/data_auth.h"
 #include "proto/ps.pb.h"
 #include "server/buffer_pool.h"
 #include "server/client/data_conn.h"
@@ -35,24 +36,27 @@ namespace pscluster {
 
 class TcpConn : public DataConn {
  public:
-  // Connects to host:port (the host of the server's gRPC address, its advertised data port).
-  // `peer` names the server in errors. A thread waiting for a reply checks the socket for up to
+  // Connects to host:port (the host of the server's gRPC address, its advertised data port)
+  // and authenticates with `auth` (server/client/socket_setup.h; no secret: no proof, which a
+  // server that authenticates its callers refuses). `peer` names the server in errors. A thread waiting for a reply checks the socket for up to
   // `spin` before it sleeps.
   static absl::StatusOr<std::shared_ptr<TcpConn>> Open(const std::string& host, int port,
                                                        const std::string& peer,
                                                        absl::Duration connect_timeout,
                                                        std::shared_ptr<BufferPool> pool,
-                                                       absl::Duration spin);
+                                                       absl::Duration spin,
+                                                       const DataAuth& auth = {});
   // Connects to the server's abstract Unix socket `name` (same host and network namespace) and
   // checks that the peer is process `pid` (the server's, from its Status); the same frames as
-  // over TCP follow. With `shm_ring_bytes` > 0 it first offers the server shared memory with two
+  // over TCP follow, the authentication first. With `shm_ring_bytes` > 0 it first offers the server shared memory with two
   // rings of that size (server/shm_ring.h): if the server takes it, payloads go through it
   // instead of the socket; if it refuses, or the memory cannot be made, the socket carries them.
   static absl::StatusOr<std::shared_ptr<TcpConn>> OpenUnix(const std::string& name, uint32_t pid,
                                                            const std::string& peer,
                                                            std::shared_ptr<BufferPool> pool,
                                                            absl::Duration spin,
-                                                           size_t shm_ring_bytes = 0);
+                                                           size_t shm_ring_bytes = 0,
+                                                           const DataAuth& auth = {});
   ~TcpConn() override;
 
   absl::Status Send(const std::shared_ptr<Round>& round,

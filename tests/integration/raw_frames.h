@@ -10,12 +10,26 @@
 
 namespace pscluster::testing {
 
-// A TCP connection to 127.0.0.1:`port` with a 10 s receive timeout (-1 after a test failure).
+// A TCP connection to 127.0.0.1:`port` with a 10 s receive timeout (-1 after a test failure),
+// past the authentication exchange (unauthenticated: no proof).
 int Connect(int port);
 
 // A connection to the abstract Unix socket `name` with a 10 s receive timeout (-1 after a test
-// failure).
+// failure), past the authentication exchange (unauthenticated: no proof).
 int ConnectUnix(const std::string& name);
+
+// The same before the authentication exchange: the server's challenge is waiting to be read.
+int ConnectRaw(int port);
+int ConnectUnixRaw(const std::string& name);
+
+// Reads the server's challenge (server/tcp_frame.h, kind 5): its nonce, and in `*required`
+// whether the server requires a proof. Empty after a test failure.
+std::string ReadChallenge(int fd, bool* required = nullptr);
+
+// Sends an auth frame claiming `job`, `worker`, `attempt` with `proof` and reads the answer: OK
+// when the server accepted it, else the status it closed the connection with.
+absl::Status SendAuth(int fd, const std::string& job, uint32_t worker, uint32_t attempt,
+                      const std::string& proof);
 
 // Sends an attach frame (server/tcp_frame.h, kind 4) announcing rings of `request` and `reply`
 // bytes, with `memfd` passed along (none when -1); a test failure if the socket does not take it.

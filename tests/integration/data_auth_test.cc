@@ -1,0 +1,316 @@
+// Authentication of the TCP and Unix data plane (common/data_auth.h, server/tcp_frame.h): a
+// server with --token_file opens its data sockets only to connections that prove a job's data
+// secret; a connection is bound to the job (and worker) it proved; wrong, missing, replayed and
+// fenced proofs are refused with the reason and the server keeps serving; a job with a secret
+// takes no data on unauthenticated connections even on a server without --token_file.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/channel.h"
+#include "common/data_auth.h"
+#include "common/status_convert.h"
+#include "common/token_file.h"
+#include "server/tcp_frame.h"
+#include "server/testing/cluster.h"
+#include "server/wire.h"
+#include "tests/integration/raw_frames.h"
+
+namespace pscluster {
+namespace {
+
+using namespace ::pscluster::testing;  // NOLINT
+
+constexpr char kToken[] = "worker-token-for-tests";
+
+const v1::OptimizerSpec kSgd = Optimizer(v1::OptimizerSpec::SGD, 0.5f);
+
+std::string Secret(const std::string& job) { return DeriveJobDataSecret("test cluster key", job); }
+
+// A token file giving kToken the roles a worker and the scheduler need here.
+std::string TokenFile() {
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/data_auth_tokens_", getpid(), ".txt");
+  std::ofstream(path) << Sha256Hex(kToken) << " tester scheduler,worker,viewer\n";
+  return path;
+}
+
+class DataAuthTest : public ::testing::Test {
+ protected:
+  void StartCluster(bool tokens) {
+    PsServerOptions so;
+    if (tokens) so.token_file = TokenFile();
+    cluster_ = std::make_unique<InProcessCluster>(1, so);
+    ASSERT_TRUE(cluster_->status().ok()) << cluster_->status();
+    channel_.bearer_token = tokens ? kToken : "";
+  }
+
+  // Installs the map of `job` on the server with the job's secret, as the scheduler does.
+  void InstallSecret(const std::string& job, const std::string& secret) {
+    auto channel = MakeChannel(cluster_->addresses()[0], channel_);
+    ASSERT_TRUE(channel.ok());
+    auto stub = v1::ParameterServer::NewStub(*channel);
+    v1::UpdateShardMapRequest req;
+    *req.mutable_map() = cluster_->Map(job);
+    req.set_self(req.map().servers(0).node_id());
+    req.set_data_secret(secret);
+    v1::UpdateShardMapResponse resp;
+    auto ctx = CallContext(absl::Seconds(5), channel_);
+    absl::Status st = FromGrpcStatus(stub->UpdateShardMap(ctx.get(), req, &resp), "map");
+    ASSERT_TRUE(st.ok()) << st;
+  }
+
+  // A client of `job` as `worker` over `transport` proving `secret` (none when empty).
+  std::unique_ptr<PsClient> Client(const std::string& job, const std::string& secret,
+                                   DataTransport transport, uint32_t worker = 0) {
+    PsClientOptions o;
+    o.worker = worker;
+    o.data_transport = transport;
+    o.call_timeout = absl::Seconds(5);
+    o.channel = channel_;
+    o.data_secret = secret;
+    auto c = cluster_->Client(job, {DenseSpec("w", {256}, kSgd, 256)}, worker, o);
+    if (!c.ok()) {
+      ADD_FAILURE() << c.status();
+      return nullptr;
+    }
+    return std::move(*c);
+  }
+
+  static absl::Status PushPull(PsClient& c, int64_t step, float g, std::vector<float>* out) {
+    std::vector<float> grad(256, g);
+    out->assign(256, 0.f);
+    return c.PushPull(step, {{{"w", grad.data()}}, {}}, {{{"w", out->data()}}, {}});
+  }
+
+  std::unique_ptr<InProcessCluster> cluster_;
+  ChannelOptions channel_;
+};
+
+TEST_F(DataAuthTest, TokenServerServesProvenJobsOverTcpAndUnix) {
+  StartCluster(/*tokens=*/true);
+  InstallSecret("job", Secret("job"));
+  for (DataTransport t : {DataTransport::kTcp, DataTransport::kUnix}) {
+    auto c = Client("job", Secret("job"), t);
+    ASSERT_NE(c, nullptr);
+    v1::ConsistencySpec asp;
+    asp.set_mode(v1::ConsistencySpec::ASP);
+    ASSERT_TRUE(c->CreateTables(asp, 1).ok());
+    std::vector<float> w;
+    absl::Status st = PushPull(*c, 0, 1.f, &w);
+    EXPECT_TRUE(st.ok()) << st;
+  }
+  EXPECT_GE(cluster_->server(0)->data_connections(), 1);
+}
+
+TEST_F(DataAuthTest, WrongOrMissingProofIsRefusedAndTheServerKeepsServing) {
+  StartCluster(/*tokens=*/true);
+  InstallSecret("job", Secret("job"));
+  auto good = Client("job", Secret("job"), DataTransport::kTcp);
+  ASSERT_NE(good, nullptr);
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  ASSERT_TRUE(good->CreateTables(asp, 1).ok());
+  std::vector<float> before, after;
+  ASSERT_TRUE(PushPull(*good, 0, 0.f, &before).ok());
+
+  auto wrong = Client("job", Secret("another job"), DataTransport::kTcp);
+  ASSERT_NE(wrong, nullptr);
+  std::vector<float> w;
+  absl::Status st = PushPull(*wrong, 1, 100.f, &w);
+  EXPECT_TRUE(absl::IsPermissionDenied(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "wrong proof")) << st;
+
+  // A credential but no secret: the client does not even try the sockets (a required TCP
+  // transport then fails; auto would use gRPC, which checks the credential).
+  auto none = Client("job", "", DataTransport::kTcp);
+  ASSERT_NE(none, nullptr);
+  st = PushPull(*none, 1, 100.f, &w);
+  EXPECT_TRUE(absl::IsUnavailable(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "no job data secret")) << st;
+
+  // Raw: a connection that gives no proof is refused by the server itself.
+  int fd = ConnectRaw(cluster_->server(0)->data_port());
+  bool required = false;
+  ASSERT_FALSE(ReadChallenge(fd, &required).empty());
+  EXPECT_TRUE(required);
+  st = SendAuth(fd, "job", 0, 0, "");
+  EXPECT_TRUE(absl::IsUnauthenticated(st)) << st;
+  close(fd);
+
+  // Nothing changed: the good client reads the same values (a zero gradient pushed meanwhile).
+  ASSERT_TRUE(PushPull(*good, 1, 0.f, &after).ok());
+  EXPECT_EQ(before, after);
+}
+
+TEST_F(DataAuthTest, AProofIsBoundToItsNonceJobWorkerAndAttempt) {
+  StartCluster(/*tokens=*/true);
+  InstallSecret("job", Secret("job"));
+  InstallSecret("other", Secret("other"));
+  const int port = cluster_->server(0)->data_port();
+
+  // Replay: a proof made for one connection's nonce fails on the next connection.
+  int a = ConnectRaw(port);
+  const std::string nonce = ReadChallenge(a);
+  ASSERT_FALSE(nonce.empty());
+  const std::string proof = DataAuthProof(Secret("job"), nonce, "job", 0, 0);
+  int b = ConnectRaw(port);
+  ASSERT_FALSE(ReadChallenge(b).empty());
+  absl::Status st = SendAuth(b, "job", 0, 0, proof);
+  EXPECT_TRUE(absl::IsPermissionDenied(st)) << st;
+  close(b);
+  // ...and claiming another worker with it fails too, while the honest claim passes.
+  int c = ConnectRaw(port);
+  const std::string nonce_c = ReadChallenge(c);
+  st = SendAuth(c, "job", 1, 0, DataAuthProof(Secret("job"), nonce_c, "job", 0, 0));
+  EXPECT_TRUE(absl::IsPermissionDenied(st)) << st;
+  close(c);
+  st = SendAuth(a, "job", 0, 0, proof);
+  ASSERT_TRUE(st.ok()) << st;
+
+  // Authenticated for "job": a chunk of job "other" on that connection is refused.
+  v1::PushChunk chunk;
+  chunk.set_request_id(1);
+  chunk.mutable_tag()->set_job_id("other");
+  chunk.set_epoch(1);
+  chunk.mutable_slice()->set_table("w");
+  chunk.set_dtype(v1::DT_FLOAT32);
+  chunk.set_last(true);
+  auto frame = OutFrame::Message(
+      EncodeWithPayload(chunk, kPushChunkValuesField, {grpc::Slice(std::string(1024, '\0'))}));
+  ASSERT_TRUE(frame.ok());
+  ASSERT_TRUE(frame->SendRest(a).ok());
+  st = ReadUntilStatus(a);
+  EXPECT_TRUE(absl::IsPermissionDenied(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "authenticated for job job, not for job other"))
+      << st;
+  close(a);
+}
+
+TEST_F(DataAuthTest, AFencedAttemptIsRefusedAtTheHandshake) {
+  StartCluster(/*tokens=*/true);
+  InstallSecret("job", Secret("job"));
+  auto c = Client("job", Secret("job"), DataTransport::kTcp);
+  ASSERT_NE(c, nullptr);
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  ASSERT_TRUE(c->CreateTables(asp, 1).ok());
+  auto channel = MakeChannel(cluster_->addresses()[0], channel_);
+  ASSERT_TRUE(channel.ok());
+  auto stub = v1::ParameterServer::NewStub(*channel);
+  v1::FenceWorkerRequest fence;
+  fence.set_job_id("job");
+  fence.set_worker(0);
+  fence.set_attempt(2);
+  v1::FenceWorkerResponse resp;
+  auto ctx = CallContext(absl::Seconds(5), channel_);
+  ASSERT_TRUE(stub->FenceWorker(ctx.get(), fence, &resp).ok());
+
+  int fd = ConnectRaw(cluster_->server(0)->data_port());
+  const std::string nonce = ReadChallenge(fd);
+  absl::Status st = SendAuth(fd, "job", 0, 1, DataAuthProof(Secret("job"), nonce, "job", 0, 1));
+  EXPECT_TRUE(absl::IsAborted(st)) << st;
+  close(fd);
+  fd = ConnectRaw(cluster_->server(0)->data_port());
+  const std::string nonce2 = ReadChallenge(fd);
+  st = SendAuth(fd, "job", 0, 2, DataAuthProof(Secret("job"), nonce2, "job", 0, 2));
+  EXPECT_TRUE(st.ok()) << st;
+  close(fd);
+}
+
+TEST_F(DataAuthTest, HostileHandshakesAreRefusedWithoutHarm) {
+  StartCluster(/*tokens=*/true);
+  InstallSecret("job", Secret("job"));
+  const int port = cluster_->server(0)->data_port();
+  {  // A message before authenticating.
+    int fd = ConnectRaw(port);
+    ReadChallenge(fd);
+    SendRaw(fd, Header(kTcpFrameMagic, kFrameMessage, 4, 0) + "abcd");
+    absl::Status st = ReadUntilStatus(fd);
+    EXPECT_TRUE(absl::IsUnauthenticated(st)) << st;
+    close(fd);
+  }
+  {  // An auth frame too large, and one with a proof of the wrong size.
+    int fd = ConnectRaw(port);
+    ReadChallenge(fd);
+    SendRaw(fd, Header(kTcpFrameMagic, kFrameAuth, 1 << 20, 0));
+    absl::Status st = ReadUntilStatus(fd);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    close(fd);
+    fd = ConnectRaw(port);
+    ReadChallenge(fd);
+    SendRaw(fd, Header(kTcpFrameMagic, kFrameAuth, 8 + 5 + 3, 5) + std::string(16, 'x'));
+    st = ReadUntilStatus(fd);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    close(fd);
+  }
+  {  // A handshake cut short: the client vanishes inside its auth frame.
+    int fd = ConnectRaw(port);
+    ReadChallenge(fd);
+    SendRaw(fd, Header(kTcpFrameMagic, kFrameAuth, 60, 32) + std::string(10, 'x'));
+    close(fd);
+  }
+  // The server still serves an honest client.
+  auto c = Client("job", Secret("job"), DataTransport::kTcp);
+  ASSERT_NE(c, nullptr);
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  ASSERT_TRUE(c->CreateTables(asp, 1).ok());
+  std::vector<float> w;
+  absl::Status st = PushPull(*c, 0, 1.f, &w);
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+// Without --token_file, connections may go unauthenticated, but only for jobs with no secret.
+TEST_F(DataAuthTest, OpenServerStillProtectsJobsWithASecret) {
+  StartCluster(/*tokens=*/false);
+  InstallSecret("secret-job", Secret("secret-job"));
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  auto open = Client("open-job", "", DataTransport::kTcp);
+  ASSERT_NE(open, nullptr);
+  ASSERT_TRUE(open->CreateTables(asp, 1).ok());
+  std::vector<float> w;
+  EXPECT_TRUE(PushPull(*open, 0, 1.f, &w).ok());
+
+  auto owner = Client("secret-job", Secret("secret-job"), DataTransport::kTcp);
+  ASSERT_NE(owner, nullptr);
+  ASSERT_TRUE(owner->CreateTables(asp, 1).ok());
+  EXPECT_TRUE(PushPull(*owner, 0, 1.f, &w).ok());
+
+  auto intruder = Client("secret-job", "", DataTransport::kTcp);
+  ASSERT_NE(intruder, nullptr);
+  absl::Status st = PushPull(*intruder, 1, 100.f, &w);
+  EXPECT_TRUE(absl::IsUnauthenticated(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "prove its data secret")) << st;
+}
+
+TEST_F(DataAuthTest, AJobsSecretCannotBeReplaced) {
+  StartCluster(/*tokens=*/true);
+  InstallSecret("job", Secret("job"));
+  InstallSecret("job", Secret("job"));  // The same again: fine.
+  auto channel = MakeChannel(cluster_->addresses()[0], channel_);
+  ASSERT_TRUE(channel.ok());
+  auto stub = v1::ParameterServer::NewStub(*channel);
+  v1::UpdateShardMapRequest req;
+  *req.mutable_map() = cluster_->Map("job", 2);
+  req.set_self(req.map().servers(0).node_id());
+  req.set_data_secret(Secret("something else"));
+  v1::UpdateShardMapResponse resp;
+  auto ctx = CallContext(absl::Seconds(5), channel_);
+  absl::Status st = FromGrpcStatus(stub->UpdateShardMap(ctx.get(), req, &resp), "map");
+  EXPECT_TRUE(absl::IsPermissionDenied(st)) << st;
+  req.set_data_secret("short");
+  auto ctx2 = CallContext(absl::Seconds(5), channel_);
+  st = FromGrpcStatus(stub->UpdateShardMap(ctx2.get(), req, &resp), "map");
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+}
+
+}  // namespace
+}  // namespace pscluster
