@@ -165,7 +165,7 @@ class Client {
   Client(const std::string& job_id, uint32_t rank, uint32_t attempt, const py::bytes& shard_map,
          const std::string& scheduler, const std::string& tls_ca, const std::string& tls_cert,
          const std::string& tls_key, const std::string& token, double call_timeout_sec,
-         const std::string& data_transport) {
+         const std::string& data_transport, const py::bytes& data_secret) {
     if (!map_.ParseFromString(std::string(shard_map))) {
       throw py::value_error("shard_map: not a serialized pscluster.v1.ShardMap");
     }
@@ -173,6 +173,7 @@ class Client {
     options_.job_id = job_id;
     options_.worker = rank;
     options_.attempt = attempt;
+    options_.data_secret = std::string(data_secret);
     options_.channel.tls.ca = tls_ca;
     options_.channel.tls.cert = tls_cert;
     options_.channel.tls.key = tls_key;
@@ -475,6 +476,7 @@ py::dict ReadTask(const std::string& path) {
   d["num_workers"] = task.num_workers();
   d["start_step"] = task.start_step();
   d["attempt"] = task.attempt();
+  d["data_secret"] = py::bytes(task.data_secret());
   d["lead_rank"] = task.lead_rank();
   d["training_ranks"] = task.training_ranks() > 0 ? task.training_ranks() : task.num_workers();
   d["shard_map"] = py::bytes(task.shard_map().SerializeAsString());
@@ -523,11 +525,11 @@ PYBIND11_MODULE(_pscluster, m) {
   py::class_<Client>(m, "Client")
       .def(py::init<const std::string&, uint32_t, uint32_t, const py::bytes&, const std::string&,
                     const std::string&, const std::string&, const std::string&,
-                    const std::string&, double, const std::string&>(),
+                    const std::string&, double, const std::string&, const py::bytes&>(),
            py::arg("job_id"), py::arg("rank"), py::arg("attempt"), py::arg("shard_map"),
            py::arg("scheduler") = "", py::arg("tls_ca") = "", py::arg("tls_cert") = "",
            py::arg("tls_key") = "", py::arg("token") = "", py::arg("call_timeout_sec") = 60.0,
-           py::arg("data_transport") = "auto")
+           py::arg("data_transport") = "auto", py::arg("data_secret") = py::bytes())
       .def("declare", &Client::Declare, py::arg("table_spec"))
       .def("tables", &Client::Tables)
       .def("create_tables", &Client::CreateTables, py::arg("consistency"), py::arg("num_workers"),

@@ -44,7 +44,7 @@ class Context:
 
     def __init__(self, job_id, rank=0, num_workers=1, shard_map=None, servers=None, attempt=0,
                  start_step=0, lead_rank=0, scheduler="", num_virtual_shards=0, tls_ca="",
-                 tls_cert="", tls_key="", token="", task=None):
+                 tls_cert="", tls_key="", token="", task=None, data_secret=b""):
         if shard_map is None:
             if not servers:
                 raise ValueError("give servers=[host:port, ...] (or run as an entrypoint task)")
@@ -58,6 +58,8 @@ class Context:
         self.shard_map, self.attempt, self.start_step = shard_map, attempt, start_step
         self.lead_rank, self.scheduler = lead_rank, scheduler
         self.tls_ca, self.tls_cert, self.tls_key, self.token = tls_ca, tls_cert, tls_key, token
+        # The job's data secret (from the task): proven on the data connections to its servers.
+        self.data_secret = data_secret
         # The task's job spec (read_task's dict: epochs, batch_size, seed, consistency, optimizer,
         # table_optimizers, ...); None outside a task.
         self.task = task
@@ -85,7 +87,7 @@ def context_from_env(env=None):
                    tls_ca=env.get("PSCLUSTER_TLS_CA", ""), tls_cert=env.get("PSCLUSTER_TLS_CERT", ""),
                    tls_key=env.get("PSCLUSTER_TLS_KEY", ""),
                    token=_read_text(token_file, "PSCLUSTER_TOKEN_FILE") if token_file else "",
-                   task=t)
+                   task=t, data_secret=t["data_secret"])
 
 
 def _pairs(d):
@@ -126,7 +128,7 @@ class Client:
         self._c = _pscluster.Client(context.job_id, context.rank, context.attempt,
                                     context.shard_map, context.scheduler, context.tls_ca,
                                     context.tls_cert, context.tls_key, context.token,
-                                    call_timeout_sec, data_transport)
+                                    call_timeout_sec, data_transport, context.data_secret)
         self._specs = {}
 
     # Tables -------------------------------------------------------------------------------------
