@@ -36,6 +36,8 @@ const std::vector<std::pair<std::string, RoleSet>>& Table() {
       {"pscluster.v1.Scheduler.MoveShard", kAdmin},
       {"pscluster.v1.Scheduler.CheckpointJob", kAdmin},
       {"pscluster.v1.Scheduler.ExportJob", kAdmin},
+      // An entrypoint task's output, proxied from its worker.
+      {"pscluster.v1.Scheduler.GetTaskLogs", kRead},
       // ParameterServer: the scheduler's control calls, the workers' data plane, replication.
       // A task creates its job's tables (idempotent) and installs the shard map it was given, so
       // CreateTables and UpdateShardMap also take the worker role.
@@ -60,6 +62,7 @@ const std::vector<std::pair<std::string, RoleSet>>& Table() {
       {"pscluster.v1.WorkerControl.UpdatePartition", kScheduler},
       {"pscluster.v1.WorkerControl.Status", kRead | Role::kScheduler},
       {"pscluster.v1.WorkerControl.ExportModel", kScheduler},
+      {"pscluster.v1.WorkerControl.GetTaskLogs", kRead | Role::kScheduler},
   };
   return *table;
 }

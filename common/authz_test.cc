@@ -51,6 +51,7 @@ const std::map<std::string, std::string>& Expected() {
       {"pscluster.v1.Scheduler.MoveShard", "admin"},
       {"pscluster.v1.Scheduler.CheckpointJob", "admin"},
       {"pscluster.v1.Scheduler.ExportJob", "admin"},
+      {"pscluster.v1.Scheduler.GetTaskLogs", "admin viewer"},
       {"pscluster.v1.ParameterServer.CreateTables", "scheduler worker"},
       {"pscluster.v1.ParameterServer.UpdateShardMap", "scheduler worker"},
       {"pscluster.v1.ParameterServer.Pull", "worker"},
@@ -69,6 +70,7 @@ const std::map<std::string, std::string>& Expected() {
       {"pscluster.v1.WorkerControl.UpdatePartition", "scheduler"},
       {"pscluster.v1.WorkerControl.Status", "admin viewer scheduler"},
       {"pscluster.v1.WorkerControl.ExportModel", "scheduler"},
+      {"pscluster.v1.WorkerControl.GetTaskLogs", "admin viewer scheduler"},
   };
   return *e;
 }

@@ -57,6 +57,9 @@ class ClusterRpc {
   virtual absl::StatusOr<v1::ExportModelResponse> ExportModel(
       const std::string& address, const v1::ExportModelRequest& request,
       absl::Duration timeout) = 0;
+  // An entrypoint task's output lines (psctl logs).
+  virtual absl::StatusOr<v1::TaskLogsResponse> GetTaskLogs(const std::string& address,
+                                                           const v1::TaskLogsRequest& request) = 0;
 };
 
 }  // namespace pscluster::scheduler

@@ -196,4 +196,16 @@ absl::StatusOr<v1::ExportModelResponse> GrpcClusterRpc::ExportModel(
   return resp;
 }
 
+absl::StatusOr<v1::TaskLogsResponse> GrpcClusterRpc::GetTaskLogs(
+    const std::string& address, const v1::TaskLogsRequest& request) {
+  auto s = Get(address);
+  if (!s.ok()) return s.status();
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::TaskLogsResponse resp;
+  absl::Status st = FromGrpcStatus((*s)->worker->GetTaskLogs(ctx.get(), request, &resp),
+                                   absl::StrCat("GetTaskLogs to worker ", address));
+  if (!st.ok()) return st;
+  return resp;
+}
+
 }  // namespace pscluster::scheduler

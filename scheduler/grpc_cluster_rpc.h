@@ -55,6 +55,8 @@ class GrpcClusterRpc final : public ClusterRpc {
   absl::StatusOr<v1::ExportModelResponse> ExportModel(const std::string& address,
                                                       const v1::ExportModelRequest& request,
                                                       absl::Duration timeout) override;
+  absl::StatusOr<v1::TaskLogsResponse> GetTaskLogs(const std::string& address,
+                                                   const v1::TaskLogsRequest& request) override;
   absl::StatusOr<int64_t> RejoinJob(const std::string& address, const std::string& job_id,
                                     uint32_t worker, uint32_t attempt) override;
 

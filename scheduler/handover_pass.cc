@@ -220,7 +220,7 @@ std::string Scheduler::IdleWorkerFor(const v1::JobSpec& spec, const std::string&
     const std::string& nid = n.info().node_id();
     if (n.info().role() != v1::ROLE_WORKER || n.state() != v1::NODE_ALIVE) continue;
     if (busy.contains(nid) && nid != old) continue;
-    if (n.info().capacity().gpus() < spec.gpus_per_worker()) continue;
+    if (!WorkerFitsJob(n.info(), spec)) continue;
     if (nid == old) {
       same = nid;
     } else if (other.empty()) {

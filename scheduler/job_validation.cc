@@ -296,6 +296,55 @@ void CheckDataset(const v1::JobSpec& spec, Checker& c) {
             "is not supported yet (it was for synthetic_zipf, which no worker generates)");
 }
 
+bool EnvName(absl::string_view s) {
+  return !s.empty() && !(s[0] >= '0' && s[0] <= '9') && NameChars(s, "_");
+}
+
+// The user's command (entrypoint), and the keys of the built-in trainer it leaves no meaning to:
+// those are refused rather than ignored.
+void CheckEntrypoint(const v1::JobSpec& spec, Checker& c) {
+  const v1::EntrypointSpec& e = spec.entrypoint();
+  c.Require(e.command_size() > 0 && !e.command(0).empty(), "entrypoint.command",
+            "is required: the program and its arguments, e.g. [python3, train.py]");
+  c.Require(e.command_size() <= 4096, "entrypoint.command", "has more than 4096 arguments");
+  size_t bytes = 0;
+  for (int i = 0; i < e.command_size(); ++i) {
+    bytes += e.command(i).size();
+    c.Require(e.command(i).find('\0') == std::string::npos,
+              absl::StrCat("entrypoint.command[", i, "]"), "must not contain a NUL byte");
+  }
+  c.Require(bytes <= 64 * 1024, "entrypoint.command", "is longer than 64 KiB");
+  c.Require(e.working_dir().empty() || e.working_dir()[0] == '/', "entrypoint.working_dir",
+            absl::StrCat("must be an absolute path (got '", e.working_dir(), "')"));
+  c.Require(e.working_dir().find('\0') == std::string::npos, "entrypoint.working_dir",
+            "must not contain a NUL byte");
+  c.Require(e.env_size() <= 1024, "entrypoint.env", "has more than 1024 variables");
+  for (const auto& [name, value] : e.env()) {
+    const std::string p = absl::StrCat("entrypoint.env[", name, "]");
+    c.Require(EnvName(name), p, "is not a variable name ([A-Za-z_][A-Za-z0-9_]*)");
+    c.Require(!absl::StartsWith(name, "PSCLUSTER_"), p,
+              "PSCLUSTER_ variables are set by the worker (the task's contract)");
+    c.Require(value.find('\0') == std::string::npos && value.size() <= 64 * 1024, p,
+              "must be at most 64 KiB without NUL bytes");
+  }
+  const char* why = "describes the built-in trainer; a job with an entrypoint runs the user's "
+                    "command instead (leave it out)";
+  c.Require(!spec.has_model(), "model", why);
+  c.Require(!spec.has_dataset(), "dataset", why);
+  c.Require(spec.export_path().empty(), "export_path",
+            "is written by the built-in trainer; an entrypoint's script exports its model "
+            "itself (leave it out)");
+  c.Require(spec.eval_batch_size() == 0, "eval_batch_size", why);
+  c.Require(!spec.balance_data(), "balance_data",
+            "is not supported with an entrypoint: the script, not the worker, reads the data");
+  c.Require(!spec.allow_tf32(), "allow_tf32", why);
+  c.Require(spec.table_compression().empty(), "table_compression",
+            "is applied by the built-in trainer's pushes; not supported with an entrypoint");
+  c.Require(spec.table_embedding().empty(), "table_embedding",
+            "is set by the built-in trainer when it creates tables; not supported with an "
+            "entrypoint");
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobSource& where) {
@@ -303,8 +352,13 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobSource& where) {
   c.Require(!spec.name().empty(), "name", "is required");
   c.Require(spec.name().size() <= 64 && NameChars(spec.name(), "_.-"), "name",
             absl::StrCat("must be 1-64 characters of A-Z a-z 0-9 _ . - (got '", spec.name(), "')"));
-  CheckModel(spec, c);
-  CheckDataset(spec, c);
+  const bool entrypoint = spec.has_entrypoint();
+  if (entrypoint) {
+    CheckEntrypoint(spec, c);
+  } else {
+    CheckModel(spec, c);
+    CheckDataset(spec, c);
+  }
   if (!spec.has_optimizer()) {
     c.Require(false, "optimizer", "is required (kind and learning_rate)");
   }
@@ -351,9 +405,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobSource& where) {
             absl::StrCat("must be at most num_workers (", spec.num_workers(), "); 0 = 1"));
   c.Require(spec.gpus_per_worker() <= kMaxGpusPerWorker, "gpus_per_worker",
             absl::StrCat("must be at most ", kMaxGpusPerWorker));
-  c.Require(spec.epochs() >= 1 && spec.epochs() <= 100000, "epochs", "must be in [1, 100000]");
-  c.Require(spec.batch_size() >= 1 && spec.batch_size() <= (1u << 20), "batch_size",
-            "must be in [1, 1048576]");
+  // An entrypoint's script may read epochs and batch_size from its task file, or ignore them.
+  c.Require((entrypoint && spec.epochs() == 0) || (spec.epochs() >= 1 && spec.epochs() <= 100000),
+            "epochs", "must be in [1, 100000]");
+  c.Require((entrypoint && spec.batch_size() == 0) ||
+                (spec.batch_size() >= 1 && spec.batch_size() <= (1u << 20)),
+            "batch_size", "must be in [1, 1048576]");
   c.Require(spec.eval_batch_size() <= (1u << 20), "eval_batch_size",
             "must be at most 1048576 (0 = 1000)");
   c.Require(spec.checkpoint_every_steps() == 0 || !spec.checkpoint_dir().empty(),

@@ -506,6 +506,60 @@ TEST(JobYamlTest, RoundTripsThroughYaml) {
       << spec->DebugString() << "\nvs\n" << again->DebugString();
 }
 
+constexpr char kEntrypoint[] = R"(name: mine
+entrypoint:
+  command: [python3, train.py, --lr, "0.1"]
+  working_dir: /srv/train
+  env:
+    OMP_NUM_THREADS: "1"
+optimizer:
+  kind: sgd
+  learning_rate: 0.1
+num_servers: 1
+num_workers: 2
+)";
+
+TEST(JobYamlTest, EntrypointJobParsesWithoutModelDataEpochsOrBatch) {
+  auto spec = LoadJobYaml(kEntrypoint, "job.yaml");
+  ASSERT_THAT(spec, IsOk());
+  ASSERT_EQ(spec->entrypoint().command_size(), 4);
+  EXPECT_EQ(spec->entrypoint().command(3), "0.1");
+  EXPECT_EQ(spec->entrypoint().working_dir(), "/srv/train");
+  EXPECT_EQ(spec->entrypoint().env().at("OMP_NUM_THREADS"), "1");
+  EXPECT_FALSE(spec->has_model());
+  // epochs and batch_size, when given, reach the script in its task file.
+  EXPECT_THAT(LoadJobYaml(absl::StrCat(kEntrypoint, "epochs: 3\nbatch_size: 32\n"), "job.yaml"),
+              IsOk());
+}
+
+TEST(JobYamlTest, EntrypointRefusesTheBuiltInTrainersKeysAndBadCommands) {
+  const std::string base = kEntrypoint;
+  struct Case {
+    std::string yaml;
+    std::string error;
+  };
+  const Case cases[] = {
+      {base + "model:\n  kind: mlp\n", "job.yaml:12: model: describes the built-in trainer"},
+      {base + "dataset:\n  name: fashion_mnist\n", "job.yaml:12: dataset: describes"},
+      {base + "export_path: /tmp/m.safetensors\n", "job.yaml:12: export_path: is written by"},
+      {base + "balance_data: true\n", "job.yaml:12: balance_data: is not supported"},
+      {base + "eval_batch_size: 10\n", "job.yaml:12: eval_batch_size: describes"},
+      {base + "table_compression:\n  w:\n    transport: float16\n",
+       "job.yaml:12: table_compression: is applied by the built-in"},
+      {Replace(base, "[python3, train.py, --lr, \"0.1\"]", "[]"),
+       "job.yaml:3: entrypoint.command: is required"},
+      {Replace(base, "/srv/train", "relative/dir"),
+       "job.yaml:4: entrypoint.working_dir: must be an absolute path"},
+      {Replace(base, "OMP_NUM_THREADS", "PSCLUSTER_RANK"),
+       "entrypoint.env[PSCLUSTER_RANK]: PSCLUSTER_ variables are set by the worker"},
+      {Replace(base, "OMP_NUM_THREADS", "1BAD"), "entrypoint.env[1BAD]: is not a variable name"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_THAT(LoadJobYaml(c.yaml, "job.yaml"), StatusIs(kInvalid, HasSubstr(c.error)))
+        << c.yaml;
+  }
+}
+
 TEST(JobYamlTest, EveryShippedExampleIsValid) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   ASSERT_NE(srcdir, nullptr);

@@ -29,6 +29,13 @@ inline bool IsLive(const v1::NodeStatus& n) {
   return n.state() == v1::NODE_ALIVE || n.state() == v1::NODE_SUSPECT;
 }
 
+// Whether a worker can run a task of `spec`: enough GPUs, and --allow_entrypoints for a job that
+// runs the user's command.
+inline bool WorkerFitsJob(const v1::NodeInfo& worker, const v1::JobSpec& spec) {
+  return worker.capacity().gpus() >= spec.gpus_per_worker() &&
+         (!spec.has_entrypoint() || worker.allow_entrypoints());
+}
+
 // Calls `call` on every server of `map` at once; returns each one's clock (-1 where it failed),
 // and in *why the first failure, naming its server (empty: none).
 std::vector<int64_t> ClockOnEveryServer(

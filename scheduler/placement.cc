@@ -111,12 +111,14 @@ absl::StatusOr<Placement> CapacityPlacement::Place(
   for (const WorkerCandidate& w : workers) {
     bool fits = req.gpus_per_worker > 0 ? w.gpus >= req.gpus_per_worker
                                         : (w.cpu_slots > 0 || w.gpus > 0);
+    fits = fits && (!req.entrypoint || w.allow_entrypoints);
     if (fits) capable.push_back(&w);
   }
   if (capable.size() < req.num_workers) {
     std::string what = req.gpus_per_worker > 0
                            ? absl::StrCat(" with >= ", req.gpus_per_worker, " free GPUs")
                            : "";
+    if (req.entrypoint) absl::StrAppend(&what, " that allow entrypoints");
     return absl::ResourceExhaustedError(absl::StrCat("needs ", req.num_workers, " idle workers",
                                                      what, ", ", capable.size(), " available"));
   }

@@ -39,6 +39,7 @@ struct WorkerCandidate {
   std::string address;
   uint32_t gpus = 0;       // Free GPUs.
   uint32_t cpu_slots = 0;  // Free CPU task slots.
+  bool allow_entrypoints = false;  // Runs user commands (ps_worker --allow_entrypoints).
 };
 
 struct PlacementRequest {
@@ -48,6 +49,7 @@ struct PlacementRequest {
   uint32_t gpus_per_worker = 0;
   uint32_t num_virtual_shards = 64;
   uint32_t replication = 1;
+  bool entrypoint = false;  // The job runs the user's command: only on workers that allow it.
 };
 
 struct Placement {

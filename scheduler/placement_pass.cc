@@ -71,6 +71,7 @@ std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
       c.gpus = cap.gpus();
       // A worker that declares nothing can still run one CPU task.
       c.cpu_slots = (cap.cpu_slots() == 0 && cap.gpus() == 0) ? 1 : cap.cpu_slots();
+      c.allow_entrypoints = n.info().allow_entrypoints();
       workers.push_back(std::move(c));
     }
   }
@@ -94,6 +95,7 @@ std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
     req.gpus_per_worker = job.spec().gpus_per_worker();
     req.num_virtual_shards = job.spec().num_virtual_shards();
     req.replication = job.spec().replication();
+    req.entrypoint = job.spec().has_entrypoint();
     auto placed = placement_->Place(req, servers, workers);
     if (!placed.ok()) {
       if (placed.status().code() == absl::StatusCode::kResourceExhausted) {

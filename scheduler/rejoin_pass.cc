@@ -57,7 +57,7 @@ void Scheduler::RejoinRanks() {
       for (const v1::NodeStatus& n : nodes) {
         if (n.info().role() != v1::ROLE_WORKER || n.state() != v1::NODE_ALIVE) continue;
         if (busy.contains(n.info().node_id())) continue;
-        if (n.info().capacity().gpus() < job.spec().gpus_per_worker()) continue;
+        if (!WorkerFitsJob(n.info(), job.spec())) continue;
         spare = n.info().node_id();
         address = n.info().address();
         break;

@@ -338,12 +338,22 @@ absl::Status Scheduler::CheckClusterSize(const v1::JobSpec& spec,
   }
   std::vector<v1::NodeStatus> workers;
   for (v1::NodeStatus& w : registry_.Live(v1::ROLE_WORKER)) {
-    if (w.info().capacity().gpus() >= spec.gpus_per_worker()) workers.push_back(std::move(w));
+    // As pass_helpers.h's WorkerFitsJob (that header is for the passes).
+    if (w.info().capacity().gpus() >= spec.gpus_per_worker() &&
+        (!spec.has_entrypoint() || w.info().allow_entrypoints())) {
+      workers.push_back(std::move(w));
+    }
+  }
+  if (spec.has_entrypoint() && workers.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        source, ": entrypoint: no live worker allows entrypoints (it runs the job's command); "
+        "start ps_worker with --allow_entrypoints"));
   }
   if (workers.size() < spec.num_workers()) {
     std::string gpus = spec.gpus_per_worker() > 0
                            ? absl::StrCat(" with >= ", spec.gpus_per_worker(), " GPUs")
                            : "";
+    if (spec.has_entrypoint()) absl::StrAppend(&gpus, " that allow entrypoints");
     return absl::ResourceExhaustedError(absl::StrCat(
         source, ": num_workers: the job asks for ", spec.num_workers(), " workers", gpus,
         " but the cluster has ", workers.size(), " live (", names(workers),

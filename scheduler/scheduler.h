@@ -131,6 +131,9 @@ class Scheduler {
                              v1::CheckpointJobResponse* resp);
   // Also calls out (the job's lead worker, outside the lock): an operator's on-demand export.
   absl::Status ExportJob(const v1::ExportJobRequest& req, v1::ExportJobResponse* resp);
+  // psctl logs: the rank's output lines, from the worker that runs (or last ran) it
+  // (scheduler/task_logs_rpc.cc).
+  absl::Status GetTaskLogs(const v1::TaskLogsRequest& req, v1::TaskLogsResponse* resp);
 
   // Carries out the queued shard moves (and, when due, the rebalancer's look), one after the
   // other; the moves thread calls it (tests call it directly).

@@ -27,6 +27,7 @@ SchedulerService::SchedulerService(Scheduler* handler, const Authorizer* authz)
   Inline("MoveShard", &Scheduler::MoveShard);
   Inline("CheckpointJob", &Scheduler::CheckpointJob);
   Inline("ExportJob", &Scheduler::ExportJob);
+  Inline("GetTaskLogs", &Scheduler::GetTaskLogs);
   CheckEveryUnaryMethodServed();
 }
 

@@ -74,6 +74,11 @@ ABSL_FLAG(std::string, audit_log, "",
 ABSL_FLAG(std::string, credential_file, "",
           "file holding the token this worker sends to the scheduler and the servers (its "
           "identity needs roles node and worker)");
+ABSL_FLAG(bool, allow_entrypoints, false,
+          "run jobs' own commands (the job's entrypoint) as child processes of this worker, as "
+          "its user; off: the scheduler places no entrypoint job here");
+ABSL_FLAG(int, entrypoint_grace_sec, 10,
+          "a stopped entrypoint task's process group gets SIGTERM, then SIGKILL after this long");
 // Standalone mode.
 ABSL_FLAG(std::string, job, "", "standalone: job YAML file to train");
 ABSL_FLAG(std::string, servers, "", "standalone: comma-separated host:port of ps_server daemons");
@@ -230,6 +235,16 @@ int main(int argc, char** argv) {
   dopts.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
   dopts.registration_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_sec));
   dopts.trainer = topts;
+  dopts.entrypoint.allow = absl::GetFlag(FLAGS_allow_entrypoints);
+  if (absl::GetFlag(FLAGS_entrypoint_grace_sec) < 0 ||
+      absl::GetFlag(FLAGS_entrypoint_grace_sec) > 3600) {
+    return Fail(absl::InvalidArgumentError("--entrypoint_grace_sec: must be in [0, 3600]"), 2);
+  }
+  dopts.entrypoint.stop_grace = absl::Seconds(absl::GetFlag(FLAGS_entrypoint_grace_sec));
+  dopts.entrypoint.tls_ca = topts.channel.tls.ca;
+  dopts.entrypoint.tls_cert = topts.channel.tls.cert;
+  dopts.entrypoint.tls_key = topts.channel.tls.key;
+  dopts.entrypoint.credential_file = absl::GetFlag(FLAGS_credential_file);
   std::atomic<int> exit_code{0};
   dopts.on_fatal = [&exit_code](absl::Status why) {
     exit_code.store(kExitRetryable);

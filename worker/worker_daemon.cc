@@ -59,14 +59,25 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(WorkerDaemonOp
     latency->push_pull = d->metrics_.AddHistogram(name, help, "call=\"push_pull\"");
     topts.call_latency = std::move(latency);
   }
-  auto factory = [topts](const v1::AssignTaskRequest& task, ProgressSink* sink)
+  EntrypointOptions eopts = options.entrypoint;
+  eopts.scheduler = options.scheduler_address;
+  eopts.logs = &d->task_logs_;
+  nopts.allow_entrypoints = eopts.allow;
+  if (eopts.allow) log->warn("--allow_entrypoints: jobs may run their own commands as this user");
+  auto factory = [topts, eopts](const v1::AssignTaskRequest& task, ProgressSink* sink)
       -> absl::StatusOr<std::unique_ptr<TaskRunner>> {
+    if (task.spec().has_entrypoint()) {
+      auto e = EntrypointRunner::Create(task, eopts, sink);
+      if (!e.ok()) return e.status();
+      return std::unique_ptr<TaskRunner>(std::move(*e));
+    }
     auto t = Trainer::Create(task, topts, sink);
     if (!t.ok()) return t.status();
     return std::unique_ptr<TaskRunner>(std::move(*t));
   };
   d->node_ = std::make_unique<WorkerNode>(nopts, d->scheduler_.get(), factory);
-  d->service_ = std::make_unique<WorkerService>(d->node_.get(), d->authz_.get());
+  d->service_ =
+      std::make_unique<WorkerService>(d->node_.get(), d->authz_.get(), &d->task_logs_);
   d->service_->ObserveLatency(&d->metrics_, "pscluster_worker_rpc_seconds");
   if (!options.audit_log.empty()) {
     auto audit = AuditLog::Open(options.audit_log);

@@ -16,7 +16,9 @@
 #include "common/authz.h"
 #include "common/grpc_server.h"
 #include "common/metrics.h"
+#include "worker/entrypoint_runner.h"
 #include "worker/scheduler_client.h"
+#include "worker/task_logs.h"
 #include "worker/trainer.h"
 #include "worker/worker_node.h"
 #include "worker/worker_service.h"
@@ -38,6 +40,9 @@ struct WorkerDaemonOptions {
   absl::Duration registration_timeout = absl::Seconds(60);
   // Every task's trainer; its channel (TLS, credential) is also this daemon's own.
   TrainerOptions trainer;
+  // Tasks of jobs with an entrypoint (the user's command); off unless entrypoint.allow. The
+  // daemon fills in the scheduler's address and the output log book.
+  EntrypointOptions entrypoint;
   // Called (once, from a node thread) when the node gives up (it could not register in time):
   // the process should exit with a retryable code.
   std::function<void(absl::Status)> on_fatal;
@@ -67,6 +72,7 @@ class WorkerDaemon {
   void AddStatusGauges();
 
   MetricsRegistry metrics_;
+  TaskLogBook task_logs_;  // Output of entrypoint tasks; before the node, which writes it.
   std::unique_ptr<Authorizer> authz_;
   std::unique_ptr<AuditLog> audit_;
   std::unique_ptr<SchedulerClient> scheduler_;

@@ -76,6 +76,7 @@ absl::StatusOr<v1::RegisterNodeResponse> WorkerNode::RegisterNode(const std::str
   info.set_hostname(Hostname());
   info.set_pid(::getpid());
   info.set_version("pscluster-1");
+  info.set_allow_entrypoints(options_.allow_entrypoints);
   return scheduler_->Register(info);
 }
 

@@ -37,6 +37,8 @@ struct WorkerNodeOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   // Minimum spacing of progress reports (the final report is always sent).
   absl::Duration report_interval = absl::Milliseconds(500);
+  // Advertised at registration: the scheduler places entrypoint jobs only on such workers.
+  bool allow_entrypoints = false;
 };
 
 class WorkerNode : public ProgressSink {

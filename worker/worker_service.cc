@@ -2,8 +2,8 @@
 
 namespace pscluster::worker {
 
-WorkerService::WorkerService(WorkerNode* node, const Authorizer* authz)
-    : ParsedUnaryService("pscluster.v1.WorkerControl"), node_(node) {
+WorkerService::WorkerService(WorkerNode* node, const Authorizer* authz, const TaskLogBook* logs)
+    : ParsedUnaryService("pscluster.v1.WorkerControl"), node_(node), logs_(logs) {
   SetAuthorizer(authz);
   Serve<v1::AssignTaskRequest, v1::AssignTaskResponse>(
       "AssignTask", [this](grpc::CallbackServerContext*, const v1::AssignTaskRequest& req,
@@ -38,6 +38,14 @@ WorkerService::WorkerService(WorkerNode* node, const Authorizer* authz)
           if (written.ok()) *resp = *written;
           done(written.status());
         });
+      });
+  Serve<v1::TaskLogsRequest, v1::TaskLogsResponse>(
+      "GetTaskLogs", [this](grpc::CallbackServerContext*, const v1::TaskLogsRequest& req,
+                            v1::TaskLogsResponse* resp, Done done) {
+        if (logs_ == nullptr) return done(absl::NotFoundError("this worker keeps no task output"));
+        auto got = logs_->Read(req);
+        if (got.ok()) *resp = std::move(*got);
+        done(got.status());
       });
   CheckEveryUnaryMethodServed();
 }

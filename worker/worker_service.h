@@ -8,17 +8,21 @@
 #include "common/executor.h"
 #include "common/parsed_unary.h"
 #include "proto/worker.grpc.pb.h"
+#include "worker/task_logs.h"
 #include "worker/worker_node.h"
 
 namespace pscluster::worker {
 
 class WorkerService final : public ParsedUnaryService<v1::WorkerControl::Service> {
  public:
-  // REQUIRES: `node` and `authz` outlive the service. `authz` nullptr: no checks.
-  explicit WorkerService(WorkerNode* node, const Authorizer* authz = nullptr);
+  // REQUIRES: `node`, `authz` and `logs` outlive the service. `authz` nullptr: no checks;
+  // `logs` nullptr: GetTaskLogs finds nothing.
+  explicit WorkerService(WorkerNode* node, const Authorizer* authz = nullptr,
+                         const TaskLogBook* logs = nullptr);
 
  private:
   WorkerNode* const node_;
+  const TaskLogBook* const logs_;
   Executor exports_{1, "export"};  // Last member: joined first, while node_ is still there.
 };
 

@@ -129,6 +129,15 @@ absl::StatusOr<v1::ExportJobResponse> SchedulerClient::ExportJob(const std::stri
   return resp;
 }
 
+absl::StatusOr<v1::TaskLogsResponse> SchedulerClient::GetTaskLogs(
+    const v1::TaskLogsRequest& req) {
+  auto ctx = Context(options_);
+  v1::TaskLogsResponse resp;
+  absl::Status s = Explain(stub_->GetTaskLogs(ctx.get(), req, &resp), "GetTaskLogs");
+  if (!s.ok()) return s;
+  return resp;
+}
+
 absl::StatusOr<v1::ShardMap> SchedulerClient::GetShardMap(const std::string& job_id) {
   auto ctx = Context(options_);
   v1::GetShardMapRequest req;

@@ -37,6 +37,7 @@ class SchedulerClient {
   absl::StatusOr<v1::CancelJobResponse> CancelJob(const std::string& job_id,
                                                   const std::string& reason);
   absl::StatusOr<v1::ShardMap> GetShardMap(const std::string& job_id);
+  absl::StatusOr<v1::TaskLogsResponse> GetTaskLogs(const v1::TaskLogsRequest& req);
   // `include_history`: with each job's Job.history.
   absl::StatusOr<v1::ClusterStatusResponse> ClusterStatus(const std::string& job_id,
                                                           bool include_history = false);

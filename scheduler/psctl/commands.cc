@@ -10,6 +10,7 @@
 #include "common/atomic_file.h"
 #include "scheduler/job_state.h"
 #include "scheduler/psctl/follow.h"
+#include "scheduler/psctl/logs_command.h"
 #include "scheduler/psctl/up_command.h"
 
 namespace pscluster::psctl {
@@ -31,6 +32,8 @@ constexpr char kUsage[] =
     "                              checkpoint_dir): one file per server\n"
     "  export JOB [--to PATH]      export a running job's model now (safetensors, written by\n"
     "                              its lead worker; default PATH: the job's export_path)\n"
+    "  logs JOB [--rank N] [--follow]  the output (stdout, stderr) of an entrypoint job's\n"
+    "                              tasks; --follow: as it comes, until the job ends\n"
     "  up --local [--detach]       run a local cluster (scheduler, 2 servers, 2 workers) and\n"
     "                              the example job on it\n"
     "  down                        stop a cluster started with up --local --detach\n"
@@ -345,6 +348,10 @@ int RunPsctl(const PsctlOptions& o, const std::vector<std::string>& args, std::o
     out << args[1] << ": step " << written->step() << " exported to " << written->path() << " ("
         << written->bytes() << " bytes, by " << written->worker() << ")" << std::endl;
     return 0;
+  }
+  if (cmd == "logs") {
+    if (!want_args(1, "the job id: psctl logs JOB [--rank N] [--follow]")) return 2;
+    return RunLogs(o, c, args[1], out, err);
   }
   if (cmd == "move-shard") {
     if (!want_args(3, "JOB SHARD SERVER: psctl move-shard job-1 7 s-2")) return 2;

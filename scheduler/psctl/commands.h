@@ -11,6 +11,7 @@
 //   move-shard JOB SHARD SERVER move a virtual shard live to another of the job's servers
 //   checkpoint JOB [DIR]        checkpoint a running job now
 //   export JOB [--to PATH]      export a running job's model now (safetensors)
+//   logs JOB [--rank N] [--follow]  an entrypoint job's output (logs_command.h)
 //   up --local                  a scheduler, 2 servers and 2 workers as child processes; runs
 //                               deploy/examples/fashion_mlp.yaml to the end, then stops them
 //   down                        stops a cluster started with `up --local --detach`
@@ -62,6 +63,8 @@ struct PsctlOptions {
   bool active_only = false;  // jobs --active
   std::string reason;        // cancel --reason
   std::string export_to;     // export --to
+  int logs_rank = -1;        // logs --rank (-1 = every rank)
+  bool follow = false;       // logs --follow
   absl::Duration interval = absl::Seconds(1);  // Refresh period of live views.
   bool tty = false;          // Redraw live views in place (stdout is a terminal).
   std::string self_path;     // This executable (finds sibling binaries and example jobs).

@@ -89,8 +89,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     if (!s.ok()) return s;
   }
   for (int i = 1; i <= options.num_workers; ++i) {
+    // The user's own machine and user: jobs with an entrypoint run here too.
     std::vector<std::string> args = {"--listen=127.0.0.1:0", sched, level,
-                                     absl::StrCat("--device=", options.device)};
+                                     absl::StrCat("--device=", options.device),
+                                     "--allow_entrypoints"};
     args.insert(args.end(), options.worker_args.begin(), options.worker_args.end());
     s = c->Launch(absl::StrCat("worker-", i), options.worker_bin, args, progress);
     if (!s.ok()) return s;

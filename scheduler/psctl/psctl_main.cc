@@ -27,6 +27,8 @@ ABSL_FLAG(bool, history, false,
 ABSL_FLAG(std::string, to, "",
           "export JOB: the file to write (on the lead worker's machine; default: the job's "
           "export_path)");
+ABSL_FLAG(int32_t, rank, -1, "logs: only this rank (default: every rank)");
+ABSL_FLAG(bool, follow, false, "logs: print lines as they come until the job ends");
 ABSL_FLAG(bool, active, false, "jobs: only queued, placing and running jobs");
 ABSL_FLAG(std::string, reason, "", "cancel: why (recorded in the job)");
 ABSL_FLAG(absl::Duration, interval, absl::Seconds(1), "refresh period of live views");
@@ -137,6 +139,8 @@ int main(int argc, char** argv) {
   o.active_only = absl::GetFlag(FLAGS_active);
   o.reason = absl::GetFlag(FLAGS_reason);
   o.export_to = absl::GetFlag(FLAGS_to);
+  o.logs_rank = absl::GetFlag(FLAGS_rank);
+  o.follow = absl::GetFlag(FLAGS_follow);
   o.interval = std::max(absl::GetFlag(FLAGS_interval), absl::Milliseconds(50));
   o.tty = isatty(STDOUT_FILENO) != 0;
   o.self_path = SelfPath(argv[0]);
