@@ -83,6 +83,21 @@ class DataAuthTest : public ::testing::Test {
     return std::move(*c);
   }
 
+  // The same, with the job's table created (ASP, one worker) through it.
+  std::unique_ptr<PsClient> ReadyClient(const std::string& job, const std::string& secret,
+                                        DataTransport transport) {
+    auto c = Client(job, secret, transport);
+    if (c == nullptr) return nullptr;
+    v1::ConsistencySpec asp;
+    asp.set_mode(v1::ConsistencySpec::ASP);
+    absl::Status st = c->CreateTables(asp, 1);
+    if (!st.ok()) {
+      ADD_FAILURE() << st;
+      return nullptr;
+    }
+    return c;
+  }
+
   static absl::Status PushPull(PsClient& c, int64_t step, float g, std::vector<float>* out) {
     std::vector<float> grad(256, g);
     out->assign(256, 0.f);
@@ -97,11 +112,8 @@ TEST_F(DataAuthTest, TokenServerServesProvenJobsOverTcpAndUnix) {
   StartCluster(/*tokens=*/true);
   InstallSecret("job", Secret("job"));
   for (DataTransport t : {DataTransport::kTcp, DataTransport::kUnix}) {
-    auto c = Client("job", Secret("job"), t);
+    auto c = ReadyClient("job", Secret("job"), t);
     ASSERT_NE(c, nullptr);
-    v1::ConsistencySpec asp;
-    asp.set_mode(v1::ConsistencySpec::ASP);
-    ASSERT_TRUE(c->CreateTables(asp, 1).ok());
     std::vector<float> w;
     absl::Status st = PushPull(*c, 0, 1.f, &w);
     EXPECT_TRUE(st.ok()) << st;
@@ -112,11 +124,8 @@ TEST_F(DataAuthTest, TokenServerServesProvenJobsOverTcpAndUnix) {
 TEST_F(DataAuthTest, WrongOrMissingProofIsRefusedAndTheServerKeepsServing) {
   StartCluster(/*tokens=*/true);
   InstallSecret("job", Secret("job"));
-  auto good = Client("job", Secret("job"), DataTransport::kTcp);
+  auto good = ReadyClient("job", Secret("job"), DataTransport::kTcp);
   ASSERT_NE(good, nullptr);
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  ASSERT_TRUE(good->CreateTables(asp, 1).ok());
   std::vector<float> before, after;
   ASSERT_TRUE(PushPull(*good, 0, 0.f, &before).ok());
 
@@ -196,11 +205,8 @@ TEST_F(DataAuthTest, AProofIsBoundToItsNonceJobWorkerAndAttempt) {
 TEST_F(DataAuthTest, AFencedAttemptIsRefusedAtTheHandshake) {
   StartCluster(/*tokens=*/true);
   InstallSecret("job", Secret("job"));
-  auto c = Client("job", Secret("job"), DataTransport::kTcp);
+  auto c = ReadyClient("job", Secret("job"), DataTransport::kTcp);
   ASSERT_NE(c, nullptr);
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  ASSERT_TRUE(c->CreateTables(asp, 1).ok());
   auto channel = MakeChannel(cluster_->addresses()[0], channel_);
   ASSERT_TRUE(channel.ok());
   auto stub = v1::ParameterServer::NewStub(*channel);
@@ -257,11 +263,8 @@ TEST_F(DataAuthTest, HostileHandshakesAreRefusedWithoutHarm) {
     close(fd);
   }
   // The server still serves an honest client.
-  auto c = Client("job", Secret("job"), DataTransport::kTcp);
+  auto c = ReadyClient("job", Secret("job"), DataTransport::kTcp);
   ASSERT_NE(c, nullptr);
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  ASSERT_TRUE(c->CreateTables(asp, 1).ok());
   std::vector<float> w;
   absl::Status st = PushPull(*c, 0, 1.f, &w);
   EXPECT_TRUE(st.ok()) << st;
@@ -271,17 +274,13 @@ TEST_F(DataAuthTest, HostileHandshakesAreRefusedWithoutHarm) {
 TEST_F(DataAuthTest, OpenServerStillProtectsJobsWithASecret) {
   StartCluster(/*tokens=*/false);
   InstallSecret("secret-job", Secret("secret-job"));
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  auto open = Client("open-job", "", DataTransport::kTcp);
+  auto open = ReadyClient("open-job", "", DataTransport::kTcp);
   ASSERT_NE(open, nullptr);
-  ASSERT_TRUE(open->CreateTables(asp, 1).ok());
   std::vector<float> w;
   EXPECT_TRUE(PushPull(*open, 0, 1.f, &w).ok());
 
-  auto owner = Client("secret-job", Secret("secret-job"), DataTransport::kTcp);
+  auto owner = ReadyClient("secret-job", Secret("secret-job"), DataTransport::kTcp);
   ASSERT_NE(owner, nullptr);
-  ASSERT_TRUE(owner->CreateTables(asp, 1).ok());
   EXPECT_TRUE(PushPull(*owner, 0, 1.f, &w).ok());
 
   auto intruder = Client("secret-job", "", DataTransport::kTcp);
