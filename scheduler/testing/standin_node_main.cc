@@ -19,6 +19,8 @@ ABSL_FLAG(std::string, scheduler, "", "scheduler host:port");
 ABSL_FLAG(std::string, log_level, "info", "log level");
 ABSL_FLAG(std::string, checkpoint_dir, "", "accepted like ps_server's; unused");
 ABSL_FLAG(std::string, device, "cpu", "accepted like ps_worker's; unused");
+ABSL_FLAG(bool, allow_entrypoints, false,
+          "accepted like ps_worker's (psctl up --local passes it); the stand-in runs no command");
 ABSL_FLAG(int64_t, standin_steps, 20, "worker: steps of the simulated task");
 ABSL_FLAG(int64_t, standin_step_ms, 20, "worker: milliseconds per simulated step");
 ABSL_FLAG(int32_t, standin_report_every, 5, "worker: steps between progress reports");

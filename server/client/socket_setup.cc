@@ -34,9 +34,9 @@ absl::Status SendAll(int fd, const std::string& bytes, int passed, absl::Time de
   size_t sent = 0;
   while (sent < bytes.size()) {
     // The memfd must travel with the frame's first bytes: sent all or nothing while it is due.
-    const ssize_t r =
-        passed >= 0 ? SendWithFd(fd, bytes, passed, MSG_NOSIGNAL | MSG_DONTWAIT)
-                    : send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const int flags = MSG_NOSIGNAL | MSG_DONTWAIT;
+    const ssize_t r = passed >= 0 ? SendWithFd(fd, bytes, passed, flags)
+                                  : send(fd, bytes.data() + sent, bytes.size() - sent, flags);
     if (r > 0 && passed >= 0 && static_cast<size_t>(r) != bytes.size()) {
       return absl::UnavailableError(
           absl::StrCat("data socket of ", peer, ": ", what, " sent in part"));
