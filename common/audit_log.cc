@@ -84,4 +84,23 @@ void AuditLog::Record(const AuditRecord& record) {
   failing_ = false;
 }
 
+void AuditCounts::Count(absl::string_view method, absl::StatusCode code) {
+  const size_t dot = method.rfind('.');
+  absl::string_view name = dot == absl::string_view::npos ? method : method.substr(dot + 1);
+  absl::MutexLock l(&mu_);
+  ++counts_[{std::string(name), code}];
+}
+
+std::vector<Sample> AuditCounts::Samples() const {
+  std::vector<Sample> out;
+  absl::MutexLock l(&mu_);
+  out.reserve(counts_.size());
+  for (const auto& [key, n] : counts_) {
+    out.push_back(Sample{absl::StrCat("method=\"", key.first, "\",code=\"",
+                                      absl::StatusCodeToString(key.second), "\""),
+                         static_cast<double>(n)});
+  }
+  return out;
+}
+
 }  // namespace pscluster

@@ -12,8 +12,12 @@
 #ifndef PSCLUSTER_COMMON_AUDIT_LOG_H_
 #define PSCLUSTER_COMMON_AUDIT_LOG_H_
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -21,6 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 
 namespace pscluster {
 
@@ -59,6 +64,22 @@ class AuditLog {
   const int fd_;
   absl::Mutex mu_;
   bool failing_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Counts of the calls the audit log records (AuditLog's rule: every refused call and every call
+// of an AuditedMethod), by method and answer, for the metric
+// pscluster_audit_calls_total{method="CancelJob",code="PERMISSION_DENIED"}. Kept whether or not
+// a log file is written. Thread-safe.
+class AuditCounts {
+ public:
+  // `method`: the full name ("pscluster.v1.Scheduler.CancelJob"); counted under its last part.
+  void Count(absl::string_view method, absl::StatusCode code);
+  // One sample per (method, code) seen, sorted; labels method="...",code="...".
+  std::vector<Sample> Samples() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::pair<std::string, absl::StatusCode>, uint64_t> counts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pscluster

@@ -76,5 +76,23 @@ TEST(AuditLogTest, AFileThatCannotBeOpenedIsNamed) {
                        HasSubstr("/nonexistent-dir/audit.log")));
 }
 
+TEST(AuditCountsTest, CountsByMethodAndCodeAsMetricSamples) {
+  AuditCounts counts;
+  EXPECT_TRUE(counts.Samples().empty());
+  counts.Count("pscluster.v1.Scheduler.CancelJob", absl::StatusCode::kPermissionDenied);
+  counts.Count("pscluster.v1.Scheduler.CancelJob", absl::StatusCode::kPermissionDenied);
+  counts.Count("pscluster.v1.Scheduler.SubmitJob", absl::StatusCode::kOk);
+  auto samples = counts.Samples();
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_EQ(samples[0].labels, "method=\"CancelJob\",code=\"PERMISSION_DENIED\"");
+  EXPECT_EQ(samples[0].value, 2);
+  EXPECT_EQ(samples[1].labels, "method=\"SubmitJob\",code=\"OK\"");
+  EXPECT_EQ(samples[1].value, 1);
+  MetricsRegistry registry;
+  registry.AddCounterCallback("audit_total", "test", [&] { return counts.Samples(); });
+  EXPECT_THAT(registry.Render(),
+              HasSubstr("audit_total{method=\"CancelJob\",code=\"PERMISSION_DENIED\"} 2"));
+}
+
 }  // namespace
 }  // namespace pscluster

@@ -102,6 +102,19 @@ class ParsedUnaryService : public Base {
   // it.
   void SetAuditLog(AuditLog* log) { audit_ = log; }
 
+  // Counts the calls the audit log records (whether or not a log is written), by method and
+  // answer, as the counter family `name`{method="...",code="..."} of `registry`. The counts are
+  // kept by the service from its construction. REQUIRES: `registry` outlives the service.
+  void ObserveAudit(MetricsRegistry* registry, const std::string& name) {
+    std::shared_ptr<AuditCounts> counts = audit_counts_;
+    registry->AddCounterCallback(
+        name,
+        "Calls recorded by the audit log (every refused call, and every call that changes "
+        "state), by method and answer code.",
+        [counts] { return counts->Samples(); });
+  }
+  const AuditCounts& audit_counts() const { return *audit_counts_; }
+
  protected:
   // Every call is checked by `authz` before it is parsed (nullptr = none, the default).
   // REQUIRES: called from the constructor of the derived service; `authz` outlives the service.
@@ -125,37 +138,39 @@ class ParsedUnaryService : public Base {
               Histogram* const latency = latency_[m->index()].load(std::memory_order_acquire);
               const absl::Time arrived = latency != nullptr ? absl::Now() : absl::InfinitePast();
               auto call = std::make_shared<std::pair<Req, Resp>>();
-              // The audit record, when this call is to be recorded (filled as it goes).
-              std::shared_ptr<AuditRecord> audit;
-              if (audit_ != nullptr) {
-                audit = std::make_shared<AuditRecord>();
-                audit->time = absl::Now();
-                audit->method = m->full_name();
-                audit->peer = ctx->peer();
-              }
+              // The audit record (filled as it goes; its text fields only when a log is written).
+              auto audit = std::make_shared<AuditRecord>();
               AuditLog* const audit_log = audit_;
-              const bool audited = audit_ != nullptr && AuditedMethod(m->full_name());
-              auto finish = [reactor, latency, arrived, audit, audit_log, audited,
+              if (audit_log != nullptr) {
+                audit->time = absl::Now();
+                audit->peer = ctx->peer();
+                audit->method = m->full_name();
+              }
+              AuditCounts* const counts = audit_counts_.get();
+              const bool audited = AuditedMethod(m->full_name());
+              auto finish = [reactor, latency, arrived, audit, audit_log, counts, audited, m,
                              call](const absl::Status& s) {
                 if (latency != nullptr) latency->ObserveSeconds(absl::Now() - arrived);
-                if (audit != nullptr &&
-                    (audited || s.code() == absl::StatusCode::kUnauthenticated ||
-                     (s.code() == absl::StatusCode::kPermissionDenied && !audit->checked))) {
-                  audit->status = s;
-                  audit->job_id = parsed_unary_internal::JobIdOf(call->first);
-                  audit_log->Record(*audit);
+                if (audited || s.code() == absl::StatusCode::kUnauthenticated ||
+                    (s.code() == absl::StatusCode::kPermissionDenied && !audit->checked)) {
+                  counts->Count(m->full_name(), s.code());
+                  if (audit_log != nullptr) {
+                    audit->status = s;
+                    audit->job_id = parsed_unary_internal::JobIdOf(call->first);
+                    audit_log->Record(*audit);
+                  }
                 }
                 reactor->Finish(ToGrpcStatus(s));
               };
               if (authz_ != nullptr) {
                 absl::Status allowed =
-                    authz_->Check(*ctx, m->full_name(), audit ? &audit->identity : nullptr);
+                    authz_->Check(*ctx, m->full_name(), audit_log ? &audit->identity : nullptr);
                 if (!allowed.ok()) {
                   finish(allowed);
                   return reactor;
                 }
               }
-              if (audit != nullptr) audit->checked = true;
+              audit->checked = true;
               absl::Status parsed = parsed_unary_internal::ParseRequest(*in, &call->first, m);
               if (!parsed.ok()) {
                 finish(parsed);
@@ -181,6 +196,7 @@ class ParsedUnaryService : public Base {
   std::unique_ptr<std::atomic<Histogram*>[]> latency_;  // By method index; null: not observed.
   const Authorizer* authz_ = nullptr;
   AuditLog* audit_ = nullptr;
+  const std::shared_ptr<AuditCounts> audit_counts_ = std::make_shared<AuditCounts>();
 };
 
 }  // namespace pscluster

@@ -22,6 +22,7 @@ namespace {
 using ::pscluster::testing::IsOk;
 using ::pscluster::testing::StatusIs;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 bool Shell(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
 
@@ -131,6 +132,17 @@ TEST_F(SchedulerAuthzTest, TheAuditLogRecordsChangesAndRefusalsWithTheirCaller) 
                                   "\"identity\":\"\""));
   EXPECT_THAT(lines[2], HasSubstr("\"code\":\"UNAUTHENTICATED\""));
   EXPECT_THAT(lines[2], HasSubstr("\"peer\":\"ipv4:127.0.0.1:"));
+
+  // The same calls counted by method and answer in /metrics.
+  const std::string page = daemon_->scheduler().metrics().Render();
+  EXPECT_THAT(page, HasSubstr("# TYPE pscluster_scheduler_audit_calls_total counter"));
+  EXPECT_THAT(page, HasSubstr("pscluster_scheduler_audit_calls_total{method=\"CancelJob\","
+                              "code=\"PERMISSION_DENIED\"} 1"));
+  EXPECT_THAT(page, HasSubstr("pscluster_scheduler_audit_calls_total{method=\"CancelJob\","
+                              "code=\"NOT_FOUND\"} 1"));
+  EXPECT_THAT(page, HasSubstr("pscluster_scheduler_audit_calls_total{method=\"ListJobs\","
+                              "code=\"UNAUTHENTICATED\"} 1"));
+  EXPECT_THAT(page, Not(HasSubstr("method=\"ListJobs\",code=\"OK\"")));
 }
 
 TEST_F(SchedulerAuthzTest, ACertificateWithoutALineIsRefused) {

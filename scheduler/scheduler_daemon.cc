@@ -44,6 +44,8 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   LogAuthMode("scheduler", *d->authz_, options.tls.enabled() && !options.tls.ca.empty());
   d->service_ = std::make_unique<SchedulerService>(d->scheduler_.get(), d->authz_.get());
   d->service_->ObserveLatency(d->scheduler_->mutable_metrics(), "pscluster_scheduler_rpc_seconds");
+  d->service_->ObserveAudit(d->scheduler_->mutable_metrics(),
+                            "pscluster_scheduler_audit_calls_total");
   if (!options.audit_log.empty()) {
     auto audit = AuditLog::Open(options.audit_log);
     if (!audit.ok()) return audit.status();

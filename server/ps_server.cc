@@ -201,6 +201,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
                                             options.data_plane, s->replica_.get(),
                                             s->authz_.get());
   s->service_->ObserveLatency(&s->registry_, "pscluster_server_rpc_seconds");
+  s->service_->ObserveAudit(&s->registry_, "pscluster_server_audit_calls_total");
   if (!options.audit_log.empty()) {
     auto audit = AuditLog::Open(options.audit_log);
     if (!audit.ok()) return audit.status();

@@ -79,6 +79,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(WorkerDaemonOp
   d->service_ =
       std::make_unique<WorkerService>(d->node_.get(), d->authz_.get(), &d->task_logs_);
   d->service_->ObserveLatency(&d->metrics_, "pscluster_worker_rpc_seconds");
+  d->service_->ObserveAudit(&d->metrics_, "pscluster_worker_audit_calls_total");
   if (!options.audit_log.empty()) {
     auto audit = AuditLog::Open(options.audit_log);
     if (!audit.ok()) return audit.status();
