@@ -133,12 +133,19 @@ def main(argv=None):
         total_steps = min(total_steps, a.max_steps)
     loss_fn = torch.nn.CrossEntropyLoss()
     rng = np.random.default_rng(seed + 1000 + rank)
-    step, examples, t0 = 0, 0, time.perf_counter()
+    # A rank handed over to a new attempt resumes at the step the servers have for it
+    # (client.step = the task's start_step), with the batches it would have read from there on.
+    start = client.step if client is not None else 0
+    step, examples, t0 = start, 0, time.perf_counter()
     loss_sum, loss_n = 0.0, 0
-    done = False
+    done = start >= total_steps
     for epoch in range(epochs):
+        if done:
+            break
         idx = part[rng.permutation(len(part))]
         for s in range(steps_per_epoch):
+            if epoch * steps_per_epoch + s < start:
+                continue
             b = idx[s * batch:(s + 1) * batch]
             x, y = torch.from_numpy(xtr[b]), torch.from_numpy(ytr[b])
             opt.zero_grad()
@@ -155,14 +162,12 @@ def main(argv=None):
             if a.max_steps and step >= a.max_steps:
                 done = True
                 break
-        if done:
-            break
     elapsed = time.perf_counter() - t0
     acc = accuracy(model, xte, yte)
     if client is not None:
         pscluster.report_progress(client.step, epoch=epoch, examples=examples,
                                   metrics={"test_accuracy": acc})
-    out = {"rank": rank, "workers": workers, "steps": step, "epochs": epochs, "batch_size": batch,
+    out = {"rank": rank, "workers": workers, "steps": step, "start_step": start, "epochs": epochs, "batch_size": batch,
            "test_accuracy": acc, "samples_per_sec": examples / elapsed, "seconds": elapsed,
            "mode": "local" if client is None else "pscluster"}
     if client is not None:
