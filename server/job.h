@@ -393,6 +393,11 @@ class Job {
   // Per worker: step -> identities of the chunks applied for that step (steps >= its clock).
   std::vector<std::map<int64_t, absl::flat_hash_set<uint64_t>>> applied_ ABSL_GUARDED_BY(clock_mu_);
   std::map<int64_t, std::unique_ptr<AggStep>> agg_ ABSL_GUARDED_BY(clock_mu_);
+  // The dense sums of applied aggregate steps, reused by the next steps (at most two steps'
+  // worth): a fresh buffer per block and step costs a kernel page fault per 4 KiB touched and
+  // an munmap when freed, which took most of an aggregated step's time.
+  absl::Mutex agg_spare_mu_;
+  std::vector<std::vector<float>> agg_spare_ ABSL_GUARDED_BY(agg_spare_mu_);
   std::multimap<int64_t, uint64_t> waits_by_need_ ABSL_GUARDED_BY(clock_mu_);
   absl::flat_hash_map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(clock_mu_);
   uint64_t next_wait_id_ ABSL_GUARDED_BY(clock_mu_) = 1;

@@ -52,6 +52,16 @@ void Job::AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready, in
                        },
                        step_no);
       }
+      std::vector<std::vector<float>> freed;
+      for (auto& [key, sum] : step->dense) freed.push_back(std::move(sum));
+      if (!freed.empty()) {
+        absl::MutexLock l(&agg_spare_mu_);
+        const size_t keep = 2 * freed.size();
+        for (auto& f : freed) agg_spare_.push_back(std::move(f));
+        if (agg_spare_.size() > keep) {
+          agg_spare_.erase(agg_spare_.begin(), agg_spare_.end() - keep);  // The oldest go.
+        }
+      }
       for (auto& [table, rows] : step->sparse) {
         const uint32_t width = tables_[table].info->width;
         std::vector<uint64_t> keys;

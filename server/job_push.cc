@@ -303,16 +303,38 @@ absl::Status Job::Aggregate(const SliceRef& s, const v1::PushChunk& chunk, const
     if (!slot) slot = std::make_unique<AggStep>();
     step = slot.get();
   }
-  std::vector<float> g(n);
-  values.DecodeFloats(dtype, 0, n, g.data());
   absl::MutexLock a(&step->mu);
   if (s.dense) {
     auto& sum = step->dense[{s.table, s.block}];
-    if (sum.empty()) sum.assign(s.elems, 0.f);
+    if (sum.empty()) {
+      {
+        // The smallest spare that fits (a previous step's sum of this block, normally).
+        absl::MutexLock l(&agg_spare_mu_);
+        size_t best = agg_spare_.size();
+        for (size_t i = 0; i < agg_spare_.size(); ++i) {
+          const size_t cap = agg_spare_[i].capacity();
+          if (cap >= s.elems && (best == agg_spare_.size() || cap < agg_spare_[best].capacity())) {
+            best = i;
+          }
+        }
+        if (best < agg_spare_.size()) {
+          sum = std::move(agg_spare_[best]);
+          agg_spare_.erase(agg_spare_.begin() + best);
+        }
+      }
+      sum.assign(s.elems, 0.f);
+    }
     if (chunk.indices().empty()) {
+      // Added straight from the payload (decoded through a small buffer when not float32).
+      float scratch[4096];
       float* dst = sum.data() + chunk.offset();
-      for (uint64_t i = 0; i < n; ++i) dst[i] += g[i];
+      values.ForEachFloatRun(dtype, 0, n, scratch, 4096, [&](size_t i, const float* g, size_t k) {
+        float* d = dst + i;
+        for (size_t j = 0; j < k; ++j) d[j] += g[j];
+      });
     } else {
+      std::vector<float> g(n);
+      values.DecodeFloats(dtype, 0, n, g.data());
       for (uint64_t i = 0; i < n; ++i) {
         uint32_t idx;
         std::memcpy(&idx, chunk.indices().data() + 4 * i, 4);
@@ -321,6 +343,8 @@ absl::Status Job::Aggregate(const SliceRef& s, const v1::PushChunk& chunk, const
     }
     return absl::OkStatus();
   }
+  std::vector<float> g(n);
+  values.DecodeFloats(dtype, 0, n, g.data());
   const uint32_t width = tables_[s.table].info->width;
   auto& rows = step->sparse[s.table];
   const uint64_t first_row = chunk.offset() / width;
