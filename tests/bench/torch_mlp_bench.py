@@ -7,11 +7,15 @@ pscluster against the same script with no parameter server, and against the C++ 
              gradients pushed during backward (and with --no_overlap: all in step())
   ps_worker  the C++ worker, standalone, the same MLP and servers (job YAML written here)
 
-Prints each run's samples/s and the ratios to `local`. Every run uses one compute thread.
-Usage: torch_mlp_bench.py [STEPS]  (default 300 steps of 512 examples per run)."""
+The runs are interleaved round by round (local, pscluster, pscluster --no_overlap, ps_worker),
+and each ratio is the median over the rounds of that round's ratio to its own `local` run, so
+both sides of a ratio saw the same load on a shared machine. Prints every round's samples/s and
+the median ratios. Every run uses one compute thread.
+Usage: torch_mlp_bench.py [STEPS [ROUNDS]]  (default 300 steps of 512 examples per run, 3 rounds)."""
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -19,6 +23,7 @@ import tempfile
 from local_cluster import LocalServers, runfiles_root
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 BATCH = 512
 HIDDEN = "512,256"
 
@@ -66,22 +71,28 @@ seed: 1
 
 
 def main():
-    results = {}
-    results["local"] = run_py("--local")
+    rounds = []
     with LocalServers(n=2) as s:
         servers = ",".join(s.addresses)
-        results["pscluster"] = run_py(f"--servers={servers}", "--job_id=bench-overlap")
-        results["pscluster_no_overlap"] = run_py(f"--servers={servers}", "--job_id=bench-step",
-                                                 "--no_overlap")
-        with tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR")) as work:
-            results["ps_worker_cpp"] = run_cpp(s.addresses, work)
-    base = results["local"]["samples_per_sec"]
+        for i in range(ROUNDS):
+            r = {"local": run_py("--local")}
+            r["pscluster"] = run_py(f"--servers={servers}", f"--job_id=bench-overlap-{i}")
+            r["pscluster_no_overlap"] = run_py(f"--servers={servers}", f"--job_id=bench-step-{i}",
+                                               "--no_overlap")
+            with tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR")) as work:
+                r["ps_worker_cpp"] = run_cpp(s.addresses, work)
+            rounds.append(r)
+            print(f"round {i + 1}: " + ", ".join(
+                f"{name} {x['samples_per_sec']:.0f}/s" for name, x in r.items()), flush=True)
     print(f"torch_mlp_bench: MLP 784-{HIDDEN.replace(',', '-')}-10, batch {BATCH}, "
-          f"{STEPS} steps per Python run (ps_worker: 1 epoch), 1 thread, 2 servers")
-    print(f"{'run':<22}{'samples/s':>12}{'ratio to local':>16}{'test acc':>10}")
-    for name, r in results.items():
-        print(f"{name:<22}{r['samples_per_sec']:>12.0f}{r['samples_per_sec'] / base:>16.2f}"
-              f"{r['test_accuracy']:>10.4f}")
+          f"{STEPS} steps per Python run (ps_worker: 1 epoch), 1 thread, 2 servers, "
+          f"{ROUNDS} rounds")
+    print(f"{'run':<22}{'median samples/s':>18}{'median ratio to local':>23}{'test acc':>10}")
+    for name in rounds[0]:
+        rate = statistics.median(r[name]["samples_per_sec"] for r in rounds)
+        ratio = statistics.median(r[name]["samples_per_sec"] / r["local"]["samples_per_sec"]
+                                  for r in rounds)
+        print(f"{name:<22}{rate:>18.0f}{ratio:>23.2f}{rounds[-1][name]['test_accuracy']:>10.4f}")
 
 
 if __name__ == "__main__":
