@@ -18,6 +18,8 @@ size_t DTypeSize(v1::DataType dtype) {
     case v1::DT_INT64:
     case v1::DT_UINT64:
       return 8;
+    case v1::DT_INT8:
+      return 1;
     default:
       return 0;
   }
@@ -32,6 +34,7 @@ std::string_view DTypeName(v1::DataType dtype) {
     case v1::DT_INT32: return "int32";
     case v1::DT_INT64: return "int64";
     case v1::DT_UINT64: return "uint64";
+    case v1::DT_INT8: return "int8";
     default: return "invalid";
   }
 }

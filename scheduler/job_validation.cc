@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/compression_spec.h"
 #include "common/sharding.h"
 #include "kernels/models/graph_spec.h"
 #include "server/embedding_policy.h"
@@ -86,12 +87,13 @@ void CheckOptimizer(const v1::OptimizerSpec& o, const std::string& p, Checker& c
             "applies only to lr_schedule: cosine");
 }
 
+void RequireOk(const absl::Status& s, Checker& c);
+
 void CheckCompression(const v1::CompressionSpec& cs, const std::string& p, Checker& c) {
   c.Require(cs.transport() == v1::DT_INVALID || cs.transport() == v1::DT_FLOAT32 ||
                 cs.transport() == v1::DT_FLOAT16 || cs.transport() == v1::DT_BFLOAT16,
             p + ".transport", "must be float32, float16 or bfloat16");
-  c.Require(cs.topk_ratio() == 0, p + ".topk_ratio",
-            "top-k compression is not supported yet: workers send dense pushes (leave it 0)");
+  RequireOk(CheckCompressionSpec(cs, p), c);  // Its message starts with the field it names.
 }
 
 // Records a "path: message" error from the model code under its path.
@@ -370,7 +372,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobSource& where) {
   }
   for (const auto& [table, cs] : spec.table_compression()) {
     std::string p = absl::StrCat("table_compression[", table, "]");
-    c.Require(ValidTableName(table), p, "is not a valid table name ([A-Za-z0-9_./-]{1,128})");
+    c.Require(table == "*" || ValidTableName(table), p,
+              "is not a valid table name ([A-Za-z0-9_./-]{1,128}) or \"*\" (every other table)");
     CheckCompression(cs, p, c);
   }
   for (const auto& [table, es] : spec.table_embedding()) {

@@ -116,14 +116,31 @@ TEST(JobYamlTest, EmbeddingAdmissionAndExpiryPerTable) {
               StatusIs(kInvalid, HasSubstr("not supported with consistency.aggregate")));
 }
 
+TEST(JobYamlTest, TableCompressionIsCheckedNamingTheKey) {
+  auto load = [](const std::string& entries) {
+    return LoadJobYaml(std::string(kGood) + "table_compression:\n" + entries, "job.yaml");
+  };
+  auto ok = load("  fc1.weight: {topk_ratio: 0.01}\n  \"*\": {quantize: int8}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_FLOAT_EQ(ok->table_compression().at("fc1.weight").topk_ratio(), 0.01f);
+  EXPECT_EQ(ok->table_compression().at("*").quantize(), v1::CompressionSpec::QUANTIZE_INT8);
+  EXPECT_THAT(load("  fc1.weight: {topk_ratio: 1.5}\n"),
+              StatusIs(kInvalid, AllOf(StartsWith("job.yaml:19: table_compression[fc1.weight]"
+                                                  ".topk_ratio:"),
+                                       HasSubstr("must be in [0, 1)"))));
+  EXPECT_THAT(load("  fc1.weight: {topk_ratio: 0.1, quantize: int8}\n"),
+              StatusIs(kInvalid, AllOf(HasSubstr("table_compression[fc1.weight].quantize:"),
+                                       HasSubstr("cannot be combined"))));
+  EXPECT_THAT(load("  fc1.weight: {quantize: int8, transport: fp16}\n"),
+              StatusIs(kInvalid, HasSubstr("table_compression[fc1.weight].transport: quantize "
+                                           "int8 needs float32 transport")));
+  EXPECT_THAT(load("  fc1.weight: {quantize: int4}\n"),
+              StatusIs(kInvalid, AllOf(HasSubstr("quantize"), HasSubstr("int8"))));
+}
+
 // Options that nothing carries out yet are refused at submission, saying so, never accepted and
 // ignored.
 TEST(JobYamlTest, OptionsNotSupportedYetAreRefused) {
-  EXPECT_THAT(LoadJobYaml(std::string(kGood) + "table_compression:\n  fc1.weight: {topk_ratio: 0.5}\n",
-                          "job.yaml"),
-              StatusIs(kInvalid, AllOf(StartsWith("job.yaml:19: table_compression[fc1.weight]"
-                                                  ".topk_ratio:"),
-                                       HasSubstr("not supported yet"))));
   EXPECT_THAT(LoadJobYaml(Replace(Replace(kGood, "name: fashion_mnist", "name: synthetic_zipf"),
                                   "kind: mlp", "kind: sparse_linear"),
                           "job.yaml"),

@@ -4,11 +4,13 @@
 #include "server/job.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/grad_compress.h"
 #include "common/logging.h"
 #include "common/sharding.h"
 #include "server/validate.h"
@@ -23,6 +25,33 @@ uint64_t ChunkIdentity(uint64_t seq, const SliceRef& s, uint64_t offset, uint64_
   h = Mix64(h ^ offset);
   h = Mix64(h ^ s.keys_hash);
   return Mix64(h ^ n);
+}
+
+// An int8 push (CompressionSpec.quantize) widened to float32: values[i] * scales[i / group].
+absl::StatusOr<Payload> DequantizePush(const v1::PushChunk& chunk, const Payload& values) {
+  const uint64_t n = values.size();
+  const uint32_t group = chunk.scale_group();
+  if (group == 0) {
+    return absl::InvalidArgumentError("scale_group: an int8 push needs scales per group (> 0)");
+  }
+  if (chunk.scales().size() != 4 * NumScaleGroups(n, group)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scales: ", chunk.scales().size(), " bytes do not hold one float32 per group of ", group,
+        " of the ", n, " int8 values"));
+  }
+  std::vector<float> scales(chunk.scales().size() / 4);
+  std::memcpy(scales.data(), chunk.scales().data(), chunk.scales().size());
+  for (size_t g = 0; g < scales.size(); ++g) {
+    if (!std::isfinite(scales[g]) || scales[g] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("scales: group ", g, "'s scale ", scales[g],
+                                                     " is not a finite number >= 0"));
+    }
+  }
+  std::string q = values.ToString();
+  std::string wide(n * sizeof(float), '\0');
+  DequantizeInt8(reinterpret_cast<const int8_t*>(q.data()), n, group, scales.data(),
+                 reinterpret_cast<float*>(wide.data()));
+  return Payload::FromString(std::move(wide));
 }
 
 }  // namespace
@@ -56,7 +85,7 @@ absl::StatusOr<PushResult> Job::Push(const v1::PushChunk& chunk, const Payload& 
   return r;
 }
 
-absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Payload& values,
+absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Payload& received,
                                            std::vector<std::function<void(absl::Status)>>* ready,
                                            int64_t* hold) {
   if (sealed_) {
@@ -75,17 +104,31 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
   if (!st.ok()) return st;
   st = CheckAttempt(tag.worker(), tag.attempt(), "tag.attempt");
   if (!st.ok()) return st;
-  const v1::DataType dtype = TransportType(chunk.dtype());
-  if (!IsFloatTransport(dtype)) {
+  v1::DataType dtype = TransportType(chunk.dtype());
+  if (!IsFloatTransport(dtype) && dtype != v1::DT_INT8) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "dtype: values must be float32, float16 or bfloat16, got ", std::string(DTypeName(dtype)),
-        " (", static_cast<int>(chunk.dtype()), ")"));
+        "dtype: values must be float32, float16, bfloat16 or int8, got ",
+        std::string(DTypeName(dtype)), " (", static_cast<int>(chunk.dtype()), ")"));
   }
-  if (values.size() > limits_.max_chunk_bytes) {
+  if (received.size() > limits_.max_chunk_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "values: ", values.size(), " bytes exceed the limit of ", limits_.max_chunk_bytes,
+        "values: ", received.size(), " bytes exceed the limit of ", limits_.max_chunk_bytes,
         " bytes per chunk; split tensors into chunks of about 4 MiB"));
   }
+  // int8 values are widened to float32 first; everything below sees floats.
+  Payload widened;
+  if (dtype == v1::DT_INT8) {
+    if (!chunk.slice().keys().empty()) {
+      return absl::InvalidArgumentError("dtype: int8 pushes apply to dense blocks only");
+    }
+    auto w = DequantizePush(chunk, received);
+    if (!w.ok()) return w.status();
+    widened = std::move(*w);
+    dtype = v1::DT_FLOAT32;
+  } else if (!chunk.scales().empty() || chunk.scale_group() != 0) {
+    return absl::InvalidArgumentError("scales: set only on int8 pushes");
+  }
+  const Payload& values = chunk.dtype() == v1::DT_INT8 ? widened : received;
   if (chunk.pull_after()) {
     st = CheckStep(chunk.pull_clock(), "pull_clock");
     if (!st.ok()) return st;
@@ -178,7 +221,7 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
       return a;
     }
     result.applied = true;
-    CountShard(ShardOfSlice(s), values.size());
+    CountShard(ShardOfSlice(s), received.size());
   }
   if (has_slice) result.shard = ShardOfSlice(s);
   bool advanced = false;

@@ -521,11 +521,13 @@ absl::StatusOr<PsHandler::PullPlan> PsHandler::PlanPullAfter(const v1::PushChunk
   if (!job.ok()) return job.status();
   PullPlan plan;
   plan.job = *job;
+  // An int8 push's slice comes back as float32 (int8 is for gradients only).
+  const v1::DataType read_type =
+      chunk.dtype() == v1::DT_INT8 ? v1::DT_FLOAT32 : chunk.dtype();
   absl::Status s = plan.job->CheckReader(chunk.tag().worker(), chunk.tag().attempt(),
-                                         chunk.pull_clock(), chunk.dtype(),
-                                         "tag.worker", "dtype");
+                                         chunk.pull_clock(), read_type, "tag.worker", "dtype");
   if (!s.ok()) return s;
-  plan.dtype = Job::TransportType(chunk.dtype());
+  plan.dtype = Job::TransportType(read_type);
   auto r = plan.job->ResolveForRead(chunk.slice(), chunk.epoch(), "slice");
   if (!r.ok()) return r.status();
   plan.slices.push_back(std::move(*r));

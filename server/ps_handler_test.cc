@@ -1,5 +1,7 @@
 // Unit tier: tables, exactly-once pushes, aggregation, transports, memory limits and status,
 // driven through PsHandler with a fake clock (no gRPC; testing/handler_fixture.h).
+#include <limits>
+
 #include "server/testing/handler_fixture.h"
 
 namespace pscluster {
@@ -180,6 +182,48 @@ TEST_F(HandlerTest, TopKPushesScatterIntoTheBlock) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("indices"), std::string::npos) << st;
   EXPECT_EQ(*Pull("j", 0, 0, {Block("w", 0)}), w1);
+}
+
+TEST_F(HandlerTest, Int8PushesAreWidenedWithTheirGroupScales) {
+  Create(CreateRequest("j", {DenseSpec("w", {6}, kSgd)}, v1::ConsistencySpec::ASP, 1));
+  auto w0 = *Pull("j", 0, 0, {Block("w", 0)});
+  v1::PushChunk c = Chunk("j", 0, 0, 0);
+  c.mutable_slice()->set_table("w");
+  c.set_dtype(v1::DT_INT8);
+  c.set_scale_group(4);
+  std::vector<float> scales = {0.5f, 2.f};  // Values 0-3, then 4-5.
+  c.set_scales(std::string(reinterpret_cast<char*>(scales.data()), 8));
+  const std::string q = {1, -2, 0, 127, 3, -1};
+  ASSERT_TRUE(h_->Push(c, Payload::FromString(q)).ok());
+  auto w1 = *Pull("j", 0, 0, {Block("w", 0)});
+  const float g[] = {0.5f, -1.f, 0.f, 63.5f, 6.f, -2.f};
+  for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.5f * g[i]) << i;
+  // Scales that do not cover the values, or are not finite: refused, nothing applied.
+  c.mutable_tag()->set_seq(1);
+  c.set_scales(std::string(reinterpret_cast<char*>(scales.data()), 4));
+  absl::Status st = h_->Push(c, Payload::FromString(q)).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("scales:"), std::string::npos) << st;
+  scales[1] = std::numeric_limits<float>::infinity();
+  c.set_scales(std::string(reinterpret_cast<char*>(scales.data()), 8));
+  st = h_->Push(c, Payload::FromString(q)).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("not a finite number"), std::string::npos) << st;
+  c.set_scale_group(0);
+  st = h_->Push(c, Payload::FromString(q)).status();
+  EXPECT_NE(st.message().find("scale_group"), std::string::npos) << st;
+  EXPECT_EQ(*Pull("j", 0, 0, {Block("w", 0)}), w1);
+}
+
+TEST_F(HandlerTest, TopKAndInt8AreRefusedOnSparseTables) {
+  auto spec = SparseSpec("e", 4, 0, kSgd);
+  spec.mutable_compression()->set_quantize(v1::CompressionSpec::QUANTIZE_INT8);
+  v1::CreateTablesResponse resp;
+  absl::Status s =
+      h_->CreateTables(CreateRequest("j", {spec}, v1::ConsistencySpec::ASP, 1), &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("compression.quantize: applies to dense tables only"),
+            std::string::npos) << s;
 }
 
 TEST_F(HandlerTest, MemoryLimitRefusesTablesThatDoNotFit) {

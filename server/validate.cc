@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/compression_spec.h"
 #include "common/sharding.h"
 #include "server/embedding_policy.h"
 #include "server/initializer.h"
@@ -80,11 +81,8 @@ absl::Status ValidateTable(v1::TableSpec* t, absl::string_view f) {
       transport != v1::DT_BFLOAT16) {
     return bad("compression.transport", "must be DT_FLOAT32, DT_FLOAT16 or DT_BFLOAT16");
   }
-  if (t->compression().topk_ratio() != 0.f) {
-    return bad("compression.topk_ratio",
-               "top-k compression is not supported yet: clients send dense pushes (leave it 0; "
-               "a push may still carry indices)");
-  }
+  s = CheckGradientCompression(*t, f);
+  if (!s.ok()) return s;
   return ValidateEmbedding(t->embedding(), t->kind(), absl::StrCat(f, ".embedding"));
 }
 

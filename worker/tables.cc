@@ -18,7 +18,7 @@ absl::StatusOr<std::vector<v1::TableSpec>> TableSpecsFor(const kernels::Model& m
     }
   }
   for (const auto& [name, unused] : spec.table_compression()) {
-    if (!names.contains(name)) {
+    if (name != "*" && !names.contains(name)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "table_compression: '", name, "' is not a parameter of the ", model.kind(), " model"));
     }
@@ -72,8 +72,17 @@ absl::StatusOr<std::vector<v1::TableSpec>> TableSpecsFor(const kernels::Model& m
         t.optimizer().lr_decay_steps() == 0) {
       t.mutable_optimizer()->set_lr_decay_steps(static_cast<uint64_t>(total_steps));
     }
+    // The table's own entry, else "*" (whose top-k / int8 applies to dense tables only).
     auto comp = spec.table_compression().find(p.name);
-    if (comp != spec.table_compression().end()) *t.mutable_compression() = comp->second;
+    if (comp != spec.table_compression().end()) {
+      *t.mutable_compression() = comp->second;
+    } else if (comp = spec.table_compression().find("*"); comp != spec.table_compression().end()) {
+      *t.mutable_compression() = comp->second;
+      if (p.sparse) {
+        t.mutable_compression()->clear_topk_ratio();
+        t.mutable_compression()->clear_quantize();
+      }
+    }
     if (const v1::EmbeddingSpec* e = embedding_of(p.name); e != nullptr && p.sparse) {
       *t.mutable_embedding() = *e;
     }

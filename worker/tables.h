@@ -13,7 +13,8 @@ namespace pscluster::worker {
 
 // INVALID_ARGUMENT names a table_optimizers / table_compression key that matches no parameter,
 // and a table_embedding key (a name, or "prefix/*" for every table under it) that matches no
-// parameter or a dense one. A table takes its own table_embedding entry, else the longest
+// parameter or a dense one. A table takes its own table_compression entry, else the "*" entry
+// (without its topk_ratio and quantize for a sparse table). A table takes its own table_embedding entry, else the longest
 // "prefix/*" entry covering it.
 // A COSINE learning-rate schedule without lr_decay_steps decays over `total_steps`, the job's
 // steps per worker.

@@ -58,6 +58,14 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(PsClientOptions optio
       return absl::InvalidArgumentError(absl::StrCat("tables[", i, "].name: '", t.spec.name(),
                                                      "' twice"));
     }
+    const v1::CompressionSpec& cs = t.spec.compression();
+    if (cs.topk_ratio() != 0 || cs.quantize() != v1::CompressionSpec::QUANTIZE_NONE) {
+      absl::Status ok = CheckGradientCompression(t.spec, absl::StrCat("tables[", i, "]"));
+      if (!ok.ok()) return ok;
+      absl::MutexLock l(&impl->feedback_mu);
+      impl->feedback[static_cast<int>(impl->tables.size())] =
+          std::make_unique<ErrorFeedback>(t.elems, t.block_elems, cs, t.transport);
+    }
     impl->tables.push_back(std::move(t));
   }
   {
@@ -160,9 +168,40 @@ absl::Status PsClient::Impl::Refresh(const absl::Status& cause) {
   return absl::OkStatus();
 }
 
+absl::Status PsClient::Impl::Compress(int64_t step, const PushSources& src,
+                                      CompressedPushes* out) {
+  absl::MutexLock l(&feedback_mu);
+  if (feedback.empty()) return absl::OkStatus();
+  for (size_t i = 0; i < src.dense.size(); ++i) {
+    auto ti = by_name.find(src.dense[i].table);
+    if (ti == by_name.end() || src.dense[i].grad == nullptr) continue;  // Plan names it.
+    auto ef = feedback.find(ti->second);
+    if (ef == feedback.end()) continue;
+    if (out->contains(ti->second)) {
+      return absl::InvalidArgumentError(absl::StrCat("sources.dense[", i, "]: table '",
+                                                     src.dense[i].table,
+                                                     "' is pushed compressed, and twice in "
+                                                     "one call"));
+    }
+    auto blocks = ef->second->Compress(step, src.dense[i].grad);
+    if (!blocks.ok()) {
+      return absl::Status(blocks.status().code(),
+                          absl::StrCat("sources.dense[", i, "]: table '", src.dense[i].table,
+                                       "': ", blocks.status().message()));
+    }
+    (*out)[ti->second] = std::move(*blocks);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PsClient::Impl::Run(int64_t step, const PushSources* src, const PullTargets* dst,
                                  int64_t pull_clock, bool end_of_step, int64_t* min_clock) {
   const absl::Time deadline = absl::Now() + options.call_timeout;
+  CompressedPushes compressed;
+  if (src != nullptr) {
+    absl::Status cs = Compress(step, *src, &compressed);
+    if (!cs.ok()) return cs;
+  }
   uint64_t seq = 0;
   if (src != nullptr) {
     absl::MutexLock l(&seq_mu);
@@ -188,7 +227,8 @@ absl::Status PsClient::Impl::Run(int64_t step, const PushSources* src, const Pul
   absl::Duration backoff = options.retry_backoff;
   while (true) {
     auto r = current();
-    absl::Status st = Attempt(*r, step, seq, src, dst, pull_clock, end_of_step, deadline, min_clock);
+    absl::Status st = Attempt(*r, step, seq, src, compressed, dst, pull_clock, end_of_step,
+                              deadline, min_clock);
     if (st.ok()) calls.fetch_add(1);
     if (!st.ok() && cancelled.load()) return give_back(CancelledStatus());
     // A server that does not know the job restarted and lost it. Under a scheduler (which

@@ -12,13 +12,16 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "common/compression_spec.h"
 #include "common/dtype.h"
+#include "common/grad_compress.h"
 #include "common/sharding.h"
 #include "common/status_convert.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "server/buffer_pool.h"
 #include "common/logging.h"
 #include "server/client/dialer.h"
+#include "server/client/error_feedback.h"
 #include "server/client/ps_client.h"
 #include "server/client/ps_stream.h"
 #include "server/client/tcp_conn.h"
@@ -171,6 +174,11 @@ struct KeyRoute {
   std::vector<std::pair<int, uint32_t>> where;   // Per caller position: (server, index).
 };
 
+// A call's compressed dense pushes (error_feedback.h), by table index: made once per call, the
+// same for every attempt of it.
+using pscluster::CompressedBlock;
+using CompressedPushes = absl::flat_hash_map<int, std::vector<CompressedBlock>>;
+
 inline void ReleaseRoundSlice(void* p) {
   auto* round = static_cast<std::shared_ptr<Round>*>(p);
   (*round)->ReleaseSlice();
@@ -193,6 +201,7 @@ struct PsClient::Impl {
   using Planned = client_detail::Planned;
   using CallScratch = client_detail::CallScratch;
   using KeyRoute = client_detail::KeyRoute;
+  using CompressedPushes = client_detail::CompressedPushes;
 
   PsClientOptions options;
   std::vector<ClientTable> tables;
@@ -230,6 +239,12 @@ struct PsClient::Impl {
   uint64_t next_seq ABSL_GUARDED_BY(seq_mu) = 0;
   std::set<uint64_t> failed_seqs ABSL_GUARDED_BY(seq_mu);
 
+  // Error feedback of the dense tables pushed compressed (top-k or int8), by table index.
+  absl::Mutex feedback_mu;
+  absl::flat_hash_map<int, std::unique_ptr<ErrorFeedback>> feedback ABSL_GUARDED_BY(feedback_mu);
+  // The compressed pushes of `step` for the sources of compressed tables.
+  absl::Status Compress(int64_t step, const PushSources& src, CompressedPushes* out);
+
   std::shared_ptr<const Routing> current() {
     absl::MutexLock l(&mu);
     return routing;
@@ -242,11 +257,13 @@ struct PsClient::Impl {
                                      absl::Span<const uint64_t> keys,
                                      absl::string_view field) const;
   absl::Status Plan(const Routing& r, int64_t step, uint64_t seq, const PushSources* src,
-                    const PullTargets* dst, int64_t pull_clock, bool end_of_step,
+                    const CompressedPushes& compressed, const PullTargets* dst,
+                    int64_t pull_clock, bool end_of_step,
                     std::vector<std::vector<Planned>>* plans, CallScratch* scratch);
   absl::Status Attempt(const Routing& r, int64_t step, uint64_t seq, const PushSources* src,
-                       const PullTargets* dst, int64_t pull_clock, bool end_of_step,
-                       absl::Time deadline, int64_t* min_clock);
+                       const CompressedPushes& compressed, const PullTargets* dst,
+                       int64_t pull_clock, bool end_of_step, absl::Time deadline,
+                       int64_t* min_clock);
   absl::Status Run(int64_t step, const PushSources* src, const PullTargets* dst,
                    int64_t pull_clock, bool end_of_step, int64_t* min_clock);
   absl::Status Refresh(const absl::Status& cause);

@@ -2,6 +2,7 @@
 // sparse rows routed by the shard map, payloads borrowed from the caller or encoded to
 // fp16/bf16), then sent on each server's connection and their replies awaited.
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -47,8 +48,8 @@ absl::StatusOr<KeyRoute> PsClient::Impl::RouteKeys(const Routing& r, const Clien
 }
 
 absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
-                                  const PushSources* src, const PullTargets* dst,
-                                  int64_t pull_clock, bool end_of_step,
+                                  const PushSources* src, const CompressedPushes& compressed,
+                                  const PullTargets* dst, int64_t pull_clock, bool end_of_step,
                                   std::vector<std::vector<Planned>>* plans,
                                   CallScratch* scratch) {
   plans->assign(r.servers.size(), {});
@@ -100,13 +101,27 @@ absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
       float* pull_to = pull == dense_pull.end() ? nullptr : pull->second;
       if (pull_to) dense_pull.erase(pull);
       const int ti = by_name.at(s.table);
+      auto packed = compressed.find(ti);
       for (uint64_t b = 0; b < t->num_blocks; ++b) {
         const uint64_t first = b * t->block_elems;
         const uint64_t n = std::min(t->block_elems, t->elems - first);
         Planned p;
         p.header = header(*t);
         p.header.mutable_slice()->set_block(b);
-        if (t->transport == v1::DT_FLOAT32) {
+        if (packed != compressed.end()) {
+          // Top-k or int8 (error_feedback.h): the values are copied, the call's blocks are
+          // reused by its retries.
+          const client_detail::CompressedBlock& cb = packed->second[b];
+          p.header.set_dtype(cb.dtype);
+          p.header.set_indices(cb.indices);
+          if (!cb.scales.empty()) {
+            p.header.set_scales(cb.scales);
+            p.header.set_scale_group(kInt8ScaleGroup);
+          }
+          p.owned_bytes = cb.values.size();
+          p.owned = pool->Acquire(std::max<size_t>(p.owned_bytes, 1));
+          std::memcpy(p.owned.data, cb.values.data(), p.owned_bytes);
+        } else if (t->transport == v1::DT_FLOAT32) {
           p.borrowed = reinterpret_cast<const char*>(s.grad + first);
           p.borrowed_bytes = n * 4;
         } else {
@@ -244,14 +259,16 @@ absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
 // ------------------------------------------------------------------ sending
 
 absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t seq,
-                                     const PushSources* src, const PullTargets* dst,
+                                     const PushSources* src,
+                                     const CompressedPushes& compressed, const PullTargets* dst,
                                      int64_t pull_clock, bool end_of_step, absl::Time deadline,
                                      int64_t* min_clock) {
   if (cancelled.load()) return CancelledStatus();
   std::vector<std::vector<Planned>> plans;
   CallScratch scratch;
   absl::Time t0 = absl::Now();
-  absl::Status st = Plan(r, step, seq, src, dst, pull_clock, end_of_step, &plans, &scratch);
+  absl::Status st =
+      Plan(r, step, seq, src, compressed, dst, pull_clock, end_of_step, &plans, &scratch);
   absl::Time t1 = absl::Now();
   plan_ns.fetch_add(absl::ToInt64Nanoseconds(t1 - t0));
   if (!st.ok()) {

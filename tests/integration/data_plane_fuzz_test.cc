@@ -274,8 +274,12 @@ class ChunkFuzzer {
         break;
       }
       case 7: {
-        const int dtypes[] = {0, 2, 3, 4, 5, 6, 7, 42, -5};
-        c->set_dtype(static_cast<v1::DataType>(dtypes[Pick(9)]));
+        const int dtypes[] = {0, 2, 3, 4, 5, 6, 7, 8, 42, -5};
+        c->set_dtype(static_cast<v1::DataType>(dtypes[Pick(10)]));
+        if (c->dtype() == v1::DT_INT8 && Pick(2) == 0) {  // int8 with scales of random length.
+          c->set_scale_group(static_cast<uint32_t>(Pick(300)));
+          c->set_scales(std::string(4 * Pick(5), '\x7f'));
+        }
         break;
       }
       case 8: {  // Wrong byte lengths.
