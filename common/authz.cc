@@ -38,6 +38,9 @@ const std::vector<std::pair<std::string, RoleSet>>& Table() {
       {"pscluster.v1.Scheduler.ExportJob", kAdmin},
       // An entrypoint task's output, proxied from its worker.
       {"pscluster.v1.Scheduler.GetTaskLogs", kRead},
+      {"pscluster.v1.Scheduler.ScaleJob", kAdmin},
+      {"pscluster.v1.Scheduler.DrainServer", kAdmin},
+      {"pscluster.v1.Scheduler.UndrainServer", kAdmin},
       // ParameterServer: the scheduler's control calls, the workers' data plane, replication.
       // A task creates its job's tables (idempotent) and installs the shard map it was given, so
       // CreateTables and UpdateShardMap also take the worker role.

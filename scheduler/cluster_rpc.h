@@ -20,6 +20,9 @@ class ClusterRpc {
   virtual absl::Status UpdateShardMap(const std::string& address,
                                       const v1::UpdateShardMapRequest& request) = 0;
   virtual absl::Status DropJob(const std::string& address, const std::string& job_id) = 0;
+  // Declares a job's tables on a server (one joining the job in the middle of its run).
+  virtual absl::Status CreateTables(const std::string& address,
+                                    const v1::CreateTablesRequest& request) = 0;
   virtual absl::StatusOr<v1::ServerStatus> ServerStatus(const std::string& address,
                                                         const std::string& job_id) = 0;
   // A checkpoint of the job's shards on the server, written under `dir`.

@@ -47,6 +47,16 @@ absl::Status GrpcClusterRpc::DropJob(const std::string& address, const std::stri
                         absl::StrCat("DropJob to ", address));
 }
 
+absl::Status GrpcClusterRpc::CreateTables(const std::string& address,
+                                          const v1::CreateTablesRequest& request) {
+  auto s = Get(address);
+  if (!s.ok()) return s.status();
+  auto ctx = CallContext(options_.timeout, options_.channel);
+  v1::CreateTablesResponse resp;
+  return FromGrpcStatus((*s)->server->CreateTables(ctx.get(), request, &resp),
+                        absl::StrCat("CreateTables to ", address));
+}
+
 absl::StatusOr<v1::ServerStatus> GrpcClusterRpc::ServerStatus(const std::string& address,
                                                               const std::string& job_id) {
   auto s = Get(address);

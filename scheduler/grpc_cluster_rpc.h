@@ -35,6 +35,8 @@ class GrpcClusterRpc final : public ClusterRpc {
   absl::Status UpdateShardMap(const std::string& address,
                               const v1::UpdateShardMapRequest& request) override;
   absl::Status DropJob(const std::string& address, const std::string& job_id) override;
+  absl::Status CreateTables(const std::string& address,
+                            const v1::CreateTablesRequest& request) override;
   absl::StatusOr<v1::ServerStatus> ServerStatus(const std::string& address,
                                                 const std::string& job_id) override;
   absl::StatusOr<v1::CheckpointResponse> Checkpoint(const std::string& address,

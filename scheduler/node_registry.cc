@@ -193,6 +193,25 @@ absl::Status NodeRegistry::Deregister(const std::string& node_id) {
   return store_->PutNode(it->second.status);
 }
 
+absl::Status NodeRegistry::SetDrain(const std::string& node_id, v1::NodeDrain drain) {
+  absl::MutexLock l(&mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) {
+    return absl::NotFoundError(absl::StrCat("node_id: '", node_id, "' is not registered"));
+  }
+  if (it->second.status.info().role() != v1::ROLE_SERVER) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node_id: ", node_id, " is a worker; only servers are drained"));
+  }
+  if (it->second.status.drain() == drain) return absl::OkStatus();
+  v1::NodeStatus next = it->second.status;
+  next.set_drain(drain);
+  absl::Status s = store_->PutNode(next);
+  if (!s.ok()) return s;  // Not stored: not changed either.
+  it->second.status = std::move(next);
+  return absl::OkStatus();
+}
+
 absl::Status NodeRegistry::PersistAll() {
   absl::MutexLock l(&mu_);
   for (const auto& [id, n] : nodes_) {

@@ -53,6 +53,10 @@ class NodeRegistry {
   // NOT_FOUND for an unknown node. The node is kept, as LEFT.
   absl::Status Deregister(const std::string& node_id);
 
+  // Sets a server's drain state and stores it (it survives a restart). NOT_FOUND for an
+  // unknown node, INVALID_ARGUMENT for a worker; a store failure changes nothing.
+  absl::Status SetDrain(const std::string& node_id, v1::NodeDrain drain);
+
   // Moves nodes to SUSPECT / DEAD by the age of their last heartbeat; returns the ids that
   // became DEAD now.
   std::vector<std::string> ExpireLeases();

@@ -56,6 +56,7 @@ std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
     if (n.state() != v1::NODE_ALIVE) continue;  // No new work on suspect or dead nodes.
     const v1::Resources& cap = n.info().capacity();
     if (n.info().role() == v1::ROLE_SERVER) {
+      if (n.drain() != v1::NODE_IN_SERVICE) continue;  // Draining or drained: nothing new.
       ServerCandidate c;
       c.node_id = n.info().node_id();
       c.address = n.info().address();

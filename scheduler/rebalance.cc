@@ -12,7 +12,8 @@ namespace pscluster::scheduler {
 
 std::optional<ShardMove> PickShardMove(const v1::ShardMap& map,
                                        const std::vector<v1::ShardLoad>& loads,
-                                       const RebalanceOptions& options) {
+                                       const RebalanceOptions& options,
+                                       const absl::flat_hash_set<std::string>& no_target) {
   const uint32_t num_shards = map.num_virtual_shards();
   absl::flat_hash_map<uint32_t, double> shard_load;
   for (const v1::ShardLoad& report : loads) {
@@ -73,7 +74,7 @@ std::optional<ShardMove> PickShardMove(const v1::ShardMap& map,
   }
 
   for (const auto& [to_load, to] : order) {
-    if (to == hot || backing.contains(to)) continue;
+    if (to == hot || backing.contains(to) || no_target.contains(to)) continue;
     std::optional<ShardMove> best;
     double best_max = 0;
     for (const auto& [shard, l] : hot_shards) {

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "proto/common.pb.h"
 
 namespace pscluster::scheduler {
@@ -53,9 +54,12 @@ struct ShardMove {
 // of the same shard are summed; reports with a non-finite or negative bytes_per_sec or
 // requests_per_sec are ignored. Assignments
 // whose primary is not in `map.servers()` are ignored.
+// Servers in `no_target` (draining, drained or not alive) are never chosen as the target; they
+// still count in the mean and may be the hot server.
 std::optional<ShardMove> PickShardMove(const v1::ShardMap& map,
                                        const std::vector<v1::ShardLoad>& loads,
-                                       const RebalanceOptions& options = {});
+                                       const RebalanceOptions& options = {},
+                                       const absl::flat_hash_set<std::string>& no_target = {});
 
 }  // namespace pscluster::scheduler
 

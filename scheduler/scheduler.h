@@ -135,6 +135,13 @@ class Scheduler {
   // (scheduler/task_logs_rpc.cc).
   absl::Status GetTaskLogs(const v1::TaskLogsRequest& req, v1::TaskLogsResponse* resp);
 
+  // Elastic servers (elastic.cc): a running job's set of servers grows or shrinks, a server is
+  // drained of every job's shards; both carried out by live moves on the moves thread.
+  absl::Status ScaleJob(const v1::ScaleJobRequest& req, v1::ScaleJobResponse* resp);
+  absl::Status DrainServer(const v1::DrainServerRequest& req, v1::DrainServerResponse* resp);
+  absl::Status UndrainServer(const v1::UndrainServerRequest& req,
+                             v1::UndrainServerResponse* resp);
+
   // Carries out the queued shard moves (and, when due, the rebalancer's look), one after the
   // other; the moves thread calls it (tests call it directly).
   void RunMoves();
@@ -337,6 +344,30 @@ class Scheduler {
   // Moves the queued shard move of `job_id`: map 1 gives the target a live copy, map 2 (once
   // it has caught up) makes it the primary. Records the outcome in the job.
   void ExecuteMove(const std::string& job_id);
+  // Elastic changes (elastic.cc). Starts a change of the job's servers to `servers`
+  // (persisted); the moves thread carries it out.
+  absl::Status StartElasticLocked(JobRecord& rec, std::vector<std::string> servers,
+                                  const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next step of every running job's active change: queues its next move, takes a server
+  // that holds nothing any more out of its map (outside the lock), or concludes it; ends
+  // changes of jobs that stopped running; marks DRAINING servers no job uses any more DRAINED.
+  void StepElastic();
+  // Takes `node` (which holds none of its shards) out of the job's map: the new map to every
+  // other server, then a DropJob on it.
+  void RemoveServerFromJob(const std::string& job_id, const std::string& node);
+  // Counts a finished move in the job's active change (a third failure stops the change).
+  void CountElasticMove(JobRecord& rec, const v1::ShardMove& move, bool done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The CreateTables a server joining the job gets: the tables as `from` (the job's server at
+  // `address`) declared them. FAILED_PRECONDITION when a rank has left the job.
+  absl::StatusOr<v1::CreateTablesRequest> TablesFromPrimary(const std::string& job_id,
+                                                            const v1::JobSpec& spec,
+                                                            const std::string& from,
+                                                            const std::string& address);
+  // Servers alive, in service and outside `exclude`, the fewest shards of running jobs first.
+  std::vector<std::string> SpareServersLocked(const absl::flat_hash_set<std::string>& exclude)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Queues a move of `job`'s `shard` to `to` (checks as MoveShard documents).
   absl::Status QueueMove(JobRecord& rec, uint32_t shard, const std::string& to,
                          const std::string& reason, v1::ShardMove* queued)

@@ -28,6 +28,9 @@ SchedulerService::SchedulerService(Scheduler* handler, const Authorizer* authz)
   Inline("CheckpointJob", &Scheduler::CheckpointJob);
   Inline("ExportJob", &Scheduler::ExportJob);
   Inline("GetTaskLogs", &Scheduler::GetTaskLogs);
+  Inline("ScaleJob", &Scheduler::ScaleJob);
+  Inline("DrainServer", &Scheduler::DrainServer);
+  Inline("UndrainServer", &Scheduler::UndrainServer);
   CheckEveryUnaryMethodServed();
 }
 

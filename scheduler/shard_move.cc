@@ -19,7 +19,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "proto/ps.pb.h"
 #include "scheduler/job_state.h"
+#include "scheduler/membership.h"
 #include "scheduler/parallel.h"
 #include "scheduler/pass_helpers.h"
 #include "scheduler/scheduler.h"
@@ -75,12 +77,19 @@ absl::Status Scheduler::QueueMove(JobRecord& rec, uint32_t shard, const std::str
                                                    rec.shard_map.num_virtual_shards(),
                                                    " virtual shards)"));
   }
-  std::vector<std::string> servers;
-  for (const v1::ServerEndpoint& ep : rec.shard_map.servers()) servers.push_back(ep.node_id());
-  if (std::find(servers.begin(), servers.end(), to) == servers.end()) {
-    return absl::FailedPreconditionError(absl::StrCat("to: ", to, " is not one of job ",
-                                                      job.job_id(), "'s servers (",
-                                                      absl::StrJoin(servers, ", "), ")"));
+  // A server outside the job's map joins it with the move (it gets the job's tables first).
+  std::optional<v1::NodeStatus> target = registry_.Get(to);
+  if (!target.has_value() || target->info().role() != v1::ROLE_SERVER) {
+    return absl::NotFoundError(absl::StrCat("to: no server '", to, "'"));
+  }
+  if (target->state() != v1::NODE_ALIVE) {
+    return absl::FailedPreconditionError(absl::StrCat("to: server ", to, " is ",
+                                                      v1::NodeState_Name(target->state())));
+  }
+  if (target->drain() != v1::NODE_IN_SERVICE) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "to: server ", to, " is ", target->drain() == v1::NODE_DRAINING ? "draining" : "drained",
+        "; nothing moves onto it (psctl undrain first)"));
   }
   v1::ShardMap& map = rec.shard_map;
   const v1::ShardAssignment* a = AssignmentOf(map, shard);
@@ -154,6 +163,7 @@ void Scheduler::RunMoves() {
     }
   }
   if (rebalance) Rebalance();
+  StepElastic();
   std::vector<std::string> queued;
   {
     absl::MutexLock l(&mu_);
@@ -174,12 +184,19 @@ void Scheduler::RunMoves() {
 
 void Scheduler::Rebalance() {
   const std::vector<v1::ShardLoad> loads = registry_.ShardLoads();
+  absl::flat_hash_set<std::string> draining;  // Never a target.
+  for (const v1::NodeStatus& n : registry_.Snapshot()) {
+    if (n.drain() != v1::NODE_IN_SERVICE || n.state() != v1::NODE_ALIVE) {
+      draining.insert(n.info().node_id());
+    }
+  }
   absl::MutexLock l(&mu_);
   for (const std::string& id : order_) {
     JobRecord& rec = jobs_[id];
     const v1::Job& job = rec.job;
+    // A change of the job's servers under way decides where its shards go meanwhile.
     if (job.state() != v1::JOB_RUNNING || job.spec().consistency().aggregate() ||
-        job.spec().replication() > 1) {
+        job.spec().replication() > 1 || job.elastic().active()) {
       continue;
     }
     // Loads measured while a shard was moving count it on both servers: wait a period.
@@ -191,7 +208,8 @@ void Scheduler::Rebalance() {
         continue;
       }
     }
-    std::optional<ShardMove> pick = PickShardMove(rec.shard_map, loads, options_.rebalance);
+    std::optional<ShardMove> pick =
+        PickShardMove(rec.shard_map, loads, options_.rebalance, draining);
     if (!pick.has_value()) continue;
     const std::string why = absl::StrFormat(
         "rebalance: %s carried %.1f MB/s against %.1f MB/s on %s; shard %u carried %.1f MB/s",
@@ -230,9 +248,53 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
       m->set_finished_unix_ms(absl::ToUnixMillis(clock_->Now()));
     });
     moves_failed_->Add();
+    if (JobRecord* rec = FindJob(job_id); rec != nullptr) {
+      v1::ShardMove failed = move;
+      failed.set_result(why);
+      CountElasticMove(*rec, failed, /*done=*/false);
+      (void)Persist(*rec);  // A failure is the sticky store error (logged).
+      moves_wanted_ = true;  // A change's next step.
+    }
     Log()->warn("job {}: move of shard {} from {} to {} given up: {}", job_id, move.shard(),
                 move.from(), move.to(), why);
   };
+  // A target that holds none of the job's shards (one joining the job) is given the job's
+  // tables as its primary declared them (CreateTables is idempotent: again after a restart).
+  std::optional<v1::CreateTablesRequest> tables;
+  std::string table_error;
+  uint32_t min_attempt = 0;  // The lowest attempt the job's ranks run (the new server's fence).
+  {
+    v1::ShardMove peek;
+    std::string from_address;
+    v1::JobSpec spec;
+    bool holds = false;
+    {
+      absl::MutexLock l(&mu_);
+      JobRecord* rec = FindJob(job_id);
+      if (rec == nullptr || rec->job.moves().empty()) return;
+      peek = *rec->job.moves().rbegin();
+      spec = rec->job.spec();
+      min_attempt = ~0u;
+      for (uint32_t r = 0; r < spec.num_workers(); ++r) {
+        min_attempt = std::min(min_attempt, RankAttempt(rec->job.recovery(), r));
+      }
+      if (min_attempt == ~0u) min_attempt = 0;
+      for (const v1::ShardAssignment& a : rec->shard_map.assignments()) {
+        holds = holds || a.primary() == peek.to();
+      }
+      for (const v1::ServerEndpoint& ep : rec->shard_map.servers()) {
+        if (ep.node_id() == peek.from()) from_address = ep.address();
+      }
+    }
+    if (!holds && (peek.state() == v1::MOVE_QUEUED || peek.state() == v1::MOVE_COPYING)) {
+      auto made = TablesFromPrimary(job_id, spec, peek.from(), from_address);
+      if (made.ok()) {
+        tables = std::move(*made);
+      } else {
+        table_error = std::string(made.status().message());
+      }
+    }
+  }
   {
     absl::MutexLock l(&mu_);
     JobRecord* rec = FindJob(job_id);
@@ -258,9 +320,27 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
       give_up("the shard map changed since the move was queued");
       return;
     }
+    if (!finishing && !table_error.empty()) {
+      give_up(absl::StrCat("the job's tables for ", move.to(), ": ", table_error));
+      return;
+    }
     for (const v1::ServerEndpoint& ep : before.servers()) address[ep.node_id()] = ep.address();
     copying = before;
     if (!resumed) {
+      if (!address.contains(move.to())) {
+        // The target joins the job: it enters the map (and the job's servers) with its copy.
+        std::optional<v1::NodeStatus> target = registry_.Get(move.to());
+        if (!target.has_value() || target->state() != v1::NODE_ALIVE ||
+            target->drain() != v1::NODE_IN_SERVICE) {
+          give_up(absl::StrCat("server ", move.to(), " is no longer alive and in service"));
+          return;
+        }
+        v1::ServerEndpoint* ep = copying.add_servers();
+        ep->set_node_id(move.to());
+        ep->set_address(target->info().address());
+        address[move.to()] = ep->address();
+        rec->job.add_servers(move.to());
+      }
       copying.set_epoch(before.epoch() + 1);
       AssignmentOf(copying, move.shard())->add_backups(move.to());
       rec->shard_map = copying;
@@ -320,8 +400,14 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
           v1::ReplicaSeed* seed = req->add_copy_from();
           seed->set_primary(move.from());
           seed->set_live(true);
+          if (tables.has_value()) req->set_min_attempt(min_attempt);
         },
         "", /*first_only=*/true);
+    if (s.ok() && tables.has_value()) {
+      // After its map (which waits, pending, for the tables): the tables and the copy with them.
+      s = rpc_->CreateTables(address[move.to()], *tables);
+      if (!s.ok()) s = absl::Status(s.code(), absl::StrCat("server ", move.to(), ": ", s.message()));
+    }
     if (s.ok() && !resumed) {
       s = install(
           copying, move.from(),
@@ -419,6 +505,8 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
   });
   if (rec != nullptr) {
     rec->job.set_shard_moves(rec->job.shard_moves() + 1);
+    CountElasticMove(*rec, move, /*done=*/true);
+    if (rec->job.elastic().active()) moves_wanted_ = true;  // Its next step right away.
     if (!Persist(*rec).ok()) return;  // The store failed (logged).
   }
   moves_done_->Add();

@@ -171,8 +171,10 @@ TEST_F(ShardMoveTest, MovesThatCannotBeDoneAreRefusedWithExactCodes) {
   EXPECT_THAT(Move(id, 1000, to), StatusIs(absl::StatusCode::kInvalidArgument,
                                            HasSubstr("shard: 1000 is out of range")));
   EXPECT_THAT(Move(id, shard, ""), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(Move(id, shard, "s-99"), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                                HasSubstr("not one of job")));
+  EXPECT_THAT(Move(id, shard, "s-99"), StatusIs(absl::StatusCode::kNotFound,
+                                                HasSubstr("to: no server 's-99'")));
+  EXPECT_THAT(Move(id, shard, sched_->registry().Live(v1::ROLE_WORKER)[0].info().node_id()),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("to: no server")));
   EXPECT_THAT(Move(id, shard, from), StatusIs(absl::StatusCode::kFailedPrecondition,
                                               HasSubstr("already holds shard")));
   ASSERT_THAT(Move(id, shard, to), IsOk());

@@ -344,6 +344,7 @@ void Job::FillStatus(v1::JobOnServer* out) const {
       auto* ts = out->add_tables();
       ts->set_name(t.info->spec.name());
       ts->set_kind(t.info->spec.kind());
+      *ts->mutable_spec() = t.info->spec;
       if (t.dense) {
         ts->set_rows(t.dense->blocks_held());
         ts->set_bytes(t.dense->bytes_held());

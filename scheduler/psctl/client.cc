@@ -103,6 +103,39 @@ absl::StatusOr<v1::MoveShardResponse> SchedulerClient::MoveShard(const std::stri
   return resp;
 }
 
+absl::StatusOr<v1::ScaleJobResponse> SchedulerClient::ScaleJob(const std::string& job_id,
+                                                               uint32_t servers) {
+  auto ctx = Context(options_);
+  v1::ScaleJobRequest req;
+  req.set_job_id(job_id);
+  req.set_servers(servers);
+  v1::ScaleJobResponse resp;
+  absl::Status s = Explain(stub_->ScaleJob(ctx.get(), req, &resp), "ScaleJob");
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<v1::DrainServerResponse> SchedulerClient::DrainServer(const std::string& node_id) {
+  auto ctx = Context(options_);
+  v1::DrainServerRequest req;
+  req.set_node_id(node_id);
+  v1::DrainServerResponse resp;
+  absl::Status s = Explain(stub_->DrainServer(ctx.get(), req, &resp), "DrainServer");
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<v1::UndrainServerResponse> SchedulerClient::UndrainServer(
+    const std::string& node_id) {
+  auto ctx = Context(options_);
+  v1::UndrainServerRequest req;
+  req.set_node_id(node_id);
+  v1::UndrainServerResponse resp;
+  absl::Status s = Explain(stub_->UndrainServer(ctx.get(), req, &resp), "UndrainServer");
+  if (!s.ok()) return s;
+  return resp;
+}
+
 absl::StatusOr<v1::CheckpointJobResponse> SchedulerClient::CheckpointJob(
     const std::string& job_id, const std::string& dir) {
   auto ctx = Context(options_);

@@ -28,6 +28,9 @@ class SchedulerClient {
   absl::StatusOr<v1::ListJobsResponse> ListJobs(bool include_finished);
   absl::StatusOr<v1::MoveShardResponse> MoveShard(const std::string& job_id, uint32_t shard,
                                                   const std::string& to);
+  absl::StatusOr<v1::ScaleJobResponse> ScaleJob(const std::string& job_id, uint32_t servers);
+  absl::StatusOr<v1::DrainServerResponse> DrainServer(const std::string& node_id);
+  absl::StatusOr<v1::UndrainServerResponse> UndrainServer(const std::string& node_id);
   // `dir` empty: the job's checkpoint_dir.
   absl::StatusOr<v1::CheckpointJobResponse> CheckpointJob(const std::string& job_id,
                                                           const std::string& dir);

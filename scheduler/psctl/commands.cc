@@ -3,9 +3,11 @@
 #include <cstdlib>
 
 #include "absl/random/random.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/atomic_file.h"
 #include "scheduler/job_state.h"
@@ -26,8 +28,13 @@ constexpr char kUsage[] =
     "  cancel JOB [--reason=TEXT]  stop a job\n"
     "  nodes                       servers and workers, liveness and load\n"
     "  shards JOB                  a job's shard map and per-shard load\n"
-    "  move-shard JOB SHARD SERVER move a virtual shard of a running job to another of its\n"
-    "                              servers while it trains, and follow the move to its end\n"
+    "  move-shard JOB SHARD SERVER move a virtual shard of a running job to another server\n"
+    "                              while it trains, and follow the move to its end\n"
+    "  scale JOB --servers N       grow or shrink a running job's servers to N while it trains\n"
+    "                              (live shard moves), and follow the change to its end\n"
+    "  drain SERVER                move every job's shards off a server, then mark it drained\n"
+    "                              (no new work; safe to stop); follows it to its end\n"
+    "  undrain SERVER              put a draining or drained server back into service\n"
     "  checkpoint JOB [DIR]        checkpoint a running job now (into DIR, default the job's\n"
     "                              checkpoint_dir): one file per server\n"
     "  export JOB [--to PATH]      export a running job's model now (safetensors, written by\n"
@@ -106,6 +113,33 @@ int Submit(const PsctlOptions& o, SchedulerClient& client, const std::string& fi
     Print(o, *job, out);
   }
   return ExitFor(*job);
+}
+
+// Follows a job's change of servers until it ends; prints each shard move as it ends.
+int FollowChange(const PsctlOptions& o, SchedulerClient& client, const std::string& job_id,
+                 int64_t since_ms, std::ostream& out, std::ostream& err) {
+  int64_t shown_ms = since_ms;
+  while (true) {
+    if (o.interrupt != nullptr && o.interrupt->requested.load()) {
+      err << "psctl: stopped following (the scheduler carries the change on)" << std::endl;
+      return 130;
+    }
+    auto job = client.GetJob(job_id);
+    if (!job.ok()) return Fail(err, job.status());
+    for (const v1::ShardMove& m : job->moves()) {
+      if (m.finished_unix_ms() == 0 || m.requested_unix_ms() <= shown_ms) continue;
+      if (m.state() != v1::MOVE_DONE && m.state() != v1::MOVE_FAILED) continue;
+      shown_ms = m.requested_unix_ms();
+      out << "  " << job_id << ": shard " << m.shard() << " " << m.from() << " -> " << m.to()
+          << (m.state() == v1::MOVE_DONE ? " done, " : " given up: ") << m.result() << std::endl;
+    }
+    const v1::ElasticChange& e = job->elastic();
+    if (e.requested_unix_ms() >= since_ms && !e.active()) {
+      out << job_id << ": " << e.result() << std::endl;
+      return absl::StartsWith(e.result(), "done") ? 0 : 1;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
 }
 
 // Queues the move, then follows it until it is done or given up.
@@ -352,6 +386,65 @@ int RunPsctl(const PsctlOptions& o, const std::vector<std::string>& args, std::o
   if (cmd == "logs") {
     if (!want_args(1, "the job id: psctl logs JOB [--rank N] [--follow]")) return 2;
     return RunLogs(o, c, args[1], out, err);
+  }
+  if (cmd == "scale") {
+    if (!want_args(1, "the job id: psctl scale JOB --servers N")) return 2;
+    if (o.scale_servers < 1) return Usage(err, "scale: --servers N (N >= 1) is required");
+    auto queued = c.ScaleJob(args[1], static_cast<uint32_t>(o.scale_servers));
+    if (!queued.ok()) return Fail(err, queued.status());
+    if (o.output != OutputFormat::kTable) {
+      Print(o, *queued, out);
+      return 0;
+    }
+    out << "scaling " << args[1] << " to " << o.scale_servers << " servers: "
+        << absl::StrJoin(queued->change().servers(), ", ") << std::endl;
+    return FollowChange(o, c, args[1], queued->change().requested_unix_ms(), out, err);
+  }
+  if (cmd == "drain" || cmd == "undrain") {
+    const std::string usage = absl::StrCat("the server's node id: psctl ", cmd, " server-2");
+    if (!want_args(1, usage.c_str())) return 2;
+    if (cmd == "undrain") {
+      auto done = c.UndrainServer(args[1]);
+      if (!done.ok()) return Fail(err, done.status());
+      if (o.output != OutputFormat::kTable) {
+        Print(o, *done, out);
+      } else {
+        out << args[1] << " is back in service" << std::endl;
+      }
+      return 0;
+    }
+    auto drain = c.DrainServer(args[1]);
+    if (!drain.ok()) return Fail(err, drain.status());
+    if (o.output != OutputFormat::kTable) {
+      Print(o, *drain, out);
+      return 0;
+    }
+    if (drain->jobs().empty()) {
+      out << args[1] << " is drained: no job uses it" << std::endl;
+      return 0;
+    }
+    out << "draining " << args[1] << ": moving the shards of " << absl::StrJoin(drain->jobs(), ", ")
+        << std::endl;
+    const int64_t since = absl::ToUnixMillis(absl::Now()) - 60000;  // Clocks may differ a bit.
+    int rc = 0;
+    for (const std::string& job : drain->jobs()) {
+      rc = std::max(rc, FollowChange(o, c, job, since, out, err));
+      if (rc == 130) return rc;
+    }
+    // The scheduler marks the server drained on its next pass.
+    for (int i = 0; i < 100 && rc == 0; ++i) {
+      auto st = c.ClusterStatus("");
+      if (!st.ok()) return Fail(err, st.status());
+      for (const v1::NodeStatus& n : st->nodes()) {
+        if (n.info().node_id() == args[1] && n.drain() == v1::NODE_DRAINED) {
+          out << args[1] << " is drained: it holds no job's shards and can be stopped" << std::endl;
+          return 0;
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    if (rc == 0) out << args[1] << " is still draining (see psctl nodes)" << std::endl;
+    return rc;
   }
   if (cmd == "move-shard") {
     if (!want_args(3, "JOB SHARD SERVER: psctl move-shard job-1 7 s-2")) return 2;

@@ -65,6 +65,7 @@ struct PsctlOptions {
   std::string export_to;     // export --to
   int logs_rank = -1;        // logs --rank (-1 = every rank)
   bool follow = false;       // logs --follow
+  int32_t scale_servers = -1;  // scale --servers (-1: not given)
   absl::Duration interval = absl::Seconds(1);  // Refresh period of live views.
   bool tty = false;          // Redraw live views in place (stdout is a terminal).
   std::string self_path;     // This executable (finds sibling binaries and example jobs).

@@ -309,6 +309,16 @@ std::string JobDetail(const v1::Job& j, const std::vector<v1::NodeStatus>& nodes
                                          named(m.from()), " -> ", named(m.to()), " ", state,
                                          " (", m.reason(), ")")});
   }
+  if (j.has_elastic()) {
+    const v1::ElasticChange& e = j.elastic();
+    std::vector<std::string> to;
+    for (const std::string& s : e.servers()) to.push_back(named(s));
+    kv.Add({"Servers change:",
+            absl::StrCat(e.reason(), " -> ", absl::StrJoin(to, ", "), ": ",
+                         e.active() ? absl::StrCat("under way, ", e.moves_done(), " shard(s) moved")
+                                    : absl::StrCat(e.result(), " ",
+                                                   Ago(e.finished_unix_ms(), now_ms)))});
+  }
   std::vector<std::string> servers;
   for (const std::string& s : j.servers()) servers.push_back(named(s));
   kv.Add({"Servers:", servers.empty() ? "-" : absl::StrJoin(servers, ", ")});
@@ -375,7 +385,10 @@ std::string NodesTable(const v1::ClusterStatusResponse& st) {
     } else {
       cap = c.memory_bytes() > 0 ? HumanBytes(c.memory_bytes()) : "-";
     }
-    t.Add({n.info().node_id(), Role(n.info().role()), n.info().address(), NodeState(n.state()),
+    std::string state = NodeState(n.state());
+    if (n.drain() == v1::NODE_DRAINING) absl::StrAppend(&state, ", draining");
+    if (n.drain() == v1::NODE_DRAINED) absl::StrAppend(&state, ", drained");
+    t.Add({n.info().node_id(), Role(n.info().role()), n.info().address(), state,
            Ago(n.last_heartbeat_unix_ms(), st.now_unix_ms()), cap,
            absl::StrCat(HumanBytes(n.load().bytes_per_sec()), "/s"),
            HumanBytes(n.load().memory_used_bytes()),

@@ -11,6 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/token_file.h"
@@ -49,7 +50,8 @@ ABSL_FLAG(std::string, job, "",
           "up: job file to run (default: deploy/examples/fashion_mlp.yaml; none = no job)");
 ABSL_FLAG(std::string, work_dir, "",
           "up/down: logs, ports, database and outputs (default: $TMPDIR/pscluster-local-UID)");
-ABSL_FLAG(int32_t, servers, 2, "up: parameter servers to start");
+ABSL_FLAG(int32_t, servers, 2,
+          "up: parameter servers to start; scale JOB: how many servers the job should have");
 ABSL_FLAG(int32_t, workers, 2, "up: workers to start");
 ABSL_FLAG(std::string, device, "cpu", "up: --device of the workers (auto, cuda or cpu)");
 ABSL_FLAG(std::string, log_level, "info", "up: --log_level of the daemons");
@@ -153,6 +155,13 @@ int main(int argc, char** argv) {
   o.up.job_file = absl::GetFlag(FLAGS_job);
   o.up.work_dir = absl::GetFlag(FLAGS_work_dir);
   o.up.servers = absl::GetFlag(FLAGS_servers);
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view a = argv[i];
+    if (a == "--") break;
+    if (absl::StartsWith(a, "--servers") || absl::StartsWith(a, "-servers")) {
+      o.scale_servers = absl::GetFlag(FLAGS_servers);
+    }
+  }
   o.up.workers = absl::GetFlag(FLAGS_workers);
   o.up.device = absl::GetFlag(FLAGS_device);
   o.up.log_level = absl::GetFlag(FLAGS_log_level);

@@ -36,6 +36,20 @@ grpc::ServerUnaryReactor* FakeParameterServer::DropJob(grpc::CallbackServerConte
   return Done(ctx, grpc::Status::OK);
 }
 
+grpc::ServerUnaryReactor* FakeParameterServer::CreateTables(grpc::CallbackServerContext* ctx,
+                                                            const v1::CreateTablesRequest* req,
+                                                            v1::CreateTablesResponse* resp) {
+  absl::MutexLock l(&mu_);
+  created_.push_back(*req);
+  resp->set_created(req->tables_size());
+  return Done(ctx, grpc::Status::OK);
+}
+
+std::vector<v1::CreateTablesRequest> FakeParameterServer::created() const {
+  absl::MutexLock l(&mu_);
+  return created_;
+}
+
 grpc::ServerUnaryReactor* FakeParameterServer::Status(grpc::CallbackServerContext* ctx,
                                                       const v1::ServerStatusRequest* req,
                                                       v1::ServerStatus* resp) {
@@ -53,6 +67,25 @@ grpc::ServerUnaryReactor* FakeParameterServer::Status(grpc::CallbackServerContex
       c->set_clock(clocks_[w]);
     }
     for (const std::string& b : unreachable_) j->add_unreachable_backups(b);
+    // The tables declared here (as a worker's CreateTables would have: one dense table "w").
+    v1::TableStatus* t = j->add_tables();
+    t->set_name("w");
+    t->set_kind(v1::DENSE);
+    t->mutable_spec()->set_name("w");
+    t->mutable_spec()->set_kind(v1::DENSE);
+    t->mutable_spec()->mutable_shape()->add_dims(16);
+    if (all_caught_up_) {
+      for (auto it = updates_.rbegin(); it != updates_.rend(); ++it) {
+        if (it->map().job_id() != u.map().job_id()) continue;
+        for (const v1::ReplicaSeed& seed : it->copy_from()) {
+          v1::ReplicaOnServer* r = j->add_replicas();
+          r->set_primary(seed.primary());
+          r->set_seeded(true);
+          r->set_caught_up(true);
+        }
+        break;
+      }
+    }
     if (!copy_of_.empty()) {
       v1::ReplicaOnServer* r = j->add_replicas();
       r->set_primary(copy_of_);
@@ -67,6 +100,11 @@ grpc::ServerUnaryReactor* FakeParameterServer::Status(grpc::CallbackServerContex
 void FakeParameterServer::SetUnreachableBackups(std::vector<std::string> addresses) {
   absl::MutexLock l(&mu_);
   unreachable_ = std::move(addresses);
+}
+
+void FakeParameterServer::SetAllCopiesCaughtUp(bool on) {
+  absl::MutexLock l(&mu_);
+  all_caught_up_ = on;
 }
 
 void FakeParameterServer::SetCopyOf(const std::string& primary, bool caught_up) {

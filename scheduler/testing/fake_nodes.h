@@ -45,6 +45,10 @@ class FakeParameterServer final : public v1::ParameterServer::CallbackService {
   grpc::ServerUnaryReactor* DropJob(grpc::CallbackServerContext* ctx,
                                     const v1::DropJobRequest* req,
                                     v1::DropJobResponse* resp) override;
+  // Records the request; Status reports its tables (specs) from then on.
+  grpc::ServerUnaryReactor* CreateTables(grpc::CallbackServerContext* ctx,
+                                         const v1::CreateTablesRequest* req,
+                                         v1::CreateTablesResponse* resp) override;
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
                                    const v1::ServerStatusRequest* req,
                                    v1::ServerStatus* resp) override;
@@ -68,9 +72,12 @@ class FakeParameterServer final : public v1::ParameterServer::CallbackService {
   void SetUnreachableBackups(std::vector<std::string> addresses);
   // Status reports a live copy of `primary`'s shards here, caught up or not.
   void SetCopyOf(const std::string& primary, bool caught_up);
+  // Status reports a caught-up live copy of every primary its last map's copy_from names.
+  void SetAllCopiesCaughtUp(bool on);
 
   std::vector<v1::UpdateShardMapRequest> updates() const;
   std::vector<std::string> dropped() const;
+  std::vector<v1::CreateTablesRequest> created() const;
   std::vector<v1::FenceWorkerRequest> fences() const;
   std::vector<v1::CheckpointRequest> checkpoints() const;
 
@@ -82,8 +89,10 @@ class FakeParameterServer final : public v1::ParameterServer::CallbackService {
   std::vector<std::string> unreachable_ ABSL_GUARDED_BY(mu_);
   std::string copy_of_ ABSL_GUARDED_BY(mu_);
   bool copy_caught_up_ ABSL_GUARDED_BY(mu_) = false;
+  bool all_caught_up_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<v1::UpdateShardMapRequest> updates_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> dropped_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::CreateTablesRequest> created_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::FenceWorkerRequest> fences_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::CheckpointRequest> checkpoints_ ABSL_GUARDED_BY(mu_);
 };

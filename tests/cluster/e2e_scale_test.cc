@@ -1,0 +1,193 @@
+// End to end with the real daemons: elastic servers. A job grows from 2 to 3 servers and back
+// to 2 while it trains (`psctl scale`), a server used by two jobs is drained (`psctl drain`) and
+// then killed with nothing lost, and a server joining a job is killed in the middle of the
+// scale-out (the job recovers as from any lost server). Every update is applied exactly once
+// where no node was lost.
+#include <csignal>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster/e2e_cluster.h"
+#include "tests/cluster/exactly_once.h"
+
+namespace pscluster::testing {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::SizeIs;
+
+constexpr int kCheckpointEvery = 100;
+
+std::string JobYaml(E2eCluster& c, const std::string& name, int epochs, int hidden) {
+  return absl::StrCat(FashionJobYaml(name, epochs, "", hidden),
+                      "checkpoint_every_steps: ", kCheckpointEvery, "\n",
+                      "checkpoint_dir: ", c.dir(), "/ckpt\n");
+}
+
+// Submits and waits until job `id` runs past `step` (false, reported, otherwise).
+bool SubmitAndRunPast(E2eCluster& c, const std::string& yaml, const std::string& id,
+                      int64_t step) {
+  CommandResult submit = c.Psctl({"submit", c.WriteFile(id + ".yaml", yaml)});
+  if (submit.exit_code != 0) {
+    ADD_FAILURE() << submit.output;
+    return false;
+  }
+  v1::Job seen;
+  const bool running = WaitFor(absl::Seconds(120), [&] {
+    auto j = c.GetJob(id);
+    if (j.ok()) seen = *j;
+    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= step;
+  });
+  if (!running) ADD_FAILURE() << seen.DebugString() << c.LogTails();
+  return running;
+}
+
+int PrimariesOn(const v1::ShardMap& map, const std::string& node) {
+  int n = 0;
+  for (const v1::ShardAssignment& a : map.assignments()) n += a.primary() == node;
+  return n;
+}
+
+TEST(E2eScaleTest, AJobGrowsToThreeServersAndBackToTwoWhileItTrains) {
+  E2eClusterOptions o;
+  o.servers = 3;
+  auto cluster = E2eCluster::Start("scale", o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  E2eCluster& c = **cluster;
+  const std::string id = "job-1";
+  constexpr int kEpochs = 6;
+  ASSERT_TRUE(SubmitAndRunPast(c, JobYaml(c, "elastic", kEpochs, 256), id, 150));
+  auto before = c.GetShardMap(id);
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_EQ(before->servers_size(), 2);
+
+  CommandResult grown = c.Psctl({"scale", id, "--servers", "3"}, absl::Seconds(120));
+  ASSERT_EQ(grown.exit_code, 0) << grown.output << c.LogTails();
+  EXPECT_THAT(grown.output, HasSubstr("done: 3 server(s)"));
+  auto wide = c.GetShardMap(id);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  ASSERT_EQ(wide->servers_size(), 3);
+  const std::string added = wide->servers(2).node_id();
+  const int share = PrimariesOn(*wide, added);
+  EXPECT_GE(share, static_cast<int>(wide->num_virtual_shards()) / 3);
+  // The new server serves its shards, with the job's tables.
+  auto st = c.ServerStatus(added);
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(st->jobs_size(), 1);
+  EXPECT_THAT(st->jobs(0).shards(), SizeIs(share));
+  EXPECT_FALSE(st->jobs(0).tables().empty());
+  auto mid = c.GetJob(id);
+  ASSERT_TRUE(mid.ok());
+  EXPECT_EQ(mid->state(), v1::JOB_RUNNING) << mid->reason();
+  EXPECT_LT(mid->progress().step(), kEpochs * 300) << "the change is meant to happen mid-run";
+  CommandResult shown = c.Psctl({"status", id});
+  EXPECT_THAT(shown.output, HasSubstr("Servers change:")) << shown.output;
+
+  CommandResult shrunk = c.Psctl({"scale", id, "--servers", "2"}, absl::Seconds(120));
+  ASSERT_EQ(shrunk.exit_code, 0) << shrunk.output << c.LogTails();
+  EXPECT_THAT(shrunk.output, HasSubstr("done: 2 server(s)"));
+  auto narrow = c.GetShardMap(id);
+  ASSERT_TRUE(narrow.ok());
+  EXPECT_EQ(narrow->servers_size(), 2);
+  EXPECT_EQ(PrimariesOn(*narrow, added), 0);
+  auto still = c.GetJob(id);
+  ASSERT_TRUE(still.ok());
+  EXPECT_LT(still->progress().step(), kEpochs * 300) << "the change is meant to happen mid-run";
+
+  auto done = c.WaitForEnd(id, absl::Seconds(300));
+  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+  EXPECT_EQ(done->recovery().recoveries(), 0u);
+  EXPECT_THAT(done->servers(), Not(Contains(added)));
+  EXPECT_EQ(done->progress().step(), kEpochs * 300);
+  EXPECT_GE(done->progress().test_accuracy(), 0.8);
+  ExpectEveryUpdateAppliedOnce(c.dir() + "/ckpt/" + id, *done);
+  if (HasFailure()) ADD_FAILURE() << c.LogTails(100);
+}
+
+TEST(E2eScaleTest, ADrainedServerOfTwoJobsCanBeKilledWithNothingLost) {
+  E2eClusterOptions o;
+  o.servers = 3;
+  o.workers = 4;
+  auto cluster = E2eCluster::Start("drain", o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  E2eCluster& c = **cluster;
+  constexpr int kEpochs = 4;
+  ASSERT_TRUE(SubmitAndRunPast(c, JobYaml(c, "first", kEpochs, 128), "job-1", 20));
+  ASSERT_TRUE(SubmitAndRunPast(c, JobYaml(c, "second", kEpochs, 128), "job-2", 120));
+  auto a = c.GetJob("job-1");
+  auto b = c.GetJob("job-2");
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::string node;  // A server both jobs use.
+  for (const std::string& s : b->servers()) {
+    if (std::find(a->servers().begin(), a->servers().end(), s) != a->servers().end()) node = s;
+  }
+  ASSERT_FALSE(node.empty()) << a->DebugString() << b->DebugString();
+
+  CommandResult drained = c.Psctl({"drain", node}, absl::Seconds(120));
+  ASSERT_EQ(drained.exit_code, 0) << drained.output << c.LogTails();
+  EXPECT_THAT(drained.output, HasSubstr(absl::StrCat(node, " is drained")));
+  CommandResult nodes = c.Psctl({"nodes"});
+  EXPECT_THAT(nodes.output, HasSubstr("drained")) << nodes.output;
+  for (const std::string& id : {"job-1", "job-2"}) {
+    auto map = c.GetShardMap(id);
+    ASSERT_TRUE(map.ok());
+    for (const v1::ServerEndpoint& ep : map->servers()) EXPECT_NE(ep.node_id(), node) << id;
+  }
+  // Stopped hard: nothing of either job was on it any more.
+  ASSERT_TRUE(c.processes().Signal(node, SIGKILL).ok());
+
+  for (const std::string& id : {"job-1", "job-2"}) {
+    auto done = c.WaitForEnd(id, absl::Seconds(300));
+    ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+    ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+    EXPECT_EQ(done->recovery().recoveries(), 0u) << id;
+    EXPECT_THAT(done->servers(), Not(Contains(node)));
+    EXPECT_EQ(done->progress().step(), kEpochs * 300);
+    EXPECT_GE(done->progress().test_accuracy(), 0.8);
+    ExpectEveryUpdateAppliedOnce(c.dir() + "/ckpt/" + id, *done);
+  }
+  if (HasFailure()) ADD_FAILURE() << c.LogTails(100);
+}
+
+TEST(E2eScaleTest, TheJoiningServerKilledMidScaleOutTheJobRecoversAndSucceeds) {
+  E2eClusterOptions o;
+  o.servers = 4;  // One spare for the recovery.
+  auto cluster = E2eCluster::Start("scale_kill", o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  E2eCluster& c = **cluster;
+  const std::string id = "job-1";
+  constexpr int kEpochs = 4;
+  ASSERT_TRUE(SubmitAndRunPast(c, JobYaml(c, "killed", kEpochs, 128), id, 2 * kCheckpointEvery + 20));
+  auto scaling = c.StartPsctl({"scale", id, "--servers", "3"});
+  ASSERT_TRUE(scaling.ok()) << scaling.status();
+  // As soon as the joining server is in the job's map (its first shard copying or moved).
+  std::string joining;
+  ASSERT_TRUE(WaitFor(absl::Seconds(60), [&] {
+    auto map = c.GetShardMap(id);
+    if (!map.ok() || map->servers_size() < 3) return false;
+    joining = map->servers(2).node_id();
+    return true;
+  })) << (*scaling)->Output() << c.LogTails();
+  ASSERT_TRUE(c.processes().Signal(joining, SIGKILL).ok()) << joining;
+  // The scale command ends, saying the change stopped.
+  EXPECT_NE((*scaling)->Wait(absl::Seconds(120)), 0) << (*scaling)->Output();
+
+  auto done = c.WaitForEnd(id, absl::Seconds(300));
+  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+  EXPECT_EQ(done->recovery().recoveries(), 1u);
+  EXPECT_THAT(done->recovery().last_cause(), HasSubstr(joining));
+  EXPECT_THAT(done->servers(), Not(Contains(joining)));
+  EXPECT_FALSE(done->elastic().active());
+  EXPECT_EQ(done->progress().step(), kEpochs * 300);
+  EXPECT_GE(done->progress().test_accuracy(), 0.8);
+  if (HasFailure()) ADD_FAILURE() << c.LogTails(100);
+}
+
+}  // namespace
+}  // namespace pscluster::testing
