@@ -277,6 +277,10 @@ class Job {
   // worker pushes (the job's tasks are stopped).
   absl::Status AdoptReplica(const Snapshot& copy, const ClockState& clocks,
                             absl::string_view from);
+  // A server that joins a running job (its first map names a live copy): no rank's clock is
+  // known here; each rank's first push sets it (a push may be any step ahead), or the copy's
+  // clocks when it is taken over.
+  void ClocksUnknown();
   // After a recovery's restore: every worker's clock becomes `step` (the step the job resumes
   // from), with no pushes remembered or buffered. Call before any worker reads.
   void RewindClocks(int64_t step);
@@ -383,6 +387,12 @@ class Job {
   absl::Mutex advance_mu_ ABSL_ACQUIRED_BEFORE(clock_mu_);
   mutable absl::Mutex clock_mu_;
   std::vector<int64_t> clocks_ ABSL_GUARDED_BY(clock_mu_);
+  // Ranks whose clock here is not known yet (ClocksUnknown): set by their first push or by an
+  // adopted copy. Empty: every clock is known.
+  std::vector<bool> clock_unset_ ABSL_GUARDED_BY(clock_mu_);
+  bool ClockUnsetLocked(size_t w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(clock_mu_) {
+    return w < clock_unset_.size() && clock_unset_[w];
+  }
   // Per worker: the lowest attempt whose calls are accepted (Fence).
   std::vector<uint32_t> fences_ ABSL_GUARDED_BY(clock_mu_);
   // Per worker: left the job (Leave); its clock gates nothing.

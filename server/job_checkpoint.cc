@@ -343,7 +343,9 @@ void Job::JoinClocksLocked(
     const std::vector<int64_t>& clocks,
     const std::vector<std::map<int64_t, absl::flat_hash_set<uint64_t>>>& applied) {
   for (size_t w = 0; w < clocks_.size() && w < clocks.size(); ++w) {
-    clocks_[w] = std::min(clocks_[w], clocks[w]);
+    // A rank not heard from yet on a server that joined the job mid-run: the copy's clock.
+    clocks_[w] = ClockUnsetLocked(w) ? clocks[w] : std::min(clocks_[w], clocks[w]);
+    if (w < clock_unset_.size()) clock_unset_[w] = false;
     auto& mine = applied_[w];
     if (w < applied.size()) {
       for (const auto& [step, ids] : applied[w]) mine[step].insert(ids.begin(), ids.end());
@@ -354,8 +356,14 @@ void Job::JoinClocksLocked(
   checkpointed_step_ = std::min(checkpointed_step_, released_min_);
 }
 
+void Job::ClocksUnknown() {
+  absl::MutexLock c(&clock_mu_);
+  clock_unset_.assign(clocks_.size(), true);
+}
+
 void Job::RewindClocks(int64_t step) {
   absl::MutexLock c(&clock_mu_);
+  clock_unset_.clear();
   for (int64_t& clock : clocks_) clock = step;
   for (auto& a : applied_) a.clear();
   agg_.clear();

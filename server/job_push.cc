@@ -140,6 +140,12 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
     // of those steps would then be taken for duplicates: refused in every consistency mode.
     // (A chunk with no values that ends no step only asks for a pull: its step is the pull's.)
     absl::MutexLock c(&clock_mu_);
+    if (ClockUnsetLocked(tag.worker())) {
+      // A server that joined the job in the middle of its run: the rank's first push sets
+      // where it stands.
+      clocks_[tag.worker()] = std::max(clocks_[tag.worker()], tag.step());
+      clock_unset_[tag.worker()] = false;
+    }
     const int64_t clock = clocks_[tag.worker()];
     if (tag.step() > clock + 1) {
       return absl::FailedPreconditionError(absl::StrCat(

@@ -147,6 +147,12 @@ absl::Status PsHandler::CreateTables(const v1::CreateTablesRequest& req,
       s = fresh->SetShards(map.epoch(), std::move(held));
       if (!s.ok()) return s;
       fresh->FenceAll(pending->min_attempt());
+      const bool joins_live = std::any_of(pending->copy_from().begin(),
+                                          pending->copy_from().end(),
+                                          [](const v1::ReplicaSeed& s) { return s.live(); });
+      if (joins_live && pending->restore_from().empty() && pending->restore_step() == 0) {
+        fresh->ClocksUnknown();  // Joining a running job: the ranks are somewhere past 0.
+      }
     }
     auto created = fresh->AddTables(specs, optimizers);
     if (!created.ok()) return created.status();
