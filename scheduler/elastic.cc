@@ -264,6 +264,7 @@ absl::Status Scheduler::UndrainServer(const v1::UndrainServerRequest& req,
 }
 
 void Scheduler::CountElasticMove(JobRecord& rec, const v1::ShardMove& move, bool done) {
+  if (!rec.job.has_elastic()) return;  // Never scaled nor drained: nothing to count.
   v1::ElasticChange* c = rec.job.mutable_elastic();
   if (!c->active() || move.reason().rfind(kElasticReason, 0) != 0 ||
       move.requested_unix_ms() < c->requested_unix_ms()) {
@@ -292,8 +293,8 @@ void Scheduler::StepElastic() {
     for (const std::string& id : order_) {
       JobRecord& rec = jobs_[id];
       v1::Job& job = rec.job;
+      if (!job.has_elastic() || !job.elastic().active()) continue;
       v1::ElasticChange* c = job.mutable_elastic();
-      if (!c->active()) continue;
       auto conclude = [&](const std::string& result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         c->set_active(false);
         c->set_result(result);
