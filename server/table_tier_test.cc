@@ -92,7 +92,9 @@ void ExpectSameRows(const Rows& a, const Rows& b, bool steps = true) {
     ASSERT_TRUE(b.count(k)) << k;
     const auto& o = b.at(k);
     EXPECT_EQ(std::get<0>(r), std::get<0>(o)) << "updates of " << k;
-    if (steps) EXPECT_EQ(std::get<1>(r), std::get<1>(o)) << "last step of " << k;
+    if (steps) {
+      EXPECT_EQ(std::get<1>(r), std::get<1>(o)) << "last step of " << k;
+    }
     EXPECT_EQ(std::memcmp(std::get<2>(r).data(), std::get<2>(o).data(), std::get<2>(r).size() * 4),
               0)
         << "row " << k;
@@ -118,7 +120,9 @@ TEST_P(TierTest, ACappedTableIsBitIdenticalToAnUncappedOne) {
     absl::Status s = capped.Push(keys, step);
     ASSERT_TRUE(s.ok()) << s;
     ASSERT_LE(capped.budget.used(), 200 * row_bytes);
-    if (step % 100 == 0) ASSERT_EQ(ram.Read(all), capped.Read(all)) << "step " << step;
+    if (step % 100 == 0) {
+      ASSERT_EQ(ram.Read(all), capped.Read(all)) << "step " << step;
+    }
   }
   EXPECT_EQ(ram.Read(all), capped.Read(all));
   EXPECT_EQ(ram.table.rows(), capped.table.rows());
