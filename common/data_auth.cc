@@ -5,7 +5,13 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace pscluster {
 namespace {
@@ -53,6 +59,28 @@ std::string DataAuthProof(absl::string_view secret, absl::string_view nonce,
   PutU32(&ctx, worker);
   PutU32(&ctx, attempt);
   return HmacSha256(secret, ctx);
+}
+
+std::string GrpcDataAuthValue(const DataAuth& auth) {
+  if (auth.secret.empty()) return "";
+  return absl::StrCat(auth.worker, ":", auth.attempt, ":",
+                      absl::BytesToHexString(DataAuthProof(auth.secret, kGrpcDataNonce,
+                                                           auth.job_id, auth.worker,
+                                                           auth.attempt)));
+}
+
+absl::StatusOr<GrpcDataClaim> ParseGrpcDataAuth(absl::string_view value) {
+  std::vector<absl::string_view> parts = absl::StrSplit(value, ':');
+  GrpcDataClaim c;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &c.worker) ||
+      !absl::SimpleAtoi(parts[1], &c.attempt) || parts[2].size() != 2 * kDataProofBytes ||
+      parts[2].find_first_not_of("0123456789abcdefABCDEF") != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kGrpcDataAuthKey, " metadata: expected WORKER:ATTEMPT:PROOF (",
+                     2 * kDataProofBytes, " hex digits)"));
+  }
+  c.proof = absl::HexStringToBytes(parts[2]);
+  return c;
 }
 
 bool SameSecret(absl::string_view a, absl::string_view b) {

@@ -45,6 +45,26 @@ std::string DeriveJobDataSecret(absl::string_view cluster_key, absl::string_view
 std::string DataAuthProof(absl::string_view secret, absl::string_view nonce,
                           absl::string_view job_id, uint32_t worker, uint32_t attempt);
 
+// gRPC data calls (Pull, Push, PushPull) have no challenge round: they carry their proof in the
+// call's metadata `x-pscluster-data-auth` as "<worker>:<attempt>:<proof in hex>", the proof
+// DataAuthProof(secret, kGrpcDataNonce, job, worker, attempt). It binds the job, the rank and
+// the attempt, not the call: like the bearer token beside it, only TLS keeps it from whoever
+// watches the traffic.
+inline constexpr char kGrpcDataAuthKey[] = "x-pscluster-data-auth";
+inline constexpr char kGrpcDataNonce[] = "pscluster grpc data call v1";
+
+// The metadata value proving `auth` (empty when auth.secret is empty: nothing to prove).
+std::string GrpcDataAuthValue(const DataAuth& auth);
+
+// A parsed metadata value: who the call says it is and its proof (bytes).
+struct GrpcDataClaim {
+  uint32_t worker = 0;
+  uint32_t attempt = 0;
+  std::string proof;
+};
+// INVALID_ARGUMENT naming what is malformed.
+absl::StatusOr<GrpcDataClaim> ParseGrpcDataAuth(absl::string_view value);
+
 // Constant-time comparison (false when the sizes differ).
 bool SameSecret(absl::string_view a, absl::string_view b);
 

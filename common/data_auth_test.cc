@@ -43,5 +43,22 @@ TEST(DataAuthTest, RandomBytesDiffer) {
   EXPECT_NE(*a, *b);
 }
 
+TEST(DataAuthTest, GrpcMetadataValueRoundTripsAndRefusesMalformedOnes) {
+  const std::string secret = DeriveJobDataSecret("key", "job");
+  EXPECT_EQ(GrpcDataAuthValue(DataAuth{"job", 3, 4, ""}), "") << "no secret, nothing to prove";
+  const std::string v = GrpcDataAuthValue(DataAuth{"job", 3, 4, secret});
+  auto c = ParseGrpcDataAuth(v);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->worker, 3u);
+  EXPECT_EQ(c->attempt, 4u);
+  EXPECT_EQ(c->proof, DataAuthProof(secret, kGrpcDataNonce, "job", 3, 4));
+  for (const char* bad : {"", "3:4", "x:4:00", "3:4:abc", "3:4:5:6", "-1:4:00"}) {
+    EXPECT_FALSE(ParseGrpcDataAuth(bad).ok()) << bad;
+  }
+  std::string not_hex = v;
+  not_hex.back() = 'g';
+  EXPECT_FALSE(ParseGrpcDataAuth(not_hex).ok());
+}
+
 }  // namespace
 }  // namespace pscluster

@@ -182,7 +182,10 @@ void DataStream::OnReadDone(bool ok) {
                                       &item->values,
                                       mode_ == Mode::kPush ? "Push: PushChunk" : "PushPull: PushChunk");
   read_buf_.Clear();
-  if (st.ok() && socket_) st = CheckSocketAuth(item->chunk);
+  if (st.ok()) {
+    st = socket_ ? CheckSocketAuth(item->chunk)
+                 : CheckCallAuth(item->chunk.tag().job_id(), item->chunk.tag().worker());
+  }
   item->received = absl::Now();
   handler_->AddTime(PsHandler::Phase::kParse, item->received - t0);
   handler_->CountChunkIn();
@@ -218,6 +221,38 @@ void DataStream::SetSocketAuth(bool bound, DataAuth claim) {
   socket_ = true;
   bound_ = bound;
   claim_ = std::move(claim);
+}
+
+void DataStream::SetCallAuth(CallAuth auth) { call_auth_ = std::move(auth); }
+
+absl::Status DataStream::CheckCallAuth(const std::string& job, uint32_t worker) {
+  if (!verified_job_.empty() && job == verified_job_ && worker == call_auth_.claim.worker) {
+    return absl::OkStatus();
+  }
+  if (handler_->DataSecret(job).empty()) return absl::OkStatus();
+  absl::Status st;
+  if (!call_auth_.present) {
+    st = absl::UnauthenticatedError(absl::StrCat(
+        "job ", job, " takes data over gRPC only from calls that prove its data secret (",
+        kGrpcDataAuthKey, " metadata)"));
+  } else if (!call_auth_.malformed.ok()) {
+    st = absl::UnauthenticatedError(call_auth_.malformed.message());
+  } else if (worker != call_auth_.claim.worker) {
+    st = absl::PermissionDeniedError(absl::StrCat("this call proves worker ",
+                                                  call_auth_.claim.worker, " of job ", job,
+                                                  ", not worker ", worker));
+  }
+  if (!st.ok()) {
+    Logger("server")->warn("gRPC data call {} refused: {}", call_auth_.peer, st.message());
+    return st;
+  }
+  // Checks the proof and the attempt's fencing, and logs a refusal.
+  DataAuth hello{job, call_auth_.claim.worker, call_auth_.claim.attempt, ""};
+  absl::StatusOr<bool> ok = handler_->AuthenticateData(hello, call_auth_.claim.proof,
+                                                       kGrpcDataNonce, true, call_auth_.peer);
+  if (!ok.ok()) return ok.status();
+  verified_job_ = job;
+  return absl::OkStatus();
 }
 
 absl::Status DataStream::CheckSocketAuth(const v1::PushChunk& chunk) const {
@@ -326,6 +361,13 @@ void DataStream::StartPull(const grpc::ByteBuffer& request) {
   if (!st.ok()) {
     Fail(st);
     return;
+  }
+  if (!socket_) {
+    st = CheckCallAuth(req.job_id(), req.worker());
+    if (!st.ok()) {
+      Fail(st);
+      return;
+    }
   }
   auto plan = handler_->PlanPull(req);
   if (!plan.ok()) {

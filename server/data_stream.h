@@ -70,6 +70,19 @@ class DataStream : public std::enable_shared_from_this<DataStream> {
   // chunk ends the stream (PERMISSION_DENIED / UNAUTHENTICATED). Call before reading starts.
   void SetSocketAuth(bool bound, DataAuth claim);
 
+  // A gRPC call's proof of its job's data secret (the kGrpcDataAuthKey metadata, see
+  // common/data_auth.h). A job with a data secret takes chunks and pulls over gRPC only from a
+  // call whose proof holds for that job, the chunk's worker and an attempt not fenced off; jobs
+  // without one (standalone servers) take any call the token check let through.
+  struct CallAuth {
+    bool present = false;             // The metadata was sent.
+    absl::Status malformed;           // Sent but unparsable.
+    GrpcDataClaim claim;
+    std::string peer;
+  };
+  // Call before reading (or the pull) starts.
+  void SetCallAuth(CallAuth auth);
+
  private:
   struct PushItem;
   struct ReadItem;
@@ -92,6 +105,8 @@ class DataStream : public std::enable_shared_from_this<DataStream> {
   void EndOp();
   bool FinishDueLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckSocketAuth(const v1::PushChunk& chunk) const;
+  // gRPC calls: checks `job`'s data secret proof for `worker` (once per job and worker).
+  absl::Status CheckCallAuth(const std::string& job, uint32_t worker);
 
   const Mode mode_;
   PsHandler* const handler_;
@@ -105,6 +120,9 @@ class DataStream : public std::enable_shared_from_this<DataStream> {
   bool socket_ = false;
   bool bound_ = false;
   DataAuth claim_;
+  CallAuth call_auth_;
+  // The job whose proof this gRPC call passed (reads run one at a time, and a pull has none).
+  std::string verified_job_;
 
   absl::Mutex mu_;
   grpc::ByteBuffer read_buf_;                        // Owned by the outstanding read.

@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/token_file.h"
@@ -57,12 +58,17 @@ ABSL_FLAG(std::string, credential_file, "",
           "identity needs roles node and server)");
 ABSL_FLAG(int, data_threads, 0, "threads applying pushes and serving pulls (0 = one per core)");
 ABSL_FLAG(int, data_port, 0,
-          "port of the plaintext TCP data plane on the --listen host (0 = any free port, -1 = "
-          "none: workers use gRPC); never opened with TLS; each connection proves its job's data "
-          "secret (with --token_file, always)");
+          "port of the TCP data plane on the --listen host (0 = any free port, -1 = "
+          "none: workers use gRPC); in TLS with --tls_cert/--tls_key (client certificates "
+          "required with --tls_ca); each connection proves its job's data secret (with "
+          "--token_file, always)");
 ABSL_FLAG(int, data_spin_us, 50,
           "TCP data plane: a connection's reader checks an empty socket this long before it "
           "sleeps (0 = never; saves waking an idle core between the chunks of a round)");
+ABSL_FLAG(absl::Duration, data_auth_timeout, absl::Seconds(30),
+          "TCP/Unix data plane: a connection must authenticate (in TLS, finish its handshake "
+          "first) within this time, or it is logged and closed (e.g. 30s, 500ms; more than 0, "
+          "at most 24h)");
 ABSL_FLAG(int, register_timeout_sec, 30,
           "give up registering with --scheduler after this long (exit 138, retryable)");
 ABSL_FLAG(std::string, metrics_listen, "",
@@ -125,6 +131,12 @@ int main(int argc, char** argv) {
   o.data_threads = absl::GetFlag(FLAGS_data_threads);
   o.data_port = absl::GetFlag(FLAGS_data_port);
   o.data_spin = absl::Microseconds(absl::GetFlag(FLAGS_data_spin_us));
+  o.data_auth_timeout = absl::GetFlag(FLAGS_data_auth_timeout);
+  if (o.data_auth_timeout <= absl::ZeroDuration() || o.data_auth_timeout > absl::Hours(24)) {
+    log->error("--data_auth_timeout: must be more than 0 and at most 24h, got {}",
+               absl::FormatDuration(o.data_auth_timeout));
+    return 2;
+  }
   o.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_sec));
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.limits.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);

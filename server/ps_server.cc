@@ -23,6 +23,7 @@
 #include "server/client/round.h"
 #include "server/client/tcp_conn.h"
 #include "server/ps_metrics.h"
+#include "server/row_store.h"
 #include "server/tcp_frame.h"
 #include "server/wire.h"
 
@@ -33,7 +34,8 @@ namespace {
 // connection per backup, kept, and per job when the job has a data secret, which the
 // connection proves as a server, common/data_auth.h kReplicaWorker; each chunk a round of its
 // own, as a worker's push with `replica_of`, its payload sent from the received frame without a
-// copy) when it offers one and TLS is off and this server sends no credential or the job has a
+// copy, in TLS when this server runs with TLS: its certificate is its client certificate) when
+// it offers one and this server sends no credential or the job has a
 // secret; else, and for snapshot parts, as Replicate calls (one channel per backup, kept),
 // which carry this server's credential.
 class BackupLinks {
@@ -85,7 +87,7 @@ class BackupLinks {
   }
 
   // The data connection to the backup at `address` (dialer.h: its TCP data port); nullptr when
-  // there is none to use (it offers none, TLS is on, or this server sends a credential).
+  // there is none to use (it offers none, or this server sends a credential without a secret).
   absl::StatusOr<std::shared_ptr<TcpConn>> DataConnTo(const std::string& address,
                                                       const std::string& job_id) {
     const std::string secret = secret_of_(job_id);
@@ -178,6 +180,15 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
         "--spill_dir ", options.spill_dir, ": not a writable directory (", std::strerror(errno),
         "); the disk tier of sparse tables needs one"));
   }
+  if (!options.spill_dir.empty()) {
+    // Disk tiers of killed servers (their databases' locks died with them) are only garbage.
+    auto removed = RowStore::RemoveAbandoned(options.spill_dir);
+    if (!removed.ok()) return removed.status();
+    for (const std::string& dir : *removed) {
+      Logger("server")->warn("--spill_dir: removed {}, the disk tier of a server that is gone",
+                             dir);
+    }
+  }
   ho.spill_dir = options.spill_dir;
   ho.limits = options.limits;
   ho.replication_retry = options.replication_retry;
@@ -226,10 +237,18 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
           ? s->grpc_->address()
           : absl::StrCat(options.advertise_host, ":", s->grpc_->port());
   s->handler_->set_address(advertised);
-  if (options.data_port >= 0 && options.tls.enabled()) {
-    Logger("server")->info("TCP data plane off: it carries no TLS (workers use gRPC PushPull)");
-  } else if (options.data_port >= 0) {
+  if (options.data_port >= 0) {
     TcpDataServerOptions to;
+    if (options.tls.enabled()) {
+      // The data port speaks TLS with the gRPC port's certificates.
+      auto tls = TlsContext::ForServer(options.tls);
+      if (!tls.ok()) {
+        s->grpc_->Shutdown(absl::ZeroDuration());
+        return absl::Status(tls.status().code(),
+                            absl::StrCat("TLS data port: ", tls.status().message()));
+      }
+      to.tls = std::move(*tls);
+    }
     // With --token_file every data connection proves a job's data secret.
     to.require_auth = s->authz_->enabled();
     std::string port;
@@ -240,6 +259,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
     }
     to.port = options.data_port;
     to.spin = options.data_spin;
+    to.auth_timeout = options.data_auth_timeout;
     to.shm_max_bytes = options.data_shm_max_bytes;
     if (options.data_unix) {
       // Unique per process and server (tests run several servers in one process).

@@ -61,6 +61,9 @@ struct PsServerOptions {
   // --data_spin_us: how long a TCP data connection's reader checks an empty socket before it
   // sleeps.
   absl::Duration data_spin = absl::Microseconds(50);
+  // --data_auth_timeout: a TCP/Unix data connection must authenticate (under TLS, finish its
+  // handshake first) within this time, or it is logged and closed. REQUIRES: > 0.
+  absl::Duration data_auth_timeout = absl::Seconds(30);
   // --data_inline_bytes: TCP data connections apply chunks up to this size on their reader
   // thread when the call has nothing queued (no hand-off to a data thread; the reply is sent
   // from the same thread). Replaces data_plane.inline_bytes for those connections.

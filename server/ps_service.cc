@@ -1,5 +1,6 @@
 #include "server/ps_service.h"
 
+#include "common/data_auth.h"
 #include "common/status_convert.h"
 
 namespace pscluster {
@@ -8,11 +9,13 @@ namespace {
 class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   PullReactor(PsHandler* handler, Executor* executor, std::shared_ptr<BufferPool> pool,
-              const DataPlaneOptions& options, const grpc::ByteBuffer& request) {
+              const DataPlaneOptions& options, DataStream::CallAuth auth,
+              const grpc::ByteBuffer& request) {
     stream_ = DataStream::Create(
         DataStream::Mode::kPull, handler, executor, std::move(pool), options,
         {nullptr, [this](const grpc::ByteBuffer* b) { StartWrite(b); },
          [this](grpc::Status s) { Finish(std::move(s)); }});
+    stream_->SetCallAuth(std::move(auth));
     stream_->StartPull(request);
   }
   void OnWriteDone(bool ok) override { stream_->OnWriteDone(ok); }
@@ -26,11 +29,13 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 class PushReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   PushReactor(PsHandler* handler, Executor* executor, std::shared_ptr<BufferPool> pool,
-              const DataPlaneOptions& options, grpc::ByteBuffer* response) {
+              const DataPlaneOptions& options, DataStream::CallAuth auth,
+              grpc::ByteBuffer* response) {
     stream_ = DataStream::Create(DataStream::Mode::kPush, handler, executor, std::move(pool),
                                  options,
                                  {[this](grpc::ByteBuffer* b) { StartRead(b); }, nullptr,
                                   [this](grpc::Status s) { Finish(std::move(s)); }});
+    stream_->SetCallAuth(std::move(auth));
     stream_->StartReading(response);
   }
   void OnReadDone(bool ok) override { stream_->OnReadDone(ok); }
@@ -44,12 +49,13 @@ class PushReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 class PushPullReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   PushPullReactor(PsHandler* handler, Executor* executor, std::shared_ptr<BufferPool> pool,
-                  const DataPlaneOptions& options) {
+                  const DataPlaneOptions& options, DataStream::CallAuth auth) {
     stream_ = DataStream::Create(DataStream::Mode::kPushPull, handler, executor, std::move(pool),
                                  options,
                                  {[this](grpc::ByteBuffer* b) { StartRead(b); },
                                   [this](const grpc::ByteBuffer* b) { StartWrite(b); },
                                   [this](grpc::Status s) { Finish(std::move(s)); }});
+    stream_->SetCallAuth(std::move(auth));
     stream_->StartReading(nullptr);
   }
   void OnReadDone(bool ok) override { stream_->OnReadDone(ok); }
@@ -68,6 +74,23 @@ class RefusedReactor final : public Reactor {
   explicit RefusedReactor(const absl::Status& status) { this->Finish(ToGrpcStatus(status)); }
   void OnDone() override { delete this; }
 };
+
+// The call's proof of its job's data secret, if it sent one (DataStream::CallAuth).
+DataStream::CallAuth CallAuthOf(const grpc::CallbackServerContext* ctx) {
+  DataStream::CallAuth a;
+  a.peer = ctx->peer();
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(kGrpcDataAuthKey);
+  if (it == md.end()) return a;
+  a.present = true;
+  auto claim = ParseGrpcDataAuth(absl::string_view(it->second.data(), it->second.size()));
+  if (claim.ok()) {
+    a.claim = std::move(*claim);
+  } else {
+    a.malformed = claim.status();
+  }
+  return a;
+}
 
 absl::Status CheckStream(const Authorizer* authz, const grpc::CallbackServerContext* ctx,
                          absl::string_view method) {
@@ -114,14 +137,14 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* PsService::Pull(grpc::CallbackServer
                                                             const grpc::ByteBuffer* request) {
   absl::Status allowed = CheckStream(authorizer(), ctx, "pscluster.v1.ParameterServer.Pull");
   if (!allowed.ok()) return new RefusedReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>>(allowed);
-  return new PullReactor(handler_, data_, pool_, options_, *request);
+  return new PullReactor(handler_, data_, pool_, options_, CallAuthOf(ctx), *request);
 }
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* PsService::Push(grpc::CallbackServerContext* ctx,
                                                            grpc::ByteBuffer* response) {
   absl::Status allowed = CheckStream(authorizer(), ctx, "pscluster.v1.ParameterServer.Push");
   if (!allowed.ok()) return new RefusedReactor<grpc::ServerReadReactor<grpc::ByteBuffer>>(allowed);
-  return new PushReactor(handler_, data_, pool_, options_, response);
+  return new PushReactor(handler_, data_, pool_, options_, CallAuthOf(ctx), response);
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PsService::PushPull(
@@ -131,7 +154,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* PsService::PushPull
     return new RefusedReactor<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(
         allowed);
   }
-  return new PushPullReactor(handler_, data_, pool_, options_);
+  return new PushPullReactor(handler_, data_, pool_, options_, CallAuthOf(ctx));
 }
 
 }  // namespace pscluster

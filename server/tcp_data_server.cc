@@ -19,6 +19,7 @@
 #include "common/logging.h"
 #include "server/shm_ring.h"
 #include "server/tcp_frame.h"
+#include "server/tls_stream.h"
 
 namespace pscluster {
 namespace {
@@ -98,8 +99,16 @@ class TcpDataServer::Conn {
         is_unix_(is_unix),
         options_(options),
         pool_(std::move(pool)),
-        counters_(counters) {}
-  ~Conn() { close(fd_); }
+        counters_(counters),
+        // TLS on the TCP port; the Unix socket never leaves the host.
+        tls_(options.tls != nullptr && !is_unix
+                 ? new TlsIo(fd, *options.tls, "", options.send_timeout)
+                 : nullptr),
+        io_(tls_ != nullptr ? tls_ : new DataIo(fd)) {}
+  ~Conn() {
+    io_.reset();
+    close(fd_);
+  }
 
   void Start(PsHandler* handler, Executor* executor, const DataPlaneOptions& data_plane) {
     handler_ = handler;
@@ -156,7 +165,7 @@ class TcpDataServer::Conn {
     }
     counters_->sent += frame->shm_bytes();
     // Most messages fit in the socket buffer: send them here, without a thread hand-off.
-    auto all = frame->SendSome(fd_);
+    auto all = frame->SendSome(*io_);
     if (!all.ok()) {
       Logger("server")->debug("data connection {}: {}", peer_, all.status());
       stream_->OnWriteDone(false);
@@ -214,7 +223,7 @@ class TcpDataServer::Conn {
       Logger("server")->info("data connection {}: {}", peer_, area.status().message());
     }
     OutFrame answer = OutFrame::Raw(kFrameAttach, shm_ != nullptr ? 1 : 0, "");
-    return answer.SendRest(fd_);
+    return answer.SendRest(*io_);
   }
 
   // A kind-3 frame's message: its bytes from the socket, its payload from the request ring, put
@@ -258,17 +267,14 @@ class TcpDataServer::Conn {
     absl::StatusOr<std::string> nonce = RandomBytes(kDataNonceBytes);
     if (!nonce.ok()) return nonce.status();
     absl::Status st =
-        OutFrame::Raw(kFrameChallenge, options_.require_auth ? 1 : 0, *nonce).SendRest(fd_);
+        OutFrame::Raw(kFrameChallenge, options_.require_auth ? 1 : 0, *nonce).SendRest(*io_);
     if (!st.ok()) return absl::OutOfRangeError(st.message());  // The client is gone.
-    // A connection that does not authenticate within the time is closed.
-    pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(kAuthTimeout))) <= 0) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("no auth frame within ", absl::FormatDuration(kAuthTimeout)));
-    }
+    // The whole auth frame must be in within the time (one deadline, not a wait per byte: a
+    // peer dribbling bytes is closed as one that sends none).
+    const absl::Time deadline = absl::Now() + options_.auth_timeout;
     unsigned char hb[kFrameHeaderBytes];
-    st = ReadFull(fd_, hb, sizeof(hb), /*eof_ok=*/true, kAuthTimeout);
-    if (!st.ok()) return absl::IsOutOfRange(st) ? st : absl::OutOfRangeError(st.message());
+    st = ReadAuth(hb, sizeof(hb), /*eof_ok=*/true, deadline);
+    if (!st.ok()) return st;
     absl::StatusOr<FrameHeader> h = ParseFrameHeader(hb);
     if (!h.ok()) return h.status();
     if (h->kind != kFrameAuth) {
@@ -281,8 +287,8 @@ class TcpDataServer::Conn {
           absl::StrCat("auth frame of ", h->length, " bytes (at most ", kMaxAuthFrameBytes, ")"));
     }
     std::string body(h->length, '\0');
-    st = ReadFull(fd_, body.data(), body.size(), false, kAuthTimeout);
-    if (!st.ok()) return absl::OutOfRangeError(st.message());
+    st = ReadAuth(body.data(), body.size(), /*eof_ok=*/false, deadline);
+    if (!st.ok()) return st;
     absl::StatusOr<AuthClaim> claim = ParseAuthBody(body, h->aux);
     if (!claim.ok()) return claim.status();
     DataAuth hello{claim->job_id, claim->worker, claim->attempt, ""};
@@ -290,11 +296,61 @@ class TcpDataServer::Conn {
         handler->AuthenticateData(hello, claim->proof, *nonce, options_.require_auth, peer_);
     if (!bound.ok()) return bound.status();
     stream_->SetSocketAuth(*bound, std::move(hello));
-    st = OutFrame::Raw(kFrameAuth, 1, "").SendRest(fd_);
+    st = OutFrame::Raw(kFrameAuth, 1, "").SendRest(*io_);
     return st.ok() ? st : absl::OutOfRangeError(st.message());
   }
 
+  // Reads exactly `n` bytes of the auth frame by `deadline`. DEADLINE_EXCEEDED names the time
+  // (--data_auth_timeout) and how much came; OUT_OF_RANGE: the client went away (or closed
+  // before the first byte with `eof_ok`).
+  absl::Status ReadAuth(void* data, size_t n, bool eof_ok, absl::Time deadline) {
+    char* p = static_cast<char*>(data);
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t r = io_->Recv(p + got, n - got, /*dontwait=*/true);
+      if (r > 0) {
+        got += static_cast<size_t>(r);
+        continue;
+      }
+      if (r == 0) {
+        return absl::OutOfRangeError(got == 0 && eof_ok ? "end of stream"
+                                                        : "connection closed inside a frame");
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        return absl::OutOfRangeError(absl::StrCat("recv: ", io_->ErrorText(errno)));
+      }
+      if (io_->HasPending()) continue;
+      const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now()) + 1;
+      pollfd pfd{fd_, POLLIN, 0};
+      if (left_ms <= 0 || poll(&pfd, 1, static_cast<int>(left_ms)) == 0) {
+        if (absl::Now() < deadline) continue;
+        return absl::DeadlineExceededError(absl::StrCat(
+            got == 0 && eof_ok ? "no auth frame"
+                               : absl::StrCat("an incomplete auth frame (", got, " of ", n,
+                                              " bytes)"),
+            " within ", absl::FormatDuration(options_.auth_timeout), " (--data_auth_timeout)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   void ReadLoop() {
+    if (tls_ != nullptr) {
+      absl::Status hs = tls_->Handshake(absl::Now() + options_.auth_timeout);
+      if (!hs.ok()) {
+        // Nothing can be told to a peer that does not speak TLS with this server.
+        Logger("server")->warn(
+            "data connection {}: {}{}; closing it", peer_, hs.message(),
+            absl::IsDeadlineExceeded(hs)
+                ? absl::StrCat(" (not done within ", absl::FormatDuration(options_.auth_timeout),
+                               ", --data_auth_timeout)")
+                : "");
+        stream_->OnCancel();
+        Drain();
+        return;
+      }
+    }
     absl::Status auth = Authenticate(handler_);
     if (auth.ok()) {
       ReadFrames();
@@ -311,7 +367,7 @@ class TcpDataServer::Conn {
   }
 
   void ReadFrames() {
-    FrameReader reader(fd_, options_.spin);
+    FrameReader reader(io_.get(), options_.spin);
     bool first = true;
     while (true) {
       grpc::ByteBuffer* target = nullptr;
@@ -435,13 +491,14 @@ class TcpDataServer::Conn {
     char sink[16 << 10];
     while (absl::Now() < until) {
       pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, 100) <= 0) {
+      if (!io_->HasPending() && poll(&p, 1, 100) <= 0) {
         absl::MutexLock l(&mu_);
         if (closed_) break;
         continue;
       }
-      ssize_t r = recv(fd_, sink, sizeof(sink), 0);
-      if (r <= 0 && !(r < 0 && errno == EINTR)) break;
+      ssize_t r = io_->Recv(sink, sizeof(sink), /*dontwait=*/true);
+      if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (r <= 0) break;
     }
     absl::MutexLock l(&mu_);
     reader_done_ = true;
@@ -462,7 +519,7 @@ class TcpDataServer::Conn {
         pending_.reset();
         status_frame = pending_is_status_;
       }
-      absl::Status st = frame->SendRest(fd_);
+      absl::Status st = frame->SendRest(*io_);
       if (status_frame) {
         shutdown(fd_, SHUT_WR);
         break;
@@ -475,8 +532,6 @@ class TcpDataServer::Conn {
     writer_done_ = true;
   }
 
-  static constexpr absl::Duration kAuthTimeout = absl::Seconds(30);
-
   PsHandler* handler_ = nullptr;
   const int fd_;
   const std::string peer_;
@@ -484,6 +539,8 @@ class TcpDataServer::Conn {
   const TcpDataServerOptions options_;
   const std::shared_ptr<BufferPool> pool_;
   ShmCounters* const counters_;
+  TlsIo* const tls_;  // TLS on this connection (owned by io_), or nullptr.
+  std::unique_ptr<DataIo> io_;
   std::shared_ptr<DataStream> stream_;
   // Attached by the reader before the stream's first message, then read-only.
   std::unique_ptr<ShmArea> shm_;

@@ -1,6 +1,6 @@
-// The plaintext TCP data plane of ps_server: the PushPull stream of the gRPC service, carried on
-// raw TCP connections (framing in server/tcp_frame.h) for clients that reach the server without
-// TLS. Each connection is served by the same DataStream as a gRPC PushPull call, so the
+// The TCP data plane of ps_server: the PushPull stream of the gRPC service, carried on raw TCP
+// connections (framing in server/tcp_frame.h), in TLS when the server runs with TLS
+// (server/tls_stream.h; the Unix socket, which never leaves the host, stays without). Each connection is served by the same DataStream as a gRPC PushPull call, so the
 // semantics (chunk order, exactly-once tags, consistency waits, epochs, errors) are identical;
 // only the transport differs: no HTTP/2 framing or flow-control windows, no thread hand-off for
 // small messages, and the client can receive values straight into the caller's tensor.
@@ -26,6 +26,7 @@
 #include "server/buffer_pool.h"
 #include "server/data_stream.h"
 #include "server/ps_handler.h"
+#include "server/tls_stream.h"
 
 namespace pscluster {
 
@@ -50,6 +51,13 @@ struct TcpDataServerOptions {
   // authenticates its callers (--token_file). Otherwise a connection may also go without a
   // proof and then carries only the messages of jobs that have no data secret.
   bool require_auth = false;
+  // A connection must authenticate (and, under TLS, finish its handshake first) within this
+  // time (--data_auth_timeout), or it is logged and closed: a peer that connects and stays
+  // silent holds a connection slot and two threads only this long.
+  absl::Duration auth_timeout = absl::Seconds(30);
+  // TLS on the TCP port (the server's certificate, and its CA to require client certificates);
+  // nullptr: plaintext. A connection whose handshake fails is logged and closed.
+  std::shared_ptr<TlsContext> tls;
 };
 
 class TcpDataServer {

@@ -40,14 +40,16 @@ void PutU64(char* p, uint64_t v) {
 
 namespace {
 
-absl::Status Errno(const char* what) {
-  return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
+absl::Status Errno(DataIo& io, const char* what) {
+  const int err = errno;
+  return absl::UnavailableError(absl::StrCat(what, ": ", io.ErrorText(err)));
 }
 
-// Waits until `fd` is readable or `timeout` passed (false).
-bool WaitReadable(int fd, absl::Duration timeout) {
+// Waits until `io` is readable or `timeout` passed (false).
+bool WaitReadable(DataIo& io, absl::Duration timeout) {
   if (timeout == absl::InfiniteDuration()) return true;  // recv blocks by itself.
-  pollfd p{fd, POLLIN, 0};
+  if (io.HasPending()) return true;
+  pollfd p{io.fd(), POLLIN, 0};
   int ms = static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout)));
   while (true) {
     int r = poll(&p, 1, ms);
@@ -220,52 +222,52 @@ void OutFrame::Consume(size_t n) {
   }
 }
 
-absl::StatusOr<bool> OutFrame::SendSome(int fd) {
+absl::StatusOr<bool> OutFrame::SendSome(DataIo& io) {
   while (!sent()) {
-    msghdr m{};
-    m.msg_iov = &iov_[iov_pos_];
-    m.msg_iovlen = std::min<size_t>(iov_.size() - iov_pos_, IOV_MAX);
-    ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t r = io.Send(&iov_[iov_pos_], std::min<size_t>(iov_.size() - iov_pos_, IOV_MAX),
+                        /*dontwait=*/true);
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
-      return Errno("send");
+      return Errno(io, "send");
     }
     Consume(static_cast<size_t>(r));
   }
-  return true;
+  const int flushed = io.Flush(/*dontwait=*/true);
+  if (flushed < 0) return Errno(io, "send");
+  return flushed == 1;
 }
 
-absl::Status OutFrame::SendRest(int fd) {
+absl::Status OutFrame::SendRest(DataIo& io) {
   while (!sent()) {
-    msghdr m{};
-    m.msg_iov = &iov_[iov_pos_];
-    m.msg_iovlen = std::min<size_t>(iov_.size() - iov_pos_, IOV_MAX);
-    ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL);
+    ssize_t r = io.Send(&iov_[iov_pos_], std::min<size_t>(iov_.size() - iov_pos_, IOV_MAX),
+                        /*dontwait=*/false);
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         return absl::DeadlineExceededError("send: the peer stopped reading");
       }
-      return Errno("send");
+      return Errno(io, "send");
     }
     Consume(static_cast<size_t>(r));
   }
-  return absl::OkStatus();
+  const int flushed = io.Flush(/*dontwait=*/false);
+  if (flushed == 0) return absl::DeadlineExceededError("send: the peer stopped reading");
+  return flushed < 0 ? Errno(io, "send") : absl::OkStatus();
 }
 
-absl::Status ReadFull(int fd, void* data, size_t n, bool eof_ok, absl::Duration stall) {
+absl::Status ReadFull(DataIo& io, void* data, size_t n, bool eof_ok, absl::Duration stall) {
   char* p = static_cast<char*>(data);
   size_t got = 0;
   while (got < n) {
-    if (got > 0 && !WaitReadable(fd, stall)) {
+    if (got > 0 && !WaitReadable(io, stall)) {
       return absl::DeadlineExceededError(
           absl::StrCat("recv: no data for ", absl::FormatDuration(stall), " inside a frame"));
     }
-    ssize_t r = recv(fd, p + got, n - got, 0);
+    ssize_t r = io.Recv(p + got, n - got, /*dontwait=*/false);
     if (r < 0) {
       if (errno == EINTR) continue;
-      return Errno("recv");
+      return Errno(io, "recv");
     }
     if (r == 0) {
       if (got == 0 && eof_ok) return absl::OutOfRangeError("end of stream");
@@ -322,13 +324,13 @@ absl::Status FrameReader::Read(void* data, size_t n, bool eof_ok, absl::Duration
     }
     if (n - got >= buf_.size() / 4) {
       // Large: straight into place.
-      absl::Status st = ReadFull(fd_, out + got, n - got, eof_ok && got == 0, stall);
+      absl::Status st = ReadFull(*io_, out + got, n - got, eof_ok && got == 0, stall);
       if (!st.ok() && got > 0 && absl::IsOutOfRange(st)) {
         return absl::UnavailableError("recv: connection closed inside a frame");
       }
       return st;
     }
-    if (got > 0 && !WaitReadable(fd_, stall)) {
+    if (got > 0 && !WaitReadable(*io_, stall)) {
       return absl::DeadlineExceededError(
           absl::StrCat("recv: no data for ", absl::FormatDuration(stall), " inside a frame"));
     }
@@ -336,16 +338,18 @@ absl::Status FrameReader::Read(void* data, size_t n, bool eof_ok, absl::Duration
     if (spin_ > absl::ZeroDuration()) {
       const absl::Time until = absl::Now() + spin_;
       while (true) {
-        r = recv(fd_, buf_.data(), buf_.size(), MSG_DONTWAIT);
+        r = io_->Recv(buf_.data(), buf_.size(), /*dontwait=*/true);
         if (r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || absl::Now() >= until) break;
         sched_yield();  // Other work on this core goes first.
       }
       if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) r = -2;  // Sleep below.
     }
-    if (r == -2 || spin_ <= absl::ZeroDuration()) r = recv(fd_, buf_.data(), buf_.size(), 0);
+    if (r == -2 || spin_ <= absl::ZeroDuration()) {
+      r = io_->Recv(buf_.data(), buf_.size(), /*dontwait=*/false);
+    }
     if (r < 0) {
       if (errno == EINTR) continue;
-      return Errno("recv");
+      return Errno(*io_, "recv");
     }
     if (r == 0) {
       if (got == 0 && eof_ok) return absl::OutOfRangeError("end of stream");

@@ -1,4 +1,4 @@
-// Framing of the plaintext TCP data plane (server/tcp_data_server.h, server/client/tcp_conn.h).
+// Framing of the TCP data plane (server/tcp_data_server.h, server/client/tcp_conn.h).
 //
 // A connection carries the same messages as the gRPC PushPull stream (PushChunk from the client,
 // PullChunk back; plain protobuf bytes, see server/wire.h), each behind a 16-byte header:
@@ -47,6 +47,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
+#include "server/data_io.h"
 #include "server/shm_ring.h"
 
 namespace pscluster {
@@ -92,9 +93,17 @@ class OutFrame {
   OutFrame& operator=(OutFrame&&) = default;
 
   // Sends what the socket takes now without waiting. Returns true when the whole frame is out.
-  absl::StatusOr<bool> SendSome(int fd);
+  absl::StatusOr<bool> SendSome(DataIo& io);
+  absl::StatusOr<bool> SendSome(int fd) {
+    DataIo io(fd);
+    return SendSome(io);
+  }
   // Sends the rest, waiting as needed (the socket's send timeout applies).
-  absl::Status SendRest(int fd);
+  absl::Status SendRest(DataIo& io);
+  absl::Status SendRest(int fd) {
+    DataIo io(fd);
+    return SendRest(io);
+  }
   bool sent() const { return iov_pos_ >= iov_.size(); }
 
  private:
@@ -116,8 +125,13 @@ class OutFrame {
 // Reads exactly `n` bytes. A peer that closes before the first byte gives OUT_OF_RANGE (a clean
 // end) when `eof_ok`; elsewhere UNAVAILABLE. `stall`: longest wait for any progress once the
 // first byte arrived (infinite: none).
-absl::Status ReadFull(int fd, void* data, size_t n, bool eof_ok = false,
+absl::Status ReadFull(DataIo& io, void* data, size_t n, bool eof_ok = false,
                       absl::Duration stall = absl::InfiniteDuration());
+inline absl::Status ReadFull(int fd, void* data, size_t n, bool eof_ok = false,
+                             absl::Duration stall = absl::InfiniteDuration()) {
+  DataIo io(fd);
+  return ReadFull(io, data, n, eof_ok, stall);
+}
 
 // Checks the kFrameHeaderBytes at `p` (INVALID_ARGUMENT on a protocol error).
 absl::StatusOr<FrameHeader> ParseFrameHeader(const unsigned char* p);
@@ -131,15 +145,15 @@ absl::StatusOr<FrameHeader> ReadFrameHeader(int fd);
 class FrameReader {
  public:
   // Before sleeping on an empty socket the reader checks it for up to `spin`.
-  explicit FrameReader(int fd, absl::Duration spin = absl::ZeroDuration(),
+  explicit FrameReader(DataIo* io, absl::Duration spin = absl::ZeroDuration(),
                        size_t buffer_bytes = 64 << 10)
-      : fd_(fd), spin_(spin), buf_(buffer_bytes) {}
+      : io_(io), spin_(spin), buf_(buffer_bytes) {}
   // As ReadFull: exactly `n` bytes; OUT_OF_RANGE for a clean end before the first byte when
   // `eof_ok`; `stall` bounds the wait for progress once the first byte is in.
   absl::Status Read(void* data, size_t n, bool eof_ok, absl::Duration stall);
 
  private:
-  const int fd_;
+  DataIo* const io_;
   const absl::Duration spin_;
   std::vector<char> buf_;
   size_t pos_ = 0;

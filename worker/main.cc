@@ -45,8 +45,8 @@ ABSL_FLAG(std::string, spam_assassin_dir, "",
 ABSL_FLAG(int, call_timeout_sec, 120,
           "deadline of each pull/push, waiting for slower workers included");
 ABSL_FLAG(std::string, data_transport, "auto",
-          "data plane to the servers: auto (with TLS off, a server's Unix data socket when it "
-          "runs on this host, else its TCP data port; else gRPC), grpc, tcp or unix");
+          "data plane to the servers: auto (a server's Unix data socket when it runs on this "
+          "host, else its TCP data port, in TLS with --tls_*; else gRPC), grpc, tcp or unix");
 ABSL_FLAG(int, data_spin_us, 50,
           "TCP data plane: a thread waiting for a server's reply checks the socket this long "
           "before it sleeps (0 = never)");

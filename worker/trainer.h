@@ -41,7 +41,8 @@ struct TrainerOptions {
   // Every export (the job's export_path, psctl export --to) must lie in this directory (a
   // resolved --export_root, common/path_root.h); empty = anywhere.
   std::string export_root;
-  // Data plane to the servers (auto: their TCP data port unless TLS is on).
+  // Data plane to the servers (auto: their Unix socket on this host, else their TCP data port,
+  // in TLS when the channel has TLS).
   DataTransport data_transport = DataTransport::kAuto;
   // TCP data plane: how long a waiting thread checks the socket before it sleeps.
   absl::Duration data_spin = absl::Microseconds(50);

@@ -1,5 +1,5 @@
 // A client's long-lived data-plane connection to one server, carrying many rounds (distinct
-// request_ids) at once: the gRPC PushPull stream (PsStream) or the plaintext TCP data plane
+// request_ids) at once: the gRPC PushPull stream (PsStream) or the TCP data plane
 // (TcpConn). Replies are dispatched to their Round by request_id; a broken connection fails its
 // pending rounds, and the owner opens a new one.
 #ifndef PSCLUSTER_SERVER_CLIENT_DATA_CONN_H_

@@ -25,11 +25,6 @@ absl::StatusOr<Dialed> DialDataConn(v1::ParameterServer::Stub* stub, const std::
     none.why_none = absl::UnavailableError("the data transport is grpc");
     return none;
   }
-  if (o.channel.tls.enabled()) {
-    none.why_none = absl::UnavailableError(
-        absl::StrCat("TLS is on: the data sockets of ", address, " are plaintext"));
-    return none;
-  }
   if (!o.channel.bearer_token.empty() && o.auth.secret.empty()) {
     none.why_none = absl::UnavailableError(absl::StrCat(
         "a credential is set and there is no job data secret to prove on the data sockets of ",
@@ -66,8 +61,18 @@ absl::StatusOr<Dialed> DialDataConn(v1::ParameterServer::Stub* stub, const std::
     none.why_none = absl::UnavailableError(absl::StrCat(address, " offers no TCP data port"));
     return none;
   }
+  std::shared_ptr<TlsContext> tls;
+  if (o.channel.tls.enabled()) {
+    // The data port speaks TLS with the channel's certificates.
+    auto t = TlsContext::ForClient(o.channel.tls, o.channel.tls_server_name);
+    if (!t.ok()) {
+      return absl::Status(t.status().code(),
+                          absl::StrCat("data port of ", address, ": ", t.status().message()));
+    }
+    tls = std::move(*t);
+  }
   auto c = TcpConn::Open(host, static_cast<int>(resp.data_port()), address, o.timeout, o.pool,
-                         o.spin, o.auth);
+                         o.spin, o.auth, tls.get());
   if (!c.ok()) return c.status();
   return Dialed{std::move(*c), absl::OkStatus()};
 }

@@ -22,9 +22,9 @@ namespace pscluster {
 
 // How data-plane rounds travel to a server.
 enum class DataTransport {
-  // With TLS off: the server's Unix data socket when the server is on this host (its address is
-  // a local one, the socket is reachable and served by the server's process), else its TCP data
-  // port when it offers one; else (and always with TLS) gRPC PushPull.
+  // The server's Unix data socket when the server is on this host (its address is a local one,
+  // the socket is reachable and served by the server's process), else its TCP data port when it
+  // offers one (in TLS when the channel has TLS); else gRPC PushPull.
   kAuto,
   kGrpc,  // Always the gRPC PushPull stream.
   kTcp,   // Always the TCP data port, even on the same host (calls fail when a server offers none).
@@ -37,7 +37,9 @@ absl::StatusOr<DataTransport> ParseDataTransport(absl::string_view name);
 struct DialOptions {
   DataTransport transport = DataTransport::kAuto;
   absl::Duration timeout = absl::Seconds(10);  // For the Status call and for the connect.
-  ChannelOptions channel;                      // TLS or a credential: the sockets are not used.
+  // Its TLS files (and server name) also secure the TCP data port; a credential without a job
+  // data secret: the sockets are not used.
+  ChannelOptions channel;
   std::shared_ptr<BufferPool> pool;            // Receive buffers of the connection.
   absl::Duration spin;                         // See TcpConn::Open.
   size_t shm_ring_bytes = 0;                   // Unix socket only: 0 = no shared memory.
@@ -54,7 +56,8 @@ struct Dialed {
 
 // Dials `address` (whose Status `stub` answers). An error: its Status could not be asked, or a
 // socket it offers could not be connected (for kUnix, also a Unix socket that cannot be used).
-// With TLS (the sockets are plaintext), with a bearer credential but no job data secret (the
+// With TLS the TCP port is dialed in TLS (the channel's certificates; a failed handshake is an
+// error naming the server and why). With a bearer credential but no job data secret (the
 // credential cannot be checked on the sockets; the secret can), with kGrpc, and when the
 // server offers no socket the transport allows: Dialed with no connection.
 absl::StatusOr<Dialed> DialDataConn(v1::ParameterServer::Stub* stub, const std::string& address,

@@ -1,8 +1,8 @@
 // The data-plane client of the parameter servers, used by workers and benchmarks: routes dense
 // blocks and sparse rows to servers with common/sharding.h, and pulls and pushes them over one
-// long-lived connection per server (the server's plaintext TCP data port when it offers one and
-// TLS is off, authenticated with the job's data secret; else a gRPC PushPull stream; see
-// DataTransport), all servers in parallel, with
+// long-lived connection per server (the server's TCP data port when it offers one, in TLS when
+// the cluster runs with TLS, authenticated with the job's data secret; else a gRPC PushPull
+// stream; see DataTransport), all servers in parallel, with
 // payloads sent from and received into the caller's buffers without intermediate copies
 // (fp16/bf16 per table).
 //

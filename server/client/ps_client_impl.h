@@ -89,7 +89,7 @@ struct Connection {
       stream->Retire();
       retired.push_back(std::move(stream));
     }
-    if (o.data_transport != DataTransport::kGrpc && !o.channel.tls.enabled()) {
+    if (o.data_transport != DataTransport::kGrpc) {
       absl::StatusOr<std::shared_ptr<DataConn>> tcp = Dial(o);
       if (tcp.ok()) {
         stream = std::move(*tcp);
@@ -109,7 +109,8 @@ struct Connection {
         Logger("worker")->info("data plane to {} over gRPC: {}", address, tcp.status());
       }
     }
-    stream = PsStream::Open(generic.get(), address, o.stream_lifetime, o.channel);
+    stream = PsStream::Open(generic.get(), address, o.stream_lifetime, o.channel,
+                            DataAuth{o.job_id, o.worker, o.attempt, o.data_secret});
     return stream;
   }
 

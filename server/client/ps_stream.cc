@@ -7,12 +7,15 @@
 namespace pscluster {
 
 std::shared_ptr<PsStream> PsStream::Open(grpc::GenericStub* stub, const std::string& peer,
-                                         absl::Duration lifetime, const ChannelOptions& channel) {
+                                         absl::Duration lifetime, const ChannelOptions& channel,
+                                         const DataAuth& auth) {
   std::shared_ptr<PsStream> s(new PsStream(peer));
   s->self_ = s;
   s->opened_ = absl::Now();
   s->ctx_.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(lifetime));
   // The bearer token, if any, is added by the channel (common/channel.cc) to every call.
+  const std::string proof = GrpcDataAuthValue(auth);
+  if (!proof.empty()) s->ctx_.AddMetadata(kGrpcDataAuthKey, proof);
   stub->PrepareBidiStreamingCall(&s->ctx_, "/pscluster.v1.ParameterServer/PushPull",
                                  grpc::StubOptions(), s.get());
   s->AddHold();
@@ -58,13 +61,16 @@ void PsStream::OnWriteDone(bool ok) {
     absl::MutexLock l(&mu_);
     writing_ = false;
     current_write_.Clear();
-    if (!ok) writes_.clear();
+    if (!ok) {
+      writes_.clear();
+      closing_ = true;
+    }
+    ++starting_;
   }
-  if (!ok) {
-    BeginClose(false);
-    return;
-  }
-  StartNextWrite();
+  // The stream may have begun closing (the server finished the call) while this write was in
+  // flight: EndOp then releases the hold that waited for it, or the call would never end.
+  if (ok) StartNextWrite();
+  EndOp();
 }
 
 void PsStream::OnReadDone(bool ok) {

@@ -22,6 +22,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/channel.h"
+#include "common/data_auth.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "server/client/data_conn.h"
 #include "server/client/round.h"
@@ -33,8 +34,11 @@ class PsStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuff
  public:
   // Opens /pscluster.v1.ParameterServer/PushPull on `stub`'s channel with a deadline
   // `lifetime` from now. `peer` names the server in errors.
+  // `auth`: the job's data secret, proven in the call's metadata (common/data_auth.h; none
+  // when auth.secret is empty).
   static std::shared_ptr<PsStream> Open(grpc::GenericStub* stub, const std::string& peer,
-                                        absl::Duration lifetime, const ChannelOptions& channel);
+                                        absl::Duration lifetime, const ChannelOptions& channel,
+                                        const DataAuth& auth);
 
   // Registers `round` and queues its messages. UNAVAILABLE when the stream is closing.
   absl::Status Send(const std::shared_ptr<Round>& round,

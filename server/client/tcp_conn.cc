@@ -2,11 +2,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/eventfd.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -33,52 +31,6 @@ size_t VarintSize(uint64_t v) {
   return n;
 }
 
-// Connects with a timeout; returns the non-blocking socket or an error naming the address.
-absl::StatusOr<int> Connect(const std::string& host, int port, absl::Duration timeout) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  const std::string ps = std::to_string(port);
-  int rc = getaddrinfo(host.c_str(), ps.c_str(), &hints, &res);
-  if (rc != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot resolve ", host, ": ", gai_strerror(rc)));
-  }
-  std::string error = "no address";
-  int fd = -1;
-  for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
-    int s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-    if (s < 0) continue;
-    int r = connect(s, a->ai_addr, a->ai_addrlen);
-    if (r != 0 && errno == EINPROGRESS) {
-      pollfd p{s, POLLOUT, 0};
-      int ms = static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout)));
-      r = poll(&p, 1, ms);
-      if (r == 1) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
-        r = err == 0 ? 0 : -1;
-        errno = err;
-      } else {
-        if (r == 0) errno = ETIMEDOUT;
-        r = -1;
-      }
-    }
-    if (r == 0) {
-      fd = s;
-    } else {
-      error = std::strerror(errno);
-      close(s);
-    }
-  }
-  freeaddrinfo(res);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot connect to ", host, ":", port, ": ", error));
-  }
-  return fd;
-}
 
 }  // namespace
 
@@ -87,24 +39,23 @@ absl::StatusOr<std::shared_ptr<TcpConn>> TcpConn::Open(const std::string& host, 
                                                        absl::Duration connect_timeout,
                                                        std::shared_ptr<BufferPool> pool,
                                                        absl::Duration spin,
-                                                       const DataAuth& auth) {
-  auto fd = Connect(host, port, connect_timeout);
+                                                       const DataAuth& auth,
+                                                       const TlsContext* tls) {
+  auto fd = ConnectTcp(host, port, connect_timeout);
   if (!fd.ok()) {
     return absl::Status(fd.status().code(),
                         absl::StrCat("data port of ", peer, ": ", fd.status().message()));
   }
-  absl::Status authed = AuthenticateDataSocket(*fd, auth, peer);
-  if (!authed.ok()) {
-    close(*fd);
-    return authed;
-  }
-  int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  auto io = SetUpDataSocket(*fd, host, tls, connect_timeout, auth, peer);
+  int wake = io.ok() ? eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1;
   if (wake < 0) {
     close(*fd);
+    if (!io.ok()) return io.status();
     return absl::ResourceExhaustedError(absl::StrCat("eventfd: ", std::strerror(errno)));
   }
   TuneDataSocket(*fd, absl::InfiniteDuration());
-  return std::shared_ptr<TcpConn>(new TcpConn(*fd, wake, peer, std::move(pool), spin));
+  return std::shared_ptr<TcpConn>(
+      new TcpConn(*fd, std::move(*io), wake, peer, std::move(pool), spin));
 }
 
 absl::StatusOr<std::shared_ptr<TcpConn>> TcpConn::OpenUnix(const std::string& name, uint32_t pid,
@@ -141,7 +92,8 @@ absl::StatusOr<std::shared_ptr<TcpConn>> TcpConn::OpenUnix(const std::string& na
                                                     " is served by process ", cred.pid,
                                                     ", not by the server (process ", pid, ")"));
   }
-  absl::Status authed = AuthenticateDataSocket(fd, auth, peer);
+  auto io = std::make_unique<DataIo>(fd);
+  absl::Status authed = AuthenticateDataSocket(*io, auth, peer);
   if (!authed.ok()) {
     close(fd);
     return authed;
@@ -171,48 +123,7 @@ absl::StatusOr<std::shared_ptr<TcpConn>> TcpConn::OpenUnix(const std::string& na
     return absl::ResourceExhaustedError(absl::StrCat("eventfd: ", std::strerror(errno)));
   }
   return std::shared_ptr<TcpConn>(
-      new TcpConn(fd, wake, peer, std::move(pool), spin, true, std::move(shm)));
-}
-
-bool IsLocalHost(const std::string& host) {
-  if (host == "localhost") return true;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICHOST;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) {
-    hints.ai_flags = 0;  // A name: resolve it.
-    if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
-  }
-  ifaddrs* ifs = nullptr;
-  getifaddrs(&ifs);
-  bool local = false;
-  for (addrinfo* a = res; a != nullptr && !local; a = a->ai_next) {
-    if (a->ai_family == AF_INET) {
-      const in_addr ip = reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr;
-      if ((ntohl(ip.s_addr) >> 24) == 127) local = true;
-      for (ifaddrs* i = ifs; i != nullptr && !local; i = i->ifa_next) {
-        if (i->ifa_addr != nullptr && i->ifa_addr->sa_family == AF_INET &&
-            reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == ip.s_addr) {
-          local = true;
-        }
-      }
-    } else if (a->ai_family == AF_INET6) {
-      const in6_addr ip = reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr;
-      if (IN6_IS_ADDR_LOOPBACK(&ip)) local = true;
-      for (ifaddrs* i = ifs; i != nullptr && !local; i = i->ifa_next) {
-        if (i->ifa_addr != nullptr && i->ifa_addr->sa_family == AF_INET6 &&
-            std::memcmp(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, &ip,
-                        sizeof(ip)) == 0) {
-          local = true;
-        }
-      }
-    }
-  }
-  if (ifs) freeifaddrs(ifs);
-  freeaddrinfo(res);
-  return local;
+      new TcpConn(fd, std::move(io), wake, peer, std::move(pool), spin, true, std::move(shm)));
 }
 
 TcpConn::~TcpConn() {
@@ -354,7 +265,7 @@ TcpConn::Progress TcpConn::Step(absl::FunctionRef<bool()> stop, bool until_full,
     }
     absl::Status st;
     if (out_.has_value()) {
-      auto all = out_->SendSome(fd_);
+      auto all = out_->SendSome(*io_);
       if (!all.ok()) {
         st = absl::UnavailableError(
             absl::StrCat("data connection to ", peer_, ": ", all.status().message()));
@@ -363,6 +274,8 @@ TcpConn::Progress TcpConn::Step(absl::FunctionRef<bool()> stop, bool until_full,
         continue;
       }
     }
+    // Records TLS already took off the socket are not seen by poll().
+    if (!*readable && io_->HasPending()) *readable = true;
     if (st.ok() && *readable) st = ReadAvailable(stop);
     if (!st.ok()) {
       Break(st);
@@ -450,6 +363,7 @@ size_t TcpConn::WaitAll(absl::Span<TcpConn* const> conns,
   const size_t count = driven.size();
   for (auto& d : driven) d.readable = d.conn->rpos_ != d.conn->rend_;
   std::vector<pollfd> p(2 * driven.size());
+  bool failed = false;
   while (!driven.empty()) {
     for (size_t i = 0; i < driven.size();) {
       TcpConn* c = driven[i].conn;
@@ -460,9 +374,13 @@ size_t TcpConn::WaitAll(absl::Span<TcpConn* const> conns,
         continue;
       }
       c->Disown();  // Done (or broken): threads waiting on it take over.
+      absl::Status st;
+      if (round->Finished(&st) && !st.ok()) failed = true;
       driven.erase(driven.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    if (driven.empty()) return count;
+    // One part failed: the caller gives up the others rather than waiting for them (a part
+    // parked at a gate may wait for what only the failed part's retry brings).
+    if (driven.empty() || failed) break;
     const absl::Time now = absl::Now();
     if (now >= deadline) break;
     for (size_t i = 0; i < driven.size(); ++i) driven[i].conn->PollEvents(&p[2 * i]);
@@ -508,13 +426,13 @@ absl::Status TcpConn::ReadAvailable(absl::FunctionRef<bool()> stop) {
         // the buffer, so that one recv() takes a small reply whole.
         const bool straight = in_.stage == Incoming::Stage::kPayload && p != nullptr &&
                               want >= rbuf_.size() / 4;
-        ssize_t r = straight ? recv(fd_, p, want, MSG_DONTWAIT)
-                             : recv(fd_, rbuf_.data(), rbuf_.size(), MSG_DONTWAIT);
+        ssize_t r = straight ? io_->Recv(p, want, /*dontwait=*/true)
+                             : io_->Recv(rbuf_.data(), rbuf_.size(), /*dontwait=*/true);
         if (r < 0) {
           if (errno == EINTR) continue;
           if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
           return absl::UnavailableError(
-              absl::StrCat("data connection to ", peer_, ": recv: ", std::strerror(errno)));
+              absl::StrCat("data connection to ", peer_, ": recv: ", io_->ErrorText(errno)));
         }
         if (r == 0) {
           return absl::UnavailableError(

@@ -1,5 +1,6 @@
-// The client side of the plaintext TCP data plane (server/tcp_data_server.h): PushPull rounds on
-// one TCP connection to a server, framed as in server/tcp_frame.h.
+// The client side of the TCP data plane (server/tcp_data_server.h): PushPull rounds on one TCP
+// connection to a server, framed as in server/tcp_frame.h, in TLS when the server's port speaks
+// it (server/tls_stream.h; then values are decrypted into the caller's tensor instead).
 //
 // No thread of its own: the calling threads drive the (non-blocking) socket. One thread at a
 // time owns the socket's I/O; it writes queued frames and reads replies as the socket allows,
@@ -29,8 +30,10 @@
 #include "proto/ps.pb.h"
 #include "server/buffer_pool.h"
 #include "server/client/data_conn.h"
+#include "server/client/socket_setup.h"
 #include "server/shm_ring.h"
 #include "server/tcp_frame.h"
+#include "server/tls_stream.h"
 
 namespace pscluster {
 
@@ -38,14 +41,16 @@ class TcpConn : public DataConn {
  public:
   // Connects to host:port (the host of the server's gRPC address, its advertised data port)
   // and authenticates with `auth` (server/client/socket_setup.h; no secret: no proof, which a
-  // server that authenticates its callers refuses). `peer` names the server in errors. A thread waiting for a reply checks the socket for up to
-  // `spin` before it sleeps.
+  // server that authenticates its callers refuses), in TLS with `tls` (a client context: the
+  // server's certificate is checked against `host`). `peer` names the server in errors. A
+  // thread waiting for a reply checks the socket for up to `spin` before it sleeps.
   static absl::StatusOr<std::shared_ptr<TcpConn>> Open(const std::string& host, int port,
                                                        const std::string& peer,
                                                        absl::Duration connect_timeout,
                                                        std::shared_ptr<BufferPool> pool,
                                                        absl::Duration spin,
-                                                       const DataAuth& auth = {});
+                                                       const DataAuth& auth = {},
+                                                       const TlsContext* tls = nullptr);
   // Connects to the server's abstract Unix socket `name` (same host and network namespace) and
   // checks that the peer is process `pid` (the server's, from its Status); the same frames as
   // over TCP follow, the authentication first. With `shm_ring_bytes` > 0 it first offers the server shared memory with two
@@ -63,7 +68,7 @@ class TcpConn : public DataConn {
                     std::vector<grpc::ByteBuffer> messages) override;
   absl::Status Wait(const std::shared_ptr<Round>& round, absl::Time deadline) override;
   // Drives the connections of one call (rounds[i] on conns[i], one per server) together from
-  // this thread until every round is complete, a connection broke, or `deadline`: all sockets
+  // this thread until every round is complete, one round failed, or `deadline`: all sockets
   // in one poll, so that each server's replies are read (and its next frames written) as they
   // come instead of server by server. Connections another thread drives are left to it. Waiting
   // on each round afterwards (Wait) gives its result. Returns how many connections it drove (0
@@ -100,11 +105,13 @@ class TcpConn : public DataConn {
     uint64_t position = 0;         // Kind 3: the payload's place in the reply ring.
   };
 
-  TcpConn(int fd, int wake_fd, std::string peer, std::shared_ptr<BufferPool> pool,
-          absl::Duration spin, bool is_unix = false, std::unique_ptr<ShmArea> shm = nullptr)
+  TcpConn(int fd, std::unique_ptr<DataIo> io, int wake_fd, std::string peer,
+          std::shared_ptr<BufferPool> pool, absl::Duration spin, bool is_unix = false,
+          std::unique_ptr<ShmArea> shm = nullptr)
       : is_unix_(is_unix),
         shm_(std::move(shm)),
         fd_(fd),
+        io_(std::move(io)),
         wake_fd_(wake_fd),
         peer_(std::move(peer)),
         pool_(std::move(pool)),
@@ -155,6 +162,7 @@ class TcpConn : public DataConn {
   // the I/O owner.
   const std::unique_ptr<ShmArea> shm_;
   const int fd_;
+  const std::unique_ptr<DataIo> io_;  // The socket's byte stream (TLS or not), used by the owner.
   const int wake_fd_;  // eventfd: frames were queued for the I/O owner to send.
   const std::string peer_;
   const std::shared_ptr<BufferPool> pool_;
@@ -178,9 +186,7 @@ class TcpConn : public DataConn {
   uint64_t completions_ ABSL_GUARDED_BY(mu_) = 0;  // Bumped when a round may have completed.
 };
 
-// Whether `host` (a name or a numeric address) is this machine: a loopback address or one of its
-// interfaces' addresses. Only then may a server's Unix socket be tried.
-bool IsLocalHost(const std::string& host);
+// IsLocalHost: server/client/socket_setup.h.
 
 }  // namespace pscluster
 

@@ -2,7 +2,8 @@
 // server with --token_file opens its data sockets only to connections that prove a job's data
 // secret; a connection is bound to the job (and worker) it proved; wrong, missing, replayed and
 // fenced proofs are refused with the reason and the server keeps serving; a job with a secret
-// takes no data on unauthenticated connections even on a server without --token_file.
+// takes no data on unauthenticated connections even on a server without --token_file; gRPC data
+// calls prove the job's secret in their metadata.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -288,6 +289,91 @@ TEST_F(DataAuthTest, OpenServerStillProtectsJobsWithASecret) {
   absl::Status st = PushPull(*intruder, 1, 100.f, &w);
   EXPECT_TRUE(absl::IsUnauthenticated(st)) << st;
   EXPECT_TRUE(absl::StrContains(st.message(), "prove its data secret")) << st;
+}
+
+// gRPC data calls prove the job's secret too (x-pscluster-data-auth metadata): a worker token
+// alone no longer reaches every job's parameters through gRPC.
+TEST_F(DataAuthTest, GrpcDataCallsProveTheJobsSecretForTheirWorkerAndAttempt) {
+  StartCluster(/*tokens=*/true);
+  InstallSecret("job", Secret("job"));
+  auto good = ReadyClient("job", Secret("job"), DataTransport::kGrpc);
+  ASSERT_NE(good, nullptr);
+  std::vector<float> before, after, w;
+  ASSERT_TRUE(PushPull(*good, 0, 0.f, &before).ok());
+
+  auto wrong = Client("job", Secret("another job"), DataTransport::kGrpc);
+  ASSERT_NE(wrong, nullptr);
+  absl::Status st = PushPull(*wrong, 1, 100.f, &w);
+  EXPECT_TRUE(absl::IsPermissionDenied(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "wrong proof")) << st;
+
+  auto none = Client("job", "", DataTransport::kGrpc);
+  ASSERT_NE(none, nullptr);
+  st = PushPull(*none, 1, 100.f, &w);
+  EXPECT_TRUE(absl::IsUnauthenticated(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "x-pscluster-data-auth")) << st;
+
+  // Raw Pull calls: a proof for worker 0 does not read as worker 1; a malformed value is named.
+  auto channel = MakeChannel(cluster_->addresses()[0], channel_);
+  ASSERT_TRUE(channel.ok());
+  auto stub = v1::ParameterServer::NewStub(*channel);
+  auto raw_pull = [&](uint32_t worker, const std::string& proof) {
+    v1::PullRequest req;
+    req.set_request_id(7);
+    req.set_job_id("job");
+    req.set_worker(worker);
+    req.set_clock(0);
+    auto ctx = CallContext(absl::Seconds(5), channel_);
+    ctx->AddMetadata(kGrpcDataAuthKey, proof);
+    auto reader = stub->Pull(ctx.get(), req);
+    v1::PullChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    return FromGrpcStatus(reader->Finish(), "Pull");
+  };
+  st = raw_pull(1, GrpcDataAuthValue(DataAuth{"job", 0, 0, Secret("job")}));
+  EXPECT_TRUE(absl::IsPermissionDenied(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "proves worker 0 of job job, not worker 1")) << st;
+  st = raw_pull(0, "0:0:not-hex");
+  EXPECT_TRUE(absl::IsUnauthenticated(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "WORKER:ATTEMPT:PROOF")) << st;
+
+  // Nothing the refused calls sent was applied (a zero gradient pushed meanwhile).
+  ASSERT_TRUE(PushPull(*good, 1, 0.f, &after).ok());
+  EXPECT_EQ(before, after);
+
+  // A fenced attempt is refused on gRPC as on the sockets.
+  v1::FenceWorkerRequest fence;
+  fence.set_job_id("job");
+  fence.set_worker(0);
+  fence.set_attempt(2);
+  v1::FenceWorkerResponse fresp;
+  auto fctx = CallContext(absl::Seconds(5), channel_);
+  ASSERT_TRUE(stub->FenceWorker(fctx.get(), fence, &fresp).ok());
+  st = raw_pull(0, GrpcDataAuthValue(DataAuth{"job", 0, 1, Secret("job")}));
+  EXPECT_TRUE(absl::IsAborted(st)) << st;
+
+  // A job without a secret (a standalone server's) still needs no proof.
+  auto open = ReadyClient("open-job", "", DataTransport::kGrpc);
+  ASSERT_NE(open, nullptr);
+  EXPECT_TRUE(PushPull(*open, 0, 1.f, &w).ok());
+}
+
+// A refused gRPC data call ends at once on the client, every time: the server finishes the call
+// while the client's push may still be in flight, and the client's stream must end then too
+// instead of leaving the round to its deadline.
+TEST_F(DataAuthTest, RefusedGrpcDataCallsEndAtOnceOnTheClient) {
+  StartCluster(/*tokens=*/true);
+  InstallSecret("job", Secret("job"));
+  auto owner = ReadyClient("job", Secret("job"), DataTransport::kGrpc);
+  ASSERT_NE(owner, nullptr);
+  std::vector<float> w;
+  for (int i = 0; i < 60; ++i) {
+    auto none = Client("job", "", DataTransport::kGrpc);
+    ASSERT_NE(none, nullptr);
+    absl::Status st = PushPull(*none, 1, 100.f, &w);
+    ASSERT_TRUE(absl::IsUnauthenticated(st)) << "try " << i << ": " << st;
+  }
 }
 
 TEST_F(DataAuthTest, AJobsSecretCannotBeReplaced) {

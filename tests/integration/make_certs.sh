@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Makes a throw-away CA and certificates for TLS tests: ca.pem, server.{pem,key} (SAN localhost,
-# 127.0.0.1), client.{pem,key}, and other-ca.pem (a CA that signed nothing here).
+# 127.0.0.1), client.{pem,key}, other-ca.pem and other-client.{pem,key} (a client certificate of
+# that other CA, which the first one does not trust), node.{pem,key} (SAN localhost, 127.0.0.1,
+# for both server and client use: a daemon that also calls other daemons in mutual TLS).
 set -euo pipefail
 out="$1"
 mkdir -p "$out"
@@ -22,3 +24,14 @@ for who in server client; do
   openssl_quiet x509 -req -in "$who.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
     -extfile "$who.ext" -out "$who.pem"
 done
+openssl_quiet req -newkey rsa:2048 -nodes -subj "/CN=other-client" -keyout other-client.key \
+  -out other-client.csr
+openssl_quiet x509 -req -in other-client.csr -CA other-ca.pem -CAkey other-ca.key -CAcreateserial \
+  -days 2 -extfile client.ext -out other-client.pem
+cat > node.ext <<'EXT'
+subjectAltName = DNS:localhost, IP:127.0.0.1
+extendedKeyUsage = serverAuth, clientAuth
+EXT
+openssl_quiet req -newkey rsa:2048 -nodes -subj "/CN=node" -keyout node.key -out node.csr
+openssl_quiet x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+  -extfile node.ext -out node.pem

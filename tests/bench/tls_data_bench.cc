@@ -1,0 +1,155 @@
+// TLS on the TCP data plane against plaintext, in one run: two in-process servers on loopback,
+// one plaintext and one in mutual TLS (server/tls_stream.h), each with one worker client over
+// the TCP data port (DataTransport::kTcp). For each size a dense float32 table (SGD, so the
+// transport dominates) gets push-pull rounds, plaintext and TLS interleaved round by round;
+// the medians and the ratio TLS / plaintext throughput are printed.
+//
+//   bazel run -c opt //tests/bench:tls_data_bench -- --rounds=15 --sizes_mib=4,64
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "server/testing/cluster.h"
+
+ABSL_FLAG(int, rounds, 15, "measured push-pull rounds per size and transport");
+ABSL_FLAG(std::string, sizes_mib, "4,64", "table sizes in MiB, comma-separated");
+ABSL_FLAG(std::string, only, "",
+          "plain or tls: run only that transport's rounds (to profile one; no ratio)");
+ABSL_FLAG(std::string, certs, "",
+          "directory for the throw-away certificates (default: a temporary one)");
+
+namespace pscluster {
+namespace {
+
+using namespace ::pscluster::testing;  // NOLINT
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+std::unique_ptr<PsClient> MakeClient(InProcessCluster& c, const TlsFiles& tls, size_t elems,
+                                     const std::string& job) {
+  PsClientOptions o;
+  o.channel.tls = tls;
+  o.data_transport = DataTransport::kTcp;
+  o.call_timeout = absl::Seconds(120);
+  auto client = c.Client(job, {DenseSpec("w", {elems}, Optimizer(v1::OptimizerSpec::SGD, 0.01f))},
+                         0, o);
+  if (!client.ok()) {
+    std::fprintf(stderr, "client: %s\n", client.status().ToString().c_str());
+    std::exit(1);
+  }
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  absl::Status st = (*client)->CreateTables(asp, 1);
+  if (!st.ok()) {
+    std::fprintf(stderr, "tables: %s\n", st.ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(*client);
+}
+
+// CPU time of this process (the servers' and the clients' threads), in seconds.
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// One push-pull round: its wall time; adds the CPU time it took to `*cpu`.
+double Round(PsClient* client, std::vector<float>& g, std::vector<float>& v, double* cpu) {
+  const double cpu_start = CpuSeconds();
+  const absl::Time start = absl::Now();
+  absl::Status st = client->PushPull(0, {{{"w", g.data()}}, {}}, {{{"w", v.data()}}, {}});
+  if (!st.ok()) {
+    std::fprintf(stderr, "push-pull: %s\n", st.ToString().c_str());
+    std::exit(1);
+  }
+  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  *cpu += CpuSeconds() - cpu_start;
+  return wall;
+}
+
+int Main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  std::string dir = absl::GetFlag(FLAGS_certs);
+  if (dir.empty()) {
+    char tmpl[] = "/tmp/tls_data_bench.XXXXXX";
+    dir = mkdtemp(tmpl);
+  }
+  const char* src = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  const std::string script =
+      std::string(src != nullptr ? src : ".") + "/tests/integration/make_certs.sh";
+  if (std::system((script + " " + dir).c_str()) != 0) {
+    std::fprintf(stderr, "%s failed (openssl installed?)\n", script.c_str());
+    return 1;
+  }
+  PsServerOptions tls_options;
+  tls_options.tls = {dir + "/server.pem", dir + "/server.key", dir + "/ca.pem"};
+  tls_options.data_unix = false;
+  PsServerOptions plain_options;
+  plain_options.data_unix = false;
+  InProcessCluster plain(1, plain_options);
+  InProcessCluster tls(1, tls_options);
+  if (!plain.status().ok() || !tls.status().ok()) {
+    std::fprintf(stderr, "servers: %s %s\n", plain.status().ToString().c_str(),
+                 tls.status().ToString().c_str());
+    return 1;
+  }
+  const TlsFiles client_tls{dir + "/client.pem", dir + "/client.key", dir + "/ca.pem"};
+  std::printf("%-8s %10s %10s %11s %11s %7s %14s %14s\n", "size", "plain ms", "tls ms",
+              "plain GB/s", "tls GB/s", "ratio", "plain cores", "tls cores");
+  int job = 0;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes_mib), ',')) {
+    int mib = 0;
+    if (!absl::SimpleAtoi(s, &mib) || mib <= 0) {
+      std::fprintf(stderr, "--sizes_mib: bad size '%s'\n", std::string(s).c_str());
+      return 1;
+    }
+    const size_t elems = static_cast<size_t>(mib) << 18;  // float32
+    const std::string name = "bench" + std::to_string(job++);
+    auto a = MakeClient(plain, {}, elems, name);
+    auto b = MakeClient(tls, client_tls, elems, name);
+    std::vector<float> g(elems, 0.001f), v(elems);
+    double cpu_plain = 0, cpu_tls = 0, warm = 0;
+    for (int w = 0; w < 2; ++w) {  // Warm-up: connections, buffers.
+      Round(a.get(), g, v, &warm);
+      Round(b.get(), g, v, &warm);
+    }
+    std::vector<double> tp, tt;
+    const std::string only = absl::GetFlag(FLAGS_only);
+    for (int r = 0; r < absl::GetFlag(FLAGS_rounds); ++r) {
+      tp.push_back(only == "tls" ? 1.0 : Round(a.get(), g, v, &cpu_plain));
+      tt.push_back(only == "plain" ? 1.0 : Round(b.get(), g, v, &cpu_tls));
+    }
+    const double mp = Median(tp), mt = Median(tt);
+    double sum_p = 0, sum_t = 0;
+    for (double t : tp) sum_p += t;
+    for (double t : tt) sum_t += t;
+    const double bytes = 2.0 * elems * sizeof(float);  // Pushed and pulled.
+    // Cores busy: CPU time over wall time of all rounds of a transport.
+    std::printf("%-8s %10.2f %10.2f %11.2f %11.2f %7.2f %14.2f %14.2f\n",
+                (std::to_string(mib) + "MiB").c_str(), mp * 1e3, mt * 1e3, bytes / mp / 1e9,
+                bytes / mt / 1e9, mp / mt, cpu_plain / sum_p, cpu_tls / sum_t);
+    std::fflush(stdout);
+  }
+  std::printf("ratio = TLS throughput / plaintext throughput (medians of %d interleaved rounds); "
+              "cores = CPU time of the process / wall time over those rounds\n",
+              absl::GetFlag(FLAGS_rounds));
+  return 0;
+}
+
+}  // namespace
+}  // namespace pscluster
+
+int main(int argc, char** argv) { return pscluster::Main(argc, argv); }
