@@ -283,6 +283,13 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
     std::string peer;
   };
   std::vector<Sent> sent;
+  auto any_part_failed = [&sent] {
+    for (const auto& s : sent) {
+      absl::Status st;
+      if (s.round->Finished(&st) && !st.ok()) return true;
+    }
+    return false;
+  };
   absl::Status send_error;
   for (size_t srv = 0; srv < plans.size(); ++srv) {
     auto& list = plans[srv];
@@ -343,9 +350,37 @@ absl::Status PsClient::Impl::Attempt(const Routing& r, int64_t step, uint64_t se
     if (conns.size() > 1 && TcpConn::WaitAll(conns, rounds, deadline) > 1) {
       joint_waits.fetch_add(1);
     }
+    // gRPC streams deliver on their own threads: wait for their parts in turn, a slice at a
+    // time, so that one part's failure is seen while another is still outstanding.
+    if (conns.size() < sent.size()) {
+      while (!any_part_failed() && absl::Now() < deadline) {
+        bool all = true;
+        for (auto& s : sent) {
+          if (dynamic_cast<TcpConn*>(s.stream.get()) != nullptr) continue;
+          if (!s.round->AwaitFinished(std::min(deadline, absl::Now() + absl::Milliseconds(20)))) {
+            all = false;
+            break;
+          }
+        }
+        if (all) break;
+      }
+    }
   }
   for (auto& s : sent) {
-    absl::Status rs = s.stream->Wait(s.round, deadline);
+    absl::Status rs;
+    if (sent.size() > 1 && !s.round->Finished() && any_part_failed()) {
+      // Another server's part failed (a stale map after a shard move, say): the call is retried
+      // as a whole, so this part is given up now instead of waited for. It may be parked at a
+      // gate waiting for a push that only the retry brings; the retry's pushes are deduplicated
+      // by their sequence number wherever this part's were applied.
+      s.round->Fail(absl::AbortedError(absl::StrCat(
+          s.peer, ": request ", s.round->request_id(), " given up: another server's part failed")));
+      s.stream->Forget(s.round->request_id());
+      s.stream->Cancel();
+      (void)s.round->Wait(absl::InfiniteFuture());  // Returns once no copy into it is running.
+      continue;  // The failed part gives the call's status.
+    }
+    rs = s.stream->Wait(s.round, deadline);
     if (rs.code() == absl::StatusCode::kDeadlineExceeded || cancelled.load()) {
       s.stream->Forget(s.round->request_id());
       s.stream->Cancel();  // Makes gRPC let go of the caller's memory promptly.

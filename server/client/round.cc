@@ -117,6 +117,12 @@ absl::Status Round::Wait(absl::Time deadline) {
   return status_;
 }
 
+bool Round::AwaitFinished(absl::Time until) const {
+  absl::MutexLock l(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ && copying_ == 0; };
+  return mu_.AwaitWithDeadline(absl::Condition(&ready), until);
+}
+
 void Round::WaitSlicesReleased() {
   absl::MutexLock l(&mu_);
   mu_.Await(absl::Condition(+[](int* s) { return *s == 0; }, &slices_));

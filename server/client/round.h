@@ -62,6 +62,9 @@ class Round {
   bool Finished(absl::Status* st = nullptr) const;
   // Waits until every reply arrived or the round failed, or `deadline` (DEADLINE_EXCEEDED).
   absl::Status Wait(absl::Time deadline);
+  // Waits until Finished() or `until`, whichever is first, and returns Finished(); unlike
+  // Wait(), reaching `until` leaves the round as it is.
+  bool AwaitFinished(absl::Time until) const;
   // Waits until gRPC released every slice of the caller's memory.
   void WaitSlicesReleased();
 

@@ -1,6 +1,7 @@
 // The plaintext TCP data plane of ps_server (--data_port): the same results as gRPC PushPull,
-// hostile bytes on the port refused without harm, off under TLS and with --data_port=-1, and
-// the client's fallback to gRPC.
+// hostile bytes on the port refused without harm, off with --data_port=-1, and the client's
+// fallback to gRPC (TLS on the port: tls_data_plane_test; the Unix socket and shared memory:
+// local_data_plane_test.cc).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -26,148 +27,12 @@
 #include "server/testing/cluster.h"
 #include "server/wire.h"
 #include "tests/integration/raw_frames.h"
+#include "tests/integration/data_plane_fixture.h"
 
 namespace pscluster {
 namespace {
 
 using namespace ::pscluster::testing;  // NOLINT
-
-const v1::OptimizerSpec kAdam = Optimizer(v1::OptimizerSpec::ADAM, 0.01f);
-
-v1::ServerStatus StatusOf(const std::string& address, const ChannelOptions& ch = {}) {
-  auto channel = MakeChannel(address, ch);
-  EXPECT_TRUE(channel.ok()) << channel.status();
-  auto stub = v1::ParameterServer::NewStub(*channel);
-  v1::ServerStatus resp;
-  auto ctx = CallContext(absl::Seconds(5));
-  v1::ServerStatusRequest req;
-  EXPECT_TRUE(stub->Status(ctx.get(), req, &resp).ok());
-  return resp;
-}
-
-class TcpDataPlaneTest : public ::testing::Test {
- public:  // The helpers are used by free functions below too.
-  // A client of job "job" over `transport`, with `tables` created under `mode` for `workers`
-  // workers (nullptr after a test failure).
-  static std::unique_ptr<PsClient> ClientWith(InProcessCluster& cluster,
-                                              const std::vector<v1::TableSpec>& tables,
-                                              DataTransport transport,
-                                              v1::ConsistencySpec::Mode mode, uint32_t workers,
-                                              absl::Duration timeout = absl::Seconds(20),
-                                              size_t shm_ring_bytes = 16 << 20) {
-    PsClientOptions o;
-    o.data_transport = transport;
-    o.call_timeout = timeout;
-    o.shm_ring_bytes = shm_ring_bytes;
-    auto client = cluster.Client("job", tables, 0, o);
-    if (!client.ok()) {
-      ADD_FAILURE() << client.status();
-      return nullptr;
-    }
-    v1::ConsistencySpec c;
-    c.set_mode(mode);
-    absl::Status st = (*client)->CreateTables(c, workers);
-    if (!st.ok()) {
-      ADD_FAILURE() << st;
-      return nullptr;
-    }
-    return std::move(*client);
-  }
-
-  // The same over the TCP data port with one table.
-  static std::unique_ptr<PsClient> TcpClient(InProcessCluster& cluster,
-                                             const v1::TableSpec& table,
-                                             v1::ConsistencySpec::Mode mode, uint32_t workers,
-                                             absl::Duration timeout = absl::Seconds(20)) {
-    return ClientWith(cluster, {table}, DataTransport::kTcp, mode, workers, timeout);
-  }
-
-  // A client of job "job" with the default transport (auto) creates `table` (ASP, 1 worker) and
-  // pulls it.
-  static void AutoClientPulls(InProcessCluster& cluster, const v1::TableSpec& table) {
-    v1::ConsistencySpec asp;
-    asp.set_mode(v1::ConsistencySpec::ASP);
-    auto client = cluster.Client("job", {table});
-    ASSERT_TRUE(client.ok()) << client.status();
-    ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
-    std::vector<float> v(table.shape().dims(0));
-    EXPECT_TRUE((*client)->Pull(0, {{{table.name(), v.data()}}, {}}).ok());
-  }
-
-  // The client whose table hostile connections must leave alone: job "job", table "w" (1000
-  // floats, ASP, over TCP), pulled into `before` (nullptr after a test failure).
-  static std::unique_ptr<PsClient> VictimClient(InProcessCluster& cluster,
-                                                std::vector<float>* before) {
-    auto client =
-        TcpClient(cluster, DenseSpec("w", {1000}, kAdam, 256), v1::ConsistencySpec::ASP, 1);
-    if (client == nullptr) return nullptr;
-    before->assign(1000, 0.f);
-    absl::Status st = client->Pull(0, {{{"w", before->data()}}, {}});
-    if (!st.ok()) {
-      ADD_FAILURE() << st;
-      return nullptr;
-    }
-    return client;
-  }
-
-  // A client that requires `transport` fails its pull with a message containing `why`.
-  static void RequiredTransportFails(InProcessCluster& cluster, const v1::TableSpec& table,
-                                     DataTransport transport, const std::string& why) {
-    PsClientOptions o;
-    o.data_transport = transport;
-    o.call_timeout = absl::Seconds(1);
-    auto strict = cluster.Client("job", {table}, 0, o);
-    ASSERT_TRUE(strict.ok());
-    std::vector<float> v(table.shape().dims(0));
-    absl::Status st = (*strict)->Pull(0, {{{table.name(), v.data()}}, {}});
-    EXPECT_FALSE(st.ok());
-    EXPECT_TRUE(absl::StrContains(st.message(), why)) << st;
-  }
-
-  // What the server of a Train() run passed through shared memory.
-  struct ShmUse {
-    int connections = 0;
-    uint64_t received = 0;  // Payload bytes.
-    uint64_t sent = 0;
-  };
-
-  // Runs the same 5 steps of push-pull against `servers` fresh servers with `transport`;
-  // returns the final dense (`dense` values in blocks of `block`) and sparse values.
-  static std::vector<float> Train(DataTransport transport, bool* used_ok, int servers = 1,
-                                  uint64_t dense = 3000, uint64_t block = 512,
-                                  PsClient::Stats* stats = nullptr,
-                                  size_t shm_ring_bytes = 16 << 20, ShmUse* shm = nullptr) {
-    InProcessCluster cluster(servers);
-    EXPECT_TRUE(cluster.status().ok()) << cluster.status();
-    auto w = DenseSpec("w", {dense}, kAdam, block);
-    auto e = SparseSpec("e", 8, 1000, kAdam);
-    auto client = ClientWith(cluster, {w, e}, transport, v1::ConsistencySpec::BSP, 1,
-                             absl::Seconds(20), shm_ring_bytes);
-    *used_ok = client != nullptr;
-    if (client == nullptr) return {};
-    std::vector<float> wv(dense), g(dense);
-    std::vector<uint64_t> keys = {1, 7, 7, 999};
-    std::vector<float> rows(keys.size() * 8), rg(keys.size() * 8);
-    for (int step = 0; step < 5; ++step) {
-      for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(0.01f * i + step);
-      for (size_t i = 0; i < rg.size(); ++i) rg[i] = std::cos(0.1f * i - step);
-      absl::Status st = client->PushPull(step, {{{"w", g.data()}}, {{"e", keys, rg.data()}}},
-                                            {{{"w", wv.data()}}, {{"e", keys, rows.data()}}});
-      if (!st.ok()) {
-        ADD_FAILURE() << st;
-        *used_ok = false;
-      }
-    }
-    wv.insert(wv.end(), rows.begin(), rows.end());
-    if (stats != nullptr) *stats = client->stats();
-    if (shm != nullptr) {
-      shm->connections = cluster.server(0)->data_shm_connections();
-      shm->received = cluster.server(0)->data_shm_bytes_received();
-      shm->sent = cluster.server(0)->data_shm_bytes_sent();
-    }
-    return wv;
-  }
-};
 
 TEST_F(TcpDataPlaneTest, SameValuesAsGrpcBitForBit) {
   bool ok_tcp, ok_grpc;
@@ -465,6 +330,48 @@ TEST_F(TcpDataPlaneTest, DeadlineOnAPullParkedOnTwoServersLeavesTheClientUsable)
   ExpectParkedPullTimesOutAndClientCarriesOn(2, 4000, 1000);
 }
 
+// One server's part of a call fails (that server's shard map moved on: FAILED_PRECONDITION)
+// while the other's is parked at a BSP gate waiting for a push that only a retry with the new
+// map would bring: the call ends with the failure at once instead of waiting out its deadline
+// on the parked part (which, with every rank doing the same, deadlocked a job after a shard
+// move until the call timeout).
+void ExpectAFailedPartEndsTheCall(DataTransport transport) {
+  InProcessCluster cluster(2);
+  ASSERT_TRUE(cluster.status().ok());
+  // A call deadline far beyond the test's: waiting it out fails the test.
+  constexpr absl::Duration kCallTimeout = absl::Seconds(240);
+  auto client = TcpDataPlaneTest::ClientWith(cluster, {DenseSpec("w", {4000}, kAdam, 1000)},
+                                             transport, v1::ConsistencySpec::BSP, 2,
+                                             kCallTimeout);
+  ASSERT_NE(client, nullptr);
+  // Server 1 moves to epoch 2; server 0 and the client stay at epoch 1.
+  auto channel = MakeChannel(cluster.addresses()[1]);
+  ASSERT_TRUE(channel.ok());
+  auto stub = v1::ParameterServer::NewStub(*channel);
+  v1::UpdateShardMapRequest req;
+  *req.mutable_map() = cluster.Map("job", 2);
+  req.set_self(req.map().servers(1).node_id());
+  v1::UpdateShardMapResponse resp;
+  auto ctx = CallContext(absl::Seconds(5));
+  ASSERT_TRUE(stub->UpdateShardMap(ctx.get(), req, &resp).ok());
+
+  std::vector<float> v(4000, -7.f);
+  const absl::Time t0 = absl::Now();
+  absl::Status st = client->Pull(1, {{{"w", v.data()}}, {}});  // Parks at server 0.
+  EXPECT_LT(absl::Now() - t0, kCallTimeout / 2) << "the call waited for its deadline";
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "older than the server's epoch 2")) << st;
+  EXPECT_EQ(v, std::vector<float>(4000, -7.f)) << "nothing written by a failed call";
+}
+
+TEST_F(TcpDataPlaneTest, AFailedPartEndsACallParkedOnAnotherServer) {
+  ExpectAFailedPartEndsTheCall(DataTransport::kTcp);
+}
+
+TEST_F(TcpDataPlaneTest, AFailedPartEndsACallParkedOnAnotherServerOverGrpc) {
+  ExpectAFailedPartEndsTheCall(DataTransport::kGrpc);
+}
+
 TEST_F(TcpDataPlaneTest, OffWithDataPortMinusOne) {
   PsServerOptions so;
   so.data_port = -1;
@@ -480,249 +387,6 @@ TEST_F(TcpDataPlaneTest, OffWithDataPortMinusOne) {
 
 // A worker on the server's host reaches it through the abstract Unix socket named in Status (the
 // same frames, no TCP/IP stack); `tcp` keeps it on the TCP port; results are the same bit for bit.
-TEST_F(TcpDataPlaneTest, WorkersOnTheSameHostUseTheUnixSocket) {
-  InProcessCluster cluster(1);
-  ASSERT_TRUE(cluster.status().ok());
-  v1::ServerStatus st = StatusOf(cluster.addresses()[0]);
-  EXPECT_FALSE(st.data_unix().empty());
-  EXPECT_EQ(st.data_unix(), cluster.server(0)->data_unix());
-  EXPECT_EQ(st.pid(), static_cast<uint32_t>(getpid()));
-
-  auto w = DenseSpec("w", {1000}, kAdam, 256);
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  auto client = cluster.Client("job", {w});  // auto
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
-  std::vector<float> g(1000, 1.f), v(1000);
-  ASSERT_TRUE((*client)->PushPull(0, {{{"w", g.data()}}, {}}, {{{"w", v.data()}}, {}}).ok());
-  EXPECT_EQ(cluster.server(0)->data_unix_connections(), 1);
-  EXPECT_EQ(cluster.server(0)->data_connections(), 1);
-
-  PsClientOptions o;
-  o.data_transport = DataTransport::kTcp;
-  auto tcp = cluster.Client("job", {w}, 0, o);
-  ASSERT_TRUE(tcp.ok());
-  ASSERT_TRUE((*tcp)->Pull(1, {{{"w", v.data()}}, {}}).ok());
-  EXPECT_EQ(cluster.server(0)->data_unix_connections(), 1) << "tcp must not use the Unix socket";
-  EXPECT_EQ(cluster.server(0)->data_connections(), 2);
-
-  bool ok_unix, ok_tcp;
-  std::vector<float> over_unix = Train(DataTransport::kUnix, &ok_unix);
-  std::vector<float> over_tcp = Train(DataTransport::kTcp, &ok_tcp);
-  ASSERT_TRUE(ok_unix && ok_tcp);
-  ASSERT_EQ(over_unix.size(), over_tcp.size());
-  EXPECT_EQ(std::memcmp(over_unix.data(), over_tcp.data(), over_unix.size() * 4), 0);
-}
-
-// --data_unix=false: no socket advertised, auto uses TCP, `unix` fails naming the reason.
-TEST_F(TcpDataPlaneTest, UnixSocketOffWithDataUnixFalse) {
-  PsServerOptions so;
-  so.data_unix = false;
-  InProcessCluster cluster(1, so);
-  ASSERT_TRUE(cluster.status().ok());
-  EXPECT_TRUE(StatusOf(cluster.addresses()[0]).data_unix().empty());
-  auto w = DenseSpec("w", {100}, kAdam, 100);
-  AutoClientPulls(cluster, w);
-  EXPECT_EQ(cluster.server(0)->data_connections(), 1);
-  EXPECT_EQ(cluster.server(0)->data_unix_connections(), 0);
-  RequiredTransportFails(cluster, w, DataTransport::kUnix, "offers no Unix data socket");
-}
-
-// Anyone on the host may bind an abstract name: a socket not served by the server's process is
-// refused, and a name nobody serves is unavailable.
-TEST_F(TcpDataPlaneTest, AUnixSocketNotServedByTheServerIsRefused) {
-  const std::string name = absl::StrCat("pscluster-test-impostor/", getpid());
-  int l = socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path + 1, name.data(), name.size());
-  const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  ASSERT_EQ(bind(l, reinterpret_cast<sockaddr*>(&a), len), 0) << std::strerror(errno);
-  ASSERT_EQ(listen(l, 4), 0);
-  auto pool = BufferPool::Create();
-  const uint32_t other_pid = static_cast<uint32_t>(getpid()) + 1;
-  auto bad = TcpConn::OpenUnix(name, other_pid, "server-x", pool, absl::ZeroDuration());
-  ASSERT_FALSE(bad.ok());
-  EXPECT_TRUE(absl::IsPermissionDenied(bad.status())) << bad.status();
-  EXPECT_TRUE(absl::StrContains(bad.status().message(), "not by the server")) << bad.status();
-  // The process that serves the name passes; this one answers the authentication exchange as
-  // a server would.
-  std::thread serve([l] {
-    int c = -1;
-    while (true) {  // The refused connection above is still in the backlog: skip it.
-      c = accept(l, nullptr, nullptr);
-      if (c < 0) return;
-      const std::string challenge =
-          Header(kTcpFrameMagic, kFrameChallenge, 32, 0) + std::string(32, 'n');
-      char auth[kFrameHeaderBytes + 8];  // No proof, no job: 8 bytes of body.
-      if (send(c, challenge.data(), challenge.size(), MSG_NOSIGNAL) ==
-              static_cast<ssize_t>(challenge.size()) &&
-          ReadFull(c, auth, sizeof(auth)).ok()) {
-        break;
-      }
-      close(c);
-    }
-    SendRaw(c, Header(kTcpFrameMagic, kFrameAuth, 0, 1));
-    char sink[64];
-    while (recv(c, sink, sizeof(sink), 0) > 0) {
-    }
-    close(c);
-  });
-  auto good = TcpConn::OpenUnix(name, static_cast<uint32_t>(getpid()), "server-x", pool,
-                                absl::ZeroDuration());
-  EXPECT_TRUE(good.ok()) << good.status();
-  if (good.ok()) (*good)->Shutdown(absl::Seconds(1));
-  good = absl::UnavailableError("closed");
-  serve.join();
-  close(l);
-  auto none = TcpConn::OpenUnix(name + "-gone", static_cast<uint32_t>(getpid()), "server-x", pool,
-                                absl::ZeroDuration());
-  ASSERT_FALSE(none.ok());
-  EXPECT_TRUE(absl::IsUnavailable(none.status())) << none.status();
-}
-
-// A worker on the server's host passes payloads through shared memory (the default): the same
-// values bit for bit as over TCP, with rings big enough for a whole round, with rings too small
-// for one (the rest goes over the socket), and without shared memory.
-TEST_F(TcpDataPlaneTest, SharedMemoryOnTheSameHostMatchesTcpBitForBit) {
-  const uint64_t dense = 30000, block = 8192;  // 4 blocks of 32 KiB per round.
-  const uint64_t pushed = 5 * dense * 4;       // Dense payload bytes over the 5 steps.
-  bool ok_shm, ok_small, ok_sock, ok_tcp;
-  ShmUse shm, small, sock;
-  std::vector<float> over_shm =
-      Train(DataTransport::kUnix, &ok_shm, 1, dense, block, nullptr, 16 << 20, &shm);
-  std::vector<float> over_small =
-      Train(DataTransport::kUnix, &ok_small, 1, dense, block, nullptr, 64 << 10, &small);
-  std::vector<float> over_sock =
-      Train(DataTransport::kUnix, &ok_sock, 1, dense, block, nullptr, 0, &sock);
-  std::vector<float> over_tcp = Train(DataTransport::kTcp, &ok_tcp, 1, dense, block);
-  ASSERT_TRUE(ok_shm && ok_small && ok_sock && ok_tcp);
-  EXPECT_EQ(shm.connections, 1);
-  EXPECT_EQ(shm.received, pushed) << "every dense gradient through the request ring";
-  EXPECT_EQ(shm.sent, pushed) << "every dense reply through the reply ring";
-  EXPECT_EQ(small.connections, 1);
-  EXPECT_GT(small.received, 0u);
-  EXPECT_LT(small.received, pushed) << "a 64 KiB ring cannot hold a 128 KiB round";
-  EXPECT_EQ(sock.connections, 0);
-  EXPECT_EQ(sock.received, 0u);
-  for (const auto* v : {&over_shm, &over_small, &over_sock}) {
-    ASSERT_EQ(v->size(), over_tcp.size());
-    EXPECT_EQ(std::memcmp(v->data(), over_tcp.data(), over_tcp.size() * 4), 0);
-  }
-}
-
-// --data_shm_mib=0 on the server: the offer is refused and the Unix socket carries the payloads.
-TEST_F(TcpDataPlaneTest, SharedMemoryRefusedByTheServerFallsBackToTheSocket) {
-  PsServerOptions so;
-  so.data_shm_max_bytes = 0;
-  InProcessCluster cluster(1, so);
-  ASSERT_TRUE(cluster.status().ok());
-  auto w = DenseSpec("w", {100000}, kAdam, 25000);
-  AutoClientPulls(cluster, w);  // 100 KB blocks: through the ring, had it been attached.
-  EXPECT_EQ(cluster.server(0)->data_shm_bytes_sent(), 0u);
-  auto conn = TcpConn::OpenUnix(cluster.server(0)->data_unix(), static_cast<uint32_t>(getpid()),
-                                "server-0", BufferPool::Create(), absl::ZeroDuration(), 1 << 20);
-  ASSERT_TRUE(conn.ok()) << conn.status();
-  EXPECT_FALSE((*conn)->shared_memory());
-  EXPECT_STREQ((*conn)->transport(), "unix");
-}
-
-// Shared-memory frames a client has no right to send, or that point outside its ring, and
-// memory the server must not map: refused with a status naming the fault (or, for the memory,
-// an answer that the connection goes on without it); nothing changes and the server serves on.
-TEST_F(TcpDataPlaneTest, HostileSharedMemoryIsRefusedAndChangesNothing) {
-  InProcessCluster cluster(1);
-  ASSERT_TRUE(cluster.status().ok());
-  std::vector<float> before;
-  auto client = VictimClient(cluster, &before);
-  ASSERT_NE(client, nullptr);
-  const std::string name = cluster.server(0)->data_unix();
-  auto position = [](uint64_t p) {
-    std::string s(8, '\0');
-    PutU64(s.data(), p);
-    return s;
-  };
-  // The attach answer: kind 4, aux 1 (attached) or 0 (refused).
-  auto answer = [](int fd) -> int {
-    auto h = ReadFrameHeader(fd);
-    if (!h.ok() || h->kind != kFrameAttach) return -1;
-    return static_cast<int>(h->aux);
-  };
-
-  {  // A payload in shared memory with none attached.
-    int fd = ConnectUnix(name);
-    SendRaw(fd, Header(kTcpFrameMagic, kFrameShmMessage, 5 + 8, 100) + "junk!" + position(0));
-    absl::Status st = ReadUntilStatus(fd);
-    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
-    EXPECT_TRUE(absl::StrContains(st.message(), "none is attached")) << st;
-    close(fd);
-  }
-  {  // Memory that is not sealed (it could shrink under the server): refused, and the
-     // connection goes on without it.
-    int memfd = memfd_create("hostile", MFD_CLOEXEC);
-    ASSERT_EQ(ftruncate(memfd, 4096 + 2 * 65536), 0);
-    int fd = ConnectUnix(name);
-    SendAttach(fd, memfd, 65536, 65536);
-    close(memfd);
-    EXPECT_EQ(answer(fd), 0);
-    SendRaw(fd, Header(kTcpFrameMagic, kFrameShmMessage, 5 + 8, 100) + "junk!" + position(0));
-    EXPECT_TRUE(absl::StrContains(ReadUntilStatus(fd).message(), "none is attached"));
-    close(fd);
-  }
-  {  // An attach frame without memory, and one whose sizes disagree with the memory.
-    int fd = ConnectUnix(name);
-    SendAttach(fd, -1, 65536, 65536);
-    EXPECT_EQ(answer(fd), 0);
-    close(fd);
-    auto area = ShmArea::Create(65536, 65536);
-    ASSERT_TRUE(area.ok());
-    fd = ConnectUnix(name);
-    SendAttach(fd, (*area)->fd(), 65536, 1 << 20);
-    EXPECT_EQ(answer(fd), 0);
-    close(fd);
-  }
-  {  // Attached, then a payload that does not lie in the ring.
-    auto area = ShmArea::Create(65536, 65536);
-    ASSERT_TRUE(area.ok());
-    int fd = ConnectUnix(name);
-    SendAttach(fd, (*area)->fd(), 65536, 65536);
-    EXPECT_EQ(answer(fd), 1);
-    EXPECT_EQ(cluster.server(0)->data_shm_connections(), 1);
-    SendRaw(fd, Header(kTcpFrameMagic, kFrameShmMessage, 5 + 8, 40000) + "junk!" +
-                    position(30000));
-    absl::Status st = ReadUntilStatus(fd);
-    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
-    EXPECT_TRUE(absl::StrContains(st.message(), "does not lie in the ring")) << st;
-    close(fd);
-  }
-  {  // A malformed attach frame, and one on the TCP port (not the first frame of a Unix socket).
-    int fd = ConnectUnix(name);
-    SendRaw(fd, Header(kTcpFrameMagic, kFrameAttach, 3, 0) + "abc");
-    absl::Status st = ReadUntilStatus(fd);
-    EXPECT_TRUE(absl::StrContains(st.message(), "attach frame of 3 bytes")) << st;
-    close(fd);
-    fd = Connect(cluster.server(0)->data_port());
-    SendRaw(fd, Header(kTcpFrameMagic, kFrameAttach, 16, 0) + std::string(16, '\0'));
-    st = ReadUntilStatus(fd);
-    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
-    EXPECT_TRUE(absl::StrContains(st.message(), "not the first after authentication")) << st;
-    close(fd);
-  }
-  {  // A shared-memory frame announcing more than a frame may hold.
-    int fd = ConnectUnix(name);
-    SendRaw(fd, Header(kTcpFrameMagic, kFrameShmMessage, 8, 0xfffffff0u) + position(0));
-    EXPECT_TRUE(absl::IsInvalidArgument(ReadUntilStatus(fd)));
-    close(fd);
-  }
-  // Nothing changed, and the server still serves, shared memory included.
-  std::vector<float> after(1000);
-  ASSERT_TRUE(client->Pull(0, {{{"w", after.data()}}, {}}).ok());
-  EXPECT_EQ(before, after);
-  auto w = DenseSpec("w2", {100000}, kAdam, 25000);
-  AutoClientPulls(cluster, w);
-  EXPECT_GT(cluster.server(0)->data_shm_bytes_sent(), 0u);
-}
 
 TEST(IsLocalHostTest, LoopbackAndOwnAddressesOnly) {
   EXPECT_TRUE(IsLocalHost("127.0.0.1"));
@@ -732,35 +396,6 @@ TEST(IsLocalHostTest, LoopbackAndOwnAddressesOnly) {
   EXPECT_FALSE(IsLocalHost("192.0.2.1"));  // TEST-NET-1: never assigned.
   EXPECT_FALSE(IsLocalHost("2001:db8::1"));
   EXPECT_FALSE(IsLocalHost("no-such-host.invalid"));
-}
-
-TEST_F(TcpDataPlaneTest, NeverOpenedUnderTls) {
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/certs";
-  const std::string script =
-      std::string(std::getenv("TEST_SRCDIR")) + "/pscluster/tests/integration/make_certs.sh";
-  ASSERT_EQ(std::system((script + " " + dir).c_str()), 0) << "openssl failed";
-  PsServerOptions so;
-  so.tls.cert = dir + "/server.pem";
-  so.tls.key = dir + "/server.key";
-  InProcessCluster cluster(1, so);
-  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
-  EXPECT_EQ(cluster.server(0)->data_port(), 0);
-  EXPECT_TRUE(cluster.server(0)->data_unix().empty()) << "no plaintext socket under TLS";
-  ChannelOptions ch;
-  ch.tls.ca = dir + "/ca.pem";
-  EXPECT_EQ(StatusOf(cluster.addresses()[0], ch).data_port(), 0u);
-  EXPECT_TRUE(StatusOf(cluster.addresses()[0], ch).data_unix().empty());
-  // A TLS client trains over gRPC.
-  auto w = DenseSpec("w", {100}, kAdam, 100);
-  PsClientOptions o;
-  o.channel = ch;
-  auto client = cluster.Client("job", {w}, 0, o);
-  ASSERT_TRUE(client.ok());
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
-  std::vector<float> g(100, 1.f), v(100);
-  EXPECT_TRUE((*client)->PushPull(0, {{{"w", g.data()}}, {}}, {{{"w", v.data()}}, {}}).ok());
 }
 
 }  // namespace
