@@ -1,5 +1,6 @@
 #include "common/dtype.h"
 
+#include "common/codec_simd.h"
 #include "common/half_bits.h"
 
 #include <cstring>
@@ -71,13 +72,48 @@ float BFloat16ToFloat(uint16_t b) { return BFloat16BitsToFloat(b); }
 
 void EncodeFloats(const float* in, size_t n, v1::DataType dtype, void* out) {
   switch (dtype) {
+    case v1::DT_FLOAT16:
+      if (codec_simd::CpuHasAvx2F16C()) {
+        codec_simd::FloatsToHalf(in, n, static_cast<uint16_t*>(out));
+        return;
+      }
+      break;
+    case v1::DT_BFLOAT16:
+      FloatsToBFloat16(in, n, static_cast<uint16_t*>(out));
+      return;
+    default:
+      break;
+  }
+  EncodeFloatsScalar(in, n, dtype, out);
+}
+
+void DecodeFloats(const void* in, size_t n, v1::DataType dtype, float* out) {
+  switch (dtype) {
+    case v1::DT_FLOAT16:
+      if (codec_simd::CpuHasAvx2F16C()) {
+        codec_simd::HalfToFloats(static_cast<const uint16_t*>(in), n, out);
+        return;
+      }
+      break;
+    case v1::DT_BFLOAT16:
+      BFloat16ToFloats(static_cast<const uint16_t*>(in), n, out);
+      return;
+    default:
+      break;
+  }
+  DecodeFloatsScalar(in, n, dtype, out);
+}
+
+void EncodeFloatsScalar(const float* in, size_t n, v1::DataType dtype, void* out) {
+  switch (dtype) {
     case v1::DT_FLOAT16: {
       auto* o = static_cast<uint16_t*>(out);
-      for (size_t i = 0; i < n; ++i) o[i] = FloatToHalf(in[i]);
+      for (size_t i = 0; i < n; ++i) o[i] = FloatToHalfBits(in[i]);
       return;
     }
     case v1::DT_BFLOAT16: {
-      FloatsToBFloat16(in, n, static_cast<uint16_t*>(out));
+      auto* o = static_cast<uint16_t*>(out);
+      for (size_t i = 0; i < n; ++i) o[i] = FloatToBFloat16Bits(in[i]);
       return;
     }
     default:
@@ -85,15 +121,16 @@ void EncodeFloats(const float* in, size_t n, v1::DataType dtype, void* out) {
   }
 }
 
-void DecodeFloats(const void* in, size_t n, v1::DataType dtype, float* out) {
+void DecodeFloatsScalar(const void* in, size_t n, v1::DataType dtype, float* out) {
   switch (dtype) {
     case v1::DT_FLOAT16: {
       const auto* i16 = static_cast<const uint16_t*>(in);
-      for (size_t i = 0; i < n; ++i) out[i] = HalfToFloat(i16[i]);
+      for (size_t i = 0; i < n; ++i) out[i] = HalfBitsToFloat(i16[i]);
       return;
     }
     case v1::DT_BFLOAT16: {
-      BFloat16ToFloats(static_cast<const uint16_t*>(in), n, out);
+      const auto* i16 = static_cast<const uint16_t*>(in);
+      for (size_t i = 0; i < n; ++i) out[i] = BFloat16BitsToFloat(i16[i]);
       return;
     }
     default:

@@ -26,6 +26,11 @@ float BFloat16ToFloat(uint16_t b);
 void EncodeFloats(const float* in, size_t n, v1::DataType dtype, void* out);
 // The inverse: n values of `dtype` at `in` to float32.
 void DecodeFloats(const void* in, size_t n, v1::DataType dtype, float* out);
+// EncodeFloats / DecodeFloats pick vector code at run time where the CPU has it (AVX2 + F16C on
+// x86-64; bfloat16 also AVX-512) and give the same bits as these element-by-element reference
+// versions, which they use elsewhere. Neither pointer needs any alignment.
+void EncodeFloatsScalar(const float* in, size_t n, v1::DataType dtype, void* out);
+void DecodeFloatsScalar(const void* in, size_t n, v1::DataType dtype, float* out);
 
 }  // namespace pscluster
 

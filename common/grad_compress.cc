@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
+#include "common/codec_simd.h"
 #include "common/half_bits.h"
 
 namespace pscluster {
@@ -19,22 +21,67 @@ uint64_t TopKCount(uint64_t n, float ratio) {
 }
 
 std::vector<uint32_t> SelectTopK(const float* x, uint64_t n, uint64_t k) {
-  std::vector<uint32_t> idx(n);
-  std::iota(idx.begin(), idx.end(), 0u);
-  if (k < n) {
-    // AbsKey orders |x| as an integer (NaN above infinity); the index breaks ties.
-    auto before = [x](uint32_t a, uint32_t b) {
-      const uint32_t ka = AbsKey(x[a]), kb = AbsKey(x[b]);
-      return ka != kb ? ka > kb : a < b;
-    };
-    std::nth_element(idx.begin(), idx.begin() + k, idx.end(), before);
-    idx.resize(k);
+  std::vector<uint32_t> idx;
+  if (k >= n) {
+    idx.resize(n);
+    std::iota(idx.begin(), idx.end(), 0u);
+    return idx;
   }
-  std::sort(idx.begin(), idx.end());
+  if (k == 0) return idx;
+  // AbsKey orders |x| as an integer (NaN above infinity). The k-th largest key is the threshold:
+  // every element above it is taken, and of those equal to it the lowest indices fill up to k
+  // (the order "larger key, then lower index" that a full sort would give). The threshold is
+  // found as a radix select: a histogram of the keys' top bits names the bucket that holds it,
+  // and only that bucket's keys are ordered.
+  constexpr int kLowBits = 20;  // Keys are < 2^31: 2048 buckets.
+  std::vector<uint64_t> hist(uint64_t{1} << (31 - kLowBits), 0);
+  for (uint64_t i = 0; i < n; ++i) ++hist[AbsKey(x[i]) >> kLowBits];
+  uint64_t above = 0;  // Keys in buckets above `bucket`.
+  uint32_t bucket = static_cast<uint32_t>(hist.size() - 1);
+  while (above + hist[bucket] < k) above += hist[bucket--];
+  std::vector<uint32_t> keys;
+  keys.reserve(hist[bucket]);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint32_t key = AbsKey(x[i]);
+    if ((key >> kLowBits) == bucket) keys.push_back(key);
+  }
+  const uint64_t rank = k - above;  // 1-based, within the bucket.
+  std::nth_element(keys.begin(), keys.begin() + (rank - 1), keys.end(), std::greater<uint32_t>());
+  const uint32_t threshold = keys[rank - 1];
+  for (uint64_t i = 0; i + 1 < rank; ++i) above += keys[i] > threshold;  // nth_element's front.
+  uint64_t ties_left = k - above;
+  idx.reserve(k);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint32_t key = AbsKey(x[i]);
+    if (key > threshold || (key == threshold && ties_left > 0 && ties_left--)) {
+      idx.push_back(static_cast<uint32_t>(i));
+    }
+  }
   return idx;
 }
 
 void QuantizeInt8(const float* x, size_t n, size_t group, int8_t* q, float* scales) {
+  if (!codec_simd::CpuHasAvx2F16C()) {
+    QuantizeInt8Scalar(x, n, group, q, scales);
+    return;
+  }
+  for (size_t g = 0, first = 0; first < n; ++g, first += group) {
+    const size_t len = std::min(n, first + group) - first;
+    const uint32_t key = codec_simd::MaxAbsKey(x + first, len);
+    const float scale = BitsToFloat(key) / 127.f;
+    const float inv = 1.f / scale;
+    // A NaN in the group (its scale is the last NaN's, as the reference finds it), an infinite
+    // or zero scale, or one too small to invert: the reference's own code for the group.
+    if (key > 0x7f800000u || !(scale > 0.f) || !std::isfinite(scale) || !std::isfinite(inv)) {
+      QuantizeInt8Scalar(x + first, len, len, q + first, scales + g);
+      continue;
+    }
+    scales[g] = scale;
+    codec_simd::QuantizeInt8Group(x + first, len, inv, q + first);
+  }
+}
+
+void QuantizeInt8Scalar(const float* x, size_t n, size_t group, int8_t* q, float* scales) {
   for (size_t g = 0, first = 0; first < n; ++g, first += group) {
     const size_t end = std::min(n, first + group);
     float max_abs = 0.f;
@@ -58,6 +105,18 @@ void QuantizeInt8(const float* x, size_t n, size_t group, int8_t* q, float* scal
 }
 
 void DequantizeInt8(const int8_t* q, size_t n, size_t group, const float* scales, float* out) {
+  if (!codec_simd::CpuHasAvx2F16C()) {
+    DequantizeInt8Scalar(q, n, group, scales, out);
+    return;
+  }
+  for (size_t g = 0, first = 0; first < n; ++g, first += group) {
+    codec_simd::DequantizeInt8Group(q + first, std::min(n, first + group) - first, scales[g],
+                                    out + first);
+  }
+}
+
+void DequantizeInt8Scalar(const int8_t* q, size_t n, size_t group, const float* scales,
+                          float* out) {
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(q[i]) * scales[i / group];
 }
 

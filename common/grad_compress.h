@@ -32,6 +32,11 @@ inline size_t NumScaleGroups(size_t n, size_t group) { return (n + group - 1) / 
 void QuantizeInt8(const float* x, size_t n, size_t group, int8_t* q, float* scales);
 // out[i] = q[i] * scales[i / group].
 void DequantizeInt8(const int8_t* q, size_t n, size_t group, const float* scales, float* out);
+// QuantizeInt8 / DequantizeInt8 use AVX2 where the CPU has it and give the same bits as these
+// element-by-element reference versions, which they use elsewhere. No alignment needed.
+void QuantizeInt8Scalar(const float* x, size_t n, size_t group, int8_t* q, float* scales);
+void DequantizeInt8Scalar(const int8_t* q, size_t n, size_t group, const float* scales,
+                          float* out);
 
 }  // namespace pscluster
 

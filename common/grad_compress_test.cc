@@ -1,10 +1,13 @@
 #include "common/grad_compress.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <random>
 
 #include "common/compression_spec.h"
+#include "common/half_bits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -46,6 +49,45 @@ TEST(SelectTopKTest, MatchesSortingOnRandomData) {
   std::sort(mags.rbegin(), mags.rend());
   ASSERT_EQ(got.size(), 50u);
   for (uint32_t i : got) EXPECT_GE(std::fabs(x[i]), mags[49]);
+}
+
+// The selection by sorting indices (what SelectTopK did before it selected over the keys).
+std::vector<uint32_t> SelectTopKBySortingIndices(const float* x, uint64_t n, uint64_t k) {
+  std::vector<uint32_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0u);
+  std::sort(idx.begin(), idx.end(), [x](uint32_t a, uint32_t b) {
+    const uint32_t ka = AbsKey(x[a]), kb = AbsKey(x[b]);
+    return ka != kb ? ka > kb : a < b;
+  });
+  idx.resize(std::min(n, k));
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+// Many ties (values from a small set, both signs), zeros of both signs, infinities and NaNs.
+TEST(SelectTopKTest, MatchesTheFullOrderOnTiesAndSpecialValues) {
+  std::mt19937 rng(23);
+  for (uint64_t n : {1, 2, 7, 100, 1000, 65536}) {
+    std::vector<float> x(n);
+    for (int mode = 0; mode < 3; ++mode) {
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint32_t r = rng();
+        if (mode == 0) {
+          x[i] = std::ldexp(static_cast<float>(r % 5), -2) * ((r & 8) ? -1.f : 1.f);
+        } else if (mode == 1) {
+          const float special[] = {0.f, -0.f, INFINITY, -INFINITY, NAN, -NAN, 1.f, -1.f};
+          x[i] = special[r % 8];
+        } else {
+          x[i] = std::normal_distribution<float>()(rng);
+        }
+      }
+      for (uint64_t k : {uint64_t{0}, uint64_t{1}, n / 100, n / 3, n - 1, n}) {
+        if (k > n) continue;
+        ASSERT_EQ(SelectTopK(x.data(), n, k), SelectTopKBySortingIndices(x.data(), n, k))
+            << "n=" << n << " k=" << k << " mode=" << mode;
+      }
+    }
+  }
 }
 
 TEST(QuantizeInt8Test, RoundTripIsWithinHalfAStepPerGroup) {

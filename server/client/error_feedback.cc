@@ -29,41 +29,46 @@ absl::StatusOr<std::vector<CompressedBlock>> ErrorFeedback::Compress(int64_t ste
     step_ = step;
   }
   std::vector<CompressedBlock> out;
-  std::vector<float> c;
+  out.reserve((elems_ + block_elems_ - 1) / block_elems_);
   for (uint64_t first = 0; first < elems_; first += block_elems_) {
     const uint64_t n = std::min(block_elems_, elems_ - first);
-    c.resize(n);
-    for (uint64_t i = 0; i < n; ++i) c[i] = grad[first + i] + before_[first + i];
+    // This step's values to send, c = gradient + carried residual, are made in place of the new
+    // residual; CompressBlock subtracts what it sends.
+    float* c = after_.data() + first;
+    const float* g = grad + first;
+    const float* r = before_.data() + first;
+    for (uint64_t i = 0; i < n; ++i) c[i] = g[i] + r[i];
     out.emplace_back();
-    CompressBlock(c.data(), n, after_.data() + first, &out.back());
+    CompressBlock(c, n, &out.back());
   }
   return out;
 }
 
-void ErrorFeedback::CompressBlock(const float* c, uint64_t n, float* left,
-                                  CompressedBlock* out) const {
-  std::vector<float> sent(n, 0.f);  // What the servers will decode.
+void ErrorFeedback::CompressBlock(float* c, uint64_t n, CompressedBlock* out) {
   if (spec_.quantize() == v1::CompressionSpec::QUANTIZE_INT8) {
     out->dtype = v1::DT_INT8;
     out->values.resize(n);
-    std::vector<float> scales(NumScaleGroups(n, kInt8ScaleGroup));
+    scales_.resize(NumScaleGroups(n, kInt8ScaleGroup));
     auto* q = reinterpret_cast<int8_t*>(out->values.data());
-    QuantizeInt8(c, n, kInt8ScaleGroup, q, scales.data());
-    DequantizeInt8(q, n, kInt8ScaleGroup, scales.data(), sent.data());
-    out->scales.assign(reinterpret_cast<const char*>(scales.data()), scales.size() * 4);
-  } else {
-    out->dtype = transport_;
-    const std::vector<uint32_t> idx = SelectTopK(c, n, TopKCount(n, spec_.topk_ratio()));
-    std::vector<float> vals(idx.size());
-    for (size_t i = 0; i < idx.size(); ++i) vals[i] = c[idx[i]];
-    out->values.resize(vals.size() * DTypeSize(transport_));
-    EncodeFloats(vals.data(), vals.size(), transport_, out->values.data());
-    // The residual keeps the rounding of fp16/bf16 too: what is sent is what is decoded.
-    DecodeFloats(out->values.data(), vals.size(), transport_, vals.data());
-    for (size_t i = 0; i < idx.size(); ++i) sent[idx[i]] = vals[i];
-    out->indices.assign(reinterpret_cast<const char*>(idx.data()), idx.size() * 4);
+    QuantizeInt8(c, n, kInt8ScaleGroup, q, scales_.data());
+    // What the servers will decode.
+    sent_.resize(n);
+    DequantizeInt8(q, n, kInt8ScaleGroup, scales_.data(), sent_.data());
+    for (uint64_t i = 0; i < n; ++i) c[i] -= sent_[i];
+    out->scales.assign(reinterpret_cast<const char*>(scales_.data()), scales_.size() * 4);
+    return;
   }
-  for (uint64_t i = 0; i < n; ++i) left[i] = c[i] - sent[i];
+  out->dtype = transport_;
+  const std::vector<uint32_t> idx = SelectTopK(c, n, TopKCount(n, spec_.topk_ratio()));
+  sent_.resize(idx.size());
+  for (size_t i = 0; i < idx.size(); ++i) sent_[i] = c[idx[i]];
+  out->values.resize(idx.size() * DTypeSize(transport_));
+  EncodeFloats(sent_.data(), idx.size(), transport_, out->values.data());
+  // The residual keeps the rounding of fp16/bf16 too: what is sent is what is decoded.
+  DecodeFloats(out->values.data(), idx.size(), transport_, sent_.data());
+  // The rest of c is not sent and stays as it is.
+  for (size_t i = 0; i < idx.size(); ++i) c[idx[i]] -= sent_[i];
+  out->indices.assign(reinterpret_cast<const char*>(idx.data()), idx.size() * 4);
 }
 
 }  // namespace pscluster

@@ -50,7 +50,8 @@ class ErrorFeedback {
   int64_t last_step() const { return step_; }
 
  private:
-  void CompressBlock(const float* c, uint64_t n, float* left, CompressedBlock* out) const;
+  // Compresses c[0, n) into *out and leaves in c what was not sent.
+  void CompressBlock(float* c, uint64_t n, CompressedBlock* out);
 
   const uint64_t elems_, block_elems_;
   const v1::CompressionSpec spec_;
@@ -58,6 +59,8 @@ class ErrorFeedback {
   int64_t step_ = -1;
   std::vector<float> before_;  // Residual carried into step_.
   std::vector<float> after_;   // Residual after step_.
+  // Scratch of one block: its values as the servers decode them, its int8 scales.
+  std::vector<float> sent_, scales_;
 };
 
 }  // namespace pscluster

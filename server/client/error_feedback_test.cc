@@ -1,5 +1,6 @@
 #include "server/client/error_feedback.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -83,6 +84,75 @@ TEST(ErrorFeedbackTest, TopKWithFp16KeepsTheRoundingInTheResidual) {
 
 TEST(ErrorFeedbackTest, Int8SentPlusResidualIsTheSumOfGradients) {
   ExpectNothingLost(Int8(), v1::DT_FLOAT32, 1e-3);
+}
+
+// The compression of one block as written first (a copy of c, a dense `sent`, left = c - sent),
+// through the scalar reference codecs: ErrorFeedback must give the same bytes and residual bits.
+CompressedBlock ReferenceBlock(const float* c, uint64_t n, const v1::CompressionSpec& spec,
+                               v1::DataType transport, float* left) {
+  CompressedBlock out;
+  std::vector<float> sent(n, 0.f);
+  if (spec.quantize() == v1::CompressionSpec::QUANTIZE_INT8) {
+    out.dtype = v1::DT_INT8;
+    out.values.resize(n);
+    std::vector<float> scales(NumScaleGroups(n, kInt8ScaleGroup));
+    auto* q = reinterpret_cast<int8_t*>(out.values.data());
+    QuantizeInt8Scalar(c, n, kInt8ScaleGroup, q, scales.data());
+    DequantizeInt8Scalar(q, n, kInt8ScaleGroup, scales.data(), sent.data());
+    out.scales.assign(reinterpret_cast<const char*>(scales.data()), scales.size() * 4);
+  } else {
+    out.dtype = transport;
+    const std::vector<uint32_t> idx = SelectTopK(c, n, TopKCount(n, spec.topk_ratio()));
+    std::vector<float> vals(idx.size());
+    for (size_t i = 0; i < idx.size(); ++i) vals[i] = c[idx[i]];
+    out.values.resize(vals.size() * DTypeSize(transport));
+    EncodeFloatsScalar(vals.data(), vals.size(), transport, out.values.data());
+    DecodeFloatsScalar(out.values.data(), vals.size(), transport, vals.data());
+    for (size_t i = 0; i < idx.size(); ++i) sent[idx[i]] = vals[i];
+    out.indices.assign(reinterpret_cast<const char*>(idx.data()), idx.size() * 4);
+  }
+  for (uint64_t i = 0; i < n; ++i) left[i] = c[i] - sent[i];
+  return out;
+}
+
+void ExpectSameAsReference(const v1::CompressionSpec& cs, v1::DataType transport) {
+  const uint64_t elems = 70000, block = 65536;  // A long block and a short one.
+  ErrorFeedback ef(elems, block, cs, transport);
+  std::vector<float> before(elems, 0.f), after(elems, 0.f), c(block);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.f, 1e-2f);
+  std::vector<float> g(elems);
+  for (int step = 0; step < 6; ++step) {
+    for (float& v : g) v = d(rng);
+    if (step == 2) {  // Planted: a zero block start, exact ties of magnitude, a tiny group.
+      for (int i = 0; i < 300; ++i) g[i] = -before[i];
+      for (int i = 300; i < 400; ++i) g[i] = (i % 2 ? 1.f : -1.f) - before[i];
+      for (int i = 512; i < 768; ++i) g[i] = 1e-37f * (i - 600);
+    }
+    auto blocks = ef.Compress(step, g.data());
+    ASSERT_TRUE(blocks.ok()) << blocks.status();
+    before.swap(after);
+    ASSERT_EQ(blocks->size(), 2u);
+    for (uint64_t b = 0, first = 0; first < elems; ++b, first += block) {
+      const uint64_t n = std::min(block, elems - first);
+      for (uint64_t i = 0; i < n; ++i) c[i] = g[first + i] + before[first + i];
+      const CompressedBlock want = ReferenceBlock(c.data(), n, cs, transport, &after[first]);
+      const CompressedBlock& got = (*blocks)[b];
+      ASSERT_EQ(got.dtype, want.dtype);
+      ASSERT_EQ(got.values, want.values) << "step " << step << " block " << b;
+      ASSERT_EQ(got.indices, want.indices) << "step " << step << " block " << b;
+      ASSERT_EQ(got.scales, want.scales) << "step " << step << " block " << b;
+    }
+    ASSERT_EQ(std::memcmp(ef.residual().data(), after.data(), elems * 4), 0) << "step " << step;
+  }
+}
+
+TEST(ErrorFeedbackTest, Int8GivesTheReferenceBits) { ExpectSameAsReference(Int8(), v1::DT_FLOAT32); }
+
+TEST(ErrorFeedbackTest, TopKGivesTheReferenceBits) {
+  ExpectSameAsReference(TopK(0.01f), v1::DT_FLOAT32);
+  ExpectSameAsReference(TopK(0.05f), v1::DT_FLOAT16);
+  ExpectSameAsReference(TopK(0.3f), v1::DT_BFLOAT16);
 }
 
 TEST(ErrorFeedbackTest, TopKSendsKPerBlockAndCarriesTheRest) {
