@@ -1,21 +1,27 @@
 // Crash-safe file replacement: write a temp file beside the target, fsync it, rename it over the
 // target, fsync the directory. After a crash at any point the target holds either the old or the
-// new contents, never a mix.
+// new contents, never a mix, and once the call returned OK the new contents survive a crash
+// (file_system_test crashes it after every step on a file system that models what fsync makes
+// durable). A failed call removes its temp file and leaves the target as it was.
 #ifndef PSCLUSTER_COMMON_ATOMIC_FILE_H_
 #define PSCLUSTER_COMMON_ATOMIC_FILE_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/file_system.h"
 
 namespace pscluster {
 
 // Writes `data` to `path` crash-safe. Errors name the path and the failing step.
+absl::Status WriteFileAtomically(FileSystem* fs, const std::string& path,
+                                 absl::string_view data);
+// The same on FileSystem::Default().
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view data);
 
-// Reads a whole file. NOT_FOUND names the path when it does not exist.
+// Reads a whole file (FileSystem::Default()). NOT_FOUND names the path when it does not exist.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 // Creates `dir` and its parents (like mkdir -p).

@@ -262,9 +262,13 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::strin
           return corrupt(absl::StrCat("table '", ct.spec().name(), "' has a bad key ", k));
         }
         prev = k;
-        if (held_[t.sparse->ShardOf(k)]) new_bytes += t.info->width * fpe * sizeof(float);
+        // A table with a disk tier spills cold rows as the restore fills it: only its rows that
+        // must stay in memory count (none ahead of time).
+        if (held_[t.sparse->ShardOf(k)] && !t.sparse->tiered()) {
+          new_bytes += t.info->width * fpe * sizeof(float);
+        }
       }
-      old_bytes += t.sparse->bytes_held();
+      if (!t.sparse->tiered()) old_bytes += t.sparse->bytes_held();
     }
   }
   if (budget_->limit() != 0 && budget_->used() - old_bytes + new_bytes > budget_->limit()) {

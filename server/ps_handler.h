@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/data_auth.h"
+#include "common/file_system.h"
 #include "common/metrics.h"
 #include "proto/ps.pb.h"
 #include "server/backup_queue.h"
@@ -52,6 +53,9 @@ struct PsHandlerOptions {
   int keep_checkpoints = 3;
   // Replication: how long a Replicate call to a backup is retried before its pushes fail.
   absl::Duration replication_retry = absl::Seconds(10);
+  // Where checkpoints and exports are written and read (null: FileSystem::Default(); tests
+  // inject one that fails or crashes between steps). Must outlive the handler.
+  FileSystem* fs = nullptr;
 };
 
 // A job's replication as this server's part of its shard map says (PsHandler's; attached to the
@@ -244,6 +248,9 @@ class PsHandler {
                                 const Payload& values, const PushResult& applied);
   std::shared_ptr<Replication> FindReplication(const std::string& job_id) const;
   void SampleRates(double* push, double* pull, double* in, double* out);
+
+  // options_.fs, or the POSIX file system.
+  FileSystem* fs() const { return options_.fs != nullptr ? options_.fs : FileSystem::Default(); }
 
   const PsHandlerOptions options_;
   const Clock* const clock_;

@@ -2,10 +2,6 @@
 // directory (newest kept, older pruned), restored for recovery, exported as safetensors.
 #include "server/ps_handler.h"
 
-#include <unistd.h>
-
-#include <dirent.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
@@ -46,7 +42,7 @@ absl::Status PsHandler::RestoreForRecovery(Job& job, const v1::UpdateShardMapReq
     absl::Status in_root =
         CheckUnderRoot(path, options_.checkpoint_root, absl::StrCat("restore_from[", i, "]"));
     if (!in_root.ok()) return in_root;
-    auto file = ReadFile(path);
+    auto file = fs()->ReadFile(path);
     if (!file.ok()) {
       return absl::Status(file.status().code(), absl::StrCat("restore_from[", i, "]: ",
                                                              file.status().message()));
@@ -87,7 +83,7 @@ absl::StatusOr<v1::CheckpointResponse> PsHandler::WriteCheckpoint(
   if (!in_root.ok()) return in_root;
   absl::MutexLock cl(&checkpoint_mu_);
   const std::string dir = JoinPath(base, job->id());
-  absl::Status s = MakeDirs(dir);
+  absl::Status s = fs()->MakeDirs(dir);
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("dir: ", s.message()));
   const std::string prefix = CheckpointPrefix();
   if (snapshot == nullptr) {
@@ -97,7 +93,7 @@ absl::StatusOr<v1::CheckpointResponse> PsHandler::WriteCheckpoint(
   }
   const Job::Snapshot* snap = snapshot.get();
   const std::string path = JoinPath(dir, absl::StrCat(prefix, "-step", snap->step, ".ckpt"));
-  s = WriteFileAtomically(path, snap->bytes);
+  s = WriteFileAtomically(fs(), path, snap->bytes);
   if (!s.ok()) return s;
   job->NoteCheckpoint(path, clock_->Now());
   if (periodic) PruneCheckpoints(dir, prefix);
@@ -114,11 +110,10 @@ absl::StatusOr<v1::CheckpointResponse> PsHandler::WriteCheckpoint(
 void PsHandler::PruneCheckpoints(const std::string& dir, const std::string& prefix) {
   if (options_.keep_checkpoints <= 0) return;
   std::vector<std::pair<int64_t, std::string>> found;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return;
+  auto names = fs()->ListDir(dir);
+  if (!names.ok()) return;
   const std::string head = prefix + "-step";
-  while (dirent* e = readdir(d)) {
-    std::string name = e->d_name;
+  for (const std::string& name : *names) {
     if (!absl::StartsWith(name, head) || !absl::EndsWith(name, ".ckpt")) continue;
     std::string num = name.substr(head.size(), name.size() - head.size() - 5);
     char* end = nullptr;
@@ -126,10 +121,9 @@ void PsHandler::PruneCheckpoints(const std::string& dir, const std::string& pref
     if (end == nullptr || *end != '\0' || num.empty()) continue;
     found.emplace_back(step, name);
   }
-  closedir(d);
   std::sort(found.begin(), found.end());
   for (size_t i = 0; i + options_.keep_checkpoints < found.size(); ++i) {
-    ::unlink(JoinPath(dir, found[i].second).c_str());
+    (void)fs()->Remove(JoinPath(dir, found[i].second));
   }
 }
 
@@ -149,7 +143,7 @@ absl::Status PsHandler::Restore(const v1::RestoreRequest& req, v1::RestoreRespon
   if (req.path().empty()) return absl::InvalidArgumentError("path: empty checkpoint path");
   absl::Status in_root = CheckUnderRoot(req.path(), options_.checkpoint_root, "path");
   if (!in_root.ok()) return in_root;
-  auto file = ReadFile(req.path());
+  auto file = fs()->ReadFile(req.path());
   if (!file.ok()) {
     return absl::Status(file.status().code(), absl::StrCat("path: ", file.status().message()));
   }
@@ -171,8 +165,8 @@ absl::Status PsHandler::Export(const v1::ExportRequest& req, v1::ExportResponse*
   std::vector<std::string> tables(req.tables().begin(), req.tables().end());
   auto bytes = (*job)->Export(tables);
   if (!bytes.ok()) return bytes.status();
-  absl::Status s = MakeDirs(ParentDir(req.path()));
-  if (s.ok()) s = WriteFileAtomically(req.path(), bytes->first);
+  absl::Status s = fs()->MakeDirs(ParentDir(req.path()));
+  if (s.ok()) s = WriteFileAtomically(fs(), req.path(), bytes->first);
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("path: ", s.message()));
   resp->set_path(req.path());
   resp->set_bytes(bytes->first.size());

@@ -1,11 +1,17 @@
 // PsHandler's checkpoints, restores and exports with a fake clock: bit-for-bit restores, damaged
 // files refused, periodic checkpoints (testing/handler_fixture.h).
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
+#include "common/testing/fault_injection_fs.h"
 #include "server/testing/handler_fixture.h"
 
 namespace pscluster {
 namespace {
 
 using namespace ::pscluster::testing;  // NOLINT
+using ::pscluster::testing::FaultInjectionFileSystem;
 
 class CheckpointTest : public HandlerTest {
  protected:
@@ -101,6 +107,55 @@ TEST_F(CheckpointTest, RestoreReproducesTablesAndOptimizerStateBitForBit) {
   Train(3, 6);
   const auto retrained = All();
   EXPECT_EQ(std::memcmp(retrained.data(), trained.data(), trained.size() * 4), 0);
+}
+
+// Checkpoints go through the handler's file system. A crash after any step of writing one
+// (create, write, fsync, close, rename, directory fsync) leaves only whole checkpoints: the
+// previous one, and the new one once it was renamed; a file named .ckpt always restores. Once
+// Checkpoint returned, the new one survives.
+TEST_F(CheckpointTest, ACrashWhileACheckpointIsWrittenLeavesOnlyWholeCheckpoints) {
+  for (int k = 0;; ++k) {
+    SCOPED_TRACE(::testing::Message() << "crash after step " << k << " of the second checkpoint");
+    FaultInjectionFileSystem fs;
+    PsHandlerOptions o;
+    o.fs = &fs;
+    o.checkpoint_dir = "/ckpt";
+    Make(o);
+    Create(JobRequest());
+    Train(0, 2);
+    const std::string first = Ckpt();
+    ASSERT_TRUE(absl::StartsWith(first, "/ckpt/j/") && absl::EndsWith(first, "-step2.ckpt"))
+        << first;
+    const std::string second = absl::StrReplaceAll(first, {{"-step2.ckpt", "-step4.ckpt"}});
+    Train(2, 4);
+    fs.CrashAfter(k);
+    v1::CheckpointRequest req;
+    req.set_job_id("j");
+    v1::CheckpointResponse resp;
+    const absl::Status written = h_->Checkpoint(req, &resp);
+    fs.Crash();
+    auto names = fs.ListDir("/ckpt/j");
+    ASSERT_TRUE(names.ok()) << names.status();
+    std::set<std::string> ckpts;
+    for (const std::string& n : *names) {
+      if (absl::EndsWith(n, ".ckpt")) ckpts.insert("/ckpt/j/" + n);
+    }
+    ASSERT_TRUE(ckpts.count(first)) << "the previous checkpoint is gone";
+    for (const std::string& path : ckpts) {
+      v1::RestoreRequest rr;
+      rr.set_job_id("j");
+      rr.set_path(path);
+      v1::RestoreResponse restored;
+      ASSERT_TRUE(h_->Restore(rr, &restored).ok()) << path << ": " << h_->Restore(rr, &restored);
+      EXPECT_EQ(restored.step(), path == first ? 2 : 4) << path;
+    }
+    if (written.ok()) {
+      EXPECT_TRUE(ckpts.count(second)) << "a written checkpoint was lost";
+      EXPECT_GE(k, 6);
+      break;
+    }
+    ASSERT_LT(k, 20) << "the checkpoint never completed";
+  }
 }
 
 TEST_F(CheckpointTest, PartlyPushedBlocksKeepEachElementsStepCountThroughRestore) {

@@ -120,7 +120,7 @@ absl::StatusOr<std::shared_ptr<Job>> PsHandler::SeedReplica(
   auto made = NewCopy(job, held, epoch, min_attempt);
   if (!made.ok()) return made.status();
   std::shared_ptr<Job> copy = std::move(*made);
-  auto file = ReadFile(path);
+  auto file = fs()->ReadFile(path);
   if (!file.ok()) {
     return absl::Status(file.status().code(),
                         absl::StrCat("copy_from (", primary, "): ", file.status().message()));
