@@ -1,6 +1,15 @@
 #include "server/row_store.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/table.h"
@@ -30,7 +39,58 @@ absl::Status FromRocks(const rocksdb::Status& s, const std::string& path, absl::
   return s.IsIOError() ? absl::FailedPreconditionError(msg) : absl::InternalError(msg);
 }
 
+// Whether another process holds a lock on `lock_file` (a database's LOCK). Unknown (the file
+// cannot be opened or queried) counts as held: nothing is removed on a guess.
+bool LockHeld(const std::string& lock_file) {
+  int fd = open(lock_file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;
+  struct flock f = {};
+  f.l_type = F_WRLCK;
+  f.l_whence = SEEK_SET;
+  f.l_start = 0;
+  f.l_len = 0;
+  const bool held = fcntl(fd, F_GETLK, &f) != 0 || f.l_type != F_UNLCK;
+  close(fd);
+  return held;
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<std::string>> RowStore::RemoveAbandoned(const std::string& spill_dir) {
+  DIR* d = opendir(spill_dir.c_str());
+  if (d == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--spill_dir ", spill_dir, ": cannot list it (", std::strerror(errno), ")"));
+  }
+  std::vector<std::string> candidates;
+  while (struct dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    const std::string path = absl::StrCat(spill_dir, "/", name);
+    struct stat st;
+    // Only RocksDB databases (a LOCK and a CURRENT file), nothing else that lives there.
+    if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    if (access((path + "/LOCK").c_str(), F_OK) != 0 ||
+        access((path + "/CURRENT").c_str(), F_OK) != 0) {
+      continue;
+    }
+    // A process does not see its own locks: never touch this process's databases
+    // (`<job>.<pid>.<job object>.<table>`, see Job).
+    std::vector<absl::string_view> parts = absl::StrSplit(name, '.');
+    if (parts.size() >= 4 && parts[parts.size() - 3] == absl::StrCat(getpid())) continue;
+    candidates.push_back(path);
+  }
+  closedir(d);
+  std::vector<std::string> removed;
+  for (const std::string& path : candidates) {
+    if (LockHeld(path + "/LOCK")) continue;
+    if (rocksdb::DestroyDB(path, rocksdb::Options()).ok()) {
+      rmdir(path.c_str());  // DestroyDB leaves the directory when it holds anything else.
+      removed.push_back(path);
+    }
+  }
+  return removed;
+}
 
 RowStore::RowStore(std::string path, rocksdb::DB* db) : path_(std::move(path)), db_(db) {}
 

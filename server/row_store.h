@@ -42,6 +42,13 @@ class RowStore {
   void ForEach(absl::FunctionRef<void(uint64_t key, absl::string_view value)> f);
   const std::string& path() const { return path_; }
 
+  // Removes the databases directly under `spill_dir` that no live process holds open (RocksDB
+  // keeps an fcntl lock on each database's LOCK file while it is open): the disk tiers of
+  // servers that were killed. A process does not see its own locks, so this process's own
+  // databases (named with its pid, see Job) are skipped. Returns the directories removed; an
+  // unreadable `spill_dir` is an error.
+  static absl::StatusOr<std::vector<std::string>> RemoveAbandoned(const std::string& spill_dir);
+
  private:
   RowStore(std::string path, rocksdb::DB* db);
   std::string path_;
