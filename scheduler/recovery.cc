@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "common/checkpoint_file.h"
+#include "common/path_root.h"
 
 namespace pscluster::scheduler {
 namespace {
@@ -54,10 +55,12 @@ bool Covers(const std::vector<const Candidate*>& files, uint32_t num_shards) {
 
 absl::StatusOr<RecoveryPoint> FindRecoveryPoint(
     const std::string& checkpoint_dir, const std::string& job_id, uint32_t num_virtual_shards,
-    const google::protobuf::RepeatedPtrField<v1::Rollback>& rollbacks) {
+    const google::protobuf::RepeatedPtrField<v1::Rollback>& rollbacks, const std::string& root) {
   RecoveryPoint point;
   if (checkpoint_dir.empty()) return point;
   point.dir = JoinPath(checkpoint_dir, job_id);
+  absl::Status in_root = CheckUnderRoot(point.dir, root, "checkpoint_dir");
+  if (!in_root.ok()) return in_root;
   DIR* d = opendir(point.dir.c_str());
   if (d == nullptr) {
     if (errno == ENOENT) return point;
@@ -74,6 +77,10 @@ absl::StatusOr<RecoveryPoint> FindRecoveryPoint(
   std::vector<Candidate> candidates;
   for (const std::string& name : names) {
     std::string path = JoinPath(point.dir, name);
+    if (absl::Status s = CheckUnderRoot(path, root, "checkpoint file"); !s.ok()) {
+      point.skipped.push_back(absl::StrCat(path, ": ", s.message()));
+      continue;
+    }
     auto h = ReadCheckpointHeader(path);
     if (!h.ok()) {
       point.skipped.push_back(absl::StrCat(path, ": ", h.status().message()));

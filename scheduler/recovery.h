@@ -31,10 +31,12 @@ struct RecoveryPoint {
 };
 
 // A missing directory means no checkpoints (step 0); one that cannot be listed is an error
-// naming it.
+// naming it. With `root` (a ResolveRoot result), a directory outside it is an error
+// (PERMISSION_DENIED naming the root) and a file that leads out of it (a symlink) is skipped.
 absl::StatusOr<RecoveryPoint> FindRecoveryPoint(
     const std::string& checkpoint_dir, const std::string& job_id, uint32_t num_virtual_shards,
-    const google::protobuf::RepeatedPtrField<v1::Rollback>& rollbacks);
+    const google::protobuf::RepeatedPtrField<v1::Rollback>& rollbacks,
+    const std::string& root = "");
 
 // The paths of `files` holding a shard that `server` is primary for in `map`.
 // The map after server `dead` is lost, with no rollback (replication > 1): each shard it was

@@ -81,7 +81,8 @@ void Scheduler::RecoverJobs() {
       absl::Status s = rpc_->DropJob(node->info().address(), w.job_id);
       if (!s.ok()) Log()->warn("job {}: dropping it on {}: {}", w.job_id, w.servers[i], s);
     });
-    auto point = FindRecoveryPoint(w.checkpoint_dir, w.job_id, w.num_shards, w.rollbacks);
+    auto point = FindRecoveryPoint(w.checkpoint_dir, w.job_id, w.num_shards, w.rollbacks,
+                                   options_.checkpoint_root);
     if (point.ok()) {
       for (const std::string& skipped : point->skipped) {
         Log()->warn("job {}: checkpoint not restored: {}", w.job_id, skipped);

@@ -1,6 +1,9 @@
 // FindRecoveryPoint over real checkpoint files in the test's directory.
 #include "scheduler/recovery.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -74,6 +77,34 @@ TEST_F(RecoveryTest, NoCheckpointsMeansStartingAgainFromScratch) {
   p = Find();  // The job's directory exists but is empty.
   ASSERT_THAT(p, IsOk());
   EXPECT_EQ(p->step, 0);
+}
+
+// With a root, the directory must lie in it, and a checkpoint file that is a symlink out of it
+// is skipped (never read), naming the root.
+TEST_F(RecoveryTest, ACheckpointRootConfinesWhatIsRead) {
+  std::string a10 = Write("server-1", 10, 0, 3);
+  std::string b10 = Write("server-2", 10, 4, 7);
+  Write("server-1", 20, 0, 3);
+  // server-2's step 20 "file" leads out of the root.
+  const std::string outside = root_ + "-outside";
+  ASSERT_THAT(MakeDirs(outside), IsOk());
+  std::string real = Write("server-2", 20, 4, 7);
+  ASSERT_EQ(std::rename(real.c_str(), (outside + "/b20.ckpt").c_str()), 0);
+  ASSERT_EQ(symlink((outside + "/b20.ckpt").c_str(), real.c_str()), 0);
+
+  auto unconfined = Find();
+  ASSERT_THAT(unconfined, IsOk());
+  EXPECT_EQ(unconfined->step, 20);  // Without a root the symlink is followed.
+
+  auto p = FindRecoveryPoint(root_, "job-1", kShards, rollbacks_, root_);
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ(p->step, 10);
+  EXPECT_THAT(Paths(*p), UnorderedElementsAre(a10, b10));
+  ASSERT_THAT(p->skipped, ElementsAre(HasSubstr(real)));
+  EXPECT_THAT(p->skipped[0], HasSubstr(root_));
+
+  EXPECT_THAT(FindRecoveryPoint(root_, "job-1", kShards, rollbacks_, outside),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr(outside)));
 }
 
 TEST_F(RecoveryTest, TheNewestStepThatCoversEveryShardWins) {

@@ -10,6 +10,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/path_root.h"
 #include "common/token_file.h"
 #include "scheduler/scheduler_daemon.h"
 
@@ -55,6 +56,10 @@ ABSL_FLAG(double, data_balance_tolerance, 0.15,
           "by more than this fraction of itself");
 ABSL_FLAG(int64_t, move_copy_timeout_ms, 60000,
           "a shard move is given up when the target's copy has not caught up within this long");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "directory every job's checkpoint_dir and every on-demand checkpoint directory must "
+          "lie in; the scheduler reads checkpoints (to find where a job recovers from) only "
+          "there; empty = anywhere");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain (enables TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -153,6 +158,11 @@ int main(int argc, char** argv) {
   int64_t rpc_ms = absl::GetFlag(FLAGS_rpc_timeout_ms);
   if (rpc_ms < 10) return Fail(absl::InvalidArgumentError("--rpc_timeout_ms: must be >= 10"));
   options.rpc_timeout = absl::Milliseconds(rpc_ms);
+  if (!absl::GetFlag(FLAGS_checkpoint_root).empty()) {
+    auto root = pscluster::ResolveRoot(absl::GetFlag(FLAGS_checkpoint_root), "--checkpoint_root");
+    if (!root.ok()) return Fail(root.status());
+    options.scheduler.checkpoint_root = *root;
+  }
   options.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key = absl::GetFlag(FLAGS_tls_key);
   options.tls.ca = absl::GetFlag(FLAGS_tls_ca);

@@ -55,6 +55,46 @@ TEST_F(SchedulerTest, ACheckpointOnDemandAsksEveryServerOfTheJob) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("JOB_SUCCEEDED")));
 }
 
+// With --checkpoint_root, a job's checkpoint_dir and an on-demand checkpoint's directory must lie
+// in it (the scheduler reads the job's checkpoints when it recovers): outside it, refused with
+// PERMISSION_DENIED naming the root, and nothing is submitted or asked of the servers.
+TEST_F(SchedulerTest, CheckpointDirectoriesOutsideTheCheckpointRootAreRefused) {
+  const std::string root = std::string(std::getenv("TEST_TMPDIR")) + "/ckpt_root";
+  ASSERT_THAT(MakeDirs(root + "/jobs"), IsOk());
+  options_.checkpoint_root = root;
+  StartScheduler();
+  AddCluster(2, 2);
+  for (const std::string& dir : {std::string("/etc/pscluster"), root + "/../elsewhere",
+                                 std::string("relative/dir")}) {
+    auto refused = Submit(absl::StrCat(kJob, "checkpoint_every_steps: 10\ncheckpoint_dir: ", dir,
+                                       "\n"));
+    EXPECT_FALSE(refused.ok()) << dir;
+    EXPECT_THAT(refused.status().message(), HasSubstr("checkpoint_dir")) << dir;
+  }
+  auto outside = Submit(absl::StrCat(kJob, "checkpoint_every_steps: 10\ncheckpoint_dir: /tmp\n"));
+  EXPECT_THAT(outside, StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr(root)));
+  v1::ListJobsRequest list;
+  v1::ListJobsResponse jobs;
+  ASSERT_THAT(sched_->ListJobs(list, &jobs), IsOk());
+  EXPECT_EQ(jobs.jobs_size(), 0) << "nothing submitted";
+
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(
+      absl::StrCat(kJob, "checkpoint_every_steps: 10\ncheckpoint_dir: ", root, "/jobs\n"), &id));
+  v1::CheckpointJobRequest req;
+  req.set_job_id(id);
+  req.set_dir("/shared/ckpt");
+  v1::CheckpointJobResponse resp;
+  EXPECT_THAT(sched_->CheckpointJob(req, &resp),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr(root)));
+  const v1::Job job = Get(id);
+  for (const std::string& s : job.servers()) {
+    EXPECT_THAT(Node(s)->server()->checkpoints(), IsEmpty()) << "no server was asked";
+  }
+  req.set_dir(root + "/jobs");
+  EXPECT_THAT(sched_->CheckpointJob(req, &resp), IsOk());
+}
+
 // Persist before publish: a write that fails keeps what it would have published from every
 // node, makes the scheduler refuse changes (UNAVAILABLE, naming the store) and report itself
 // not serving, until the store works again; then it carries on from what the store holds.

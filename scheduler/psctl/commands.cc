@@ -42,10 +42,12 @@ constexpr char kUsage[] =
     "  logs JOB [--rank N] [--follow]  the output (stdout, stderr) of an entrypoint job's\n"
     "                              tasks; --follow: as it comes, until the job ends\n"
     "  up --local [--detach]       run a local cluster (scheduler, 2 servers, 2 workers) and\n"
-    "                              the example job on it\n"
+    "                              the example job on it; secured with fresh tokens in\n"
+    "                              WORK_DIR/credentials (--insecure: without)\n"
     "  down                        stop a cluster started with up --local --detach\n"
     "The scheduler address comes from --scheduler, else $PSCLUSTER_SCHEDULER, else "
-    "127.0.0.1:7070.\n";
+    "127.0.0.1:7070;\nthe token from --token_file, else $PSCLUSTER_TOKEN_FILE, else that of the "
+    "secured local\ncluster (--work_dir) whose scheduler is called.\n";
 
 }  // namespace
 

@@ -40,6 +40,9 @@ struct Interrupt {
 struct UpOptions {
   bool local = false;               // --local (the only mode so far).
   bool detach = false;              // Leave the cluster running; `psctl down` stops it.
+  // Without tokens: every daemon accepts every call (up --local --insecure). By default the
+  // cluster is secured with fresh tokens (local_credentials.h).
+  bool insecure = false;
   std::string scheduler_bin;        // Default: next to psctl / in its runfiles.
   std::string server_bin;           // Default: server/ps_server in the output tree / runfiles.
   std::string worker_bin;           // Default: worker/ps_worker in the output tree / runfiles.

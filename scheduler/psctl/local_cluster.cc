@@ -158,7 +158,9 @@ absl::Status LocalCluster::Spawn(Child& c, std::vector<std::string> args,
     absl::SleepFor(kPoll);
   }
   // Then SERVING on grpc.health.v1.
-  auto channel = MakeChannel(c.address);
+  ChannelOptions health_channel;
+  health_channel.tls = options_.tls;
+  auto channel = MakeChannel(c.address, health_channel);
   if (!channel.ok()) return channel.status();
   auto health = grpc::health::v1::Health::NewStub(*channel);
   while (true) {
@@ -189,6 +191,7 @@ absl::Status LocalCluster::WaitForNodes() {
   co.address = scheduler_address_;
   co.timeout = absl::Seconds(2);
   co.channel.bearer_token = options_.token;
+  co.channel.tls = options_.tls;
   auto client = SchedulerClient::Connect(co);
   if (!client.ok()) return client.status();
   absl::Time end = absl::Now() + options_.startup_timeout;
@@ -329,6 +332,13 @@ absl::Status LocalCluster::Restart(const std::string& name, std::ostream& progre
 
 absl::Status LocalCluster::WriteStateFile(const std::string& path) const {
   std::string text = absl::StrCat("scheduler ", scheduler_address_, "\n");
+  if (!options_.credential_file.empty()) {
+    absl::StrAppend(&text, "credential ", options_.credential_file, "\n");
+  }
+  if (options_.tls.enabled()) {
+    absl::StrAppend(&text, "tls_ca ", options_.tls.ca, "\ntls_cert ", options_.tls.cert,
+                    "\ntls_key ", options_.tls.key, "\n");
+  }
   for (const Child& c : children_) {
     absl::StrAppend(&text, "process ", c.name, " ", c.proc->pid(), " ", c.binary, "\n");
   }

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "scheduler/psctl/subprocess.h"
 
 namespace pscluster::psctl {
@@ -38,6 +39,13 @@ struct LocalClusterOptions {
   // Bearer token (role viewer or admin) sent while waiting for the nodes, when the scheduler is
   // given a --token_file in scheduler_args.
   std::string token;
+  // psctl's token file for this cluster (empty: none), recorded in the state file so that later
+  // psctl commands against it find it (StateFileCredentials in up_command.h).
+  std::string credential_file;
+  // psctl's certificate, key and the cluster's CA when the daemons serve TLS (given the
+  // --tls_* flags in their args): used for the health checks and the wait for the nodes, and
+  // recorded in the state file like credential_file.
+  TlsFiles tls;
   // Returns true when the start should be abandoned (Ctrl-C).
   std::function<bool()> interrupted = [] { return false; };
 };

@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "common/token_file.h"
 #include "scheduler/psctl/commands.h"
+#include "scheduler/psctl/up_command.h"
 
 ABSL_FLAG(std::string, scheduler, "",
           "scheduler host:port (default: $PSCLUSTER_SCHEDULER, else 127.0.0.1:7070)");
@@ -33,15 +34,24 @@ ABSL_FLAG(bool, follow, false, "logs: print lines as they come until the job end
 ABSL_FLAG(bool, active, false, "jobs: only queued, placing and running jobs");
 ABSL_FLAG(std::string, reason, "", "cancel: why (recorded in the job)");
 ABSL_FLAG(absl::Duration, interval, absl::Seconds(1), "refresh period of live views");
-ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle verifying the scheduler (enables TLS)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle verifying the scheduler (enables TLS); default with --tls_cert and "
+          "--tls_key unset: those of the secured local cluster (up --local --detach) whose "
+          "scheduler is the one called");
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM key of --tls_cert");
 ABSL_FLAG(std::string, tls_server_name, "", "name the scheduler's certificate is checked for");
 ABSL_FLAG(std::string, token_file, "",
           "file holding your bearer token, sent on every call to the scheduler (needs role "
-          "admin to submit, cancel and move shards; viewer to read)");
+          "admin to submit, cancel and move shards; viewer to read); default: "
+          "$PSCLUSTER_TOKEN_FILE, else the token of the secured local cluster (up --local "
+          "--detach) whose scheduler is the one called");
 // up --local / down
 ABSL_FLAG(bool, local, false, "up: run the cluster as local child processes on loopback");
+ABSL_FLAG(bool, insecure, false,
+          "up: start the local cluster without tokens or TLS (every daemon accepts every call "
+          "from anyone who reaches its ports); default: secured with fresh tokens and mutual "
+          "TLS under a throw-away CA, in WORK_DIR/credentials");
 ABSL_FLAG(bool, detach, false, "up: leave the cluster running (stop it with psctl down)");
 ABSL_FLAG(std::string, scheduler_bin, "", "up: ps_scheduler binary (default: next to psctl)");
 ABSL_FLAG(std::string, server_bin, "", "up: ps_server binary (default: server/ps_server)");
@@ -121,10 +131,35 @@ int main(int argc, char** argv) {
   o.client.channel.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   o.client.channel.tls.key = absl::GetFlag(FLAGS_tls_key);
   o.client.channel.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
-  if (!absl::GetFlag(FLAGS_token_file).empty()) {
-    auto token = pscluster::ReadCredentialFile(absl::GetFlag(FLAGS_token_file));
+  // The token: --token_file, else $PSCLUSTER_TOKEN_FILE, else (commands other than up and
+  // down) that of the secured local cluster this scheduler belongs to.
+  std::vector<std::string> args(positional.begin() + 1, positional.end());
+  std::string token_file = absl::GetFlag(FLAGS_token_file);
+  std::string token_source = "--token_file";
+  if (token_file.empty()) {
+    const char* env = std::getenv("PSCLUSTER_TOKEN_FILE");
+    if (env != nullptr && *env) {
+      token_file = env;
+      token_source = "$PSCLUSTER_TOKEN_FILE";
+    }
+  }
+  const bool launcher = !args.empty() && (args[0] == "up" || args[0] == "down");
+  if (!launcher) {
+    // The detached local cluster at this address: its token unless one was given, and its
+    // certificates unless psctl was given --tls_* flags.
+    const std::string work_dir = absl::GetFlag(FLAGS_work_dir);
+    auto local = pscluster::psctl::StateFileCredentials(
+        work_dir.empty() ? pscluster::psctl::DefaultWorkDir() : work_dir, address);
+    if (token_file.empty() && !local.token_file.empty()) {
+      token_file = local.token_file;
+      token_source = "the local cluster's token";
+    }
+    if (!o.client.channel.tls.enabled()) o.client.channel.tls = local.tls;
+  }
+  if (!token_file.empty()) {
+    auto token = pscluster::ReadCredentialFile(token_file);
     if (!token.ok()) {
-      std::cerr << "psctl: --token_file: " << token.status().message() << std::endl;
+      std::cerr << "psctl: " << token_source << ": " << token.status().message() << std::endl;
       return 2;
     }
     o.client.channel.bearer_token = *token;
@@ -149,6 +184,7 @@ int main(int argc, char** argv) {
   o.interrupt = &interrupt;
   o.up.local = absl::GetFlag(FLAGS_local);
   o.up.detach = absl::GetFlag(FLAGS_detach);
+  o.up.insecure = absl::GetFlag(FLAGS_insecure);
   o.up.scheduler_bin = absl::GetFlag(FLAGS_scheduler_bin);
   o.up.server_bin = absl::GetFlag(FLAGS_server_bin);
   o.up.worker_bin = absl::GetFlag(FLAGS_worker_bin);
@@ -169,6 +205,5 @@ int main(int argc, char** argv) {
   o.up.server_args = Words(absl::GetFlag(FLAGS_server_args));
   o.up.worker_args = Words(absl::GetFlag(FLAGS_worker_args));
 
-  std::vector<std::string> args(positional.begin() + 1, positional.end());
   return pscluster::psctl::RunPsctl(o, args, std::cout, std::cerr);
 }

@@ -14,6 +14,7 @@
 #include "scheduler/job_yaml.h"
 #include "scheduler/psctl/follow.h"
 #include "scheduler/psctl/local_cluster.h"
+#include "scheduler/psctl/local_credentials.h"
 
 namespace pscluster::psctl {
 namespace {
@@ -43,6 +44,24 @@ bool StateFileIsLive(const std::string& path) {
 }
 
 }  // namespace
+
+StateFileAccess StateFileCredentials(const std::string& work_dir,
+                                     const std::string& scheduler_address) {
+  auto text = ReadFile(StatePath(work_dir));
+  if (!text.ok()) return {};
+  std::string address;
+  StateFileAccess a;
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(line, absl::MaxSplits(' ', 1));
+    if (f.size() != 2) continue;
+    if (f[0] == "scheduler") address = f[1];
+    if (f[0] == "credential") a.token_file = f[1];
+    if (f[0] == "tls_ca") a.tls.ca = f[1];
+    if (f[0] == "tls_cert") a.tls.cert = f[1];
+    if (f[0] == "tls_key") a.tls.key = f[1];
+  }
+  return address == scheduler_address ? a : StateFileAccess{};
+}
 
 std::string DefaultWorkDir() {
   const char* tmp = std::getenv("TMPDIR");
@@ -148,7 +167,44 @@ int RunUp(const PsctlOptions& o, std::ostream& out, std::ostream& err) {
   lo.server_args = u.server_args;
   lo.worker_args = u.worker_args;
   lo.interrupted = interrupted;
+  ClientOptions co = o.client;
+  if (co.channel.tls.enabled() || !co.channel.tls_server_name.empty()) {
+    return Fail(err, absl::InvalidArgumentError(
+                         "--tls_ca, --tls_cert, --tls_key and --tls_server_name are for a cluster "
+                         "that is already running: psctl up --local makes its own CA and "
+                         "certificates (or none with --insecure)"));
+  }
   out << "starting a local cluster in " << work_dir << std::endl;
+  if (!u.insecure) {
+    // Fresh tokens: only this user (the files are 0600) can call the cluster. A token psctl
+    // was given (--token_file) is admitted as an admin too, and this command sends it.
+    auto creds = MakeLocalCredentials(work_dir, o.client.channel.bearer_token);
+    if (!creds.ok()) {
+      return Fail(err, absl::Status(creds.status().code(),
+                                    absl::StrCat("cannot make the cluster's tokens: ",
+                                                 creds.status().message())));
+    }
+    auto with = [](std::vector<std::string> first, const std::vector<std::string>& then) {
+      first.insert(first.end(), then.begin(), then.end());  // The user's flags come last and win.
+      return first;
+    };
+    lo.scheduler_args = creds->scheduler_args;
+    lo.server_args = with(creds->server_args, u.server_args);
+    lo.worker_args = with(creds->worker_args, u.worker_args);
+    if (co.channel.bearer_token.empty()) co.channel.bearer_token = creds->admin_token;
+    co.channel.tls = creds->admin_tls;
+    lo.token = co.channel.bearer_token;
+    lo.credential_file = creds->admin_token_file;
+    lo.tls = creds->admin_tls;
+    out << "secured: every daemon serves mutual TLS under a throw-away CA and authenticates its "
+           "callers with the tokens and certificates in "
+        << creds->dir << " (readable by you only; psctl's token is " << creds->admin_token_file
+        << "); --insecure starts an open cluster" << std::endl;
+  } else {
+    out << "insecure: every daemon accepts every call from anyone who reaches its ports on this "
+           "machine (--insecure)"
+        << std::endl;
+  }
   auto cluster = LocalCluster::Start(lo, out);
   if (!cluster.ok()) {
     if (cluster.status().code() == absl::StatusCode::kCancelled) {
@@ -163,7 +219,6 @@ int RunUp(const PsctlOptions& o, std::ostream& out, std::ostream& err) {
     if (!s.ok()) return Fail(err, s);
   }
 
-  ClientOptions co = o.client;
   co.address = c.scheduler_address();
   auto client = SchedulerClient::Connect(co);
   if (!client.ok()) return Fail(err, client.status());
@@ -186,6 +241,12 @@ int RunUp(const PsctlOptions& o, std::ostream& out, std::ostream& err) {
     c.Release();
     out << "the cluster keeps running; use it with:\n  export PSCLUSTER_SCHEDULER="
         << c.scheduler_address() << "\n";
+    if (!u.insecure) {
+      // psctl also finds it by itself in the state file (for this scheduler address).
+      out << "  export PSCLUSTER_TOKEN_FILE=" << LocalAdminTokenFile(work_dir) << "\n";
+      out << "  (other clients: --tls_ca=" << lo.tls.ca << " --tls_cert=" << lo.tls.cert
+          << " --tls_key=" << lo.tls.key << ")\n";
+    }
     if (!job_id.empty()) out << "  psctl status " << job_id << " --watch\n";
     out << "  psctl down" << (u.work_dir.empty() ? "" : " --work_dir=" + u.work_dir)
         << "    # stops it" << std::endl;
@@ -198,8 +259,13 @@ int RunUp(const PsctlOptions& o, std::ostream& out, std::ostream& err) {
         << work_dir << "/logs)" << std::endl;
   };
   if (job_id.empty()) {
-    out << "the cluster runs until Ctrl-C (scheduler at " << c.scheduler_address() << ")"
-        << std::endl;
+    out << "the cluster runs until Ctrl-C (scheduler at " << c.scheduler_address()
+        << (lo.credential_file.empty()
+                ? ""
+                : absl::StrCat("; psctl --scheduler=", c.scheduler_address(), " --token_file=",
+                               lo.credential_file, " --tls_ca=", lo.tls.ca, " --tls_cert=",
+                               lo.tls.cert, " --tls_key=", lo.tls.key))
+        << ")" << std::endl;
     while (!interrupted()) {
       absl::Status alive = c.CheckAlive();
       if (!alive.ok()) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/tls.h"
 #include "scheduler/psctl/commands.h"
 
 namespace pscluster::psctl {
@@ -24,6 +25,18 @@ absl::StatusOr<std::string> FindBinary(const std::string& flag_value, const std:
 
 // Default work directory: $TMPDIR (or /tmp) / pscluster-local-<uid>.
 std::string DefaultWorkDir();
+
+// What psctl needs to call the detached local cluster in `work_dir`.
+struct StateFileAccess {
+  std::string token_file;  // psctl's token file.
+  TlsFiles tls;            // psctl's certificate, key and the cluster's CA.
+};
+
+// psctl's credentials for the detached local cluster in `work_dir` when that cluster's
+// scheduler is at `scheduler_address` and was started secured; empty otherwise (no such
+// cluster, another address, or started with --insecure).
+StateFileAccess StateFileCredentials(const std::string& work_dir,
+                                     const std::string& scheduler_address);
 
 }  // namespace pscluster::psctl
 

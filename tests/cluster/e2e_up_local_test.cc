@@ -47,6 +47,9 @@ TEST(E2eUpLocalTest, RunsAShortJobToTheEndWithTheRealDaemonsAndLeavesNoProcess) 
                                absl::Seconds(85));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("local cluster ready"));
+  // Secured by default (e2e_up_secured_test checks what that means): the job ran to its end
+  // with every call authenticated, in mutual TLS.
+  EXPECT_THAT(r.output, HasSubstr("secured: every daemon serves mutual TLS"));
   EXPECT_THAT(r.output, HasSubstr(absl::StrCat("submitted job-1 (up-short) from ", job)));
   EXPECT_THAT(r.output, HasSubstr("job-1 running"));  // Live progress.
   EXPECT_THAT(r.output, HasSubstr("done: stopped 5 processes"));
@@ -80,6 +83,9 @@ TEST(E2eUpLocalTest, RunsAShortJobToTheEndWithTheRealDaemonsAndLeavesNoProcess) 
     std::string log = ReadFile(absl::StrCat(work, "/logs/", name, ".log")).value_or("");
     EXPECT_THAT(log, HasSubstr("ps_worker serving on")) << name;
     EXPECT_THAT(log, HasSubstr("task done: job job-1")) << name;
+    EXPECT_THAT(log, HasSubstr("callers authenticated (bearer tokens and client certificates)"))
+        << name;
+    EXPECT_THAT(log, HasSubstr("(requested 127.0.0.1:0, TLS)")) << name;
   }
 }
 

@@ -21,9 +21,12 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+// --insecure: the stand-ins take no --token_file and send no credential (the secured default is
+// covered with the real daemons by e2e_up_secured_test).
 std::vector<std::string> UpArgs(const std::string& work_dir, const std::string& worker_args) {
   return {"up",
           "--local",
+          "--insecure",
           "--interval=100ms",
           "--work_dir=" + work_dir,
           "--scheduler_bin=" + Runfile("scheduler/ps_scheduler"),
@@ -169,7 +172,7 @@ TEST(PsctlUpLocalTest, DetachThenDown) {
 TEST(PsctlUpLocalTest, MissingBinariesAreNamedAndNothingStarts) {
   std::string dir = TestDir("up_missing");
   std::vector<std::string> args = UpArgs(dir + "/work", "");
-  args[5] = "--server_bin=/nonexistent/ps_server";
+  args[6] = "--server_bin=/nonexistent/ps_server";
   CommandResult r = RunCommand(Runfile("scheduler/psctl"), args);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("--server_bin: the ps_server binary '/nonexistent/ps_server' "
