@@ -131,8 +131,9 @@ absl::Status Scheduler::ScaleJob(const v1::ScaleJobRequest& req, v1::ScaleJobRes
   if (req.servers() < 1) return absl::InvalidArgumentError("servers: must be at least 1");
   absl::MutexLock l(&mu_);
   if (!store_error_.ok()) return store_error_;
-  JobRecord* rec = FindJob(req.job_id());
-  if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
+  absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+  if (!found.ok()) return found.status();
+  JobRecord* rec = *found;
   const v1::Job& job = rec->job;
   if (job.state() != v1::JOB_RUNNING || rec->shard_map.epoch() == 0) {
     return absl::FailedPreconditionError(absl::StrCat("job_id: job ", job.job_id(), " is ",

@@ -19,6 +19,10 @@ namespace pscluster::scheduler {
 // whether its workers have stopped.
 inline constexpr absl::Duration kStopRecheck = absl::Milliseconds(100);
 
+// Cleanups of jobs that ended this recently are repeated after a scheduler restart and sent to a
+// server that comes back after its lease lapsed (they are idempotent).
+inline constexpr absl::Duration kRecentlyEnded = absl::Minutes(10);
+
 // The scheduler's logger.
 std::shared_ptr<spdlog::logger> Log();
 

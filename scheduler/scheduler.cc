@@ -5,21 +5,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/path_root.h"
 #include "scheduler/job_state.h"
 #include "scheduler/job_validation.h"
 #include "scheduler/job_yaml.h"
+#include "scheduler/pass_helpers.h"
 #include "scheduler/progress.h"
 
 namespace pscluster::scheduler {
 namespace {
 
 constexpr size_t kMaxTokenBytes = 256;
-// Cleanups of jobs that ended this recently are repeated after a restart (they are idempotent).
-constexpr absl::Duration kRecentlyEnded = absl::Minutes(10);
-
-std::shared_ptr<spdlog::logger> Log() { return Logger("scheduler"); }
-
-int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
 
 }  // namespace
 
@@ -89,6 +85,12 @@ void Scheduler::LoadJobsLocked(std::vector<StoredJob> stored) {
 Scheduler::JobRecord* Scheduler::FindJob(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   return it == jobs_.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<Scheduler::JobRecord*> Scheduler::FindJobOrError(const std::string& job_id) {
+  JobRecord* rec = FindJob(job_id);
+  if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'"));
+  return rec;
 }
 
 absl::Status Scheduler::Persist(JobRecord& rec, const v1::ShardMap* map) {
@@ -364,102 +366,6 @@ absl::Status Scheduler::CheckClusterSize(const v1::JobSpec& spec,
 
 // ---- RPC handlers ----
 
-absl::Status Scheduler::RegisterNode(const v1::RegisterNodeRequest& req,
-                                     v1::RegisterNodeResponse* resp) {
-  if (absl::Status s = store_status(); !s.ok()) return s;
-  auto reg = registry_.Register(req.node());
-  if (!reg.ok()) return RegistryError(reg.status());
-  registrations_->Add();
-  resp->set_node_id(reg->node_id);
-  resp->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
-  resp->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(registry_.heartbeat_interval()));
-  const char* role = req.node().role() == v1::ROLE_SERVER ? "server" : "worker";
-  if (reg->is_new) {
-    Log()->info("{} {} registered from {}", role, reg->node_id, req.node().address());
-  } else {
-    Log()->info("{} {} registered again from {}{}", role, reg->node_id, req.node().address(),
-                reg->restarted ? " (a new process)" : "");
-  }
-  absl::MutexLock l(&mu_);
-  if (reg->restarted) {
-    FailJobsOnNode(reg->node_id, "restarted (a new process registered) and lost its work");
-  } else if (!reg->is_new && req.node().role() == v1::ROLE_SERVER) {
-    // The same process back after its lease lapsed (paused, cut off): its jobs moved away
-    // meanwhile, but it may still hold their tables. Drop the copies it should not have.
-    const absl::Time now = clock_->Now();
-    for (const std::string& id : order_) {
-      const v1::Job& job = jobs_[id].job;
-      if (IsTerminal(job.state()) &&
-          now - absl::FromUnixMillis(job.finished_unix_ms()) >= kRecentlyEnded) {
-        continue;
-      }
-      if (std::find(job.servers().begin(), job.servers().end(), reg->node_id) !=
-          job.servers().end()) {
-        continue;
-      }
-      Cleanup c;
-      c.drop_job = true;
-      c.stale_copy = true;
-      c.node_id = reg->node_id;
-      c.job_id = id;
-      c.reason = "a copy left behind while the server was away";
-      c.not_before = absl::InfinitePast();
-      cleanups_.push_back(std::move(c));
-    }
-  }
-  Wake();
-  return absl::OkStatus();
-}
-
-absl::Status Scheduler::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
-  absl::Status s = registry_.Heartbeat(req);
-  if (!s.ok()) return s;
-  heartbeats_->Add();
-  resp->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
-  if (!req.tasks().empty()) StopUnwantedTasks(req);
-  return absl::OkStatus();
-}
-
-void Scheduler::StopUnwantedTasks(const v1::HeartbeatRequest& req) {
-  absl::MutexLock l(&mu_);
-  for (const v1::WorkerTaskLoad& task : req.tasks()) {
-    const JobRecord* rec = FindJob(task.job_id());
-    const bool wanted = rec != nullptr && HoldsResources(rec->job.state()) &&
-                        static_cast<int>(task.rank()) < rec->job.workers_size() &&
-                        rec->job.workers(static_cast<int>(task.rank())) == req.node_id();
-    if (wanted) continue;
-    const bool queued = std::any_of(cleanups_.begin(), cleanups_.end(), [&](const Cleanup& c) {
-      return !c.drop_job && c.node_id == req.node_id() && c.job_id == task.job_id();
-    });
-    if (queued) continue;
-    // A task the scheduler no longer wants (its rank was handed over while its worker was cut
-    // off, or its job ended meanwhile): stopped, unless the job gives this worker a rank again.
-    Cleanup c;
-    c.node_id = req.node_id();
-    c.job_id = task.job_id();
-    c.reason = rec == nullptr ? "the scheduler knows no such job"
-                              : absl::StrCat("rank ", task.rank(), " of job ", task.job_id(),
-                                             " is no longer this worker's (job ",
-                                             JobStateName(rec->job.state()), ")");
-    c.not_before = absl::InfinitePast();
-    c.stale_copy = true;
-    Log()->info("{} still runs a task of job {} rank {}: stopping it ({})", req.node_id(),
-                task.job_id(), task.rank(), c.reason);
-    cleanups_.push_back(std::move(c));
-    Wake();
-  }
-}
-
-absl::Status Scheduler::Deregister(const v1::DeregisterRequest& req) {
-  if (absl::Status s = store_status(); !s.ok()) return s;
-  absl::Status s = registry_.Deregister(req.node_id());
-  if (!s.ok()) return RegistryError(s);
-  Log()->info("{} left the cluster", req.node_id());
-  absl::MutexLock l(&mu_);
-  FailJobsOnNode(req.node_id(), "left the cluster (deregistered)");
-  return absl::OkStatus();
-}
-
 absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp) {
   std::string source = req.source().empty() ? "job spec" : req.source();
   if (req.client_token().size() > kMaxTokenBytes) {
@@ -483,6 +389,12 @@ absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJob
     }
     default:
       return absl::InvalidArgumentError("spec: give the job as yaml text or as a JobSpec");
+  }
+  // The scheduler reads the job's checkpoints after a lost node: only under its root.
+  if (!spec.checkpoint_dir().empty()) {
+    absl::Status in_root =
+        CheckUnderRoot(spec.checkpoint_dir(), options_.checkpoint_root, "checkpoint_dir");
+    if (!in_root.ok()) return in_root;
   }
 
   absl::MutexLock l(&mu_);
@@ -534,10 +446,9 @@ absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJob
 absl::Status Scheduler::GetJob(const v1::GetJobRequest& req, v1::Job* resp) {
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
   absl::MutexLock l(&mu_);
-  const JobRecord* rec = FindJob(req.job_id());
-  if (rec == nullptr) {
-    return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
-  }
+  absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+  if (!found.ok()) return found.status();
+  const JobRecord* rec = *found;
   *resp = rec->job;
   if (req.include_history()) *resp->mutable_history() = rec->history.history();
   return absl::OkStatus();
@@ -560,10 +471,9 @@ absl::Status Scheduler::CancelJob(const v1::CancelJobRequest& req, v1::CancelJob
   }
   absl::MutexLock l(&mu_);
   if (!store_error_.ok()) return store_error_;
-  JobRecord* rec = FindJob(req.job_id());
-  if (rec == nullptr) {
-    return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
-  }
+  absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+  if (!found.ok()) return found.status();
+  JobRecord* rec = *found;
   if (!IsTerminal(rec->job.state())) {
     Finish(*rec, v1::JOB_CANCELLED,
            req.reason().empty() ? "cancelled by a user" : absl::StrCat("cancelled: ", req.reason()));
@@ -576,10 +486,9 @@ absl::Status Scheduler::CancelJob(const v1::CancelJobRequest& req, v1::CancelJob
 absl::Status Scheduler::GetShardMap(const v1::GetShardMapRequest& req, v1::ShardMap* resp) {
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
   absl::MutexLock l(&mu_);
-  const JobRecord* rec = FindJob(req.job_id());
-  if (rec == nullptr) {
-    return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
-  }
+  absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+  if (!found.ok()) return found.status();
+  const JobRecord* rec = *found;
   if (rec->shard_map.epoch() == 0) {
     return absl::FailedPreconditionError(absl::StrCat("job ", req.job_id(), " is ",
                                                       JobStateName(rec->job.state()),
@@ -593,10 +502,9 @@ absl::Status Scheduler::ReportProgress(const v1::ReportProgressRequest& req,
                                        v1::ReportProgressResponse* resp) {
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
   absl::MutexLock l(&mu_);
-  JobRecord* rec = FindJob(req.job_id());
-  if (rec == nullptr) {
-    return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
-  }
+  absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+  if (!found.ok()) return found.status();
+  JobRecord* rec = *found;
   v1::Job& job = rec->job;
   if (!HoldsResources(job.state())) {
     // Finished, or queued again after a failed placement: the task has nothing to do.
@@ -672,8 +580,9 @@ absl::Status Scheduler::ClusterStatus(const v1::ClusterStatusRequest& req,
   std::vector<v1::NodeStatus> nodes = registry_.Snapshot();
   std::vector<v1::ShardLoad> loads = registry_.ShardLoads();
   absl::MutexLock l(&mu_);
-  if (!req.job_id().empty() && FindJob(req.job_id()) == nullptr) {
-    return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
+  if (!req.job_id().empty()) {
+    absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+    if (!found.ok()) return found.status();
   }
   absl::flat_hash_map<std::string, std::vector<std::string>> node_jobs;
   for (const std::string& id : order_) {
@@ -717,110 +626,5 @@ absl::Status Scheduler::ClusterStatus(const v1::ClusterStatusRequest& req,
 }  // namespace pscluster::scheduler
 
 namespace pscluster::scheduler {
-
-absl::Status Scheduler::CheckpointJob(const v1::CheckpointJobRequest& req,
-                                      v1::CheckpointJobResponse* resp) {
-  if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
-  if (req.dir().size() > 4096) return absl::InvalidArgumentError("dir: longer than 4096 bytes");
-  std::vector<v1::ServerEndpoint> servers;
-  std::string dir = req.dir();
-  {
-    absl::MutexLock l(&mu_);
-    JobRecord* rec = FindJob(req.job_id());
-    if (rec == nullptr) {
-      return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
-    }
-    if (rec->job.state() != v1::JOB_RUNNING) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", req.job_id(), " is ", v1::JobState_Name(rec->job.state()),
-          ": only a running job's servers hold its state"));
-    }
-    if (dir.empty()) dir = rec->job.spec().checkpoint_dir();
-    if (dir.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", req.job_id(), " has no checkpoint_dir: name a directory (psctl checkpoint ",
-          req.job_id(), " --dir DIR)"));
-    }
-    servers.assign(rec->shard_map.servers().begin(), rec->shard_map.servers().end());
-  }
-  // Outside the lock: each server writes its file (the same call the periodic checkpoints make).
-  for (const v1::ServerEndpoint& ep : servers) {
-    auto written = rpc_->Checkpoint(ep.address(), req.job_id(), dir);
-    if (!written.ok()) {
-      return absl::Status(written.status().code(),
-                          absl::StrCat("server ", ep.node_id(), " (", ep.address(),
-                                       "): ", written.status().message()));
-    }
-    v1::CheckpointFile* f = resp->add_files();
-    f->set_server(ep.node_id());
-    f->set_path(written->path());
-    f->set_step(written->step());
-    f->set_bytes(written->bytes());
-  }
-  Log()->info("job {}: checkpoint on demand into {} ({} files)", req.job_id(), dir,
-              resp->files_size());
-  return absl::OkStatus();
-}
-
-// How long the lead worker may take to write an export: its pull waits until every rank has
-// pushed the step, and a large model takes a while to write.
-constexpr absl::Duration kExportTimeout = absl::Seconds(120);
-
-absl::Status Scheduler::ExportJob(const v1::ExportJobRequest& req, v1::ExportJobResponse* resp) {
-  if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
-  if (req.path().size() > 4096) return absl::InvalidArgumentError("path: longer than 4096 bytes");
-  v1::ExportModelRequest call;
-  std::string worker;
-  {
-    absl::MutexLock l(&mu_);
-    JobRecord* rec = FindJob(req.job_id());
-    if (rec == nullptr) {
-      return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
-    }
-    const v1::Job& job = rec->job;
-    if (job.state() != v1::JOB_RUNNING) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", req.job_id(), " is ", JobStateName(job.state()),
-          job.state() == v1::JOB_SUCCEEDED && !job.export_path().empty()
-              ? absl::StrCat(": its model was exported to ", job.export_path(), " at the end")
-              : ": only a running job can be exported on demand"));
-    }
-    std::string path = req.path().empty() ? job.spec().export_path() : req.path();
-    if (path.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", req.job_id(), " has no export_path: name a file (psctl export ", req.job_id(),
-          " --to PATH)"));
-    }
-    const uint32_t lead = LeadRank(job.recovery(), job.progress().workers_size());
-    if (lead >= static_cast<uint32_t>(job.workers_size())) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", req.job_id(), " has no lead rank to export"));
-    }
-    worker = job.workers(lead);
-    call.set_job_id(req.job_id());
-    call.set_rank(lead);
-    call.set_attempt(RankAttempt(job.recovery(), lead));
-    call.set_path(path);
-  }
-  std::optional<v1::NodeStatus> node = registry_.Get(worker);
-  if (!node.has_value() || node->state() != v1::NODE_ALIVE) {
-    return absl::UnavailableError(
-        absl::StrCat("the job's lead worker ", worker, " is not alive; try again after its recovery"));
-  }
-  // Outside the lock: the worker pulls the model from the servers and writes it.
-  auto written = rpc_->ExportModel(node->info().address(), call, kExportTimeout);
-  if (!written.ok()) {
-    return absl::Status(written.status().code(),
-                        absl::StrCat("worker ", worker, " (", node->info().address(), "): ",
-                                     written.status().message()));
-  }
-  resp->set_path(written->path());
-  resp->set_bytes(written->bytes());
-  resp->set_step(written->step());
-  resp->set_worker(worker);
-  Log()->info("job {}: exported on demand to {} by {} (step {}, {} bytes)", req.job_id(),
-              written->path(), worker, written->step(), written->bytes());
-  return absl::OkStatus();
-}
 
 }  // namespace pscluster::scheduler

@@ -2,10 +2,14 @@
 // lifecycle, placement, shard maps, progress and cluster status, all persisted in SQLite.
 //
 // Thread model:
-//  * RPC handlers (the methods named like the RPCs) run on gRPC's callback threads. They only
-//    touch memory and the Store (short SQLite transactions) and never call another daemon.
-//  * Start() launches three threads, which make every outgoing call, outside the lock (each pass
-//    is in a file of its own: scheduler_loop.cc has the loops and the order of the passes):
+//  * RPC handlers (the methods named like the RPCs) run on gRPC's callback threads. They touch
+//    memory and the Store (short SQLite transactions); only CheckpointJob, ExportJob
+//    (job_data_rpcs.cc) and GetTaskLogs (task_logs_rpc.cc) call another daemon, the job's
+//    servers or worker, outside the lock. Node RPCs are in node_rpcs.cc, job RPCs in
+//    scheduler.cc, the elastic ones (scale, drain) in elastic.cc, MoveShard in shard_move.cc.
+//  * Start() launches three threads, which make the other outgoing calls, outside the lock
+//    (each pass is in a file of its own: scheduler_loop.cc has the loops and the order of the
+//    passes):
 //    - the control loop (Loop, or RunOnce() driven by a test): expires leases, hands ranks over,
 //      recovers and rolls back jobs, places queued jobs (UpdateShardMap to the servers,
 //      AssignTask to the workers), stops tasks and drops jobs once they end, balances data, and
@@ -92,6 +96,10 @@ struct SchedulerOptions {
   std::string version = "0.1.0";
   // With the store failed: how often the control loop tries to write its state again.
   absl::Duration store_retry = absl::Seconds(1);
+  // --checkpoint_root (a ResolveRoot result; empty = unconfined): the checkpoints the scheduler
+  // reads to find a recovery point, a job's checkpoint_dir and CheckpointJob's dir must lie
+  // under it; outside it, PERMISSION_DENIED naming the root.
+  std::string checkpoint_root;
 };
 
 class Scheduler {
@@ -105,7 +113,8 @@ class Scheduler {
                                                            const PlacementPolicy* placement);
   ~Scheduler();
 
-  // Starts / stops the control loop thread (Stop() is idempotent and called by the destructor).
+  // Starts / stops the three threads (control, poll and moves loops; Stop() is idempotent and
+  // called by the destructor).
   void Start();
   void Stop();
   // One pass of the control loop, synchronously (tests drive this with a FakeClock).
@@ -375,6 +384,9 @@ class Scheduler {
 
   // Under mu_.
   JobRecord* FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job, or NOT_FOUND naming the job_id field: the answer of every RPC about an unknown job.
+  absl::StatusOr<JobRecord*> FindJobOrError(const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the job (and `map`, if given) before anything about it is published. A failure, or
   // a store already failed, returns the sticky store error: the caller must then not send what
   // it was about to send.

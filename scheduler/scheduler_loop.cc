@@ -23,8 +23,13 @@ namespace pscluster::scheduler {
 
 namespace {
 
-constexpr int kMaxCleanupAttempts = 3;
+// A cleanup (StopTask, DropJob) that fails is retried while its node stays live, 1 s after the
+// first failure, then twice as long each time up to 30 s; a warning after the third failure. (A
+// node that is gone needs none: a server that comes back is told to drop what it should not
+// hold when it registers again.)
+constexpr int kCleanupWarnAfter = 3;
 constexpr absl::Duration kCleanupRetry = absl::Seconds(1);
+constexpr absl::Duration kCleanupRetryMax = absl::Seconds(30);
 
 }  // namespace
 
@@ -218,12 +223,12 @@ void Scheduler::RunCleanups() {
     absl::Status s = c.drop_job ? rpc_->DropJob(addr, c.job_id)
                                 : rpc_->StopTask(addr, c.job_id, c.reason);
     if (s.ok()) return;
-    if (++c.attempts >= kMaxCleanupAttempts) {
-      Log()->warn("job {}: giving up on {} at {}: {}", c.job_id,
-                  c.drop_job ? "DropJob" : "StopTask", c.node_id, s);
-      return;
+    if (++c.attempts == kCleanupWarnAfter) {
+      Log()->warn("job {}: {} at {} failed {} times (last: {}); retrying while the node is live",
+                  c.job_id, c.drop_job ? "DropJob" : "StopTask", c.node_id, c.attempts, s);
     }
-    c.not_before = now + kCleanupRetry;
+    c.not_before =
+        now + std::min(kCleanupRetryMax, kCleanupRetry * (1 << std::min(c.attempts - 1, 5)));
     absl::MutexLock l(&mu_);
     cleanups_.push_back(std::move(c));
   };

@@ -120,8 +120,9 @@ absl::Status Scheduler::MoveShard(const v1::MoveShardRequest& req, v1::MoveShard
   if (req.reason().size() > 4096) return absl::InvalidArgumentError("reason: longer than 4096 bytes");
   absl::MutexLock l(&mu_);
   if (!store_error_.ok()) return store_error_;
-  JobRecord* rec = FindJob(req.job_id());
-  if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
+  absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+  if (!found.ok()) return found.status();
+  JobRecord* rec = *found;
   absl::Status s = QueueMove(*rec, req.shard(), req.to(),
                              req.reason().empty() ? "requested by psctl" : req.reason(),
                              resp->mutable_move());

@@ -17,10 +17,9 @@ absl::Status Scheduler::GetTaskLogs(const v1::TaskLogsRequest& req, v1::TaskLogs
   std::string worker;
   {
     absl::MutexLock l(&mu_);
-    JobRecord* rec = FindJob(req.job_id());
-    if (rec == nullptr) {
-      return absl::NotFoundError(absl::StrCat("job_id: no job '", req.job_id(), "'"));
-    }
+    absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+    if (!found.ok()) return found.status();
+    JobRecord* rec = *found;
     const v1::Job& job = rec->job;
     if (!job.spec().has_entrypoint()) {
       return absl::FailedPreconditionError(absl::StrCat(

@@ -1,0 +1,276 @@
+// The scheduler's passes without sockets: the Scheduler driven by RunOnce() on a FakeClock
+// against FakeClusterRpc (testing/fake_cluster_rpc.h), a real SQLite store in the test's
+// directory, and nodes registered by name only. Each test reads the calls the passes made, in
+// order, and injects failures per node and per call.
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/placement.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/store.h"
+#include "scheduler/testing/fake_cluster_rpc.h"
+
+namespace pscluster::scheduler {
+namespace {
+
+using ::pscluster::scheduler::testing::FakeClusterRpc;
+using ::pscluster::testing::IsOk;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+using ::testing::UnorderedElementsAreArray;
+
+constexpr char kJob[] = R"(name: passes
+model: {kind: mlp, hidden: [8]}
+dataset: {name: fashion_mnist}
+optimizer: {kind: sgd, learning_rate: 0.1}
+consistency: {mode: bsp}
+num_servers: 2
+num_workers: 2
+epochs: 1
+batch_size: 10
+)";
+
+class SchedulerPassesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string db = std::string(std::getenv("TEST_TMPDIR")) + "/" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                           ".db";
+    std::remove(db.c_str());
+    auto store = Store::Open(StoreOptions{db, false});
+    ASSERT_THAT(store, IsOk());
+    store_ = std::move(*store);
+    SchedulerOptions o;
+    o.lease = absl::Seconds(10);
+    o.startup_grace = absl::Seconds(1);
+    auto s = Scheduler::Create(o, store_.get(), &clock_, &rpc_, &placement_);
+    ASSERT_THAT(s, IsOk());
+    sched_ = std::move(*s);
+  }
+
+  // Registers a node at a made-up address (never dialed); returns its id.
+  std::string Add(v1::NodeRole role) {
+    v1::RegisterNodeRequest req;
+    req.mutable_node()->set_role(role);
+    const std::string address = absl::StrCat("10.0.0.", ids_.size() + 1, ":7000");
+    req.mutable_node()->set_address(address);
+    req.mutable_node()->mutable_capacity()->set_cpu_slots(1);
+    req.mutable_node()->mutable_capacity()->set_memory_bytes(uint64_t{1} << 30);
+    req.mutable_node()->set_pid(1000 + ids_.size());
+    v1::RegisterNodeResponse resp;
+    EXPECT_THAT(sched_->RegisterNode(req, &resp), IsOk());
+    ids_.push_back(resp.node_id());
+    addresses_.push_back(address);
+    return resp.node_id();
+  }
+  const std::string& AddressOf(const std::string& id) const {
+    for (size_t i = 0; i < ids_.size(); ++i) {
+      if (ids_[i] == id) return addresses_[i];
+    }
+    ADD_FAILURE() << "no node " << id;
+    return addresses_.front();
+  }
+  std::vector<std::string> AddressesOf(const google::protobuf::RepeatedPtrField<std::string>& ids) {
+    std::vector<std::string> out;
+    for (const std::string& id : ids) out.push_back(AddressOf(id));
+    return out;
+  }
+  void AddCluster(int servers, int workers) {
+    for (int i = 0; i < servers; ++i) Add(v1::ROLE_SERVER);
+    for (int i = 0; i < workers; ++i) Add(v1::ROLE_WORKER);
+  }
+  // Submits the job and runs one pass: it must then be running (fatal otherwise).
+  void StartJob(std::string* id, v1::Job* job) {
+    *id = Submit();
+    sched_->RunOnce();
+    *job = Get(*id);
+    ASSERT_EQ(job->state(), v1::JOB_RUNNING) << job->reason();
+  }
+  // Advances the clock while every node but `silent` heartbeats, then runs one pass.
+  void AdvanceWithout(const std::string& silent, absl::Duration by) {
+    clock_.Advance(by);
+    for (const std::string& n : ids_) {
+      if (n == silent) continue;
+      v1::HeartbeatRequest hb;
+      hb.set_node_id(n);
+      v1::HeartbeatResponse r;
+      ASSERT_THAT(sched_->Heartbeat(hb, &r), IsOk());
+    }
+    sched_->RunOnce();
+  }
+  std::string Submit() {
+    v1::SubmitJobRequest req;
+    req.set_yaml(kJob);
+    req.set_source("job.yaml");
+    v1::SubmitJobResponse resp;
+    EXPECT_THAT(sched_->SubmitJob(req, &resp), IsOk());
+    return resp.job_id();
+  }
+  v1::Job Get(const std::string& id) {
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    EXPECT_THAT(sched_->GetJob(req, &job), IsOk());
+    return job;
+  }
+  // Position of the first / last call of `method` in the call log (-1: none).
+  int First(const std::string& method) const {
+    auto calls = rpc_.calls();
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i].method == method) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  int Last(const std::string& method) const {
+    auto calls = rpc_.calls();
+    for (size_t i = calls.size(); i-- > 0;) {
+      if (calls[i].method == method) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  FakeClock clock_;
+  FakeClusterRpc rpc_;
+  CapacityPlacement placement_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Scheduler> sched_;
+  std::vector<std::string> ids_, addresses_;
+};
+
+// Placement: every server holds the job's map before any worker is given a task, and each rank
+// goes to one worker, attempt 0, from step 0.
+TEST_F(SchedulerPassesTest, PlacementSendsTheMapToEveryServerBeforeAnyTask) {
+  AddCluster(2, 2);
+  std::string id;
+  v1::Job job;
+  ASSERT_NO_FATAL_FAILURE(StartJob(&id, &job));
+  ASSERT_THAT(job.servers(), SizeIs(2));
+  ASSERT_THAT(job.workers(), SizeIs(2));
+  EXPECT_THAT(rpc_.CallsOf("UpdateShardMap"),
+              UnorderedElementsAreArray(AddressesOf(job.servers())));
+  for (const std::string& s : AddressesOf(job.servers())) EXPECT_TRUE(rpc_.Holds(s, id)) << s;
+  ASSERT_GE(First("AssignTask"), 0);
+  EXPECT_LT(Last("UpdateShardMap"), First("AssignTask"));
+  for (int rank = 0; rank < 2; ++rank) {
+    auto assigned = rpc_.assigned(AddressOf(job.workers(rank)));
+    ASSERT_THAT(assigned, SizeIs(1));
+    EXPECT_EQ(assigned[0].rank(), static_cast<uint32_t>(rank));
+    EXPECT_EQ(assigned[0].attempt(), 0u);
+    EXPECT_EQ(assigned[0].start_step(), 0);
+    EXPECT_EQ(assigned[0].shard_map().epoch(), job.shard_map_epoch());
+  }
+}
+
+// A server that refuses the map: no worker is given a task on a half-made placement, and the
+// job is placed once the server answers again.
+TEST_F(SchedulerPassesTest, AServerThatRefusesTheMapStartsNoTask) {
+  const std::string s0 = Add(v1::ROLE_SERVER);
+  Add(v1::ROLE_SERVER);
+  Add(v1::ROLE_WORKER);
+  Add(v1::ROLE_WORKER);
+  rpc_.SetDown(AddressOf(s0), absl::UnavailableError("connection refused"));
+  const std::string id = Submit();
+  sched_->RunOnce();
+  EXPECT_NE(Get(id).state(), v1::JOB_RUNNING);
+  EXPECT_THAT(rpc_.CallsOf("AssignTask"), IsEmpty());
+  rpc_.SetDown(AddressOf(s0), absl::OkStatus());
+  for (int i = 0; i < 10 && Get(id).state() != v1::JOB_RUNNING; ++i) {
+    AdvanceWithout("", absl::Seconds(3));
+  }
+  v1::Job job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_THAT(rpc_.CallsOf("AssignTask"), SizeIs(2));
+}
+
+// A worker lost with its lease: every server fences the rank, and an idle worker resumes it at
+// the slowest of the servers' clocks for that rank, one attempt later; no rollback.
+TEST_F(SchedulerPassesTest, ALostWorkersRankResumesAtTheSlowestServerClock) {
+  AddCluster(2, 3);
+  std::string id;
+  v1::Job job;
+  ASSERT_NO_FATAL_FAILURE(StartJob(&id, &job));
+  rpc_.SetClocks(AddressOf(job.servers(0)), id, {12, 9});
+  rpc_.SetClocks(AddressOf(job.servers(1)), id, {12, 11});
+  const std::string lost = job.workers(1);
+  rpc_.SetDown(AddressOf(lost), absl::UnavailableError("no route to host"));
+  for (int i = 0; i < 4; ++i) AdvanceWithout(lost, absl::Seconds(4));
+  job = Get(id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().handovers(), 1u);
+  EXPECT_EQ(job.recovery().recoveries(), 0u);
+  EXPECT_THAT(job.recovery().last_cause(), HasSubstr(lost));
+  ASSERT_NE(job.workers(1), lost);
+  for (const std::string& s : AddressesOf(job.servers())) {
+    auto fences = rpc_.fences(s);
+    ASSERT_THAT(fences, SizeIs(1)) << s;
+    EXPECT_EQ(fences[0].worker(), 1u);
+    EXPECT_EQ(fences[0].attempt(), 1u);
+    EXPECT_TRUE(rpc_.Holds(s, id)) << s << " dropped the job";
+  }
+  auto assigned = rpc_.assigned(AddressOf(job.workers(1)));
+  ASSERT_THAT(assigned, SizeIs(1));
+  EXPECT_EQ(assigned[0].rank(), 1u);
+  EXPECT_EQ(assigned[0].attempt(), 1u);
+  EXPECT_EQ(assigned[0].start_step(), 9);
+  EXPECT_THAT(rpc_.CallsOf("DropJob"), IsEmpty());
+}
+
+// A hand-over that cannot ask a server where the rank stands rolls the job back instead: its
+// tasks are stopped and it is dropped on the servers that answer.
+TEST_F(SchedulerPassesTest, AHandOverWithoutAServersClockRollsTheJobBack) {
+  AddCluster(2, 3);
+  std::string id;
+  v1::Job job;
+  ASSERT_NO_FATAL_FAILURE(StartJob(&id, &job));
+  rpc_.SetClocks(AddressOf(job.servers(0)), id, {5, 5});
+  // The other server has no clock to give (FAILED_PRECONDITION, as a server that lost it).
+  const std::string kept = job.workers(0);
+  const std::string lost = job.workers(1);
+  rpc_.SetDown(AddressOf(lost), absl::UnavailableError("no route to host"));
+  for (int i = 0; i < 4; ++i) AdvanceWithout(lost, absl::Seconds(4));
+  job = Get(id);
+  EXPECT_EQ(job.recovery().handovers(), 0u);
+  EXPECT_EQ(job.recovery().recoveries(), 1u) << job.reason();
+  EXPECT_THAT(rpc_.CallsOf("StopTask"), Contains(AddressOf(kept)));
+  EXPECT_THAT(rpc_.CallsOf("FenceWorker"), SizeIs(2));
+}
+
+// Cancel: the tasks are stopped first; the job is dropped on its servers once its workers have
+// stopped, and a server that the scheduler cannot reach then while it still heartbeats (a
+// one-sided partition) is asked again, with backoff, until it answers: its tables do not stay.
+TEST_F(SchedulerPassesTest, ACancelledJobIsDroppedOnEveryServerEvenOneThatWasAway) {
+  AddCluster(2, 2);
+  std::string id;
+  v1::Job job;
+  ASSERT_NO_FATAL_FAILURE(StartJob(&id, &job));
+  const std::string away = AddressOf(job.servers(1));
+  rpc_.SetDown(away, absl::UnavailableError("connection refused"));
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(id);
+  v1::CancelJobResponse cancelled;
+  ASSERT_THAT(sched_->CancelJob(cancel, &cancelled), IsOk());
+  for (int i = 0; i < 5; ++i) AdvanceWithout("", absl::Seconds(1));
+  EXPECT_EQ(Get(id).state(), v1::JOB_CANCELLED);
+  EXPECT_THAT(rpc_.CallsOf("StopTask"), SizeIs(2));
+  for (const std::string& w : AddressesOf(job.workers())) EXPECT_FALSE(rpc_.Busy(w)) << w;
+  ASSERT_GE(First("DropJob"), 0);
+  EXPECT_LT(First("StopTask"), First("DropJob"));
+  EXPECT_FALSE(rpc_.Holds(AddressOf(job.servers(0)), id));
+  EXPECT_TRUE(rpc_.Holds(away, id));
+  rpc_.SetDown(away, absl::OkStatus());
+  for (int i = 0; i < 10 && rpc_.Holds(away, id); ++i) AdvanceWithout("", absl::Seconds(2));
+  EXPECT_FALSE(rpc_.Holds(away, id)) << "the server that was away still holds the job";
+}
+
+}  // namespace
+}  // namespace pscluster::scheduler
