@@ -9,6 +9,9 @@
 namespace pscluster::worker {
 namespace {
 
+// How long a new task waits for an ended task's final report to go out (see AssignTask).
+constexpr absl::Duration kEndedTaskWait = absl::Seconds(5);
+
 std::string Hostname() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
@@ -113,6 +116,14 @@ absl::Status WorkerNode::AssignTask(const v1::AssignTaskRequest& request) {
   }
   absl::MutexLock l(&mu_);
   if (shutting_down_) return absl::UnavailableError("worker is shutting down");
+  if (busy_ && task_ended_) {
+    // The task has ended and its final report is on its way: the scheduler may act on the report
+    // (hand the rank back to this worker) before the report's call returns here. Wait for it
+    // rather than refuse the new task as "busy" (mu_ is released meanwhile).
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](bool* busy) { return !*busy; }, &busy_),
+                         kEndedTaskWait);
+  }
   JoinFinishedTaskLocked();
   if (busy_) {
     if (job_id_ == request.job_id() && rank_ == request.rank() &&
@@ -127,6 +138,7 @@ absl::Status WorkerNode::AssignTask(const v1::AssignTaskRequest& request) {
   if (!runner.ok()) return runner.status();
   runner_ = std::move(*runner);
   busy_ = true;
+  task_ended_ = false;
   job_id_ = request.job_id();
   rank_ = request.rank();
   attempt_ = request.attempt();
@@ -155,6 +167,7 @@ void WorkerNode::RunTask(TaskRunner* runner, std::string job_id, uint32_t rank,
   {
     absl::MutexLock l(&mu_);
     final = pending_progress_;
+    task_ended_ = true;
   }
   final.set_rank(rank);
   final.set_attempt(attempt);

@@ -91,6 +91,8 @@ class WorkerNode : public ProgressSink {
   mutable absl::Mutex mu_;
   std::string address_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  // The task's run has returned; its thread is only sending the final report (busy_ until then).
+  bool task_ended_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::string job_id_ ABSL_GUARDED_BY(mu_);
   uint32_t rank_ ABSL_GUARDED_BY(mu_) = 0;

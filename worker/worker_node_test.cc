@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
+#include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/channel.h"
 #include "common/grpc_server.h"
 #include "common/testing/wait_for.h"
@@ -47,9 +51,14 @@ class RecordingScheduler final : public v1::Scheduler::Service {
   }
   grpc::Status ReportProgress(grpc::ServerContext*, const v1::ReportProgressRequest* req,
                               v1::ReportProgressResponse* resp) override {
-    absl::MutexLock l(&mu);
-    reports.push_back(*req);
-    resp->set_cancel(cancel_job);
+    std::function<void(const v1::ReportProgressRequest&)> hook;
+    {
+      absl::MutexLock l(&mu);
+      reports.push_back(*req);
+      resp->set_cancel(cancel_job);
+      hook = on_report;
+    }
+    if (hook) hook(*req);  // Before the worker hears the answer.
     return grpc::Status::OK;
   }
   grpc::Status GetShardMap(grpc::ServerContext*, const v1::GetShardMapRequest* req,
@@ -68,6 +77,7 @@ class RecordingScheduler final : public v1::Scheduler::Service {
   v1::NodeInfo node ABSL_GUARDED_BY(mu);
   v1::HeartbeatRequest last_heartbeat ABSL_GUARDED_BY(mu);
   std::vector<v1::ReportProgressRequest> reports ABSL_GUARDED_BY(mu);
+  std::function<void(const v1::ReportProgressRequest&)> on_report ABSL_GUARDED_BY(mu);
 };
 
 // Runs `steps` steps of 10 ms each, reporting every step; can be told to fail (at step 3).
@@ -373,6 +383,44 @@ TEST_F(WorkerNodeTest, FailureIsReportedWithTheWorkerNamed) {
   EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
   EXPECT_FALSE(scheduler_.reports.back().progress().done());
   EXPECT_FALSE(scheduler_.reports.back().progress().retryable());
+}
+
+// The scheduler acts on a failure report at once: it may hand the rank back to this worker
+// (a new attempt) before the report's call has returned to the worker. The new task is taken,
+// not refused as "busy" with the ended one.
+TEST_F(WorkerNodeTest, TheEndedTasksRankCanComeBackBeforeItsReportReturns) {
+  v1::AssignTaskRequest again = Task("job-1", 1);
+  again.set_attempt(1);
+  std::thread assign;
+  absl::Notification assigned;
+  grpc::Status answer;
+  absl::Cleanup done = [&] {
+    {
+      absl::MutexLock l(&scheduler_.mu);
+      scheduler_.on_report = nullptr;
+    }
+    if (assign.joinable()) assign.join();
+  };
+  {
+    absl::MutexLock l(&scheduler_.mu);
+    scheduler_.on_report = [&](const v1::ReportProgressRequest& r) {
+      if (r.progress().error().empty() || assign.joinable()) return;
+      assign = std::thread([&] {
+        answer = Assign(again);
+        assigned.Notify();
+      });
+      // Without waiting for the ended task, the worker would answer at once (refused).
+      assigned.WaitForNotificationWithTimeout(absl::Milliseconds(500));
+    };
+  }
+  StartNode(10, absl::InternalError("exploded at step 3"));
+  ASSERT_TRUE(Assign(Task("job-1", 1)).ok());
+  ASSERT_TRUE(WaitFor([&] { return assigned.HasBeenNotified(); }));
+  EXPECT_TRUE(answer.ok()) << answer.error_message();
+  v1::WorkerStatus st;
+  auto ctx = CallContext(absl::Seconds(5));
+  ASSERT_TRUE(stub_->Status(ctx.get(), {}, &st).ok());
+  EXPECT_EQ(st.attempt(), 1u);
 }
 
 // A server out of reach within the call deadline is a failure another worker may not meet: the
