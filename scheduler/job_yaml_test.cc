@@ -582,7 +582,7 @@ TEST(JobYamlTest, EveryShippedExampleIsValid) {
   ASSERT_NE(srcdir, nullptr);
   for (const char* name : {"fashion_mlp", "fashion_mlp_ssp", "fashion_mlp_asp", "spam_sparse",
                            "fashion_cnn", "libsvm_linear", "fashion_csv_mlp", "ctr_wide_deep",
-                           "ctr_dlrm"}) {
+                           "ctr_dlrm", "ctr_lr"}) {
     std::string path = absl::StrCat(srcdir, "/pscluster/deploy/examples/", name, ".yaml");
     std::ifstream f(path);
     ASSERT_TRUE(f.good()) << path;

@@ -4,6 +4,10 @@
 //
 //   bazel run //tests/data:gen_ctr_data -- --out_dir=/tmp/ctr --model=fm
 //       [--train_examples=2000000 --test_examples=200000 --keys=3000000 --gzip]
+//
+// The defaults spread the signal over rare values too, more than a few million lines can teach
+// any learner; tests/cluster/ctr_training_test.cc uses a set whose signal sits on the values its
+// lines teach (--zipf=1.4 --signal_ranks=20 --weight_scale=0.6 --factor_scale=0.15).
 #include <zlib.h>
 
 #include <algorithm>
@@ -31,6 +35,10 @@ ABSL_FLAG(uint64_t, keys, 3000000, "Categorical values over all 26 fields.");
 ABSL_FLAG(double, zipf, 1.1, "Zipf exponent of each field's values.");
 ABSL_FLAG(uint32_t, factor_dim, 4, "FM: width of the planted factors.");
 ABSL_FLAG(uint32_t, signal_ranks, 1000, "Weights shrink as 1 / (1 + rank / signal_ranks).");
+ABSL_FLAG(double, bias, -1.2, "Planted logit's constant (sets the click rate).");
+ABSL_FLAG(double, weight_scale, 0.25, "Std of the planted per-value weights of frequent values.");
+ABSL_FLAG(double, factor_scale, 0.17, "FM: std of each entry of a frequent value's factor.");
+ABSL_FLAG(double, dense_scale, 0.15, "Std of the planted weights of log(1 + count).");
 ABSL_FLAG(bool, gzip, false, "Write train.txt.gz and test.txt.gz instead of plain text.");
 
 namespace pscluster::testdata {
@@ -120,12 +128,25 @@ int Main() {
   o.zipf_exponent = absl::GetFlag(FLAGS_zipf);
   o.factor_dim = absl::GetFlag(FLAGS_factor_dim);
   o.signal_ranks = absl::GetFlag(FLAGS_signal_ranks);
+  o.bias = absl::GetFlag(FLAGS_bias);
+  o.weight_scale = absl::GetFlag(FLAGS_weight_scale);
+  o.factor_scale = absl::GetFlag(FLAGS_factor_scale);
+  o.dense_scale = absl::GetFlag(FLAGS_dense_scale);
   if (o.zipf_exponent <= 0 || o.total_keys < 2 * kFields || o.signal_ranks == 0 ||
       o.factor_dim == 0 || o.factor_dim > 256) {
     std::fprintf(stderr,
                  "--zipf must be > 0, --keys >= 52, --signal_ranks >= 1, "
                  "--factor_dim in [1, 256]\n");
     return 2;
+  }
+  for (auto [name, v] : {std::make_pair("bias", o.bias), std::make_pair("weight_scale", o.weight_scale),
+                         std::make_pair("factor_scale", o.factor_scale),
+                         std::make_pair("dense_scale", o.dense_scale)}) {
+    if (!std::isfinite(v) || std::fabs(v) > 100 || (v < 0 && std::string(name) != "bias")) {
+      std::fprintf(stderr, "--%s: %g is not a finite number in [0, 100] ([-100, 100] for bias)\n",
+                   name, v);
+      return 2;
+    }
   }
   const PlantedCtrModel model(o);
   const bool gz = absl::GetFlag(FLAGS_gzip);
@@ -145,9 +166,11 @@ int Main() {
   const uint64_t n_test = absl::GetFlag(FLAGS_test_examples);
   std::string summary = absl::StrFormat(
       "model: %s\nseed: %d\nkeys: %d\nzipf: %g\nfactor_dim: %d\nsignal_ranks: %d\n"
+      "bias: %g\nweight_scale: %g\nfactor_scale: %g\ndense_scale: %g\n"
       "train_examples: %d\ntest_examples: %d\ntrain_click_rate: %.4f\ntest_click_rate: %.4f\n"
       "planted_test_auc: %.4f\nplanted_test_logloss: %.4f\n",
-      kind, o.seed, model.total_keys(), o.zipf_exponent, o.factor_dim, o.signal_ranks, n_train,
+      kind, o.seed, model.total_keys(), o.zipf_exponent, o.factor_dim, o.signal_ranks, o.bias,
+      o.weight_scale, o.factor_scale, o.dense_scale, n_train,
       n_test, n_train > 0 ? double(train.clicks) / n_train : 0.0,
       n_test > 0 ? double(test.clicks) / n_test : 0.0, ExactAuc(std::move(test.scored)),
       n_test > 0 ? test.log_loss / n_test : 0.0);

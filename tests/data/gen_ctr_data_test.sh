@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The generator writes the same files for the same flags, other files for another seed, and
-# reports the planted model's test AUC.
+# reports the planted model's test AUC; the planted signal's flags are checked.
 set -euo pipefail
 bin="$TEST_SRCDIR/pscluster/tests/data/gen_ctr_data"
 for d in a b c; do mkdir -p "$TEST_TMPDIR/$d"; done
@@ -19,3 +19,13 @@ awk -F'\t' 'NF != 40 { exit 1 }' "$TEST_TMPDIR/a/train.txt"
 grep -q '^model: linear$' "$TEST_TMPDIR/c/planted.txt"
 auc="$(sed -n 's/^planted_test_auc: //p' "$TEST_TMPDIR/a/planted.txt")"
 awk -v a="$auc" 'BEGIN { exit !(a > 0.6 && a < 0.95) }' || { echo "planted AUC $auc"; exit 1; }
+# The signal's strengths are flags, written to planted.txt; bad values are refused.
+"$bin" --out_dir="$TEST_TMPDIR/c" "${small[@]}" --weight_scale=0.6 --factor_scale=0.15 >/dev/null
+grep -q '^weight_scale: 0.6$' "$TEST_TMPDIR/c/planted.txt"
+grep -q '^factor_scale: 0.15$' "$TEST_TMPDIR/c/planted.txt"
+for bad in --weight_scale=-1 --factor_scale=-0.5 --bias=1e9; do
+  if "$bin" --out_dir="$TEST_TMPDIR/c" "${small[@]}" "$bad" 2>"$TEST_TMPDIR/err"; then
+    echo "$bad accepted"; exit 1
+  fi
+  grep -q -- "${bad%%=*}" "$TEST_TMPDIR/err" || { cat "$TEST_TMPDIR/err"; exit 1; }
+done

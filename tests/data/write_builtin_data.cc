@@ -1,10 +1,10 @@
 // Writes a built-in data set as files in a standard format, for the example jobs that train
 // through the streaming readers (deploy/examples/libsvm_linear.yaml, fashion_csv_mlp.yaml):
 //
-//   bazel run //tests/data:write_builtin_data -- --dataset=spam_assassin \
-//       --out_dir=/tmp/pscluster/data/spam        # train.libsvm, test.libsvm
-//   bazel run //tests/data:write_builtin_data -- --dataset=fashion_mnist \
-//       --out_dir=/tmp/pscluster/data/fashion     # train.csv, test.csv
+//   bazel run //tests/data:write_builtin_data -- --dataset=spam_assassin
+//       --out_dir=/tmp/pscluster/data/spam        (train.libsvm, test.libsvm)
+//   bazel run //tests/data:write_builtin_data -- --dataset=fashion_mnist
+//       --out_dir=/tmp/pscluster/data/fashion     (train.csv, test.csv)
 #include <cstdio>
 
 #include "absl/flags/flag.h"
