@@ -31,6 +31,7 @@
 #include "server/table.h"
 #include "server/wire.h"
 #include "common/sharding.h"
+#include "tests/bench/apply_bench.h"
 #include "tests/bench/cpu_usage.h"
 #include "tests/bench/ps_bench_baselines.h"
 #include "tests/bench/ps_bench_process.h"
@@ -482,73 +483,6 @@ SparseResult BenchSparse(const std::string& addr, const std::vector<std::vector<
   return r;
 }
 
-// ------------------------------------------------------------------ optimizer
-
-struct ApplyResult {
-  double memcpy_bw = 0;  // Bytes/s, single thread, 16 MiB buffers.
-  double kernel = 0;     // Gradient bytes/s through ApplyUpdate (Adam) on float arrays.
-  double table = 0;      // Through DenseTable::ApplyPayload from a received payload.
-  double kernel_ratio = 0, table_ratio = 0;  // Medians of the per-run ratios to memcpy.
-};
-
-// memcpy, the kernel and the table path, interleaved run by run (see DenseResult).
-ApplyResult BenchApply() {
-  const size_t n = 4 << 20;  // 16 MiB of gradient; weights + 2 slots: 64 MiB touched.
-  auto spec = Opt(v1::OptimizerSpec::ADAM, 1e-3f);
-  auto p = *ResolveOptimizer(spec, "optimizer");
-  std::vector<float> w(n, 0.1f), m(n, 0.f), v(n, 0.f), g(n, 1e-3f), copy(n, 0.f);
-  v1::TableSpec t;
-  t.set_name("t");
-  t.set_kind(v1::DENSE);
-  t.mutable_shape()->add_dims(n);
-  t.set_block_elems(1 << 20);
-  *t.mutable_optimizer() = spec;
-  TableInfo info(t, p, 1);
-  DenseTable table(&info);
-  MemoryBudget budget(0);
-  Check(table.SetHeldShards({true}, &budget), "alloc");
-  // As received: in 64 KiB pieces (the shape of gRPC receive slices), half of them misaligned.
-  std::string bytes(reinterpret_cast<char*>(g.data()), n * 4);
-  bytes.insert(bytes.begin() + (8 << 20), 'x');
-  std::vector<absl::string_view> pieces;
-  for (size_t off = 0; off < bytes.size(); off += 64 << 10) {
-    size_t len = std::min<size_t>(64 << 10, bytes.size() - off);
-    if (off == (8 << 20)) {
-      pieces.emplace_back(bytes.data() + off + 1, len - 1);  // Skips the inserted byte.
-    } else {
-      pieces.emplace_back(bytes.data() + off, len);
-    }
-  }
-  std::vector<double> mc, kr, tb, krr, tbr;
-  for (int run = 0; run <= absl::GetFlag(FLAGS_runs); ++run) {
-    absl::Time t0 = absl::Now();
-    std::memcpy(copy.data(), g.data(), n * 4);
-    absl::Time t1 = absl::Now();
-    ApplyUpdate(p, run + 1, n, g.data(), w.data(), m.data(), v.data());
-    absl::Time t2 = absl::Now();
-    for (uint64_t b = 0; b < table.num_blocks(); ++b) {
-      // Each block takes its quarter of the payload.
-      std::vector<absl::string_view> quarter;
-      size_t begin = b * (4 << 20), end = begin + (4 << 20), at = 0;
-      for (auto piece : pieces) {
-        size_t lo = std::max(begin, at), hi = std::min(end, at + piece.size());
-        if (lo < hi) quarter.push_back(piece.substr(lo - at, hi - lo));
-        at += piece.size();
-      }
-      table.ApplyPayload(table.block(b), 0, 1 << 20, Payload(quarter, nullptr), v1::DT_FLOAT32);
-    }
-    absl::Time t3 = absl::Now();
-    if (run == 0) continue;  // Warm-up.
-    const double bytes_moved = n * 4.0;
-    mc.push_back(bytes_moved / absl::ToDoubleSeconds(t1 - t0));
-    kr.push_back(bytes_moved / absl::ToDoubleSeconds(t2 - t1));
-    tb.push_back(bytes_moved / absl::ToDoubleSeconds(t3 - t2));
-    krr.push_back(kr.back() / mc.back());
-    tbr.push_back(tb.back() / mc.back());
-  }
-  return {Median(mc), Median(kr), Median(tb), Median(krr), Median(tbr)};
-}
-
 // ------------------------------------------------------------------ report
 
 int Main() {
@@ -690,7 +624,7 @@ int Main() {
                     absl::StrFormat("%.2f", MedRatio(sp.many, sp.local)), " |"));
   line("");
   Progress("optimizer apply");
-  ApplyResult ap = BenchApply();
+  ApplyResult ap = BenchApply(absl::GetFlag(FLAGS_runs));
   line("### Optimizer apply (Adam, float32, 16 MiB gradient; weights + 2 slots = 48 MiB more)");
   line("");
   line("| path | gradient GB/s | / single-thread memcpy of the gradient |");

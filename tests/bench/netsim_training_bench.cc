@@ -1,0 +1,162 @@
+// Fashion-MNIST MLP training over shaped links (tests/netsim): the real scheduler, one ps_server
+// and one ps_worker, each on a host of its own whose link is shaped to --rate; the same job is
+// trained with each compression in turn (float32, fp16 transport, top-k 1% with error feedback,
+// int8 with error feedback) in the same run, and its training throughput (samples/s, from the
+// scheduler's progress while the job runs: steps × batch over the time between the first and last
+// progress seen) and final test accuracy reported, with the ratios against float32. Needs root.
+//
+//   bazel run -c opt //tests/bench:netsim_training_bench -- [--rate=1gbit] [--epochs=1]
+//       [--hidden=512,256] [--batch=128] [--out=FILE]      (as root)
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/atomic_file.h"
+#include "tests/netsim/netsim_cluster.h"
+
+ABSL_FLAG(std::string, rate, "1gbit", "every host's link rate");
+ABSL_FLAG(int, epochs, 1, "epochs per job");
+ABSL_FLAG(std::string, hidden, "512,256", "the MLP's hidden widths");
+ABSL_FLAG(int, batch, 128, "batch size");
+ABSL_FLAG(std::string, out, "", "also write the report (markdown) to this file");
+
+namespace pscluster::testing {
+namespace {
+
+struct Variant {
+  const char* name;
+  const char* compression;  // table_compression's "*" entry; "" = float32.
+};
+
+struct Result {
+  double samples_per_sec = 0;
+  double test_accuracy = -1;
+  std::string error;
+};
+
+std::string JobYaml(const std::string& name, const Variant& v) {
+  std::string yaml = absl::StrCat(
+      "name: ", name, "\nmodel:\n  kind: mlp\n  hidden: [", absl::GetFlag(FLAGS_hidden),
+      "]\ndataset:\n  name: fashion_mnist\noptimizer:\n  kind: momentum\n  learning_rate: 0.05\n"
+      "  momentum: 0.9\nconsistency:\n  mode: bsp\nnum_servers: 1\nnum_workers: 1\n"
+      "gpus_per_worker: 0\ndevice: cpu\nepochs: ", absl::GetFlag(FLAGS_epochs),
+      "\nbatch_size: ", absl::GetFlag(FLAGS_batch),
+      "\neval_batch_size: 1000\nnum_virtual_shards: 16\nseed: 7\n");
+  if (*v.compression) absl::StrAppend(&yaml, "table_compression:\n  \"*\": ", v.compression, "\n");
+  return yaml;
+}
+
+Result RunJob(NetsimCluster& c, int index, const Variant& v) {
+  Result r;
+  const std::string name = absl::StrCat("bench-", v.name);
+  CommandResult submit =
+      c.Psctl({"submit", c.WriteFile(absl::StrCat(name, ".yaml"), JobYaml(name, v))});
+  if (submit.exit_code != 0) {
+    r.error = submit.output;
+    return r;
+  }
+  const std::string id = absl::StrCat("job-", index);
+  int64_t first_step = -1, last_step = -1;
+  absl::Time first_at, last_at;
+  const absl::Time deadline = absl::Now() + absl::Minutes(30);
+  while (absl::Now() < deadline) {
+    auto j = c.GetJob(id);
+    const absl::Time now = absl::Now();
+    if (j.ok()) {
+      const int64_t step = j->progress().step();
+      if (j->state() == v1::JOB_RUNNING && step > 0 && step < j->progress().total_steps()) {
+        if (first_step < 0) {
+          first_step = step;
+          first_at = now;
+        }
+        last_step = step;
+        last_at = now;
+      }
+      if (j->state() == v1::JOB_SUCCEEDED || j->state() == v1::JOB_FAILED ||
+          j->state() == v1::JOB_CANCELLED) {
+        if (j->state() != v1::JOB_SUCCEEDED) r.error = j->reason();
+        r.test_accuracy = j->progress().test_accuracy();
+        break;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  if (last_step > first_step) {
+    r.samples_per_sec = static_cast<double>(last_step - first_step) *
+                        absl::GetFlag(FLAGS_batch) / absl::ToDoubleSeconds(last_at - first_at);
+  } else if (r.error.empty()) {
+    r.error = "too few progress reports to measure";
+  }
+  return r;
+}
+
+int Main() {
+  NetsimClusterOptions o;
+  o.servers = 1;
+  o.workers = 1;
+  o.rate = absl::GetFlag(FLAGS_rate);
+  auto cluster = NetsimCluster::Start("netsim_training_bench", o);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "cannot start the network: %s\n", cluster.status().ToString().c_str());
+    return IsUnsupported(cluster.status()) ? 0 : 1;
+  }
+  const Variant variants[] = {
+      {"fp32", ""},
+      {"fp16", "{transport: fp16}"},
+      {"topk1", "{topk_ratio: 0.01}"},
+      {"int8", "{quantize: int8}"},
+  };
+  std::string report = absl::StrFormat(
+      "Fashion-MNIST MLP (hidden %s, batch %d, %d epoch(s), momentum SGD), 1 server x 1 worker, "
+      "links %s\n\n| pushes | samples/s | vs fp32 | test accuracy |\n|---|---|---|---|\n",
+      absl::GetFlag(FLAGS_hidden), absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_epochs),
+      o.rate);
+  double base = 0;
+  int index = 1;
+  for (const Variant& v : variants) {
+    Result r = RunJob(**cluster, index++, v);
+    if (!r.error.empty()) {
+      std::fprintf(stderr, "%s: %s\n%s\n", v.name, r.error.c_str(),
+                   (*cluster)->LogTails().c_str());
+      return 1;
+    }
+    if (base == 0) base = r.samples_per_sec;
+    absl::StrAppendFormat(&report, "| %s | %.0f | %.2fx | %.4f |\n", v.name, r.samples_per_sec,
+                          r.samples_per_sec / base, r.test_accuracy);
+    std::fprintf(stderr, "%s: %.0f samples/s, test accuracy %.4f\n", v.name, r.samples_per_sec,
+                 r.test_accuracy);
+  }
+  std::printf("%s", report.c_str());
+  if (!absl::GetFlag(FLAGS_out).empty()) {
+    absl::Status st = WriteFileAtomically(absl::GetFlag(FLAGS_out), report);
+    if (!st.ok()) std::fprintf(stderr, "%s\n", st.ToString().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace pscluster::testing
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  // The cluster finds the daemons in the runfiles and keeps its files under a scratch
+  // directory, as under `bazel test`; `bazel run` sets neither.
+  if (std::getenv("TEST_SRCDIR") == nullptr) {
+    const char* rf = std::getenv("RUNFILES_DIR");
+    const std::string runfiles = rf != nullptr ? rf : std::string(argv[0]) + ".runfiles";
+    setenv("TEST_SRCDIR", runfiles.c_str(), 1);
+  }
+  if (std::getenv("TEST_TMPDIR") == nullptr) {
+    const std::string tmp = absl::StrCat("/tmp/netsim_training_bench.", getpid());
+    if (!pscluster::MakeDirs(tmp).ok()) return 1;
+    setenv("TEST_TMPDIR", tmp.c_str(), 1);
+  }
+  return pscluster::testing::Main();
+}
