@@ -191,9 +191,10 @@ try:
                  lambda: browser.find_elements(By.CSS_SELECTOR, '#events li[data-class="recovery"]'), 40)
         text = browser.find_element(By.CSS_SELECTOR, '#events li[data-class="recovery"]').text
         print("recovery shown:", text)
-        recoveries = attr(f'#jobs tr[data-job="{job}"] td[data-recoveries]', "data-recoveries")
-        if not recoveries or int(recoveries) < 1:
-            fail(f"the jobs table counts {recoveries} recoveries")
+        # The jobs table comes from the refresh's first fetch and the events from its last, so
+        # the table may count the recovery one refresh later.
+        wait_for("the jobs table to count the recovery", lambda: int(
+            attr(f'#jobs tr[data-job="{job}"] td[data-recoveries]', "data-recoveries") or 0) >= 1, 10)
         wait_for("the killed worker marked not alive", lambda: any(
             e.get_attribute("data-state") in ("SUSPECT", "DEAD")
             for e in browser.find_elements(By.CSS_SELECTOR, "#nodes tr[data-node]")), 20)
