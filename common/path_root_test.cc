@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "common/testing/status_matchers.h"
@@ -25,7 +27,9 @@ class PathRootTest : public ::testing::Test {
     ::mkdir((base_ + "/root").c_str(), 0755);
     ::mkdir((base_ + "/root/jobs").c_str(), 0755);
     ::mkdir((base_ + "/outside").c_str(), 0755);
-    ::symlink((base_ + "/outside").c_str(), (base_ + "/root/escape").c_str());
+    if (::symlink((base_ + "/outside").c_str(), (base_ + "/root/escape").c_str()) != 0) {
+      ASSERT_EQ(errno, EEXIST) << "symlink: " << std::strerror(errno);  // Made by an earlier test.
+    }
     auto r = ResolveRoot(base_ + "/root/", "--checkpoint_root");
     ASSERT_THAT(r.status(), IsOk());
     root_ = *r;

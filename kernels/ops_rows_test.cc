@@ -23,13 +23,6 @@
 namespace pscluster::kernels {
 namespace {
 
-using testing::DeviceArray;
-using testing::FreshSeed;
-using testing::PoisonFloat;
-using testing::RandomFloats;
-using testing::RandomInts;
-using testing::WithinBounds;
-
 // ---- Block copies ----
 
 TEST_F(OpsTest, CopyBlockWithStridesAndAccumulation) {

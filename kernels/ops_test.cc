@@ -26,13 +26,6 @@
 namespace pscluster::kernels {
 namespace {
 
-using testing::DeviceArray;
-using testing::FreshSeed;
-using testing::PoisonFloat;
-using testing::RandomFloats;
-using testing::RandomInts;
-using testing::WithinBounds;
-
 TEST_F(OpsTest, GemmAllTransposesAgainstFloat64) {
   SCOPED_TRACE(Seed());
   struct Shape { int64_t m, n, k; };

@@ -25,6 +25,14 @@
 
 namespace pscluster::kernels {
 
+// The test utilities every op test uses.
+using testing::DeviceArray;
+using testing::FreshSeed;
+using testing::PoisonFloat;
+using testing::RandomFloats;
+using testing::RandomInts;
+using testing::WithinBounds;
+
 class OpsTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -24,6 +24,7 @@
 #include "server/client/ps_client.h"
 #include "server/tcp_frame.h"
 #include "server/tls_stream.h"
+#include "tests/integration/test_certs.h"
 #include "tests/integration/tls_hello.h"
 #include "worker/standalone.h"
 
@@ -35,10 +36,7 @@ constexpr int kSize = 20000;
 class DataAuthTimeoutTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    certs_ = new std::string(std::string(std::getenv("TEST_TMPDIR")) + "/certs");
-    const std::string script =
-        std::string(std::getenv("TEST_SRCDIR")) + "/pscluster/tests/integration/make_certs.sh";
-    ASSERT_EQ(std::system((script + " " + *certs_).c_str()), 0) << "openssl failed";
+    certs_ = new std::string(::pscluster::testing::MakeTestCerts());
   }
   static std::string Cert(const std::string& name) { return *certs_ + "/" + name; }
   static TlsFiles ClientFiles() { return {Cert("client.pem"), Cert("client.key"), Cert("ca.pem")}; }

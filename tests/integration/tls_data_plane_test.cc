@@ -20,6 +20,7 @@
 #include "server/client/tcp_conn.h"
 #include "server/testing/cluster.h"
 #include "server/tls_stream.h"
+#include "tests/integration/test_certs.h"
 #include "tests/integration/tls_hello.h"
 
 namespace pscluster {
@@ -32,10 +33,7 @@ const v1::OptimizerSpec kAdam = Optimizer(v1::OptimizerSpec::ADAM, 0.01f);
 class TlsDataPlaneTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(std::string(std::getenv("TEST_TMPDIR")) + "/certs");
-    const std::string script =
-        std::string(std::getenv("TEST_SRCDIR")) + "/pscluster/tests/integration/make_certs.sh";
-    ASSERT_EQ(std::system((script + " " + *dir_).c_str()), 0) << "openssl failed";
+    dir_ = new std::string(MakeTestCerts());
   }
   static std::string File(const std::string& name) { return *dir_ + "/" + name; }
 

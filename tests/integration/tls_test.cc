@@ -8,6 +8,7 @@
 #include "common/grpc_server.h"
 #include "proto/grpc_health.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
+#include "tests/integration/test_certs.h"
 
 namespace pscluster {
 namespace {
@@ -15,10 +16,7 @@ namespace {
 class TlsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = std::string(std::getenv("TEST_TMPDIR")) + "/certs";
-    std::string script = std::string(std::getenv("TEST_SRCDIR")) +
-                         "/pscluster/tests/integration/make_certs.sh";
-    ASSERT_EQ(std::system((script + " " + dir_).c_str()), 0) << "openssl failed";
+    dir_ = ::pscluster::testing::MakeTestCerts();
   }
 
   std::unique_ptr<GrpcServer> StartServer(bool mutual) {
