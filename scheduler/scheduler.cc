@@ -29,6 +29,13 @@ Scheduler::Scheduler(const SchedulerOptions& options, Store* store, const Clock*
       registry_(RegistryOptions{options.lease}, clock, store),
       started_(clock->Now()) {
   RegisterMetrics();
+  absl::MutexLock l(&mu_);
+  quotas_ = options.quotas;
+}
+
+void Scheduler::SetQuotas(std::shared_ptr<const Quotas> quotas) {
+  absl::MutexLock l(&mu_);
+  quotas_ = std::move(quotas);
 }
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& options,
@@ -62,6 +69,7 @@ void Scheduler::LoadJobsLocked(std::vector<StoredJob> stored) {
     JobRecord rec;
     rec.job = std::move(sj.job);
     rec.client_token = std::move(sj.client_token);
+    rec.owner = std::move(sj.owner);
     rec.shard_map = std::move(sj.shard_map);
     rec.last_persist = now;
     const std::string id = rec.job.job_id();
@@ -95,7 +103,7 @@ absl::StatusOr<Scheduler::JobRecord*> Scheduler::FindJobOrError(const std::strin
 
 absl::Status Scheduler::Persist(JobRecord& rec, const v1::ShardMap* map) {
   if (!store_error_.ok()) return store_error_;
-  absl::Status s = store_->PutJob(rec.job, rec.client_token, map);
+  absl::Status s = store_->PutJob(rec.job, rec.client_token, map, rec.owner);
   if (!s.ok()) {
     Log()->error("saving job {}: {}", rec.job.job_id(), s);
     StoreFailed(s);
@@ -366,7 +374,41 @@ absl::Status Scheduler::CheckClusterSize(const v1::JobSpec& spec,
 
 // ---- RPC handlers ----
 
+absl::Status Scheduler::CheckQuotaLocked(const std::string& owner) const {
+  if (quotas_ == nullptr) return absl::OkStatus();
+  const Quota* quota = quotas_->For(owner);
+  if (quota == nullptr) return absl::OkStatus();
+  std::vector<std::string> unfinished;
+  uint64_t bytes = 0;
+  for (const std::string& id : order_) {
+    const JobRecord& rec = jobs_.at(id);
+    if (rec.owner != owner || !IsActive(rec.job.state())) continue;
+    unfinished.push_back(id);
+    bytes += rec.server_bytes;
+  }
+  const std::string who = owner.empty() ? "(unauthenticated)" : owner;
+  const std::string where = absl::StrCat("--quota_file ", quotas_->path(), ":", quota->line);
+  if (quota->jobs.has_value() && unfinished.size() >= *quota->jobs) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "quota: identity '", who, "' may have at most ", *quota->jobs,
+        " unfinished jobs (", where, "); it has ", unfinished.size(),
+        unfinished.empty() ? "" : ": ", absl::StrJoin(unfinished, ", ")));
+  }
+  if (quota->server_memory.has_value() && bytes >= *quota->server_memory) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "quota: identity '", who, "' may hold at most ", BytesText(*quota->server_memory),
+        " of server memory (", where, "); its running jobs hold ", bytes,
+        " bytes on their servers (", absl::StrJoin(unfinished, ", "), ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp) {
+  return SubmitJob(req, resp, "");
+}
+
+absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp,
+                                  const std::string& owner) {
   std::string source = req.source().empty() ? "job spec" : req.source();
   if (req.client_token().size() > kMaxTokenBytes) {
     return absl::InvalidArgumentError(
@@ -408,7 +450,9 @@ absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJob
     }
   }
   if (!store_error_.ok()) return store_error_;
-  absl::Status s = CheckClusterSize(spec, source);
+  absl::Status s = CheckQuotaLocked(owner);
+  if (!s.ok()) return s;
+  s = CheckClusterSize(spec, source);
   if (!s.ok()) return s;
   auto n = store_->NextId("job");
   if (!n.ok()) {
@@ -417,6 +461,7 @@ absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJob
   }
   JobRecord rec;
   rec.client_token = req.client_token();
+  rec.owner = owner;
   v1::Job& job = rec.job;
   job.set_job_id(absl::StrCat("job-", *n));
   *job.mutable_spec() = std::move(spec);
@@ -424,15 +469,16 @@ absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJob
   job.set_reason("waiting to be placed");
   job.set_submitted_unix_ms(UnixMs(clock_->Now()));
   *job.mutable_progress() = InitialProgress({});
-  s = store_->PutJob(job, rec.client_token);
+  s = store_->PutJob(job, rec.client_token, nullptr, rec.owner);
   if (!s.ok()) {
     StoreFailed(s);
     return store_error_;
   }
   rec.last_persist = clock_->Now();
   const std::string id = job.job_id();
-  Log()->info("job {} ({}) queued: {} servers, {} workers", id, job.spec().name(),
-              job.spec().num_servers(), job.spec().num_workers());
+  Log()->info("job {} ({}) queued: {} servers, {} workers{}{}", id, job.spec().name(),
+              job.spec().num_servers(), job.spec().num_workers(),
+              rec.owner.empty() ? "" : ", submitted by ", rec.owner);
   if (!rec.client_token.empty()) by_token_[rec.client_token] = id;
   order_.push_back(id);
   jobs_.emplace(id, std::move(rec));

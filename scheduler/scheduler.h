@@ -63,6 +63,7 @@
 #include "scheduler/node_registry.h"
 #include "scheduler/placement.h"
 #include "scheduler/progress_history.h"
+#include "scheduler/quotas.h"
 #include "scheduler/rebalance.h"
 #include "scheduler/store.h"
 
@@ -100,6 +101,9 @@ struct SchedulerOptions {
   // reads to find a recovery point, a job's checkpoint_dir and CheckpointJob's dir must lie
   // under it; outside it, PERMISSION_DENIED naming the root.
   std::string checkpoint_root;
+  // --quota_file: limits per submitting identity (quotas.h); nullptr = none. SetQuotas replaces
+  // them (SIGHUP).
+  std::shared_ptr<const Quotas> quotas;
 };
 
 class Scheduler {
@@ -117,14 +121,22 @@ class Scheduler {
   // called by the destructor).
   void Start();
   void Stop();
-  // One pass of the control loop, synchronously (tests drive this with a FakeClock).
+  // One pass of the control loop and one of the poll loop, synchronously (tests drive this
+  // with a FakeClock).
   void RunOnce();
+  // Replaces the quotas (nullptr: none); submissions after the call are checked against them.
+  void SetQuotas(std::shared_ptr<const Quotas> quotas);
 
   // RPC handlers; errors are the exact gRPC codes documented in proto/scheduler.proto.
   absl::Status RegisterNode(const v1::RegisterNodeRequest& req, v1::RegisterNodeResponse* resp);
   absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp);
   absl::Status Deregister(const v1::DeregisterRequest& req);
   absl::Status SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp);
+  // `owner`: the caller's identity (common/authz.h; "" when the scheduler authenticates no
+  // one), recorded with the job and checked against its quota: RESOURCE_EXHAUSTED naming the
+  // quota, its line in --quota_file, and what the identity holds.
+  absl::Status SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJobResponse* resp,
+                         const std::string& owner);
   absl::Status GetJob(const v1::GetJobRequest& req, v1::Job* resp);
   absl::Status ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
   absl::Status CancelJob(const v1::CancelJobRequest& req, v1::CancelJobResponse* resp);
@@ -182,6 +194,10 @@ class Scheduler {
   struct JobRecord {
     v1::Job job;
     std::string client_token;
+    std::string owner;                // The identity that submitted it (quotas).
+    // Parameter and optimizer-state bytes its servers held at the last poll (backups included;
+    // polled only while a quota limits server memory).
+    uint64_t server_bytes = 0;
     v1::ShardMap shard_map;           // Latest; empty until placed.
     int placement_attempts = 0;
     absl::Time next_attempt;          // Earliest next placement attempt.
@@ -420,6 +436,8 @@ class Scheduler {
   bool MayRecover(JobRecord& rec, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Describe(const std::string& node_id) const;
   absl::Status CheckClusterSize(const v1::JobSpec& spec, const std::string& source) const;
+  // OK when `owner` may submit one more job under quotas_.
+  absl::Status CheckQuotaLocked(const std::string& owner) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Duration StartupGrace() const;
 
   const SchedulerOptions options_;
@@ -436,6 +454,7 @@ class Scheduler {
   absl::flat_hash_map<std::string, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // Job ids, oldest first.
   absl::flat_hash_map<std::string, std::string> by_token_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const Quotas> quotas_ ABSL_GUARDED_BY(mu_);
   std::deque<Cleanup> cleanups_ ABSL_GUARDED_BY(mu_);
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool verify_tasks_ ABSL_GUARDED_BY(mu_) = false;  // Restored running jobs: VerifyTasks...().

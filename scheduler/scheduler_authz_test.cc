@@ -206,5 +206,106 @@ TEST(SchedulerAuthzPlaintextTest, BadAuthorizationHeadersAreUnauthenticated) {
   EXPECT_EQ(jobs.jobs_size(), 0);
 }
 
+// --quota_file over gRPC: the submitter is the identity of its token, and its quota (not
+// another identity's) decides; the quotas are read again by ReloadQuotas (SIGHUP).
+TEST(SchedulerQuotaTest, TheCallersIdentityIsCheckedAgainstItsQuota) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  std::ofstream(dir + "/quota-tokens") << Sha256Hex("alice-token") << " alice admin\n"
+                                       << Sha256Hex("carl-token") << " carl admin\n"
+                                       << Sha256Hex("node-token") << " agent node\n";
+  std::ofstream(dir + "/quotas") << "# identity jobs server_memory\nalice 1 -\n";
+  SchedulerDaemonOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.db_path = dir + "/quota.db";
+  o.db_full_sync = false;
+  o.token_file = dir + "/quota-tokens";
+  o.quota_file = dir + "/quotas";
+  // The nodes below are never there: a refused placement is retried only after the test.
+  o.scheduler.placement_backoff = absl::Hours(1);
+  auto d = SchedulerDaemon::Start(o);
+  ASSERT_THAT(d, IsOk());
+  auto channel = MakeChannel((*d)->address());
+  ASSERT_THAT(channel, IsOk());
+  auto stub = v1::Scheduler::NewStub(*channel);
+  auto call = [&](const std::string& token, auto method, const auto& req, auto* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    return (stub.get()->*method)(&ctx, req, resp);
+  };
+  // A server and a worker, so that a job of one each may be queued.
+  for (v1::NodeRole role : {v1::ROLE_SERVER, v1::ROLE_WORKER}) {
+    v1::RegisterNodeRequest reg;
+    reg.mutable_node()->set_role(role);
+    reg.mutable_node()->set_address(role == v1::ROLE_SERVER ? "127.0.0.1:1" : "127.0.0.1:2");
+    reg.mutable_node()->mutable_capacity()->set_cpu_slots(1);
+    reg.mutable_node()->mutable_capacity()->set_memory_bytes(uint64_t{1} << 30);
+    reg.mutable_node()->set_pid(4242);
+    v1::RegisterNodeResponse registered;
+    grpc::Status s = call("node-token", &v1::Scheduler::Stub::RegisterNode, reg, &registered);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  v1::SubmitJobRequest req;
+  req.set_yaml(R"(name: quota
+model: {kind: mlp, hidden: [8]}
+dataset: {name: fashion_mnist}
+optimizer: {kind: sgd, learning_rate: 0.1}
+num_servers: 1
+num_workers: 1
+epochs: 1
+batch_size: 10
+)");
+  v1::SubmitJobResponse resp;
+  grpc::Status s = call("alice-token", &v1::Scheduler::Stub::SubmitJob, req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const std::string first = resp.job_id();
+  s = call("alice-token", &v1::Scheduler::Stub::SubmitJob, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_THAT(s.error_message(),
+              HasSubstr(absl::StrCat("quota: identity 'alice' may have at most 1 unfinished "
+                                     "jobs (--quota_file ",
+                                     dir, "/quotas:2); it has 1: ", first)));
+  // carl has no line and no default: no quota.
+  s = call("carl-token", &v1::Scheduler::Stub::SubmitJob, req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+
+  // A raised quota, read again.
+  std::ofstream(dir + "/quotas") << "alice 2 -\n";
+  ASSERT_THAT((*d)->ReloadQuotas(), IsOk());
+  s = call("alice-token", &v1::Scheduler::Stub::SubmitJob, req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  // A broken file is refused and the quotas in force stay.
+  std::ofstream(dir + "/quotas") << "alice lots -\n";
+  EXPECT_THAT((*d)->ReloadQuotas(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("/quotas:1: jobs")));
+  s = call("alice-token", &v1::Scheduler::Stub::SubmitJob, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+}
+
+TEST(SchedulerQuotaTest, AQuotaFileNeedsATokenFileAndMustParse) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  std::ofstream(dir + "/q-ok") << "* 3 1GiB\n";
+  std::ofstream(dir + "/q-bad") << "alice 1\n";
+  std::ofstream(dir + "/q-tokens") << Sha256Hex("alice-token") << " alice admin\n";
+  SchedulerDaemonOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.db_path = dir + "/q.db";
+  o.db_full_sync = false;
+  o.quota_file = dir + "/q-ok";
+  EXPECT_THAT(SchedulerDaemon::Start(o), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                  HasSubstr("--quota_file: quotas are per "
+                                                            "identity and need --token_file")));
+  o.token_file = dir + "/q-tokens";
+  o.quota_file = dir + "/q-bad";
+  EXPECT_THAT(SchedulerDaemon::Start(o),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(absl::StrCat("--quota_file ", dir, "/q-bad:1: expected"))));
+  o.quota_file = dir + "/q-missing";
+  EXPECT_THAT(SchedulerDaemon::Start(o), StatusIs(absl::StatusCode::kNotFound,
+                                                  HasSubstr("--quota_file")));
+  o.quota_file = dir + "/q-ok";
+  EXPECT_THAT(SchedulerDaemon::Start(o), IsOk());
+}
+
 }  // namespace
 }  // namespace pscluster::scheduler

@@ -34,7 +34,19 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   rpc_options.cluster_key = *cluster_key;
   d->rpc_ = std::make_unique<GrpcClusterRpc>(rpc_options);
 
-  auto sched = Scheduler::Create(options.scheduler, d->store_.get(), clock, d->rpc_.get(),
+  SchedulerOptions scheduler_options = options.scheduler;
+  if (!options.quota_file.empty()) {
+    if (options.token_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--quota_file: quotas are per identity and need --token_file (without it callers are "
+          "not identified)");
+    }
+    auto quotas = Quotas::Load(options.quota_file);
+    if (!quotas.ok()) return quotas.status();
+    scheduler_options.quotas = std::make_shared<const Quotas>(std::move(*quotas));
+    d->quota_file_ = options.quota_file;
+  }
+  auto sched = Scheduler::Create(scheduler_options, d->store_.get(), clock, d->rpc_.get(),
                                  &d->placement_);
   if (!sched.ok()) return sched.status();
   d->scheduler_ = std::move(*sched);
@@ -111,6 +123,14 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   Logger("scheduler")->info("scheduler {} serving on {} with database {}",
                             options.scheduler.version, d->server_->address(), options.db_path);
   return d;
+}
+
+absl::Status SchedulerDaemon::ReloadQuotas() {
+  if (quota_file_.empty()) return absl::OkStatus();
+  auto quotas = Quotas::Load(quota_file_);
+  if (!quotas.ok()) return quotas.status();
+  scheduler_->SetQuotas(std::make_shared<const Quotas>(std::move(*quotas)));
+  return absl::OkStatus();
 }
 
 SchedulerDaemon::~SchedulerDaemon() { Shutdown(); }

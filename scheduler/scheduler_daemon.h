@@ -36,6 +36,8 @@ struct SchedulerDaemonOptions {
   TlsFiles tls;                 // Server side; also presented to servers and workers.
   // Identities and roles of callers (common/token_file.h); empty = every call is allowed.
   std::string token_file;
+  // Quotas per identity (quotas.h; re-read by ReloadQuotas); empty = none. Needs token_file.
+  std::string quota_file;
   // Calls that change state (SubmitJob, CancelJob, MoveShard, CheckpointJob, ExportJob) and
   // refused calls, as JSON lines (common/audit_log.h); "" = none.
   std::string audit_log;
@@ -63,6 +65,8 @@ class SchedulerDaemon {
 
   // Reads the token file again (SIGHUP); on error the previous one stays in force.
   absl::Status ReloadTokenFile() { return authz_->Reload(); }
+  // Reads the quota file again; on error the previous quotas stay in force.
+  absl::Status ReloadQuotas();
 
   const std::string& address() const { return server_->address(); }
   // Port of the /metrics endpoint (0 when it is off).
@@ -86,6 +90,7 @@ class SchedulerDaemon {
   std::unique_ptr<MetricsHttpServer> metrics_;
   std::unique_ptr<StatusHttp> status_http_;
   std::unique_ptr<HttpServer> http_;
+  std::string quota_file_;
   bool shut_down_ = false;
   // gRPC health follows the store (Scheduler::OnServingChanged), which may change from the
   // control loop before the server exists.

@@ -131,12 +131,14 @@ void Scheduler::PollServers() {
   absl::Time now = clock_->Now();
   {
     absl::MutexLock l(&mu_);
+    // A quota on server memory needs every running job's memory.
+    const bool memory = quotas_ != nullptr && quotas_->limits_memory();
     for (const std::string& id : order_) {
       JobRecord& rec = jobs_[id];
       if (rec.job.state() != v1::JOB_RUNNING) continue;
       // Who is waited for (BSP, SSP); whether primaries reach their backups (replicas).
       if (rec.job.spec().consistency().mode() == v1::ConsistencySpec::ASP &&
-          rec.job.spec().replication() <= 1) {
+          rec.job.spec().replication() <= 1 && !memory) {
         continue;
       }
       if (now - rec.last_poll < options_.status_poll_interval) continue;
@@ -154,6 +156,7 @@ void Scheduler::PollServers() {
     std::set<uint32_t> waiting;
     std::set<std::pair<std::string, std::string>> unreachable;  // (primary, backup address)
     bool any = false;
+    uint64_t bytes = 0;
     for (size_t k = 0; k < p.addresses.size(); ++k) {
       auto st = rpc_->ServerStatus(p.addresses[k], p.job_id);
       if (!st.ok()) {
@@ -165,6 +168,7 @@ void Scheduler::PollServers() {
         if (j.job_id() != p.job_id) continue;
         waiting.insert(j.waiting_for().begin(), j.waiting_for().end());
         for (const std::string& b : j.unreachable_backups()) unreachable.emplace(p.nodes[k], b);
+        for (const v1::TableStatus& t : j.tables()) bytes += t.bytes();
       }
     }
     if (!any) return;
@@ -177,6 +181,7 @@ void Scheduler::PollServers() {
       }
     }
     rec->server_waiting_for.assign(waiting.begin(), waiting.end());
+    rec->server_bytes = bytes;
     Summarize(rec->job.spec(), rec->server_waiting_for, rec->job.mutable_progress());
   });
 }

@@ -73,6 +73,11 @@ ABSL_FLAG(std::string, token_file, "",
           "identities and roles allowed to call the scheduler: lines 'SHA256_HEX_OF_TOKEN|- "
           "IDENTITY ROLE[,ROLE...]' (re-read on SIGHUP); empty = no authentication (a warning "
           "is logged)");
+ABSL_FLAG(std::string, quota_file, "",
+          "limits per identity of --token_file: lines 'IDENTITY|* JOBS|- SERVER_MEMORY|-' (at "
+          "most JOBS unfinished jobs; no new job once its running jobs hold SERVER_MEMORY bytes "
+          "on their servers, e.g. 8GiB); past them SubmitJob answers RESOURCE_EXHAUSTED naming "
+          "the quota (re-read on SIGHUP; needs --token_file); empty = no quotas");
 ABSL_FLAG(std::string, credential_file, "",
           "file holding the token the scheduler sends to servers and workers (its identity "
           "needs role scheduler there)");
@@ -167,6 +172,7 @@ int main(int argc, char** argv) {
   options.tls.key = absl::GetFlag(FLAGS_tls_key);
   options.tls.ca = absl::GetFlag(FLAGS_tls_ca);
   options.token_file = absl::GetFlag(FLAGS_token_file);
+  options.quota_file = absl::GetFlag(FLAGS_quota_file);
   options.audit_log = absl::GetFlag(FLAGS_audit_log);
   if (!absl::GetFlag(FLAGS_credential_file).empty()) {
     auto token = pscluster::ReadCredentialFile(absl::GetFlag(FLAGS_credential_file));
@@ -182,7 +188,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGHUP);  // Reads --token_file again.
+  sigaddset(&stop_signals, SIGHUP);  // Reads --token_file and --quota_file again.
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   auto daemon = pscluster::scheduler::SchedulerDaemon::Start(options);
@@ -196,6 +202,15 @@ int main(int argc, char** argv) {
     } else {
       pscluster::Logger("scheduler")->error(
           "SIGHUP: token file not reloaded, the previous one stays: {}", reloaded);
+    }
+    if (!options.quota_file.empty()) {
+      reloaded = (*daemon)->ReloadQuotas();
+      if (reloaded.ok()) {
+        pscluster::Logger("scheduler")->info("SIGHUP: quota file reloaded");
+      } else {
+        pscluster::Logger("scheduler")->error(
+            "SIGHUP: quota file not reloaded, the previous one stays: {}", reloaded);
+      }
     }
   }
   pscluster::Logger("scheduler")->info("signal {}: shutting down", sig);

@@ -23,6 +23,7 @@ namespace {
 
 using ::pscluster::scheduler::testing::FakeClusterRpc;
 using ::pscluster::testing::IsOk;
+using ::pscluster::testing::StatusIs;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -50,12 +51,23 @@ class SchedulerPassesTest : public ::testing::Test {
     auto store = Store::Open(StoreOptions{db, false});
     ASSERT_THAT(store, IsOk());
     store_ = std::move(*store);
+    ASSERT_NO_FATAL_FAILURE(Restart());
+  }
+  // A new scheduler over the same store (a restart), with `quotas`.
+  void Restart(std::shared_ptr<const Quotas> quotas = nullptr) {
+    sched_.reset();
     SchedulerOptions o;
     o.lease = absl::Seconds(10);
     o.startup_grace = absl::Seconds(1);
+    o.quotas = std::move(quotas);
     auto s = Scheduler::Create(o, store_.get(), &clock_, &rpc_, &placement_);
     ASSERT_THAT(s, IsOk());
     sched_ = std::move(*s);
+  }
+  static std::shared_ptr<const Quotas> QuotasOf(const std::string& text) {
+    auto q = Quotas::Parse(text, "quotas.txt");
+    EXPECT_THAT(q, IsOk());
+    return q.ok() ? std::make_shared<const Quotas>(std::move(*q)) : nullptr;
   }
 
   // Registers a node at a made-up address (never dialed); returns its id.
@@ -109,11 +121,17 @@ class SchedulerPassesTest : public ::testing::Test {
     sched_->RunOnce();
   }
   std::string Submit() {
+    auto id = SubmitAs("");
+    EXPECT_THAT(id, IsOk());
+    return id.ok() ? *id : "";
+  }
+  absl::StatusOr<std::string> SubmitAs(const std::string& owner) {
     v1::SubmitJobRequest req;
     req.set_yaml(kJob);
     req.set_source("job.yaml");
     v1::SubmitJobResponse resp;
-    EXPECT_THAT(sched_->SubmitJob(req, &resp), IsOk());
+    absl::Status s = sched_->SubmitJob(req, &resp, owner);
+    if (!s.ok()) return s;
     return resp.job_id();
   }
   v1::Job Get(const std::string& id) {
@@ -270,6 +288,72 @@ TEST_F(SchedulerPassesTest, ACancelledJobIsDroppedOnEveryServerEvenOneThatWasAwa
   rpc_.SetDown(away, absl::OkStatus());
   for (int i = 0; i < 10 && rpc_.Holds(away, id); ++i) AdvanceWithout("", absl::Seconds(2));
   EXPECT_FALSE(rpc_.Holds(away, id)) << "the server that was away still holds the job";
+}
+
+// Quotas (--quota_file): an identity's unfinished jobs are counted, its own only, across a
+// scheduler restart (the owner is stored with the job); a job that ends frees its place.
+TEST_F(SchedulerPassesTest, AnIdentityPastItsJobQuotaIsRefusedNamingTheQuota) {
+  AddCluster(2, 2);
+  sched_->SetQuotas(QuotasOf("alice 1 -\n* 2 -\n"));
+  auto first = SubmitAs("alice");
+  ASSERT_THAT(first, IsOk());
+  EXPECT_THAT(SubmitAs("alice"),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr(absl::StrCat("quota: identity 'alice' may have at most 1 "
+                                              "unfinished jobs (--quota_file quotas.txt:1); it "
+                                              "has 1: ",
+                                              *first))));
+  // Others have their own count (the default line).
+  ASSERT_THAT(SubmitAs("bob"), IsOk());
+  ASSERT_THAT(SubmitAs("bob"), IsOk());
+  EXPECT_THAT(SubmitAs("bob"), StatusIs(absl::StatusCode::kResourceExhausted,
+                                        HasSubstr("quotas.txt:2); it has 2")));
+  v1::ListJobsRequest list;
+  v1::ListJobsResponse listed;
+  ASSERT_THAT(sched_->ListJobs(list, &listed), IsOk());
+  EXPECT_THAT(listed.jobs(), SizeIs(3)) << "a refused submission left a job";
+
+  // After a restart the job still counts for alice.
+  ASSERT_NO_FATAL_FAILURE(Restart(QuotasOf("alice 1 -\n")));
+  EXPECT_THAT(SubmitAs("alice"), StatusIs(absl::StatusCode::kResourceExhausted,
+                                          HasSubstr(*first)));
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(*first);
+  v1::CancelJobResponse cancelled;
+  ASSERT_THAT(sched_->CancelJob(cancel, &cancelled), IsOk());
+  EXPECT_THAT(SubmitAs("alice"), IsOk());
+  // No quota file: no limit.
+  sched_->SetQuotas(nullptr);
+  EXPECT_THAT(SubmitAs("alice"), IsOk());
+}
+
+// A quota on server memory: the bytes the servers report for the identity's running jobs, as
+// last polled; submissions are refused while they are at or over it.
+TEST_F(SchedulerPassesTest, AnIdentityWhoseJobsHoldItsServerMemoryQuotaIsRefused) {
+  ASSERT_NO_FATAL_FAILURE(Restart(QuotasOf("* - 1MiB\n")));
+  AddCluster(2, 2);
+  auto id = SubmitAs("alice");
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  ASSERT_THAT(job.servers(), SizeIs(2));
+  rpc_.SetTableBytes(AddressOf(job.servers(0)), *id, 700 << 10);
+  rpc_.SetTableBytes(AddressOf(job.servers(1)), *id, 400 << 10);
+  clock_.Advance(absl::Seconds(2));  // Past status_poll_interval since RunOnce's poll.
+  sched_->RunOnce();
+  EXPECT_THAT(SubmitAs("alice"),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr(absl::StrCat("quota: identity 'alice' may hold at most 1 MiB of "
+                                              "server memory (--quota_file quotas.txt:1); its "
+                                              "running jobs hold 1126400 bytes on their servers (",
+                                              *id, ")"))));
+  EXPECT_THAT(SubmitAs("bob"), IsOk()) << "bob's jobs hold nothing yet";
+  // The tables shrink (rows expired): alice may submit again once a poll has seen it.
+  rpc_.SetTableBytes(AddressOf(job.servers(0)), *id, 100 << 10);
+  clock_.Advance(absl::Seconds(2));
+  sched_->RunOnce();
+  EXPECT_THAT(SubmitAs("alice"), IsOk());
 }
 
 }  // namespace

@@ -17,7 +17,17 @@ SchedulerService::SchedulerService(Scheduler* handler, const Authorizer* authz)
   Serve<v1::DeregisterRequest, v1::DeregisterResponse>(
       "Deregister", [this](grpc::CallbackServerContext*, const v1::DeregisterRequest& req,
                            v1::DeregisterResponse*, Done done) { done(handler_->Deregister(req)); });
-  Inline("SubmitJob", &Scheduler::SubmitJob);
+  // The job is recorded with its submitter's identity, which its quota is checked for.
+  Serve<v1::SubmitJobRequest, v1::SubmitJobResponse>(
+      "SubmitJob", [this](grpc::CallbackServerContext* ctx, const v1::SubmitJobRequest& req,
+                          v1::SubmitJobResponse* resp, Done done) {
+        std::string owner;
+        if (authorizer() != nullptr) {
+          // Already authorized by Serve(); this only names the caller.
+          (void)authorizer()->Check(*ctx, "pscluster.v1.Scheduler.SubmitJob", &owner);
+        }
+        done(handler_->SubmitJob(req, resp, owner));
+      });
   Inline("GetJob", &Scheduler::GetJob);
   Inline("ListJobs", &Scheduler::ListJobs);
   Inline("CancelJob", &Scheduler::CancelJob);

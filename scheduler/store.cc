@@ -10,7 +10,8 @@
 namespace pscluster::scheduler {
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// 2: jobs.owner.
+constexpr int kSchemaVersion = 2;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -20,7 +21,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   job_id TEXT PRIMARY KEY,
   submitted_ms INTEGER NOT NULL,
   client_token TEXT NOT NULL DEFAULT '',
-  record BLOB NOT NULL);
+  record BLOB NOT NULL,
+  owner TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS shard_maps (
   job_id TEXT NOT NULL,
   epoch INTEGER NOT NULL,
@@ -71,7 +73,7 @@ class SqliteStore final : public Store {
   absl::Status PutNode(const v1::NodeStatus& node) override;
   absl::StatusOr<std::vector<v1::NodeStatus>> LoadNodes() override;
   absl::Status PutJob(const v1::Job& job, absl::string_view client_token,
-                      const v1::ShardMap* map) override;
+                      const v1::ShardMap* map, absl::string_view owner) override;
   absl::StatusOr<std::vector<StoredJob>> LoadJobs() override;
   const std::string& path() const override { return path_; }
 
@@ -135,6 +137,14 @@ absl::StatusOr<std::unique_ptr<Store>> SqliteStore::Open(const StoreOptions& opt
         "; this ps_scheduler understands up to ", kSchemaVersion, " (a newer build wrote it)"));
   }
   s = store->Exec(kSchema);
+  if (s.ok() && version == 1) {
+    // Written by a build before job owners (its jobs have none): the column and the version
+    // change in one transaction.
+    s = store->Exec(
+        "BEGIN; ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT ''; "
+        "PRAGMA user_version=2; COMMIT;");
+    if (!s.ok()) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
   if (s.ok()) s = store->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion).c_str());
   if (!s.ok()) return s;
   return std::unique_ptr<Store>(std::move(store));
@@ -232,7 +242,7 @@ absl::StatusOr<std::vector<v1::NodeStatus>> SqliteStore::LoadNodes() {
 }
 
 absl::Status SqliteStore::PutJob(const v1::Job& job, absl::string_view client_token,
-                           const v1::ShardMap* map) {
+                                 const v1::ShardMap* map, absl::string_view owner) {
   absl::MutexLock l(&mu_);
   absl::Status s = Exec("BEGIN IMMEDIATE");
   if (!s.ok()) return s;
@@ -245,7 +255,9 @@ absl::Status SqliteStore::PutJob(const v1::Job& job, absl::string_view client_to
     Stmt st(db_,
             // An upsert, not INSERT OR REPLACE: a replaced row would get a new rowid, and the
             // rowid orders jobs submitted in the same millisecond.
-            "INSERT INTO jobs(job_id, submitted_ms, client_token, record) VALUES(?1, ?2, ?3, ?4) "
+            // The owner is kept from the first write.
+            "INSERT INTO jobs(job_id, submitted_ms, client_token, record, owner) "
+            "VALUES(?1, ?2, ?3, ?4, ?5) "
             "ON CONFLICT(job_id) DO UPDATE SET submitted_ms = excluded.submitted_ms, "
             "client_token = excluded.client_token, record = excluded.record");
     if (!st.ok()) return fail("prepare a job write");
@@ -253,6 +265,7 @@ absl::Status SqliteStore::PutJob(const v1::Job& job, absl::string_view client_to
     st.Int(2, job.submitted_unix_ms());
     st.Text(3, client_token);
     st.Blob(4, job.SerializeAsString());
+    st.Text(5, owner);
     if (st.Step() != SQLITE_DONE) return fail(absl::StrCat("write job ", job.job_id()));
   }
   if (map != nullptr) {
@@ -276,7 +289,7 @@ absl::StatusOr<std::vector<StoredJob>> SqliteStore::LoadJobs() {
   Stmt q(db_,
          "SELECT j.job_id, j.client_token, j.record, "
          "  (SELECT m.map FROM shard_maps m WHERE m.job_id = j.job_id "
-         "   ORDER BY m.epoch DESC LIMIT 1) "
+         "   ORDER BY m.epoch DESC LIMIT 1), j.owner "
          // Submission order: by time, then by the id's sequence number ("job-N"; databases
          // written before the upsert above have rowids out of order).
          "FROM jobs j ORDER BY j.submitted_ms, "
@@ -288,6 +301,7 @@ absl::StatusOr<std::vector<StoredJob>> SqliteStore::LoadJobs() {
     StoredJob j;
     std::string id = q.ColumnText(0);
     j.client_token = q.ColumnText(1);
+    j.owner = q.ColumnText(4);
     if (!j.job.ParseFromString(q.ColumnBlob(2)) || j.job.job_id() != id) {
       return absl::DataLossError(absl::StrCat("scheduler database ", path_,
                                               ": the record of job ", id, " cannot be parsed"));

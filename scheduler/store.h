@@ -29,6 +29,7 @@ struct StoreOptions {
 struct StoredJob {
   v1::Job job;
   std::string client_token;  // Idempotency key of the submission ("" = none).
+  std::string owner;         // Identity that submitted it ("" = unauthenticated).
   v1::ShardMap shard_map;    // Latest shard map (empty when the job was never placed).
 };
 
@@ -55,8 +56,10 @@ class Store {
   virtual absl::StatusOr<std::vector<v1::NodeStatus>> LoadNodes() = 0;
 
   // Inserts or replaces a job (and, when `map` is given, records that shard map) atomically.
+  // `owner` is recorded by the job's first write only: a job never changes hands.
   virtual absl::Status PutJob(const v1::Job& job, absl::string_view client_token,
-                              const v1::ShardMap* map = nullptr) = 0;
+                              const v1::ShardMap* map = nullptr,
+                              absl::string_view owner = "") = 0;
   // Every job, oldest first, with its latest shard map.
   virtual absl::StatusOr<std::vector<StoredJob>> LoadJobs() = 0;
 

@@ -1,5 +1,7 @@
 #include "scheduler/store.h"
 
+#include <sqlite3.h>
+
 #include <fstream>
 
 #include "gmock/gmock.h"
@@ -121,6 +123,57 @@ TEST_F(StoreTest, AMissingDirectoryIsNamed) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("/nonexistent-dir/s.db")));
   EXPECT_THAT(Store::Open(StoreOptions{"", true}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--db")));
+}
+
+TEST_F(StoreTest, AJobKeepsTheOwnerOfItsFirstWrite) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_THAT(store->PutJob(MakeJob("job-1", 100, v1::JOB_QUEUED), "", nullptr, "alice"), IsOk());
+    // Later writes (the scheduler's own, without an owner) leave it.
+    ASSERT_THAT(store->PutJob(MakeJob("job-1", 100, v1::JOB_RUNNING), ""), IsOk());
+    ASSERT_THAT(store->PutJob(MakeJob("job-2", 200, v1::JOB_QUEUED), ""), IsOk());
+  }
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto jobs = store->LoadJobs();
+  ASSERT_THAT(jobs, IsOk());
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].owner, "alice");
+  EXPECT_EQ((*jobs)[0].job.state(), v1::JOB_RUNNING);
+  EXPECT_EQ((*jobs)[1].owner, "");
+}
+
+TEST_F(StoreTest, ADatabaseOfSchemaOneGainsOwners) {
+  {
+    // What a build of schema version 1 wrote: jobs without an owner column.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    const std::string record = MakeJob("job-1", 100, v1::JOB_RUNNING).SerializeAsString();
+    const std::string sql =
+        "CREATE TABLE jobs (job_id TEXT PRIMARY KEY, submitted_ms INTEGER NOT NULL, "
+        "client_token TEXT NOT NULL DEFAULT '', record BLOB NOT NULL); "
+        "PRAGMA user_version=1;";
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, "INSERT INTO jobs VALUES('job-1', 100, 'tok', ?1)", -1, &st,
+                                 nullptr),
+              SQLITE_OK);
+    sqlite3_bind_blob(st, 1, record.data(), static_cast<int>(record.size()), SQLITE_TRANSIENT);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+  }
+  for (int reopen = 0; reopen < 2; ++reopen) {  // The second open finds schema 2.
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    auto jobs = store->LoadJobs();
+    ASSERT_THAT(jobs, IsOk());
+    ASSERT_EQ(jobs->size(), 1u);
+    EXPECT_EQ((*jobs)[0].job.job_id(), "job-1");
+    EXPECT_EQ((*jobs)[0].client_token, "tok");
+    EXPECT_EQ((*jobs)[0].owner, "");
+  }
 }
 
 TEST_F(StoreTest, ANewerSchemaIsRefused) {

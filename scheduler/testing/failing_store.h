@@ -39,9 +39,9 @@ class FailingStore final : public Store {
   }
   absl::StatusOr<std::vector<v1::NodeStatus>> LoadNodes() override { return real_->LoadNodes(); }
   absl::Status PutJob(const v1::Job& job, absl::string_view client_token,
-                      const v1::ShardMap* map) override {
+                      const v1::ShardMap* map, absl::string_view owner) override {
     if (absl::Status s = Refuse(); !s.ok()) return s;
-    return real_->PutJob(job, client_token, map);
+    return real_->PutJob(job, client_token, map, owner);
   }
   absl::StatusOr<std::vector<StoredJob>> LoadJobs() override { return real_->LoadJobs(); }
   const std::string& path() const override { return real_->path(); }

@@ -39,6 +39,12 @@ void FakeClusterRpc::SetClocks(const std::string& address, const std::string& jo
   nodes_[address].clocks[job_id] = std::move(clocks);
 }
 
+void FakeClusterRpc::SetTableBytes(const std::string& address, const std::string& job_id,
+                                   uint64_t bytes) {
+  absl::MutexLock l(&mu_);
+  nodes_[address].bytes[job_id] = bytes;
+}
+
 void FakeClusterRpc::FinishTask(const std::string& address) {
   absl::MutexLock l(&mu_);
   nodes_[address].busy = false;
@@ -173,6 +179,13 @@ absl::StatusOr<v1::ServerStatus> FakeClusterRpc::ServerStatus(const std::string&
       ts->set_name(t.name());
       ts->set_kind(t.kind());
       *ts->mutable_spec() = t;
+    }
+    auto bytes = node.bytes.find(id);
+    if (bytes != node.bytes.end()) {
+      v1::TableStatus* ts = j->add_tables();
+      ts->set_name("memory");
+      ts->set_kind(v1::DENSE);
+      ts->set_bytes(bytes->second);
     }
   }
   return st;

@@ -44,6 +44,9 @@ class FakeClusterRpc final : public ClusterRpc {
   // Server `address`'s clock of each rank of `job_id`.
   void SetClocks(const std::string& address, const std::string& job_id,
                  std::vector<int64_t> clocks);
+  // Server `address` reports `bytes` of parameters and optimizer state for `job_id` in its
+  // ServerStatus (as the bytes of one more table, "memory").
+  void SetTableBytes(const std::string& address, const std::string& job_id, uint64_t bytes);
   // Worker `address`'s task ends as if it had finished.
   void FinishTask(const std::string& address);
 
@@ -101,6 +104,7 @@ class FakeClusterRpc final : public ClusterRpc {
     // Server side.
     absl::flat_hash_map<std::string, JobOnServer> jobs;
     absl::flat_hash_map<std::string, std::vector<int64_t>> clocks;  // Set by the test, by job.
+    absl::flat_hash_map<std::string, uint64_t> bytes;  // Set by the test, by job.
     std::vector<v1::UpdateShardMapRequest> map_updates;
     std::vector<v1::FenceWorkerRequest> fences;
     // Worker side.

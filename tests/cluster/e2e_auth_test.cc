@@ -53,10 +53,13 @@ class E2eAuthTest : public ::testing::Test {
     Write(d + "/worker.token", absl::StrCat(kWorker, "\n"));
     Write(d + "/viewer.token", absl::StrCat(kViewer, "\n"));
     Write(d + "/late.token", absl::StrCat(kLateViewer, "\n"));
+    // alice (the admin) submits nothing once her running jobs hold 1 KiB on their servers.
+    Write(d + "/quotas", "# identity jobs server_memory\nalice - 1KiB\n");
     E2eClusterOptions o;
     o.admin_token = kAdmin;
     const std::string tokens = "--token_file=" + d + "/tokens";
-    o.scheduler_args = {tokens, "--credential_file=" + d + "/scheduler.token"};
+    o.scheduler_args = {tokens, "--credential_file=" + d + "/scheduler.token",
+                        "--quota_file=" + d + "/quotas"};
     o.server_args = {tokens, "--credential_file=" + d + "/server.token"};
     o.worker_args = {tokens, "--credential_file=" + d + "/worker.token"};
     auto c = E2eCluster::Start("auth", o);
@@ -202,6 +205,56 @@ TEST_F(E2eAuthTest, AWorkersTokenCannotDropAJobOnAServer) {
   ctx = CallContext(absl::Seconds(5));
   s = as_scheduler->Status(ctx.get(), sreq, &sresp);
   EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+// --quota_file with the real daemons: the scheduler learns what alice's running job holds from
+// its servers' Status, and refuses her next submission naming the quota.
+TEST_F(E2eAuthTest, AServerMemoryQuotaRefusesASubmissionOnceTheServersReportTheJobsTables) {
+  E2eCluster& c = *cluster_;
+  const std::string job = c.WriteFile("held.yaml", FashionJobYaml("held", 50, "", 32));
+  CommandResult submit = c.Psctl({"submit", job});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output << c.LogTails();
+  const size_t at = submit.output.find("job-");
+  ASSERT_NE(at, std::string::npos) << submit.output;
+  const std::string id = submit.output.substr(at, submit.output.find_first_not_of(
+                                                      "job-0123456789", at) - at);
+  // Its servers hold its tables once its workers have created them.
+  auto as_scheduler = ServerStub(kScheduler);
+  uint64_t held = 0;
+  EXPECT_TRUE(WaitFor(absl::Seconds(60), [&] {
+    v1::ServerStatusRequest req;
+    req.set_job_id(id);
+    v1::ServerStatus st;
+    auto ctx = CallContext(absl::Seconds(5));
+    if (!as_scheduler->Status(ctx.get(), req, &st).ok()) return false;
+    held = 0;
+    for (const v1::JobOnServer& j : st.jobs()) {
+      for (const v1::TableStatus& t : j.tables()) held += t.bytes();
+    }
+    return held > 1024;
+  })) << c.LogTails();
+  // The scheduler polls each running job's servers every half second.
+  CommandResult refused;
+  EXPECT_TRUE(WaitFor(absl::Seconds(20), [&] {
+    refused = c.Psctl({"submit", job});
+    if (refused.exit_code == 0) {
+      // Accepted before a poll saw the tables: take it back and try again.
+      const size_t a = refused.output.find("job-");
+      if (a != std::string::npos) {
+        c.Psctl({"cancel", refused.output.substr(
+                               a, refused.output.find_first_not_of("job-0123456789", a) - a)});
+      }
+      return false;
+    }
+    return true;
+  })) << refused.output;
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_THAT(refused.output,
+              HasSubstr("quota: identity 'alice' may hold at most 1 KiB of server memory "
+                        "(--quota_file " + *dir_ + "/quotas:2); its running jobs hold "));
+  EXPECT_THAT(refused.output, HasSubstr(id));
+  CommandResult cancel = c.Psctl({"cancel", id});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
 }
 
 TEST_F(E2eAuthTest, SighupReloadsTheTokenFile) {
