@@ -157,15 +157,21 @@ TEST_F(SchedulerAuthzTest, ACertificateWithoutALineIsRefused) {
 namespace pscluster::scheduler {
 namespace {
 
+// A plaintext scheduler on a free loopback port, its database `db` in the test's directory.
+SchedulerDaemonOptions PlaintextOptions(const std::string& db) {
+  SchedulerDaemonOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.db_path = std::string(std::getenv("TEST_TMPDIR")) + "/" + db;
+  o.db_full_sync = false;
+  return o;
+}
+
 // Malformed and hostile authorization headers over plaintext: each one is UNAUTHENTICATED, none
 // has an effect, and the scheduler keeps serving the good token.
 TEST(SchedulerAuthzPlaintextTest, BadAuthorizationHeadersAreUnauthenticated) {
   const std::string dir = std::getenv("TEST_TMPDIR");
   std::ofstream(dir + "/plain-tokens") << Sha256Hex("good-token") << " alice admin\n";
-  SchedulerDaemonOptions o;
-  o.listen_address = "127.0.0.1:0";
-  o.db_path = dir + "/plain.db";
-  o.db_full_sync = false;
+  SchedulerDaemonOptions o = PlaintextOptions("plain.db");
   o.token_file = dir + "/plain-tokens";
   auto d = SchedulerDaemon::Start(o);
   ASSERT_THAT(d, IsOk());
@@ -214,10 +220,7 @@ TEST(SchedulerQuotaTest, TheCallersIdentityIsCheckedAgainstItsQuota) {
                                        << Sha256Hex("carl-token") << " carl admin\n"
                                        << Sha256Hex("node-token") << " agent node\n";
   std::ofstream(dir + "/quotas") << "# identity jobs server_memory\nalice 1 -\n";
-  SchedulerDaemonOptions o;
-  o.listen_address = "127.0.0.1:0";
-  o.db_path = dir + "/quota.db";
-  o.db_full_sync = false;
+  SchedulerDaemonOptions o = PlaintextOptions("quota.db");
   o.token_file = dir + "/quota-tokens";
   o.quota_file = dir + "/quotas";
   // The nodes below are never there: a refused placement is retried only after the test.
@@ -287,10 +290,7 @@ TEST(SchedulerQuotaTest, AQuotaFileNeedsATokenFileAndMustParse) {
   std::ofstream(dir + "/q-ok") << "* 3 1GiB\n";
   std::ofstream(dir + "/q-bad") << "alice 1\n";
   std::ofstream(dir + "/q-tokens") << Sha256Hex("alice-token") << " alice admin\n";
-  SchedulerDaemonOptions o;
-  o.listen_address = "127.0.0.1:0";
-  o.db_path = dir + "/q.db";
-  o.db_full_sync = false;
+  SchedulerDaemonOptions o = PlaintextOptions("q.db");
   o.quota_file = dir + "/q-ok";
   EXPECT_THAT(SchedulerDaemon::Start(o), StatusIs(absl::StatusCode::kInvalidArgument,
                                                   HasSubstr("--quota_file: quotas are per "
