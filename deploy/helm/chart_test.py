@@ -97,6 +97,23 @@ class ChartTest(unittest.TestCase):
         workers = by_kind(objs, "Deployment", "worker")
         self.assertEqual(container(workers)["image"], "pscluster-gpu:0.1.0")
 
+    def test_quotas_from_the_auth_secret_reach_the_scheduler_only(self):
+        objs = objects({"auth": {"enabled": True, "secretName": "my-auth", "quotas": True}})
+        self.check_common(objs)
+        sched = by_kind(objs, "Deployment", "scheduler")
+        self.assertEqual(args_of(sched)["quota_file"], "/etc/pscluster/auth/quotas")
+        vols = {v["name"]: v for v in sched["spec"]["template"]["spec"]["volumes"]}
+        self.assertEqual([i["key"] for i in vols["auth"]["secret"]["items"]],
+                         ["tokens", "scheduler.token", "quotas"])
+        for kind, component in [("StatefulSet", "server"), ("Deployment", "worker")]:
+            o = by_kind(objs, kind, component)
+            self.assertNotIn("quota_file", args_of(o))
+            vols = {v["name"]: v for v in o["spec"]["template"]["spec"]["volumes"]}
+            self.assertNotIn("quotas", [i["key"] for i in vols["auth"]["secret"]["items"]])
+        # Without auth there are no identities, so no quotas either.
+        objs = objects({"auth": {"enabled": False, "quotas": True}})
+        self.assertNotIn("quota_file", args_of(by_kind(objs, "Deployment", "scheduler")))
+
     def test_tls_tokens_shared_volumes_extra_flags(self):
         objs = objects({
             "tls": {"enabled": True, "secretName": "my-tls"},
@@ -126,6 +143,7 @@ class ChartTest(unittest.TestCase):
             self.assertEqual([i["key"] for i in vols["auth"]["secret"]["items"]],
                              ["tokens", f"{credential}.token"])
             self.assertEqual(vols["auth"]["secret"]["defaultMode"], 0o440)
+            self.assertNotIn("quota_file", a)  # auth.quotas is off.
             self.assertEqual(spec["securityContext"]["fsGroup"], 10001)
             mounts = {m["name"]: m for m in container(o)["volumeMounts"]}
             self.assertTrue(mounts["tls"]["readOnly"] and mounts["auth"]["readOnly"])

@@ -86,6 +86,10 @@ readinessProbe:
         path: tokens
       - key: {{ $kind }}.token
         path: {{ $kind }}.token
+      {{- if and $ctx.Values.auth.quotas (eq $kind "scheduler") }}
+      - key: quotas
+        path: quotas
+      {{- end }}
 {{- end }}
 {{- end -}}
 
@@ -109,6 +113,9 @@ readinessProbe:
 {{- if $ctx.Values.auth.enabled }}
 - --token_file=/etc/pscluster/auth/tokens
 - --credential_file=/etc/pscluster/auth/{{ $kind }}.token
+{{- if and $ctx.Values.auth.quotas (eq $kind "scheduler") }}
+- --quota_file=/etc/pscluster/auth/quotas
+{{- end }}
 {{- end }}
 {{- end -}}
 
