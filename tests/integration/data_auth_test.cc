@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <iostream>
+#include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -269,6 +272,124 @@ TEST_F(DataAuthTest, HostileHandshakesAreRefusedWithoutHarm) {
   std::vector<float> w;
   absl::Status st = PushPull(*c, 0, 1.f, &w);
   EXPECT_TRUE(st.ok()) << st;
+}
+
+// The handshake fuzzed: thousands of connections each answer the server's challenge with the
+// honest auth frame mutated (bytes flipped anywhere, cut short, a header lying about its length,
+// another job, worker or attempt, a proof of the wrong job, size or nonce: a replay). Only the
+// exact honest frame may be accepted; every other one is refused with a status or closed,
+// within the raw helpers' 10 s; the server never crashes, and afterwards serves the job with its
+// values untouched. Deterministic (fixed seeds).
+TEST_F(DataAuthTest, FuzzedHandshakesAreNeverAcceptedUnlessHonest) {
+  StartCluster(/*tokens=*/true);
+  InstallSecret("job", Secret("job"));
+  InstallSecret("other", Secret("other"));
+  auto good = ReadyClient("job", Secret("job"), DataTransport::kTcp);
+  ASSERT_NE(good, nullptr);
+  std::vector<float> before, after;
+  ASSERT_TRUE(PushPull(*good, 0, 0.f, &before).ok());
+  const int port = cluster_->server(0)->data_port();
+  std::map<std::string, int> outcomes;
+  std::string last_nonce;
+  for (uint32_t seed : {1u, 2u}) {
+    std::mt19937 rng(seed);
+    auto pick = [&](uint32_t n) { return static_cast<uint32_t>(rng() % n); };
+    for (int i = 0; i < 300; ++i) {
+      SCOPED_TRACE(absl::StrCat("seed ", seed, ", connection ", i));
+      int fd = ConnectRaw(port);
+      ASSERT_GE(fd, 0);
+      const std::string nonce = ReadChallenge(fd);
+      ASSERT_FALSE(nonce.empty());
+      std::string job = "job", proof = DataAuthProof(Secret("job"), nonce, "job", 0, 0);
+      const std::string honest = AuthFrame(job, 0, 0, proof);
+      uint32_t worker = 0, attempt = 0;
+      std::string frame;
+      bool end_writes = false;
+      const uint32_t kind = pick(10);
+      switch (kind) {
+        case 0:  // The honest frame.
+          frame = honest;
+          break;
+        case 1:  // Bytes flipped anywhere (header included).
+          frame = honest;
+          for (uint32_t k = 1 + pick(3); k > 0; --k) {
+            frame[pick(frame.size())] ^= static_cast<char>(1 + pick(255));
+          }
+          end_writes = true;
+          break;
+        case 2:  // Cut short.
+          frame = honest.substr(0, pick(honest.size()));
+          end_writes = true;
+          break;
+        case 3: {  // A header lying about the body's or the proof's length.
+          frame = honest;
+          const uint32_t lies[] = {0, 1, 7, 8, 39, 41, kMaxAuthFrameBytes, kMaxAuthFrameBytes + 1,
+                                   0xffffffffu, static_cast<uint32_t>(honest.size() - 16 + 1)};
+          const uint32_t v = lies[pick(10)];
+          const int at = pick(2) == 0 ? 8 : 12;  // Length, or the proof's size.
+          for (int b = 0; b < 4; ++b) frame[at + b] = static_cast<char>((v >> (8 * b)) & 0xff);
+          end_writes = true;
+          break;
+        }
+        case 4: {  // Another job: unknown, the other job with this job's proof, long, empty.
+          const std::string jobs[] = {"other", "jo", "job ", "", std::string(1100, 'j'),
+                                      std::string("job\0x", 5)};
+          job = jobs[pick(6)];
+          frame = AuthFrame(job, worker, attempt, proof);
+          end_writes = true;
+          break;
+        }
+        case 5:  // Another worker or attempt with this claim's proof.
+          worker = pick(2) == 0 ? 1 + pick(5) : 0xffffffffu;
+          attempt = pick(2) == 0 ? pick(3) : 0xffffffffu;
+          if (worker == 0 && attempt == 0) attempt = 1;
+          frame = AuthFrame(job, worker, attempt, proof);
+          end_writes = true;
+          break;
+        case 6: {  // A proof of the wrong size or of random bytes.
+          proof.assign(pick(2) == 0 ? 32 : pick(64), '\0');
+          for (char& c : proof) c = static_cast<char>(rng());
+          frame = AuthFrame(job, worker, attempt, proof);
+          end_writes = true;
+          break;
+        }
+        case 7:  // Another job's secret.
+          proof = DataAuthProof(Secret("other"), nonce, "job", 0, 0);
+          frame = AuthFrame(job, worker, attempt, proof);
+          end_writes = true;
+          break;
+        case 8:  // A replay: the previous connection's nonce.
+          if (last_nonce.empty()) last_nonce = std::string(nonce.size(), 'n');
+          frame = AuthFrame(job, worker, attempt,
+                            DataAuthProof(Secret("job"), last_nonce, "job", 0, 0));
+          end_writes = true;
+          break;
+        default:  // A frame of another kind first.
+          frame = Header(kTcpFrameMagic, pick(8), pick(64), pick(64)) + std::string(pick(64), 'x');
+          end_writes = true;
+          break;
+      }
+      last_nonce = nonce;
+      absl::Status st = SendAuthBytes(fd, frame, end_writes);
+      close(fd);
+      if (frame == honest) {
+        EXPECT_TRUE(st.ok()) << "the honest frame was refused: " << st;
+      } else {
+        EXPECT_FALSE(st.ok()) << "a mutated handshake (kind " << kind << ") was accepted";
+      }
+      ++outcomes[st.ok() ? "accepted" : absl::StatusCodeToString(st.code())];
+    }
+  }
+  std::string summary;
+  for (const auto& [what, n] : outcomes) absl::StrAppend(&summary, " ", what, "=", n);
+  std::cout << "handshakes by outcome:" << summary << "\n";
+  // Refusals came from the checks (a status), not only from closed connections.
+  EXPECT_GT(outcomes["PERMISSION_DENIED"], 0);
+  EXPECT_GT(outcomes["INVALID_ARGUMENT"], 0);
+  EXPECT_GT(outcomes["accepted"], 0);
+  // The server still serves the job, whose values no hostile connection changed.
+  ASSERT_TRUE(PushPull(*good, 1, 0.f, &after).ok());
+  EXPECT_EQ(before, after);
 }
 
 // Without --token_file, connections may go unauthenticated, but only for jobs with no secret.

@@ -70,10 +70,14 @@ std::string ReadChallenge(int fd, bool* required) {
 
 absl::Status SendAuth(int fd, const std::string& job, uint32_t worker, uint32_t attempt,
                       const std::string& proof) {
-  const std::string frame = AuthFrame(job, worker, attempt, proof);
+  return SendAuthBytes(fd, AuthFrame(job, worker, attempt, proof), /*end_writes=*/false);
+}
+
+absl::Status SendAuthBytes(int fd, const std::string& frame, bool end_writes) {
   if (send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size())) {
     return absl::UnavailableError("the auth frame was not taken");
   }
+  if (end_writes) shutdown(fd, SHUT_WR);
   auto h = ReadFrameHeader(fd);
   if (!h.ok()) return absl::UnavailableError("closed");
   std::string body(h->length, '\0');

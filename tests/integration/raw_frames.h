@@ -31,6 +31,11 @@ std::string ReadChallenge(int fd, bool* required = nullptr);
 absl::Status SendAuth(int fd, const std::string& job, uint32_t worker, uint32_t attempt,
                       const std::string& proof);
 
+// Sends `frame` as it is (any bytes, meant as an auth frame), then, with `end_writes`, shuts the
+// connection's writing side (the server sees the end of what it will get), and reads the answer
+// as SendAuth does.
+absl::Status SendAuthBytes(int fd, const std::string& frame, bool end_writes);
+
 // Sends an attach frame (server/tcp_frame.h, kind 4) announcing rings of `request` and `reply`
 // bytes, with `memfd` passed along (none when -1); a test failure if the socket does not take it.
 void SendAttach(int fd, int memfd, uint64_t request, uint64_t reply);
