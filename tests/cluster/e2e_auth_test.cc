@@ -80,10 +80,11 @@ class E2eAuthTest : public ::testing::Test {
     EXPECT_TRUE(ch.ok());
     return v1::Scheduler::NewStub(*ch);
   }
-  static std::unique_ptr<v1::ParameterServer::Stub> ServerStub(const std::string& token) {
+  static std::unique_ptr<v1::ParameterServer::Stub> ServerStub(
+      const std::string& token, const std::string& server = "server-1") {
     ChannelOptions co;
     co.bearer_token = token;
-    auto ch = MakeChannel(cluster_->processes().Address("server-1"), co);
+    auto ch = MakeChannel(cluster_->processes().Address(server), co);
     EXPECT_TRUE(ch.ok());
     return v1::ParameterServer::NewStub(*ch);
   }
@@ -211,28 +212,40 @@ TEST_F(E2eAuthTest, AWorkersTokenCannotDropAJobOnAServer) {
 // its servers' Status, and refuses her next submission naming the quota.
 TEST_F(E2eAuthTest, AServerMemoryQuotaRefusesASubmissionOnceTheServersReportTheJobsTables) {
   E2eCluster& c = *cluster_;
-  const std::string job = c.WriteFile("held.yaml", FashionJobYaml("held", 50, "", 32));
+  const std::string job = c.WriteFile("held.yaml", FashionJobYaml("held", 200, "", 32));
   CommandResult submit = c.Psctl({"submit", job});
   ASSERT_EQ(submit.exit_code, 0) << submit.output << c.LogTails();
   const size_t at = submit.output.find("job-");
   ASSERT_NE(at, std::string::npos) << submit.output;
   const std::string id = submit.output.substr(at, submit.output.find_first_not_of(
                                                       "job-0123456789", at) - at);
-  // Its servers hold its tables once its workers have created them.
-  auto as_scheduler = ServerStub(kScheduler);
+  // Its servers hold its tables once its workers have created them (the blocks are spread over
+  // both servers: one may hold only the biases).
+  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> servers;
+  servers.push_back(ServerStub(kScheduler, "server-1"));
+  servers.push_back(ServerStub(kScheduler, "server-2"));
   uint64_t held = 0;
+  std::string last;  // The last answers, for the failure message.
   EXPECT_TRUE(WaitFor(absl::Seconds(60), [&] {
-    v1::ServerStatusRequest req;
-    req.set_job_id(id);
-    v1::ServerStatus st;
-    auto ctx = CallContext(absl::Seconds(5));
-    if (!as_scheduler->Status(ctx.get(), req, &st).ok()) return false;
     held = 0;
-    for (const v1::JobOnServer& j : st.jobs()) {
-      for (const v1::TableStatus& t : j.tables()) held += t.bytes();
+    last.clear();
+    for (auto& server : servers) {
+      v1::ServerStatusRequest req;
+      req.set_job_id(id);
+      v1::ServerStatus st;
+      auto ctx = CallContext(absl::Seconds(5));
+      grpc::Status s = server->Status(ctx.get(), req, &st);
+      if (!s.ok()) {
+        absl::StrAppend(&last, "Status: ", s.error_code(), " ", s.error_message(), "; ");
+        continue;
+      }
+      for (const v1::JobOnServer& j : st.jobs()) {
+        for (const v1::TableStatus& t : j.tables()) held += t.bytes();
+      }
     }
+    absl::StrAppend(&last, id, ": ", held, " bytes on its servers");
     return held > 1024;
-  })) << c.LogTails();
+  })) << last << c.LogTails();
   // The scheduler polls each running job's servers every half second.
   CommandResult refused;
   EXPECT_TRUE(WaitFor(absl::Seconds(20), [&] {
