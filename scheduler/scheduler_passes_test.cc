@@ -17,6 +17,7 @@
 #include "scheduler/scheduler.h"
 #include "scheduler/store.h"
 #include "scheduler/testing/fake_cluster_rpc.h"
+#include "scheduler/testing/heartbeats.h"
 
 namespace pscluster::scheduler {
 namespace {
@@ -111,13 +112,7 @@ class SchedulerPassesTest : public ::testing::Test {
   // Advances the clock while every node but `silent` heartbeats, then runs one pass.
   void AdvanceWithout(const std::string& silent, absl::Duration by) {
     clock_.Advance(by);
-    for (const std::string& n : ids_) {
-      if (n == silent) continue;
-      v1::HeartbeatRequest hb;
-      hb.set_node_id(n);
-      v1::HeartbeatResponse r;
-      ASSERT_THAT(sched_->Heartbeat(hb, &r), IsOk());
-    }
+    ASSERT_NO_FATAL_FAILURE(testing::HeartbeatAllBut(*sched_, ids_, silent));
     sched_->RunOnce();
   }
   std::string Submit() {

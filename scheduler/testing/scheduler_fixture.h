@@ -25,6 +25,7 @@
 #include "scheduler/scheduler.h"
 #include "scheduler/testing/failing_store.h"
 #include "scheduler/testing/fake_nodes.h"
+#include "scheduler/testing/heartbeats.h"
 
 namespace pscluster::scheduler::testing {
 
@@ -125,13 +126,7 @@ class SchedulerTest : public ::testing::Test {
   // Advances the clock by `by` while every node but `silent` heartbeats, then runs the loop.
   void AdvanceWithout(const std::string& silent, absl::Duration by) {
     clock_.Advance(by);
-    for (const std::string& n : ids_) {
-      if (n == silent) continue;
-      v1::HeartbeatRequest hb;
-      hb.set_node_id(n);
-      v1::HeartbeatResponse r;
-      ASSERT_THAT(sched_->Heartbeat(hb, &r), IsOk());
-    }
+    ASSERT_NO_FATAL_FAILURE(testing::HeartbeatAllBut(*sched_, ids_, silent));
     sched_->RunOnce();
   }
   void BeatAll() {
