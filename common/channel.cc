@@ -1,8 +1,15 @@
 #include "common/channel.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <mutex>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -72,12 +79,71 @@ class BearerTokenFactory final : public grpc::experimental::ClientInterceptorFac
   const std::string header_;
 };
 
+// Several addresses ("10.0.0.1:7070,10.0.0.2:7070"): one gRPC target over all of them
+// ("ipv4:10.0.0.1:7070,10.0.0.2:7070"), host names resolved here once.
+absl::StatusOr<std::string> MultiAddressTarget(const std::string& list) {
+  std::vector<std::string> v4, v6;
+  for (absl::string_view entry : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    entry = absl::StripAsciiWhitespace(entry);
+    const size_t colon = entry.rfind(':');
+    if (colon == absl::string_view::npos || colon == 0 || colon + 1 == entry.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("address '", entry, "' in the list '", list, "' must be host:port"));
+    }
+    std::string host(entry.substr(0, colon));
+    const std::string port(entry.substr(colon + 1));
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+      v6.push_back(absl::StrCat(host, ":", port));
+      continue;
+    }
+    in_addr a4;
+    if (inet_pton(AF_INET, host.c_str(), &a4) == 1) {
+      v4.push_back(absl::StrCat(host, ":", port));
+      continue;
+    }
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot resolve host '", host, "' of the address list '", list, "'"));
+    }
+    char buf[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof(buf));
+    freeaddrinfo(res);
+    v4.push_back(absl::StrCat(buf, ":", port));
+  }
+  if (!v4.empty() && !v6.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address list '", list, "' mixes IPv4 and IPv6 addresses; use one family"));
+  }
+  if (v4.empty() && v6.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("address list '", list, "' is empty"));
+  }
+  return v4.empty() ? absl::StrCat("ipv6:", absl::StrJoin(v6, ","))
+                    : absl::StrCat("ipv4:", absl::StrJoin(v4, ","));
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address,
                                                            const ChannelOptions& options) {
   if (address.empty() || address.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("address '", address, "' must be host:port"));
+  }
+  // A list of addresses (several schedulers, one of them leading; etcd members): calls go only
+  // to those whose grpc.health.v1 status is SERVING (a follower scheduler reports NOT_SERVING),
+  // spread round-robin; one that goes away or stops serving is skipped until it is back.
+  std::string target = address;
+  std::string first_host;
+  const bool several = address.find(',') != std::string::npos;
+  if (several) {
+    auto t = MultiAddressTarget(address);
+    if (!t.ok()) return t.status();
+    target = *t;
+    absl::string_view first = absl::StripAsciiWhitespace(address.substr(0, address.find(',')));
+    first_host = std::string(first.substr(0, first.rfind(':')));
   }
   AnchorCallbackQueue();
   auto creds = MakeChannelCredentials(options.tls);
@@ -99,11 +165,19 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ad
   for (const auto& [name, value] : options.int_args) args.SetInt(name, value);
   if (!options.tls_server_name.empty()) {
     args.SetSslTargetNameOverride(options.tls_server_name);
+  } else if (several && options.tls.enabled()) {
+    // Certificates are checked against the first address's host (the target of a list has no
+    // single host name).
+    args.SetSslTargetNameOverride(first_host);
   }
-  if (options.bearer_token.empty()) return grpc::CreateCustomChannel(address, *creds, args);
+  if (several) {
+    args.SetServiceConfigJSON(
+        R"({"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}})");
+  }
+  if (options.bearer_token.empty()) return grpc::CreateCustomChannel(target, *creds, args);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<BearerTokenFactory>(options.bearer_token));
-  return grpc::experimental::CreateCustomChannelWithInterceptors(address, *creds, args,
+  return grpc::experimental::CreateCustomChannelWithInterceptors(target, *creds, args,
                                                                  std::move(interceptors));
 }
 

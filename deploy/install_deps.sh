@@ -24,6 +24,9 @@ PACKAGES=(
   librocksdb-dev
   # Tools the tests and launcher use
   openssl procps python3 python3-yaml systemd
+  # Scheduler state in etcd with leader election (ps_scheduler --etcd_endpoints): the etcd
+  # server its tests start on loopback, and etcdctl
+  etcd-server etcd-client
   # Network emulation (tests/netsim): namespaces, veth pairs, a bridge, tc tbf
   iproute2
   # The web status page's browser test (//tests/browser:status_page_test): headless Chromium

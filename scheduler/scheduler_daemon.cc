@@ -135,7 +135,7 @@ absl::Status SchedulerDaemon::ReloadQuotas() {
 
 SchedulerDaemon::~SchedulerDaemon() { Shutdown(); }
 
-void SchedulerDaemon::Shutdown() {
+void SchedulerDaemon::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   http_.reset();  // Before the scheduler it reads from.
@@ -144,7 +144,7 @@ void SchedulerDaemon::Shutdown() {
     absl::MutexLock l(&health_mu_);
     health_server_ = nullptr;
   }
-  if (server_) server_->Shutdown(absl::Seconds(2));
+  if (server_) server_->Shutdown(grace);
   if (scheduler_) scheduler_->Stop();
 }
 

@@ -60,8 +60,9 @@ class SchedulerDaemon {
       std::unique_ptr<Store> store = nullptr);
   ~SchedulerDaemon();
 
-  // Stops accepting calls, stops the control loop and writes the last progress.
-  void Shutdown();
+  // Stops accepting calls (giving those in flight `grace`), stops the control loop and writes
+  // the last progress.
+  void Shutdown(absl::Duration grace = absl::Seconds(2));
 
   // Reads the token file again (SIGHUP); on error the previous one stays in force.
   absl::Status ReloadTokenFile() { return authz_->Reload(); }

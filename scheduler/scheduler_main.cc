@@ -6,12 +6,14 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/path_root.h"
 #include "common/token_file.h"
+#include "scheduler/ha_scheduler.h"
 #include "scheduler/scheduler_daemon.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
@@ -78,6 +80,19 @@ ABSL_FLAG(std::string, quota_file, "",
           "most JOBS unfinished jobs; no new job once its running jobs hold SERVER_MEMORY bytes "
           "on their servers, e.g. 8GiB); past them SubmitJob answers RESOURCE_EXHAUSTED naming "
           "the quota (re-read on SIGHUP; needs --token_file); empty = no quotas");
+ABSL_FLAG(std::string, etcd_endpoints, "",
+          "host:port[,host:port...] of an etcd cluster's members (client URLs, plain gRPC): "
+          "the scheduler's state lives there instead of --db, and several schedulers started "
+          "with the same endpoints and --etcd_prefix elect one leader; the others answer "
+          "UNAVAILABLE naming it until they take over. Empty = one scheduler on --db");
+ABSL_FLAG(std::string, etcd_prefix, "/pscluster",
+          "with --etcd_endpoints: prefix of this cluster's keys in etcd (one per cluster)");
+ABSL_FLAG(int64_t, etcd_lease_seconds, 5,
+          "with --etcd_endpoints: the leader's lease; a dead leader is replaced within about "
+          "this, and a leader that cannot renew it steps down after 2/3 of it");
+ABSL_FLAG(std::string, advertise_address, "",
+          "with --etcd_endpoints: host:port other schedulers name as the leader's address "
+          "when this one leads (default: --listen, 0.0.0.0 read as 127.0.0.1)");
 ABSL_FLAG(std::string, credential_file, "",
           "file holding the token the scheduler sends to servers and workers (its identity "
           "needs role scheduler there)");
@@ -183,6 +198,30 @@ int main(int argc, char** argv) {
     options.credential = *token;
   }
 
+  const bool ha = !absl::GetFlag(FLAGS_etcd_endpoints).empty();
+  // Given a value other than its default (absl 20220623 does not tell whether a flag was set).
+  auto set = [](const char* name) {
+    const absl::CommandLineFlag* f = absl::FindCommandLineFlag(name);
+    return f->CurrentValue() != f->DefaultValue();
+  };
+  for (const char* name : {"db", "db_sync"}) {
+    if (ha && set(name)) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--", name, ": the state is in etcd (--etcd_endpoints); leave --", name, " out")));
+    }
+  }
+  for (const char* name : {"etcd_prefix", "etcd_lease_seconds", "advertise_address"}) {
+    if (!ha && set(name)) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--", name, ": only used with --etcd_endpoints")));
+    }
+  }
+  pscluster::scheduler::HaOptions ha_options;
+  ha_options.etcd_endpoints = absl::GetFlag(FLAGS_etcd_endpoints);
+  ha_options.prefix = absl::GetFlag(FLAGS_etcd_prefix);
+  ha_options.lease_seconds = absl::GetFlag(FLAGS_etcd_lease_seconds);
+  ha_options.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+
   // Signals are taken by sigwait() below, not by whichever thread happens to run.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -191,6 +230,23 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGHUP);  // Reads --token_file and --quota_file again.
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  if (ha) {
+    auto replica = pscluster::scheduler::HaScheduler::Start(options, ha_options);
+    if (!replica.ok()) return Fail(replica.status());
+    int sig = 0;
+    while (sigwait(&stop_signals, &sig) == 0 && sig == SIGHUP) {
+      absl::Status reloaded = (*replica)->Reload();
+      if (reloaded.ok()) {
+        pscluster::Logger("scheduler")->info("SIGHUP: token and quota files reloaded");
+      } else {
+        pscluster::Logger("scheduler")->error(
+            "SIGHUP: not reloaded, the previous files stay: {}", reloaded);
+      }
+    }
+    pscluster::Logger("scheduler")->info("signal {}: shutting down", sig);
+    (*replica)->Shutdown();
+    return 0;
+  }
   auto daemon = pscluster::scheduler::SchedulerDaemon::Start(options);
   if (!daemon.ok()) return Fail(daemon.status());
 

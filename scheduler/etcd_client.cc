@@ -1,0 +1,151 @@
+#include "scheduler/etcd_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/channel.h"
+
+namespace pscluster::scheduler {
+
+absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(const std::string& endpoints,
+                                                                absl::Duration timeout) {
+  if (endpoints.empty()) {
+    return absl::InvalidArgumentError("--etcd_endpoints: empty (host:port[,host:port...])");
+  }
+  auto channel = MakeChannel(endpoints);
+  if (!channel.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--etcd_endpoints: ", channel.status().message()));
+  }
+  std::unique_ptr<EtcdClient> c(new EtcdClient());
+  c->endpoints_ = endpoints;
+  c->timeout_ = timeout;
+  c->kv_ = etcdserverpb::KV::NewStub(*channel);
+  c->lease_ = etcdserverpb::Lease::NewStub(*channel);
+  return c;
+}
+
+absl::Status EtcdClient::Error(const char* call, const std::string& what,
+                               const grpc::Status& s) const {
+  std::string msg = absl::StrCat("etcd at ", endpoints_, ": ", call, " ", what, ": ",
+                                 s.error_message());
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::DeadlineExceededError(msg);
+  }
+  // Whatever etcd refuses (no leader, too many requests, a request too large, a compacted
+  // revision) is a fault of the store as far as the scheduler is concerned.
+  return absl::UnavailableError(msg);
+}
+
+namespace {
+std::unique_ptr<grpc::ClientContext> Deadline(absl::Duration timeout) {
+  return CallContext(timeout);
+}
+}  // namespace
+
+absl::StatusOr<etcdserverpb::RangeResponse> EtcdClient::Range(
+    const etcdserverpb::RangeRequest& request) {
+  auto ctx = Deadline(timeout_);
+  etcdserverpb::RangeResponse resp;
+  grpc::Status s = kv_->Range(ctx.get(), request, &resp);
+  if (!s.ok()) return Error("Range", request.key(), s);
+  return resp;
+}
+
+absl::StatusOr<etcdserverpb::KeyValue> EtcdClient::Get(const std::string& key) {
+  etcdserverpb::RangeRequest req;
+  req.set_key(key);
+  auto resp = Range(req);
+  if (!resp.ok()) return resp.status();
+  if (resp->kvs_size() == 0) return absl::NotFoundError(absl::StrCat("etcd: no key ", key));
+  return resp->kvs(0);
+}
+
+absl::StatusOr<etcdserverpb::RangeResponse> EtcdClient::GetPrefix(
+    const std::string& prefix, etcdserverpb::RangeRequest::SortTarget order) {
+  etcdserverpb::RangeRequest req;
+  req.set_key(prefix);
+  req.set_range_end(PrefixEnd(prefix));
+  req.set_sort_target(order);
+  req.set_sort_order(etcdserverpb::RangeRequest::ASCEND);
+  return Range(req);
+}
+
+absl::StatusOr<etcdserverpb::TxnResponse> EtcdClient::Txn(const etcdserverpb::TxnRequest& request) {
+  auto ctx = Deadline(timeout_);
+  etcdserverpb::TxnResponse resp;
+  grpc::Status s = kv_->Txn(ctx.get(), request, &resp);
+  if (!s.ok()) {
+    const std::string& key =
+        request.compare_size() > 0 ? request.compare(0).key() : std::string("(no compare)");
+    return Error("Txn", key, s);
+  }
+  return resp;
+}
+
+absl::Status EtcdClient::Put(const std::string& key, const std::string& value, int64_t lease) {
+  auto ctx = Deadline(timeout_);
+  etcdserverpb::PutRequest req;
+  req.set_key(key);
+  req.set_value(value);
+  req.set_lease(lease);
+  etcdserverpb::PutResponse resp;
+  grpc::Status s = kv_->Put(ctx.get(), req, &resp);
+  if (!s.ok()) return Error("Put", key, s);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> EtcdClient::LeaseGrant(int64_t ttl_seconds) {
+  auto ctx = Deadline(timeout_);
+  etcdserverpb::LeaseGrantRequest req;
+  req.set_ttl(ttl_seconds);
+  etcdserverpb::LeaseGrantResponse resp;
+  grpc::Status s = lease_->LeaseGrant(ctx.get(), req, &resp);
+  if (!s.ok()) return Error("LeaseGrant", absl::StrCat(ttl_seconds, " s"), s);
+  if (!resp.error().empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("etcd at ", endpoints_, ": LeaseGrant: ", resp.error()));
+  }
+  return resp.id();
+}
+
+absl::StatusOr<int64_t> EtcdClient::LeaseKeepAlive(int64_t lease, absl::Duration timeout) {
+  auto ctx = Deadline(timeout);
+  auto stream = lease_->LeaseKeepAlive(ctx.get());
+  etcdserverpb::LeaseKeepAliveRequest req;
+  req.set_id(lease);
+  etcdserverpb::LeaseKeepAliveResponse resp;
+  const bool ok = stream->Write(req) && stream->Read(&resp);
+  stream->WritesDone();
+  if (!ok) {
+    ctx->TryCancel();
+    grpc::Status s = stream->Finish();
+    if (s.ok()) s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended without an answer");
+    return Error("LeaseKeepAlive", absl::StrCat("lease ", lease), s);
+  }
+  ctx->TryCancel();
+  stream->Finish();
+  return resp.ttl();
+}
+
+absl::Status EtcdClient::LeaseRevoke(int64_t lease) {
+  auto ctx = Deadline(timeout_);
+  etcdserverpb::LeaseRevokeRequest req;
+  req.set_id(lease);
+  etcdserverpb::LeaseRevokeResponse resp;
+  grpc::Status s = lease_->LeaseRevoke(ctx.get(), req, &resp);
+  if (!s.ok()) return Error("LeaseRevoke", absl::StrCat("lease ", lease), s);
+  return absl::OkStatus();
+}
+
+std::string EtcdClient::PrefixEnd(const std::string& prefix) {
+  std::string end = prefix;
+  while (!end.empty()) {
+    if (static_cast<unsigned char>(end.back()) < 0xff) {
+      end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\0');  // Every key.
+}
+
+}  // namespace pscluster::scheduler

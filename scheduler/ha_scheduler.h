@@ -1,0 +1,87 @@
+// ps_scheduler with its state in etcd, one of several: each instance campaigns for the leadership
+// (leader_election.h). The leader runs the whole scheduler (SchedulerDaemon over an EtcdStore
+// fenced by its term); a follower listens on the same port but answers every Scheduler call
+// with UNAVAILABLE naming the leader, and reports NOT_SERVING to grpc.health.v1, so that clients
+// given every scheduler's address (common/channel.h) send their calls to the leader only.
+//
+// A leader that loses the leadership (its lease not renewed in time, etcd unreachable, another
+// leader's term found on a write) stops its scheduler and campaigns again as a follower. A new
+// leader restores jobs, nodes and shard maps from etcd, as a scheduler restarted on its SQLite
+// file does; servers and workers carry on under their node ids.
+//
+// Thread model: one election thread; Shutdown() from any thread.
+#ifndef PSCLUSTER_SCHEDULER_HA_SCHEDULER_H_
+#define PSCLUSTER_SCHEDULER_HA_SCHEDULER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/server.h"
+#include "scheduler/etcd_client.h"
+#include "scheduler/etcd_store.h"
+#include "scheduler/leader_election.h"
+#include "scheduler/scheduler_daemon.h"
+
+namespace pscluster::scheduler {
+
+struct HaOptions {
+  std::string etcd_endpoints;         // host:port[,host:port...] of the etcd members.
+  std::string prefix = "/pscluster";  // Key prefix of this cluster's state in etcd.
+  int64_t lease_seconds = 5;          // Leadership lease.
+  // host:port clients reach this scheduler at, told to callers by followers ("" = the address
+  // it listens on, with 0.0.0.0 read as 127.0.0.1).
+  std::string advertise_address;
+  absl::Duration etcd_timeout = absl::Seconds(2);  // Deadline of each etcd call.
+};
+
+class HaScheduler {
+ public:
+  // Connects to etcd, starts listening as a follower (the port file is written then) and starts
+  // campaigning. Errors name the flag at fault.
+  static absl::StatusOr<std::unique_ptr<HaScheduler>> Start(const SchedulerDaemonOptions& daemon,
+                                                            const HaOptions& ha);
+  ~HaScheduler();
+
+  // Stops the scheduler (if leading), resigns and stops listening.
+  void Shutdown();
+
+  bool leading() const;
+  // The address this scheduler listens on.
+  const std::string& address() const { return address_; }
+  // The current leader's advertised address as last seen ("" = none known).
+  std::string leader() const { return election_->leader(); }
+  // SIGHUP: rereads the token and quota files of a leading scheduler (a follower reads them when
+  // it takes over).
+  absl::Status Reload();
+
+ private:
+  class NotLeaderService;
+  HaScheduler() = default;
+  absl::Status StartFollowerServer();
+  void StopFollowerServer();
+  void Run();
+
+  SchedulerDaemonOptions daemon_options_;
+  HaOptions ha_;
+  std::string address_;
+  std::string advertise_;
+  std::unique_ptr<EtcdClient> etcd_;
+  std::unique_ptr<LeaderElection> election_;
+  std::unique_ptr<NotLeaderService> not_leader_;
+  std::unique_ptr<grpc::Server> follower_server_;
+  absl::Notification stop_;
+  std::thread thread_;
+  mutable absl::Mutex mu_;
+  std::unique_ptr<SchedulerDaemon> daemon_ ABSL_GUARDED_BY(mu_);
+  EtcdStore* store_ ABSL_GUARDED_BY(mu_) = nullptr;  // Owned by daemon_.
+  bool shut_down_ = false;
+};
+
+}  // namespace pscluster::scheduler
+
+#endif  // PSCLUSTER_SCHEDULER_HA_SCHEDULER_H_
