@@ -23,7 +23,8 @@ bool IsLoopbackHost(absl::string_view host) {
 std::optional<std::string> LoopbackAdvertiseWarning(absl::string_view advertised,
                                                     absl::string_view scheduler) {
   const absl::string_view mine = HostOf(advertised);
-  const absl::string_view theirs = HostOf(scheduler);
+  // A list of schedulers (one leads): the first stands for them all.
+  const absl::string_view theirs = HostOf(scheduler.substr(0, scheduler.find(',')));
   if (!IsLoopbackHost(mine) || IsLoopbackHost(theirs) || theirs.empty()) return std::nullopt;
   return absl::StrCat(
       "advertising ", advertised, ", a loopback address, to the scheduler at ", scheduler,

@@ -28,4 +28,11 @@ TEST(AddressTest, LoopbackAdvertisedToARemoteSchedulerIsWarnedOf) {
 }
 
 }  // namespace
+TEST(AddressTest, ASchedulerListIsJudgedByItsFirstAddress) {
+  EXPECT_EQ(LoopbackAdvertiseWarning("127.0.0.1:7000", "127.0.0.1:7070,127.0.0.1:7071"),
+            std::nullopt);
+  EXPECT_TRUE(
+      LoopbackAdvertiseWarning("127.0.0.1:7000", "10.0.0.1:7070,10.0.0.2:7070").has_value());
+}
+
 }  // namespace pscluster

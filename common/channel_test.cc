@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -16,20 +18,29 @@ namespace {
 // A synchronous health service: it does not touch gRPC's shared callback queue, so the only users
 // of that queue in this process are the client channels below.
 class SyncHealth final : public grpc::health::v1::Health::Service {
+ public:
+  explicit SyncHealth(bool serving = true) : serving_(serving) {}
+
+ private:
+  grpc::health::v1::HealthCheckResponse::ServingStatus Status() const {
+    return serving_ ? grpc::health::v1::HealthCheckResponse::SERVING
+                    : grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+  }
   grpc::Status Check(grpc::ServerContext*, const grpc::health::v1::HealthCheckRequest*,
                      grpc::health::v1::HealthCheckResponse* resp) override {
-    resp->set_status(grpc::health::v1::HealthCheckResponse::SERVING);
+    resp->set_status(Status());
     return grpc::Status::OK;
   }
   // Streams until the client goes away.
   grpc::Status Watch(grpc::ServerContext* ctx, const grpc::health::v1::HealthCheckRequest*,
                      grpc::ServerWriter<grpc::health::v1::HealthCheckResponse>* writer) override {
     grpc::health::v1::HealthCheckResponse resp;
-    resp.set_status(grpc::health::v1::HealthCheckResponse::SERVING);
+    resp.set_status(Status());
     writer->Write(resp);
     while (!ctx->IsCancelled()) absl::SleepFor(absl::Milliseconds(2));
     return grpc::Status::CANCELLED;
   }
+  const bool serving_;
 };
 
 // A Watch stream read with the callback API. The test owns it: it cancels the stream, waits for
@@ -104,6 +115,58 @@ TEST(ChannelTest, CallbackChannelsComeAndGoSafely) {
 TEST(ChannelTest, BadAddressIsRefused) {
   EXPECT_EQ(MakeChannel("nohostport").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(MakeChannel("").status().code(), absl::StatusCode::kInvalidArgument);
+  auto bad = MakeChannel("127.0.0.1:7070,nohostport");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("'nohostport'"), std::string::npos) << bad.status();
+  EXPECT_EQ(MakeChannel("127.0.0.1:7070,[::1]:7070").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeChannel("127.0.0.1:7070,no-such-host.invalid:7070").status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+// A list of addresses (several schedulers, one leading): calls go only to the servers whose
+// health is SERVING. A follower's own Check would answer NOT_SERVING; every call here is answered
+// by the serving one.
+TEST(ChannelTest, AListOfAddressesReachesOnlyTheServingOnes) {
+  SyncHealth follower(false), leader(true);
+  std::vector<std::unique_ptr<grpc::Server>> servers;
+  std::vector<int> ports;
+  for (SyncHealth* h : {&follower, &leader, &follower}) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(h);
+    servers.push_back(builder.BuildAndStart());
+    ASSERT_NE(servers.back(), nullptr);
+    ports.push_back(port);
+  }
+  const std::string list = "127.0.0.1:" + std::to_string(ports[0]) + ", 127.0.0.1:" +
+                           std::to_string(ports[1]) + ",localhost:" + std::to_string(ports[2]);
+  auto ch = MakeChannel(list);
+  ASSERT_TRUE(ch.ok()) << ch.status();
+  auto stub = grpc::health::v1::Health::NewStub(*ch);
+  int served = 0;
+  for (int i = 0; i < 30; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ctx.set_wait_for_ready(true);  // The first call waits for the health checks' first answers.
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    grpc::Status s = stub->Check(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    if (resp.status() == grpc::health::v1::HealthCheckResponse::SERVING) ++served;
+  }
+  EXPECT_EQ(served, 30);
+  // With the serving one gone, calls fail fast instead of reaching a follower.
+  servers[1]->Shutdown(std::chrono::system_clock::now());
+  absl::SleepFor(absl::Milliseconds(300));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::Status s = stub->Check(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  for (auto& server : servers) server->Shutdown(std::chrono::system_clock::now());
 }
 
 }  // namespace

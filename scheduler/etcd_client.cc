@@ -1,5 +1,7 @@
 #include "scheduler/etcd_client.h"
 
+#include <functional>
+
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 
@@ -35,15 +37,55 @@ absl::Status EtcdClient::Error(const char* call, const std::string& what,
   return absl::UnavailableError(msg);
 }
 
-namespace {
-std::unique_ptr<grpc::ClientContext> Deadline(absl::Duration timeout) {
-  return CallContext(timeout);
+std::unique_ptr<grpc::ClientContext> EtcdClient::Begin(absl::Duration timeout) {
+  absl::MutexLock l(&mu_);
+  if (closed_) return nullptr;
+  auto ctx = CallContext(timeout);
+  live_.insert(ctx.get());
+  return ctx;
 }
+
+void EtcdClient::Release(grpc::ClientContext* ctx) {
+  absl::MutexLock l(&mu_);
+  live_.erase(ctx);
+}
+
+absl::Status EtcdClient::Closed(const char* call) const {
+  return absl::UnavailableError(
+      absl::StrCat("etcd at ", endpoints_, ": ", call, ": this client was closed"));
+}
+
+void EtcdClient::Close() {
+  absl::MutexLock l(&mu_);
+  closed_ = true;
+  for (grpc::ClientContext* ctx : live_) ctx->TryCancel();
+}
+
+namespace {
+// Releases a tracked context when the call is over.
+class Tracked {
+ public:
+  Tracked(std::unique_ptr<grpc::ClientContext> ctx, std::function<void(grpc::ClientContext*)> done)
+      : ctx_(std::move(ctx)), done_(std::move(done)) {}
+  ~Tracked() {
+    if (ctx_) done_(ctx_.get());
+  }
+  grpc::ClientContext* get() const { return ctx_.get(); }
+  explicit operator bool() const { return ctx_ != nullptr; }
+
+ private:
+  std::unique_ptr<grpc::ClientContext> ctx_;
+  std::function<void(grpc::ClientContext*)> done_;
+};
 }  // namespace
+
+#define PS_ETCD_CONTEXT(ctx, timeout, call)                                  \
+  Tracked ctx(Begin(timeout), [this](grpc::ClientContext* c) { Release(c); }); \
+  if (!ctx) return Closed(call)
 
 absl::StatusOr<etcdserverpb::RangeResponse> EtcdClient::Range(
     const etcdserverpb::RangeRequest& request) {
-  auto ctx = Deadline(timeout_);
+  PS_ETCD_CONTEXT(ctx, timeout_, "Range");
   etcdserverpb::RangeResponse resp;
   grpc::Status s = kv_->Range(ctx.get(), request, &resp);
   if (!s.ok()) return Error("Range", request.key(), s);
@@ -70,7 +112,7 @@ absl::StatusOr<etcdserverpb::RangeResponse> EtcdClient::GetPrefix(
 }
 
 absl::StatusOr<etcdserverpb::TxnResponse> EtcdClient::Txn(const etcdserverpb::TxnRequest& request) {
-  auto ctx = Deadline(timeout_);
+  PS_ETCD_CONTEXT(ctx, timeout_, "Txn");
   etcdserverpb::TxnResponse resp;
   grpc::Status s = kv_->Txn(ctx.get(), request, &resp);
   if (!s.ok()) {
@@ -82,7 +124,7 @@ absl::StatusOr<etcdserverpb::TxnResponse> EtcdClient::Txn(const etcdserverpb::Tx
 }
 
 absl::Status EtcdClient::Put(const std::string& key, const std::string& value, int64_t lease) {
-  auto ctx = Deadline(timeout_);
+  PS_ETCD_CONTEXT(ctx, timeout_, "Put");
   etcdserverpb::PutRequest req;
   req.set_key(key);
   req.set_value(value);
@@ -94,7 +136,7 @@ absl::Status EtcdClient::Put(const std::string& key, const std::string& value, i
 }
 
 absl::StatusOr<int64_t> EtcdClient::LeaseGrant(int64_t ttl_seconds) {
-  auto ctx = Deadline(timeout_);
+  PS_ETCD_CONTEXT(ctx, timeout_, "LeaseGrant");
   etcdserverpb::LeaseGrantRequest req;
   req.set_ttl(ttl_seconds);
   etcdserverpb::LeaseGrantResponse resp;
@@ -108,7 +150,7 @@ absl::StatusOr<int64_t> EtcdClient::LeaseGrant(int64_t ttl_seconds) {
 }
 
 absl::StatusOr<int64_t> EtcdClient::LeaseKeepAlive(int64_t lease, absl::Duration timeout) {
-  auto ctx = Deadline(timeout);
+  PS_ETCD_CONTEXT(ctx, timeout, "LeaseKeepAlive");
   auto stream = lease_->LeaseKeepAlive(ctx.get());
   etcdserverpb::LeaseKeepAliveRequest req;
   req.set_id(lease);
@@ -116,18 +158,18 @@ absl::StatusOr<int64_t> EtcdClient::LeaseKeepAlive(int64_t lease, absl::Duration
   const bool ok = stream->Write(req) && stream->Read(&resp);
   stream->WritesDone();
   if (!ok) {
-    ctx->TryCancel();
+    ctx.get()->TryCancel();
     grpc::Status s = stream->Finish();
     if (s.ok()) s = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended without an answer");
     return Error("LeaseKeepAlive", absl::StrCat("lease ", lease), s);
   }
-  ctx->TryCancel();
+  ctx.get()->TryCancel();
   stream->Finish();
   return resp.ttl();
 }
 
 absl::Status EtcdClient::LeaseRevoke(int64_t lease) {
-  auto ctx = Deadline(timeout_);
+  PS_ETCD_CONTEXT(ctx, timeout_, "LeaseRevoke");
   etcdserverpb::LeaseRevokeRequest req;
   req.set_id(lease);
   etcdserverpb::LeaseRevokeResponse resp;
@@ -147,5 +189,7 @@ std::string EtcdClient::PrefixEnd(const std::string& prefix) {
   }
   return std::string(1, '\0');  // Every key.
 }
+
+#undef PS_ETCD_CONTEXT
 
 }  // namespace pscluster::scheduler

@@ -11,7 +11,10 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/etcd/etcd.grpc.pb.h"
 
@@ -42,17 +45,28 @@ class EtcdClient {
   absl::StatusOr<int64_t> LeaseKeepAlive(int64_t lease, absl::Duration timeout);
   absl::Status LeaseRevoke(int64_t lease);
 
+  // Cancels the calls in flight and fails every later one (UNAVAILABLE): a deposed leader's
+  // store stops at once instead of waiting out its calls' deadlines.
+  void Close();
+
   // The end of the range of every key with `prefix` (etcd's range_end convention).
   static std::string PrefixEnd(const std::string& prefix);
 
  private:
   EtcdClient() = default;
   absl::Status Error(const char* call, const std::string& what, const grpc::Status& s) const;
+  // A context with `timeout`, tracked until Release() (nullptr once closed).
+  std::unique_ptr<grpc::ClientContext> Begin(absl::Duration timeout);
+  void Release(grpc::ClientContext* ctx);
+  absl::Status Closed(const char* call) const;
 
   std::string endpoints_;
   absl::Duration timeout_;
   std::unique_ptr<etcdserverpb::KV::Stub> kv_;
   std::unique_ptr<etcdserverpb::Lease::Stub> lease_;
+  absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<grpc::ClientContext*> live_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pscluster::scheduler

@@ -37,6 +37,17 @@ EtcdStore::EtcdStore(EtcdClient* etcd, std::string prefix, std::string election_
       term_(term),
       path_(absl::StrCat("etcd://", etcd->endpoints(), prefix_)) {}
 
+EtcdStore::EtcdStore(std::unique_ptr<EtcdClient> etcd, std::string prefix,
+                     std::string election_key, int64_t term)
+    : EtcdStore(etcd.get(), std::move(prefix), std::move(election_key), term) {
+  own_ = std::move(etcd);
+}
+
+void EtcdStore::Depose() {
+  deposed_.store(true);
+  if (own_ != nullptr) own_->Close();
+}
+
 absl::Status EtcdStore::NotLeader(absl::string_view what) const {
   return absl::FailedPreconditionError(
       absl::StrCat("scheduler state in ", path_, ": cannot ", what,
@@ -80,6 +91,7 @@ absl::StatusOr<uint64_t> EtcdStore::NextId(absl::string_view counter) {
   absl::MutexLock l(&write_mu_);
   const std::string key = absl::StrCat(prefix_, "counters/", counter);
   for (int i = 0; i < kMaxConflicts; ++i) {
+    if (deposed_.load()) return NotLeader(absl::StrCat("advance counter ", counter));
     uint64_t value = 0;
     int64_t rev = 0;
     auto kv = etcd_->Get(key);
@@ -104,6 +116,7 @@ absl::StatusOr<uint64_t> EtcdStore::NextId(absl::string_view counter) {
 absl::StatusOr<std::string> EtcdStore::ClusterKey() {
   const std::string key = absl::StrCat(prefix_, "cluster_key");
   for (int i = 0; i < kMaxConflicts; ++i) {
+    if (deposed_.load()) return NotLeader("read the cluster key");
     auto kv = etcd_->Get(key);
     if (kv.ok()) {
       if (kv->value().size() != kDataSecretBytes) {
@@ -132,6 +145,7 @@ absl::Status EtcdStore::PutNode(const v1::NodeStatus& node) {
 }
 
 absl::StatusOr<std::vector<v1::NodeStatus>> EtcdStore::LoadNodes() {
+  if (deposed_.load()) return NotLeader("read nodes");
   auto resp = etcd_->GetPrefix(absl::StrCat(prefix_, "nodes/"));
   if (!resp.ok()) return resp.status();
   std::vector<v1::NodeStatus> out;
@@ -152,6 +166,7 @@ absl::Status EtcdStore::PutJob(const v1::Job& job, absl::string_view client_toke
   const std::string key = absl::StrCat(prefix_, "jobs/", job.job_id());
   const std::string what = absl::StrCat("write job ", job.job_id());
   for (int i = 0; i < kMaxConflicts; ++i) {
+    if (deposed_.load()) return NotLeader(what);
     v1::StoredJobRecord rec;
     int64_t rev = 0;
     auto kv = etcd_->Get(key);
@@ -180,6 +195,7 @@ absl::Status EtcdStore::PutJob(const v1::Job& job, absl::string_view client_toke
 }
 
 absl::StatusOr<std::vector<StoredJob>> EtcdStore::LoadJobs() {
+  if (deposed_.load()) return NotLeader("read jobs");
   auto resp = etcd_->GetPrefix(absl::StrCat(prefix_, "jobs/"), etcdserverpb::RangeRequest::CREATE);
   if (!resp.ok()) return resp.status();
   std::vector<StoredJob> out;

@@ -31,9 +31,13 @@ class EtcdStore final : public Store {
   // `prefix` ends with '/'. `election_key` and `term`: the leadership the writes are fenced by.
   // REQUIRES: etcd outlives the store.
   EtcdStore(EtcdClient* etcd, std::string prefix, std::string election_key, int64_t term);
+  // The same over a client of its own, which Depose() closes.
+  EtcdStore(std::unique_ptr<EtcdClient> etcd, std::string prefix, std::string election_key,
+            int64_t term);
 
-  // The leadership is lost: every later write fails at once.
-  void Depose() { deposed_.store(true); }
+  // The leadership is lost: every later read and write fails at once, and (with a client of its
+  // own) the calls in flight are cancelled.
+  void Depose();
 
   absl::StatusOr<uint64_t> NextId(absl::string_view counter) override;
   absl::StatusOr<std::string> ClusterKey() override;
@@ -52,6 +56,7 @@ class EtcdStore final : public Store {
                          std::vector<etcdserverpb::RequestOp> ops, absl::string_view what);
   absl::Status NotLeader(absl::string_view what) const;
 
+  std::unique_ptr<EtcdClient> own_;
   EtcdClient* const etcd_;
   const std::string prefix_;
   const std::string election_key_;

@@ -134,8 +134,16 @@ void HaScheduler::Run() {
   while (!stop_.HasBeenNotified()) {
     absl::StatusOr<int64_t> term = election_->Campaign(&stop_);
     if (!term.ok()) break;
-    auto store = std::make_unique<EtcdStore>(etcd_.get(), ha_.prefix, election_->options().key,
-                                             *term);
+    // The store gets a client of its own, which stepping down closes (cancelling its calls).
+    auto store_client = EtcdClient::Connect(ha_.etcd_endpoints, ha_.etcd_timeout);
+    if (!store_client.ok()) {  // The endpoints were accepted at start; not expected.
+      Logger("scheduler")->error("elected but cannot connect the store: {}; resigning",
+                                 store_client.status());
+      election_->Resign();
+      continue;
+    }
+    auto store = std::make_unique<EtcdStore>(std::move(*store_client), ha_.prefix,
+                                             election_->options().key, *term);
     EtcdStore* raw = store.get();
     const absl::Time won = absl::Now();
     StopFollowerServer();

@@ -120,8 +120,10 @@ std::string LeaderElection::KeepLeading(absl::Notification* stop) {
       return absl::StrCat("no lease renewal confirmed for ", absl::FormatDuration(sent - last),
                           error.ok() ? "" : absl::StrCat(" (", error.message(), ")"));
     }
-    // The call may not outlast that moment either.
-    auto left = etcd_->LeaseKeepAlive(lease, std::min(deadline - sent, etcd_->timeout()));
+    // The call may not outlast that moment either, and leaves time for another try (an etcd
+    // member that went away mid-call, a raft election).
+    auto left = etcd_->LeaseKeepAlive(
+        lease, std::min({deadline - sent, etcd_->timeout(), 2 * every}));
     if (left.ok() && *left > 0) {
       last = sent;
       next = sent + every;

@@ -205,22 +205,23 @@ absl::StatusOr<v1::WorkerStatus> E2eCluster::WorkerStatus(const std::string& nam
 
 absl::StatusOr<E2eCluster::ExtraDaemon> E2eCluster::StartWorker(
     const std::string& name, const std::string& scheduler) const {
-  return StartDaemon(WorkerBinary(), name,
+  return StartDaemonIn(dir_, WorkerBinary(), name,
                      {absl::StrCat("--scheduler=", scheduler), "--device=cpu", "--cpu_threads=1"});
 }
 
 absl::StatusOr<E2eCluster::ExtraDaemon> E2eCluster::StartServer(
     const std::string& name, const std::string& scheduler) const {
-  return StartDaemon(ServerBinary(), name,
+  return StartDaemonIn(dir_, ServerBinary(), name,
                      {absl::StrCat("--scheduler=", scheduler),
                       absl::StrCat("--checkpoint_dir=", dir_, "/", name, "-checkpoints")});
 }
 
-absl::StatusOr<E2eCluster::ExtraDaemon> E2eCluster::StartDaemon(
-    const std::string& binary, const std::string& name, std::vector<std::string> args) const {
-  ExtraDaemon w;
-  w.log = absl::StrCat(dir_, "/", name, ".log");
-  const std::string port_file = absl::StrCat(dir_, "/", name, ".port");
+absl::StatusOr<StartedDaemon> StartDaemonIn(const std::string& dir, const std::string& binary,
+                                            const std::string& name,
+                                            std::vector<std::string> args) {
+  StartedDaemon w;
+  w.log = absl::StrCat(dir, "/", name, ".log");
+  const std::string port_file = absl::StrCat(dir, "/", name, ".port");
   std::remove(port_file.c_str());
   args.push_back("--listen=127.0.0.1:0");
   args.push_back("--log_level=info");

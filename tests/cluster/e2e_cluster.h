@@ -82,6 +82,18 @@ class BackgroundCommand {
   std::string output_file_;
 };
 
+// A daemon (`binary`, one of the above) started in the background with `args` plus a listen
+// address on port 0, info logs and a port file, its log dir/<name>.log; returned once it
+// reports its port.
+struct StartedDaemon {
+  std::unique_ptr<BackgroundCommand> process;
+  std::string address;
+  std::string log;
+};
+absl::StatusOr<StartedDaemon> StartDaemonIn(const std::string& dir, const std::string& binary,
+                                            const std::string& name,
+                                            std::vector<std::string> args);
+
 class E2eCluster {
  public:
   // Starts the cluster in a fresh TestDir(name) and waits until the scheduler lists every server
@@ -120,11 +132,7 @@ class E2eCluster {
   // One more worker or server, started like the cluster's own but registering with `scheduler`
   // (a proxy in front of this cluster's scheduler, say); its log is dir()/<name>.log. Returned
   // once it listens (a server: and registered); it is killed when the returned process goes.
-  struct ExtraDaemon {
-    std::unique_ptr<BackgroundCommand> process;
-    std::string address;
-    std::string log;
-  };
+  using ExtraDaemon = StartedDaemon;
   absl::StatusOr<ExtraDaemon> StartWorker(const std::string& name,
                                           const std::string& scheduler) const;
   absl::StatusOr<ExtraDaemon> StartServer(const std::string& name,
@@ -145,8 +153,6 @@ class E2eCluster {
 
  private:
   E2eCluster() = default;
-  absl::StatusOr<ExtraDaemon> StartDaemon(const std::string& binary, const std::string& name,
-                                          std::vector<std::string> args) const;
 
   std::string dir_;
   std::string admin_token_file_;
