@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -135,10 +136,16 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ad
   // A list of addresses (several schedulers, one of them leading; etcd members): calls go only
   // to those whose grpc.health.v1 status is SERVING (a follower scheduler reports NOT_SERVING),
   // spread round-robin; one that goes away or stops serving is skipped until it is back.
+  // "dns:///name:port": every address the name resolves to (a Kubernetes headless Service over
+  // several schedulers), treated as such a list and resolved again as it changes.
   std::string target = address;
   std::string first_host;
-  const bool several = address.find(',') != std::string::npos;
-  if (several) {
+  const bool dns = absl::StartsWith(address, "dns:///");
+  const bool several = dns || address.find(',') != std::string::npos;
+  if (dns) {
+    absl::string_view rest = absl::string_view(address).substr(7);
+    first_host = std::string(rest.substr(0, rest.rfind(':')));
+  } else if (several) {
     auto t = MultiAddressTarget(address);
     if (!t.ok()) return t.status();
     target = *t;
@@ -170,6 +177,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ad
     // single host name).
     args.SetSslTargetNameOverride(first_host);
   }
+  if (dns) args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1000);
   if (several) {
     args.SetServiceConfigJSON(
         R"({"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}})");

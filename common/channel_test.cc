@@ -144,6 +144,20 @@ TEST(ChannelTest, AListOfAddressesReachesOnlyTheServingOnes) {
                            std::to_string(ports[1]) + ",localhost:" + std::to_string(ports[2]);
   auto ch = MakeChannel(list);
   ASSERT_TRUE(ch.ok()) << ch.status();
+  // "dns:///" names (every address a name resolves to) are routed the same way.
+  auto by_name = MakeChannel("dns:///localhost:" + std::to_string(ports[1]));
+  ASSERT_TRUE(by_name.ok()) << by_name.status();
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ctx.set_wait_for_ready(true);
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    grpc::Status s = grpc::health::v1::Health::NewStub(*by_name)->Check(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  ASSERT_TRUE(ch.ok()) << ch.status();
   auto stub = grpc::health::v1::Health::NewStub(*ch);
   int served = 0;
   for (int i = 0; i < 30; ++i) {

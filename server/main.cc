@@ -26,7 +26,8 @@ ABSL_FLAG(std::string, advertise_host, "",
           "127.0.0.1 when listening on all interfaces)");
 ABSL_FLAG(std::string, port_file, "", "write host:port here once serving (and registered)");
 ABSL_FLAG(std::string, scheduler, "",
-          "host:port of ps_scheduler to register and heartbeat with; empty = standalone");
+          "host:port of ps_scheduler to register and heartbeat with (several, comma-separated, or "
+          "dns:///NAME:PORT: schedulers sharing etcd, the leader is followed); empty = standalone");
 ABSL_FLAG(uint64_t, memory_bytes, 0,
           "bytes of parameters and optimizer state this server may hold (0 = this machine's memory, "
           "or its container's limit)");

@@ -31,7 +31,8 @@ ABSL_FLAG(std::string, advertise_host, "",
           "host the scheduler should call this worker at (default: the --listen host; "
           "127.0.0.1 when listening on all interfaces)");
 ABSL_FLAG(std::string, port_file, "", "write the real host:port here once serving");
-ABSL_FLAG(std::string, scheduler, "", "host:port of ps_scheduler (empty = standalone, see --job)");
+ABSL_FLAG(std::string, scheduler, "", "host:port of ps_scheduler (several, comma-separated, or dns:///NAME:PORT: schedulers sharing "
+          "etcd, the leader is followed; empty = standalone, see --job)");
 ABSL_FLAG(std::string, device, "auto",
           "compute backend when a job leaves it open: auto (CUDA if a device is usable, else "
           "CPU), cuda, cuda:N or cpu");

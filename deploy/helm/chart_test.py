@@ -189,6 +189,47 @@ class ChartTest(unittest.TestCase):
                           o["metadata"]["labels"]["app.kubernetes.io/component"] == "storage"], [])
         self.assertEqual(claim_of(by_kind(objs, "Deployment", "scheduler"), "checkpoints"), "nfs-ckpt")
 
+    def test_several_schedulers_over_etcd(self):
+        objs = objects({"scheduler": {"etcd": {"endpoints": "etcd-0.etcd:2379,etcd-1.etcd:2379",
+                                               "leaseSeconds": 7},
+                                      "replicas": 3}})
+        self.check_common(objs)
+        sched = by_kind(objs, "Deployment", "scheduler")
+        self.assertEqual(sched["spec"]["replicas"], 3)
+        self.assertNotIn("strategy", sched["spec"])  # Rolling updates: no database to hand over.
+        a = args_of(sched)
+        self.assertEqual(a["etcd_endpoints"], "etcd-0.etcd:2379,etcd-1.etcd:2379")
+        self.assertEqual(a["etcd_prefix"], "/pscluster")
+        self.assertEqual(a["etcd_lease_seconds"], "7")
+        self.assertEqual(a["advertise_address"], "$(POD_IP):7070")
+        self.assertNotIn("db", a)
+        c = container(sched)
+        self.assertEqual(c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP")
+        # Followers are alive but not serving: TCP liveness, gRPC readiness (the leader is Ready).
+        self.assertIn("tcpSocket", c["livenessProbe"])
+        self.assertIn("grpc", c["readinessProbe"])
+        volumes = sched["spec"]["template"]["spec"]["volumes"] or []
+        self.assertNotIn("db", [v["name"] for v in volumes])
+        self.assertEqual([o for o in objs if o["kind"] == "PersistentVolumeClaim" and
+                          o["metadata"]["name"].endswith("scheduler-db")], [])
+        peers = by_kind(objs, "Service", "scheduler-peers")
+        self.assertEqual(peers["spec"]["clusterIP"], "None")
+        self.assertTrue(peers["spec"]["publishNotReadyAddresses"])
+        self.assertEqual(peers["spec"]["selector"]["app.kubernetes.io/component"], "scheduler")
+        for kind, component in [("StatefulSet", "server"), ("Deployment", "worker")]:
+            self.assertEqual(args_of(by_kind(objs, kind, component))["scheduler"],
+                             "dns:///ps-pscluster-scheduler-peers:7070")
+        # The default is one scheduler on its SQLite volume.
+        objs = objects()
+        sched = by_kind(objs, "Deployment", "scheduler")
+        self.assertEqual(sched["spec"]["replicas"], 1)
+        self.assertEqual(sched["spec"]["strategy"]["type"], "Recreate")
+        self.assertNotIn("etcd_endpoints", args_of(sched))
+        self.assertEqual([o for o in objs if o["kind"] == "Service" and
+                          o["metadata"]["name"].endswith("peers")], [])
+        self.assertEqual(args_of(by_kind(objs, "StatefulSet", "server"))["scheduler"],
+                         "ps-pscluster-scheduler:7070")
+
     def test_page_off(self):
         objs = objects({"scheduler": {"httpPort": 0}})
         self.assertNotIn("http_listen", args_of(by_kind(objs, "Deployment", "scheduler")))

@@ -19,7 +19,8 @@
 #include "scheduler/psctl/up_command.h"
 
 ABSL_FLAG(std::string, scheduler, "",
-          "scheduler host:port (default: $PSCLUSTER_SCHEDULER, else 127.0.0.1:7070)");
+          "scheduler host:port, or several comma-separated (schedulers sharing etcd: the leader is "
+          "used) (default: $PSCLUSTER_SCHEDULER, else 127.0.0.1:7070)");
 ABSL_FLAG(std::string, o, "table", "output format: table, json or yaml");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "deadline of each call to the scheduler");
 ABSL_FLAG(bool, wait, false, "submit: follow the job until it ends; exit 0 only on success");

@@ -27,7 +27,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- define "pscluster.schedulerAddress" -}}
+{{- if eq .Values.scheduler.etcd.endpoints "" -}}
 {{- printf "%s-scheduler:%d" (include "pscluster.fullname" .) (int .Values.scheduler.port) -}}
+{{- else -}}
+{{- printf "dns:///%s-scheduler-peers:%d" (include "pscluster.fullname" .) (int .Values.scheduler.port) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* TLS flags of every daemon (tls.*). */}}
