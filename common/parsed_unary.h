@@ -6,7 +6,9 @@
 // not parse get INVALID_ARGUMENT naming the method and the message type, and every enum field is
 // checked against its declared values (ValidateEnums) before a handler sees the request. With
 // an Authorizer (SetAuthorizer), every call is authenticated and authorized against the
-// authorization table (common/authz.h) before its bytes are even parsed.
+// authorization table (common/authz.h) before its bytes are even parsed. With a fence
+// (SetSchedulerTermFence), a call from a deposed scheduler is refused next
+// (common/scheduler_term.h).
 //
 //   class MyService final : public ParsedUnaryService<v1::Foo::Service> {
 //    public:
@@ -37,6 +39,7 @@
 #include "common/audit_log.h"
 #include "common/authz.h"
 #include "common/metrics.h"
+#include "common/scheduler_term.h"
 #include "common/status_convert.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -101,6 +104,10 @@ class ParsedUnaryService : public Base {
   // in `log` (nullptr = none, the default). REQUIRES: before the service serves; `log` outlives
   // it.
   void SetAuditLog(AuditLog* log) { audit_ = log; }
+
+  // Refuses the calls of a deposed scheduler (nullptr = none, the default). REQUIRES: before the
+  // service serves; `fence` outlives it.
+  void SetSchedulerTermFence(SchedulerTermFence* fence) { fence_ = fence; }
 
   // Counts the calls the audit log records (whether or not a log is written), by method and
   // answer, as the counter family `name`{method="...",code="..."} of `registry`. The counts are
@@ -171,6 +178,13 @@ class ParsedUnaryService : public Base {
                 }
               }
               audit->checked = true;
+              if (SchedulerTermFence* fence = fence_; fence != nullptr) {
+                absl::Status admitted = fence->Admit(*ctx, m->full_name());
+                if (!admitted.ok()) {
+                  finish(admitted);
+                  return reactor;
+                }
+              }
               absl::Status parsed = parsed_unary_internal::ParseRequest(*in, &call->first, m);
               if (!parsed.ok()) {
                 finish(parsed);
@@ -196,6 +210,7 @@ class ParsedUnaryService : public Base {
   std::unique_ptr<std::atomic<Histogram*>[]> latency_;  // By method index; null: not observed.
   const Authorizer* authz_ = nullptr;
   AuditLog* audit_ = nullptr;
+  SchedulerTermFence* fence_ = nullptr;
   const std::shared_ptr<AuditCounts> audit_counts_ = std::make_shared<AuditCounts>();
 };
 

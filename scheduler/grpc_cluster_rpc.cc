@@ -2,9 +2,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/data_auth.h"
+#include "common/scheduler_term.h"
 #include "common/status_convert.h"
 
 namespace pscluster::scheduler {
+
+std::unique_ptr<grpc::ClientContext> GrpcClusterRpc::Context(absl::Duration timeout) const {
+  auto ctx = CallContext(timeout, options_.channel);
+  AddSchedulerTerm(ctx.get(), options_.scheduler_term);
+  return ctx;
+}
 
 absl::StatusOr<GrpcClusterRpc::Stubs*> GrpcClusterRpc::Get(const std::string& address) {
   absl::MutexLock l(&mu_);
@@ -24,7 +31,7 @@ absl::Status GrpcClusterRpc::UpdateShardMap(const std::string& address,
                                             const v1::UpdateShardMapRequest& request) {
   auto s = Get(address);
   if (!s.ok()) return s.status();
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_.timeout);
   v1::UpdateShardMapResponse resp;
   if (!options_.cluster_key.empty()) {
     v1::UpdateShardMapRequest with_secret = request;
@@ -39,7 +46,7 @@ absl::Status GrpcClusterRpc::UpdateShardMap(const std::string& address,
 absl::Status GrpcClusterRpc::DropJob(const std::string& address, const std::string& job_id) {
   auto s = Get(address);
   if (!s.ok()) return s.status();
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_.timeout);
   v1::DropJobRequest req;
   req.set_job_id(job_id);
   v1::DropJobResponse resp;
@@ -51,7 +58,7 @@ absl::Status GrpcClusterRpc::CreateTables(const std::string& address,
                                           const v1::CreateTablesRequest& request) {
   auto s = Get(address);
   if (!s.ok()) return s.status();
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_.timeout);
   v1::CreateTablesResponse resp;
   return FromGrpcStatus((*s)->server->CreateTables(ctx.get(), request, &resp),
                         absl::StrCat("CreateTables to ", address));
@@ -61,7 +68,7 @@ absl::StatusOr<v1::ServerStatus> GrpcClusterRpc::ServerStatus(const std::string&
                                                               const std::string& job_id) {
   auto s = Get(address);
   if (!s.ok()) return s.status();
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_.timeout);
   v1::ServerStatusRequest req;
   req.set_job_id(job_id);
   v1::ServerStatus resp;
@@ -77,7 +84,7 @@ absl::StatusOr<v1::CheckpointResponse> GrpcClusterRpc::Checkpoint(const std::str
   auto s = Get(address);
   if (!s.ok()) return s.status();
   // Writing a large model's shards takes longer than a control call.
-  auto ctx = CallContext(std::max(options_.timeout, absl::Seconds(60)), options_.channel);
+  auto ctx = Context(std::max(options_.timeout, absl::Seconds(60)));
   v1::CheckpointRequest req;
   req.set_job_id(job_id);
   req.set_dir(dir);
@@ -93,7 +100,7 @@ absl::StatusOr<int64_t> GrpcClusterRpc::Fence(const std::string& address,
                                               absl::string_view what) {
   auto s = Get(address);
   if (!s.ok()) return s.status();
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_.timeout);
   v1::FenceWorkerResponse resp;
   absl::Status st = FromGrpcStatus((*s)->server->FenceWorker(ctx.get(), req, &resp),
                                    absl::StrCat(what, " to ", address));
@@ -135,7 +142,7 @@ absl::Status GrpcClusterRpc::AssignTask(const std::string& address,
                                         const v1::AssignTaskRequest& request) {
   auto s = Get(address);
   if (!s.ok()) return s.status();
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_.timeout);
   v1::AssignTaskResponse resp;
   if (!options_.cluster_key.empty()) {
     v1::AssignTaskRequest with_secret = request;
@@ -151,7 +158,7 @@ absl::Status GrpcClusterRpc::StopTask(const std::string& address, const std::str
                                       const std::string& reason) {
   auto s = Get(address);
   if (!s.ok()) return s.status();
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_.timeout);
   v1::StopTaskRequest req;
   req.set_job_id(job_id);
   req.set_reason(reason);
@@ -164,7 +171,7 @@ absl::Status GrpcClusterRpc::UpdateWorkerShardMap(const std::string& address,
                                                   const v1::ShardMap& map) {
   auto s = Get(address);
   if (!s.ok()) return s.status();
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_.timeout);
   v1::WorkerShardMapRequest req;
   *req.mutable_map() = map;
   v1::WorkerShardMapResponse resp;
@@ -175,7 +182,7 @@ absl::Status GrpcClusterRpc::UpdateWorkerShardMap(const std::string& address,
 absl::StatusOr<v1::WorkerStatus> GrpcClusterRpc::WorkerStatus(const std::string& address) {
   auto s = Get(address);
   if (!s.ok()) return s.status();
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_.timeout);
   v1::WorkerStatusRequest req;
   v1::WorkerStatus resp;
   absl::Status st = FromGrpcStatus((*s)->worker->Status(ctx.get(), req, &resp),
@@ -188,7 +195,7 @@ absl::Status GrpcClusterRpc::UpdatePartition(const std::string& address,
                                              const v1::UpdatePartitionRequest& request) {
   auto s = Get(address);
   if (!s.ok()) return s.status();
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_.timeout);
   v1::UpdatePartitionResponse resp;
   return FromGrpcStatus((*s)->worker->UpdatePartition(ctx.get(), request, &resp),
                         absl::StrCat("UpdatePartition to worker ", address));
@@ -198,7 +205,7 @@ absl::StatusOr<v1::ExportModelResponse> GrpcClusterRpc::ExportModel(
     const std::string& address, const v1::ExportModelRequest& request, absl::Duration timeout) {
   auto s = Get(address);
   if (!s.ok()) return s.status();
-  auto ctx = CallContext(timeout, options_.channel);
+  auto ctx = Context(timeout);
   v1::ExportModelResponse resp;
   absl::Status st = FromGrpcStatus((*s)->worker->ExportModel(ctx.get(), request, &resp),
                                    absl::StrCat("ExportModel to worker ", address));
@@ -210,7 +217,7 @@ absl::StatusOr<v1::TaskLogsResponse> GrpcClusterRpc::GetTaskLogs(
     const std::string& address, const v1::TaskLogsRequest& request) {
   auto s = Get(address);
   if (!s.ok()) return s.status();
-  auto ctx = CallContext(options_.timeout, options_.channel);
+  auto ctx = Context(options_.timeout);
   v1::TaskLogsResponse resp;
   absl::Status st = FromGrpcStatus((*s)->worker->GetTaskLogs(ctx.get(), request, &resp),
                                    absl::StrCat("GetTaskLogs to worker ", address));

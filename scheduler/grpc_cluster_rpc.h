@@ -26,6 +26,9 @@ struct GrpcClusterRpcOptions {
   // task sent to a worker carries the job's data secret derived from it (common/data_auth.h),
   // so that the job's data connections can prove it. The secret travels only on these calls.
   std::string cluster_key;
+  // The leader's term (common/scheduler_term.h), sent with every call so that the daemons refuse
+  // this scheduler's calls once a later leader has spoken to them; 0 = none (one scheduler).
+  int64_t scheduler_term = 0;
 };
 
 class GrpcClusterRpc final : public ClusterRpc {
@@ -68,6 +71,8 @@ class GrpcClusterRpc final : public ClusterRpc {
     std::unique_ptr<v1::WorkerControl::Stub> worker;
   };
   absl::StatusOr<Stubs*> Get(const std::string& address);
+  // A call's context: its deadline, and this leader's term.
+  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
   // FenceWorker with `req`; returns the rank's clock. `what` names the call in errors.
   absl::StatusOr<int64_t> Fence(const std::string& address, const v1::FenceWorkerRequest& req,
                                 absl::string_view what);

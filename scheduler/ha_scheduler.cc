@@ -4,40 +4,132 @@
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/tls.h"
-#include "grpcpp/generic/async_generic_service.h"
+#include "common/parsed_unary.h"
+#include "proto/scheduler.grpc.pb.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 
 namespace pscluster::scheduler {
 
-// Every call a follower gets (the health service aside): UNAVAILABLE naming the leader.
-class HaScheduler::NotLeaderService final : public grpc::CallbackGenericService {
- public:
-  explicit NotLeaderService(HaScheduler* owner) : owner_(owner) {}
+namespace {
 
-  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override {
-    const std::string leader = owner_->leader();
-    std::string msg =
-        leader.empty() || leader == owner_->advertise_
-            ? absl::StrCat("the scheduler at ", owner_->advertise_,
-                           " does not lead and no leader is known yet (election in progress); "
-                           "retry, or give every scheduler's address")
-            : absl::StrCat("the scheduler at ", owner_->advertise_,
-                           " is a follower; the leader is at ", leader);
-    Logger("scheduler")->debug("{}: refused: {}", ctx->method(), msg);
-    class Refuse final : public grpc::ServerGenericBidiReactor {
-     public:
-      explicit Refuse(const std::string& msg) {
-        Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, msg));
-      }
-      void OnDone() override { delete this; }
-    };
-    return new Refuse(msg);
+// What a follower reads through: the leader's keys in etcd, never written.
+class ReadOnlyStore final : public Store {
+ public:
+  explicit ReadOnlyStore(std::unique_ptr<Store> store) : store_(std::move(store)) {}
+  absl::StatusOr<uint64_t> NextId(absl::string_view) override { return Refused(); }
+  absl::StatusOr<std::string> ClusterKey() override { return Refused(); }
+  absl::Status PutNode(const v1::NodeStatus&) override { return Refused(); }
+  absl::StatusOr<std::vector<v1::NodeStatus>> LoadNodes() override { return store_->LoadNodes(); }
+  absl::Status PutJob(const v1::Job&, absl::string_view, const v1::ShardMap*,
+                      absl::string_view) override {
+    return Refused();
+  }
+  absl::StatusOr<std::vector<StoredJob>> LoadJobs() override { return store_->LoadJobs(); }
+  const std::string& path() const override { return store_->path(); }
+
+ private:
+  static absl::Status Refused() {
+    return absl::FailedPreconditionError("a follower scheduler writes nothing");
+  }
+  std::unique_ptr<Store> store_;
+};
+
+}  // namespace
+
+// A follower's view: jobs and shard maps as the leader last wrote them to etcd.
+struct HaScheduler::View {
+  RealClock clock;
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Scheduler> scheduler;
+  absl::Time taken;
+};
+
+// The Scheduler service of a follower: GetJob, ListJobs and GetShardMap from a view of etcd at
+// most kViewMaxAge old; every other call UNAVAILABLE naming the leader.
+class HaScheduler::FollowerService final
+    : public ParsedUnaryService<v1::Scheduler::Service> {
+ public:
+  FollowerService(HaScheduler* owner, const Authorizer* authz)
+      : ParsedUnaryService("pscluster.v1.Scheduler"), owner_(owner) {
+    SetAuthorizer(authz);
+    Refuse<v1::RegisterNodeRequest, v1::RegisterNodeResponse>("RegisterNode");
+    Refuse<v1::HeartbeatRequest, v1::HeartbeatResponse>("Heartbeat");
+    Refuse<v1::DeregisterRequest, v1::DeregisterResponse>("Deregister");
+    Refuse<v1::SubmitJobRequest, v1::SubmitJobResponse>("SubmitJob");
+    Read("GetJob", &Scheduler::GetJob);
+    Read("ListJobs", &Scheduler::ListJobs);
+    Refuse<v1::CancelJobRequest, v1::CancelJobResponse>("CancelJob");
+    Read("GetShardMap", &Scheduler::GetShardMap);
+    Refuse<v1::ReportProgressRequest, v1::ReportProgressResponse>("ReportProgress");
+    // Nodes' liveness lives in the leader's memory (heartbeats), not in etcd.
+    Refuse<v1::ClusterStatusRequest, v1::ClusterStatusResponse>(
+        "ClusterStatus", " (the nodes' liveness is known to the leader only)");
+    Refuse<v1::MoveShardRequest, v1::MoveShardResponse>("MoveShard");
+    Refuse<v1::CheckpointJobRequest, v1::CheckpointJobResponse>("CheckpointJob");
+    Refuse<v1::ExportJobRequest, v1::ExportJobResponse>("ExportJob");
+    Refuse<v1::TaskLogsRequest, v1::TaskLogsResponse>("GetTaskLogs");
+    Refuse<v1::ScaleJobRequest, v1::ScaleJobResponse>("ScaleJob");
+    Refuse<v1::DrainServerRequest, v1::DrainServerResponse>("DrainServer");
+    Refuse<v1::UndrainServerRequest, v1::UndrainServerResponse>("UndrainServer");
+    CheckEveryUnaryMethodServed();
   }
 
  private:
+  template <typename Req, typename Resp>
+  void Refuse(absl::string_view method, absl::string_view why = "") {
+    const std::string suffix(why);
+    Serve<Req, Resp>(method, [this, suffix](grpc::CallbackServerContext*, const Req&, Resp*,
+                                            Done done) {
+      done(absl::UnavailableError(absl::StrCat(owner_->NotLeaderMessage(), suffix)));
+    });
+  }
+  template <typename Req, typename Resp>
+  void Read(absl::string_view method, absl::Status (Scheduler::*fn)(const Req&, Resp*)) {
+    Serve<Req, Resp>(method, [this, fn](grpc::CallbackServerContext*, const Req& req, Resp* resp,
+                                        Done done) {
+      absl::StatusOr<std::shared_ptr<View>> view = owner_->CurrentView();
+      if (!view.ok()) {
+        done(absl::UnavailableError(absl::StrCat(owner_->NotLeaderMessage(),
+                                                 "; reading etcd failed: ",
+                                                 view.status().message())));
+        return;
+      }
+      done(((*view)->scheduler.get()->*fn)(req, resp));
+    });
+  }
+
   HaScheduler* const owner_;
 };
+
+std::string HaScheduler::NotLeaderMessage() const {
+  if (!ready_.HasBeenNotified()) {
+    return "this scheduler is starting; retry";
+  }
+  const std::string leader = election_->leader();
+  return leader.empty() || leader == advertise_
+             ? absl::StrCat("the scheduler at ", advertise_,
+                            " does not lead and no leader is known yet (election in progress); "
+                            "retry, or give every scheduler's address")
+             : absl::StrCat("the scheduler at ", advertise_, " is a follower; the leader is at ",
+                            leader);
+}
+
+absl::StatusOr<std::shared_ptr<HaScheduler::View>> HaScheduler::CurrentView() {
+  if (!ready_.HasBeenNotified()) return absl::UnavailableError("starting");
+  absl::MutexLock l(&view_mu_);
+  if (view_ != nullptr && absl::Now() - view_->taken < kViewMaxAge) return view_;
+  auto view = std::make_shared<View>();
+  view->store = std::make_unique<ReadOnlyStore>(std::make_unique<EtcdStore>(
+      etcd_.get(), ha_.prefix, election_->options().key, /*term=*/0));
+  auto scheduler =
+      Scheduler::CreateView(daemon_options_.scheduler, view->store.get(), &view->clock);
+  if (!scheduler.ok()) return scheduler.status();
+  view->scheduler = std::move(*scheduler);
+  view->taken = absl::Now();
+  view_ = view;
+  return view;
+}
 
 absl::StatusOr<std::unique_ptr<HaScheduler>> HaScheduler::Start(
     const SchedulerDaemonOptions& daemon, const HaOptions& ha) {
@@ -54,6 +146,9 @@ absl::StatusOr<std::unique_ptr<HaScheduler>> HaScheduler::Start(
   auto etcd = EtcdClient::Connect(ha.etcd_endpoints, ha.etcd_timeout);
   if (!etcd.ok()) return etcd.status();
   h->etcd_ = std::move(*etcd);
+  auto authz = Authorizer::Create(daemon.token_file);
+  if (!authz.ok()) return authz.status();
+  h->authz_ = std::move(*authz);
   absl::Status s = h->StartFollowerServer();
   if (!s.ok()) return s;
   h->advertise_ = ha.advertise_address.empty() ? h->address_ : ha.advertise_address;
@@ -72,6 +167,7 @@ absl::StatusOr<std::unique_ptr<HaScheduler>> HaScheduler::Start(
   eo.value = h->advertise_;
   eo.ttl_seconds = ha.lease_seconds;
   h->election_ = std::make_unique<LeaderElection>(h->etcd_.get(), eo);
+  h->ready_.Notify();
   Logger("scheduler")->info(
       "scheduler {} at {} campaigning for the leadership of {} in etcd at {} (lease {} s)",
       daemon.scheduler.version, h->advertise_, prefix, ha.etcd_endpoints, ha.lease_seconds);
@@ -92,8 +188,8 @@ absl::Status HaScheduler::StartFollowerServer() {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   // A fresh service for each server: gRPC binds a generic service to one server for good.
-  not_leader_ = std::make_unique<NotLeaderService>(this);
-  builder.RegisterCallbackGenericService(not_leader_.get());
+  follower_service_ = std::make_unique<FollowerService>(this, authz_.get());
+  builder.RegisterService(follower_service_.get());
   auto server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat(
@@ -115,6 +211,8 @@ void HaScheduler::StopFollowerServer() {
   follower_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
   follower_server_->Wait();
   follower_server_.reset();
+  absl::MutexLock l(&view_mu_);
+  view_.reset();
 }
 
 bool HaScheduler::leading() const {
@@ -123,8 +221,9 @@ bool HaScheduler::leading() const {
 }
 
 absl::Status HaScheduler::Reload() {
+  absl::Status followed = authz_->Reload();
   absl::MutexLock l(&mu_);
-  if (daemon_ == nullptr) return absl::OkStatus();
+  if (daemon_ == nullptr) return followed;
   absl::Status s = daemon_->ReloadTokenFile();
   if (!s.ok()) return s;
   return daemon_->ReloadQuotas();
@@ -151,6 +250,7 @@ void HaScheduler::Run() {
     o.listen_address = address_;
     o.port_file.clear();
     o.db_path = raw->path();
+    o.scheduler_term = *term;
     auto daemon = SchedulerDaemon::Start(o, nullptr, std::move(store));
     if (!daemon.ok()) {
       Logger("scheduler")->error("elected but cannot start the scheduler: {}; resigning",

@@ -1,8 +1,11 @@
 // ps_scheduler with its state in etcd, one of several: each instance campaigns for the leadership
 // (leader_election.h). The leader runs the whole scheduler (SchedulerDaemon over an EtcdStore
-// fenced by its term); a follower listens on the same port but answers every Scheduler call
-// with UNAVAILABLE naming the leader, and reports NOT_SERVING to grpc.health.v1, so that clients
-// given every scheduler's address (common/channel.h) send their calls to the leader only.
+// fenced by its term, its calls to servers and workers carrying that term:
+// common/scheduler_term.h). A follower listens on the same port: it answers GetJob, ListJobs and
+// GetShardMap from what the leader last wrote to etcd (read again when older than a second),
+// every other Scheduler call with UNAVAILABLE naming the leader, and reports NOT_SERVING to
+// grpc.health.v1, so that clients given every scheduler's address (common/channel.h) send their
+// calls to the leader only.
 //
 // A leader that loses the leadership (its lease not renewed in time, etcd unreachable, another
 // leader's term found on a write) stops its scheduler and campaigns again as a follower. A new
@@ -21,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/authz.h"
 #include "grpcpp/server.h"
 #include "scheduler/etcd_client.h"
 #include "scheduler/etcd_store.h"
@@ -60,8 +64,16 @@ class HaScheduler {
   absl::Status Reload();
 
  private:
-  class NotLeaderService;
+  class FollowerService;
+  struct View;
+  // How old a follower's view of etcd may be when it answers a read.
+  static constexpr absl::Duration kViewMaxAge = absl::Seconds(1);
+
   HaScheduler() = default;
+  // A follower's answer to a call it does not serve.
+  std::string NotLeaderMessage() const;
+  // The follower's view of etcd, read again when older than kViewMaxAge.
+  absl::StatusOr<std::shared_ptr<View>> CurrentView();
   absl::Status StartFollowerServer();
   void StopFollowerServer();
   void Run();
@@ -72,7 +84,12 @@ class HaScheduler {
   std::string advertise_;
   std::unique_ptr<EtcdClient> etcd_;
   std::unique_ptr<LeaderElection> election_;
-  std::unique_ptr<NotLeaderService> not_leader_;
+  std::unique_ptr<Authorizer> authz_;  // The follower's (the leader's daemon has its own).
+  std::unique_ptr<FollowerService> follower_service_;
+  // Set once the fields above are (the follower server answers calls before).
+  absl::Notification ready_;
+  absl::Mutex view_mu_;
+  std::shared_ptr<View> view_ ABSL_GUARDED_BY(view_mu_);
   std::unique_ptr<grpc::Server> follower_server_;
   absl::Notification stop_;
   std::thread thread_;

@@ -52,6 +52,17 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOpti
   return s;
 }
 
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::CreateView(const SchedulerOptions& options,
+                                                                 Store* store,
+                                                                 const Clock* clock) {
+  std::unique_ptr<Scheduler> s(new Scheduler(options, store, clock, nullptr, nullptr));
+  s->view_ = true;
+  absl::Status st = s->registry_.Restore();
+  if (st.ok()) st = s->Restore();
+  if (!st.ok()) return st;
+  return s;
+}
+
 Scheduler::~Scheduler() { Stop(); }
 
 absl::Status Scheduler::Restore() {
@@ -80,12 +91,12 @@ void Scheduler::LoadJobsLocked(std::vector<StoredJob> stored) {
     if (!rec.client_token.empty()) by_token_[rec.client_token] = id;
     order_.push_back(id);
     auto [it, inserted] = jobs_.emplace(id, std::move(rec));
-    if (IsTerminal(it->second.job.state()) &&
+    if (!view_ && IsTerminal(it->second.job.state()) &&
         now - absl::FromUnixMillis(it->second.job.finished_unix_ms()) < kRecentlyEnded) {
       QueueCleanups(it->second, it->second.job.reason());
     }
   }
-  if (!stored.empty()) {
+  if (!stored.empty() && !view_) {
     Log()->info("restored {} jobs ({} active) from {}", stored.size(), active, store_->path());
   }
 }

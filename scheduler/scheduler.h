@@ -115,6 +115,12 @@ class Scheduler {
                                                            Store* store, const Clock* clock,
                                                            ClusterRpc* rpc,
                                                            const PlacementPolicy* placement);
+  // A read-only view of what `store` holds, for a follower's reads (ha_scheduler.h): jobs, shard
+  // maps and nodes as last written, restored quietly; never Start()ed and never written through
+  // (the caller serves only GetJob, ListJobs and GetShardMap from it).
+  // REQUIRES: store and clock outlive the view.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> CreateView(const SchedulerOptions& options,
+                                                               Store* store, const Clock* clock);
   ~Scheduler();
 
   // Starts / stops the three threads (control, poll and moves loops; Stop() is idempotent and
@@ -457,7 +463,8 @@ class Scheduler {
   std::shared_ptr<const Quotas> quotas_ ABSL_GUARDED_BY(mu_);
   std::deque<Cleanup> cleanups_ ABSL_GUARDED_BY(mu_);
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
-  bool verify_tasks_ ABSL_GUARDED_BY(mu_) = false;  // Restored running jobs: VerifyTasks...().
+  bool verify_tasks_ ABSL_GUARDED_BY(mu_) = false;
+  bool view_ = false;  // CreateView(): restored quietly, nothing queued.  // Restored running jobs: VerifyTasks...().
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loop_;
   std::thread poll_loop_;

@@ -29,6 +29,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
   rpc_options.channel.tls = options.tls;
   rpc_options.channel.bearer_token = options.credential;
   rpc_options.timeout = options.rpc_timeout;
+  rpc_options.scheduler_term = options.scheduler_term;
   absl::StatusOr<std::string> cluster_key = d->store_->ClusterKey();
   if (!cluster_key.ok()) return cluster_key.status();
   rpc_options.cluster_key = *cluster_key;

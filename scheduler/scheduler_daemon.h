@@ -47,6 +47,9 @@ struct SchedulerDaemonOptions {
   // host:port of the web status page and its JSON (status_http.h) ("" = none). Plain HTTP: with
   // TLS on it must be a loopback address (tokens would otherwise cross the network in clear).
   std::string http_address;
+  // The leader's term when one of several schedulers over etcd (ha_scheduler.h), sent with every
+  // call to servers and workers (common/scheduler_term.h); 0 = the only scheduler.
+  int64_t scheduler_term = 0;
   SchedulerOptions scheduler;
 };
 

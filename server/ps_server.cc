@@ -213,6 +213,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
                                             s->authz_.get());
   s->service_->ObserveLatency(&s->registry_, "pscluster_server_rpc_seconds");
   s->service_->ObserveAudit(&s->registry_, "pscluster_server_audit_calls_total");
+  s->service_->SetSchedulerTermFence(&s->fence_);
   if (!options.audit_log.empty()) {
     auto audit = AuditLog::Open(options.audit_log);
     if (!audit.ok()) return audit.status();
@@ -282,6 +283,16 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   }
   if (!options.metrics_listen.empty()) {
     RegisterServerMetrics(s->handler_.get(), &s->registry_);
+    SchedulerTermFence* fence = &s->fence_;
+    s->registry_.AddGaugeCallback(
+        "pscluster_server_scheduler_term",
+        "Highest scheduler term (etcd revision of the leader's election) seen; 0 with one "
+        "scheduler.",
+        [fence] { return std::vector<Sample>{{"", double(fence->term())}}; });
+    s->registry_.AddCounterCallback(
+        "pscluster_server_deposed_scheduler_calls_total",
+        "Calls refused because they came from a deposed scheduler (a lower term).",
+        [fence] { return std::vector<Sample>{{"", double(fence->refused())}}; });
     if (s->tcp_) {
       // The data server outlives the metrics endpoint (Shutdown() stops the endpoint first).
       TcpDataServer* t = s->tcp_.get();

@@ -18,6 +18,7 @@
 #include "common/executor.h"
 #include "common/grpc_server.h"
 #include "common/metrics.h"
+#include "common/scheduler_term.h"
 #include "common/audit_log.h"
 #include "common/authz.h"
 #include "common/tls.h"
@@ -126,6 +127,8 @@ class PsServer {
   std::unique_ptr<PsHandler> handler_;
   std::unique_ptr<Authorizer> authz_;
   std::unique_ptr<AuditLog> audit_;
+  // Refuses the calls of a deposed scheduler (common/scheduler_term.h).
+  SchedulerTermFence fence_;
   std::unique_ptr<PsService> service_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<TcpDataServer> tcp_;

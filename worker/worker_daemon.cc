@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(WorkerDaemonOp
       std::make_unique<WorkerService>(d->node_.get(), d->authz_.get(), &d->task_logs_);
   d->service_->ObserveLatency(&d->metrics_, "pscluster_worker_rpc_seconds");
   d->service_->ObserveAudit(&d->metrics_, "pscluster_worker_audit_calls_total");
+  d->service_->SetSchedulerTermFence(&d->fence_);
   if (!options.audit_log.empty()) {
     auto audit = AuditLog::Open(options.audit_log);
     if (!audit.ok()) return audit.status();
@@ -128,6 +129,16 @@ void WorkerDaemon::AddStatusGauges() {
       return std::vector<Sample>{{"", fn(st)}};
     });
   };
+  SchedulerTermFence* fence = &fence_;
+  metrics_.AddGaugeCallback(
+      "pscluster_worker_scheduler_term",
+      "Highest scheduler term (etcd revision of the leader's election) seen; 0 with one "
+      "scheduler.",
+      [fence] { return std::vector<Sample>{{"", double(fence->term())}}; });
+  metrics_.AddCounterCallback(
+      "pscluster_worker_deposed_scheduler_calls_total",
+      "Calls refused because they came from a deposed scheduler (a lower term).",
+      [fence] { return std::vector<Sample>{{"", double(fence->refused())}}; });
   gauge("pscluster_worker_busy", "1 while a training task runs.",
         [](const v1::WorkerStatus& s) { return s.busy() ? 1.0 : 0.0; });
   gauge("pscluster_worker_step", "Steps completed by the current task.",

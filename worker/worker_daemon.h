@@ -16,6 +16,7 @@
 #include "common/authz.h"
 #include "common/grpc_server.h"
 #include "common/metrics.h"
+#include "common/scheduler_term.h"
 #include "worker/entrypoint_runner.h"
 #include "worker/scheduler_client.h"
 #include "worker/task_logs.h"
@@ -75,6 +76,8 @@ class WorkerDaemon {
   TaskLogBook task_logs_;  // Output of entrypoint tasks; before the node, which writes it.
   std::unique_ptr<Authorizer> authz_;
   std::unique_ptr<AuditLog> audit_;
+  // Refuses the calls of a deposed scheduler (common/scheduler_term.h).
+  SchedulerTermFence fence_;
   std::unique_ptr<SchedulerClient> scheduler_;
   std::unique_ptr<WorkerNode> node_;
   std::unique_ptr<WorkerService> service_;

@@ -13,10 +13,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
+#include "common/channel.h"
+#include "common/scheduler_term.h"
 #include "common/testing/status_matchers.h"
 #include "common/testing/wait_for.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/worker.grpc.pb.h"
 #include "scheduler/scheduler_daemon.h"
 
 namespace pscluster::worker {
@@ -109,6 +112,36 @@ TEST_F(WorkerDaemonTest, RegistersWritesItsPortFileAndServesMetrics) {
   EXPECT_THAT(metrics, HasSubstr("pscluster_worker_call_seconds"));
   (*d)->Shutdown();
   (*d)->Shutdown();  // Idempotent.
+}
+
+// A call from a scheduler of an older term than one already heard from (a deposed leader) is
+// refused before it acts; the term and the refusals show in /metrics.
+TEST_F(WorkerDaemonTest, RefusesTheCallsOfADeposedScheduler) {
+  WorkerDaemonOptions o = Options();
+  o.metrics_address = "127.0.0.1:0";
+  auto d = WorkerDaemon::Start(o);
+  ASSERT_THAT(d.status(), IsOk());
+  auto channel = MakeChannel((*d)->address());
+  ASSERT_THAT(channel.status(), IsOk());
+  auto stub = v1::WorkerControl::NewStub(*channel);
+  auto stop = [&](const std::string& term) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(kSchedulerTermHeader, term);
+    v1::StopTaskRequest req;
+    req.set_job_id("no-such-job");
+    v1::StopTaskResponse resp;
+    return stub->StopTask(&ctx, req, &resp);
+  };
+  grpc::Status s = stop("41");
+  EXPECT_NE(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  s = stop("40");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("pscluster.v1.WorkerControl.StopTask"));
+  EXPECT_THAT(s.error_message(), HasSubstr("deposed scheduler (term 40)"));
+  const std::string metrics = HttpGet((*d)->metrics_port(), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("pscluster_worker_scheduler_term 41"));
+  EXPECT_THAT(metrics, HasSubstr("pscluster_worker_deposed_scheduler_calls_total 1"));
+  (*d)->Shutdown();
 }
 
 TEST_F(WorkerDaemonTest, BadOptionsNameWhatIsWrong) {

@@ -117,6 +117,11 @@ TEST(E2eHaTest, TheLeadingSchedulerKilledMidJobAnotherTakesOverAndTheJobSucceeds
     return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= 40;
   })) << seen.DebugString() << Tails(all);
   const int64_t step_at_kill = seen.progress().step();
+  // The follower answers reads from etcd (psctl given its address alone).
+  CommandResult from_follower =
+      RunCommand(PsctlBinary(), {absl::StrCat("--scheduler=", follower.address), "jobs"});
+  EXPECT_EQ(from_follower.exit_code, 0) << from_follower.output;
+  EXPECT_THAT(from_follower.output, HasSubstr("job-1"));
 
   ASSERT_EQ(kill(leader.process->pid(), SIGKILL), 0);
   const absl::Time killed = absl::Now();
@@ -128,6 +133,13 @@ TEST(E2eHaTest, TheLeadingSchedulerKilledMidJobAnotherTakesOverAndTheJobSucceeds
               absl::FormatDuration(takeover).c_str());
   EXPECT_LE(takeover, absl::Seconds(12)) << Tails(all);
   EXPECT_THAT(Log(follower), HasSubstr("leading (term"));
+  // The servers heard from the new leader, whose term is higher: the old one's calls would now
+  // be refused (common/scheduler_term.h).
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(WaitFor(absl::Seconds(20), [&] {
+      return absl::StrContains(Log(nodes[i]), "a new scheduler leads: term");
+    })) << nodes[i].log << "\n" << Log(nodes[i]);
+  }
 
   // The job carries on under the new leader, with reports from both ranks.
   const int64_t took_over_ms = absl::ToUnixMillis(absl::Now());
