@@ -113,7 +113,7 @@ TEST(ManifestsTest, Scheduler) {
 }
 
 TEST(ManifestsTest, ServersAreAStatefulSetWithSharedCheckpointsAndAHeadlessService) {
-  auto m = ByKind("k8s/servers.yaml");
+  auto m = ByKind("k8s/base/servers.yaml");
   ASSERT_EQ(m.count("StatefulSet"), 1u);
   ASSERT_EQ(m.count("Service"), 1u);
   EXPECT_EQ(m["Service"]["spec"]["clusterIP"].as<std::string>(), "None");
@@ -143,7 +143,7 @@ TEST(ManifestsTest, ServersAreAStatefulSetWithSharedCheckpointsAndAHeadlessServi
 
 TEST(ManifestsTest, SharedVolumesAreReadWriteMany) {
   std::map<std::string, YAML::Node> claims;
-  for (const YAML::Node& d : Docs("k8s/storage.yaml")) {
+  for (const YAML::Node& d : Docs("k8s/base/storage.yaml")) {
     ASSERT_EQ(d["kind"].as<std::string>(), "PersistentVolumeClaim");
     claims[d["metadata"]["name"].as<std::string>()] = d;
   }
@@ -155,7 +155,7 @@ TEST(ManifestsTest, SharedVolumesAreReadWriteMany) {
 }
 
 TEST(ManifestsTest, WorkersRequestGpus) {
-  auto m = ByKind("k8s/workers.yaml");
+  auto m = ByKind("k8s/base/workers.yaml");
   ASSERT_EQ(m.count("Deployment"), 1u);
   YAML::Node c = CheckPod(m["Deployment"], "worker", 7100);
   EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"].as<int>(), 1);
@@ -170,13 +170,97 @@ TEST(ManifestsTest, WorkersRequestGpus) {
   EXPECT_EQ(Mounts(c)["exports"], "/var/lib/pscluster/exports");
 }
 
+// The resources a kustomization lists.
+std::vector<std::string> Resources(const std::string& rel) {
+  YAML::Node k = YAML::Load(Read(rel));
+  std::vector<std::string> out;
+  for (const auto& r : k["resources"]) out.push_back(r.as<std::string>());
+  return out;
+}
+
 TEST(ManifestsTest, KustomizationListsEveryManifest) {
-  YAML::Node k = YAML::Load(Read("k8s/kustomization.yaml"));
-  std::vector<std::string> files;
-  for (const auto& r : k["resources"]) files.push_back(r.as<std::string>());
-  EXPECT_THAT(files, ::testing::UnorderedElementsAre("namespace.yaml", "storage.yaml",
-                                                     "scheduler.yaml", "servers.yaml",
-                                                     "workers.yaml"));
+  EXPECT_THAT(Resources("k8s/base/kustomization.yaml"),
+              ::testing::UnorderedElementsAre("namespace.yaml", "storage.yaml", "servers.yaml",
+                                              "workers.yaml"));
+  EXPECT_THAT(Resources("k8s/kustomization.yaml"),
+              ::testing::UnorderedElementsAre("base", "scheduler.yaml"));
+  EXPECT_THAT(Resources("k8s/ha/kustomization.yaml"),
+              ::testing::UnorderedElementsAre("../base", "etcd.yaml", "scheduler.yaml"));
+  // Both modes' servers and workers reach the scheduler through the same Service.
+  EXPECT_EQ(ByKind("k8s/scheduler.yaml")["Service"]["metadata"]["name"].as<std::string>(),
+            "pscluster-scheduler");
+  EXPECT_EQ(Docs("k8s/ha/scheduler.yaml")[1]["metadata"]["name"].as<std::string>(),
+            "pscluster-scheduler");
+  for (const char* f : {"k8s/base/servers.yaml", "k8s/base/workers.yaml"}) {
+    EXPECT_THAT(Read(f), HasSubstr("--scheduler=pscluster-scheduler:7070")) << f;
+  }
+}
+
+// Three schedulers over etcd: no database volume, each advertising its pod IP, alive by TCP and
+// ready only while leading (gRPC health), behind the Service the daemons call and a headless
+// Service of all of them.
+TEST(ManifestsTest, HighlyAvailableSchedulersOverEtcd) {
+  const std::vector<YAML::Node> docs = Docs("k8s/ha/scheduler.yaml");
+  ASSERT_EQ(docs.size(), 3u);
+  const YAML::Node d = docs[0];
+  ASSERT_EQ(d["kind"].as<std::string>(), "Deployment");
+  EXPECT_EQ(d["spec"]["replicas"].as<int>(), 3);
+  ExpectLabels(d["metadata"], "scheduler");
+  const YAML::Node c = d["spec"]["template"]["spec"]["containers"][0];
+  std::string args;
+  for (const auto& a : c["args"]) args += a.as<std::string>() + " ";
+  EXPECT_THAT(args, HasSubstr("--etcd_endpoints=pscluster-etcd-0.pscluster-etcd:2379,"
+                              "pscluster-etcd-1.pscluster-etcd:2379,"
+                              "pscluster-etcd-2.pscluster-etcd:2379 "));
+  EXPECT_THAT(args, HasSubstr("--advertise_address=$(POD_IP):7070"));
+  EXPECT_THAT(args, ::testing::Not(HasSubstr("--db")));
+  EXPECT_EQ(c["env"][0]["name"].as<std::string>(), "POD_IP");
+  EXPECT_EQ(c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>(), "status.podIP");
+  EXPECT_EQ(c["livenessProbe"]["tcpSocket"]["port"].as<int>(), 7070);
+  EXPECT_EQ(c["readinessProbe"]["grpc"]["port"].as<int>(), 7070);
+  EXPECT_EQ(Volumes(d)["checkpoints"], "pscluster-checkpoints");
+  EXPECT_EQ(Volumes(d).count("db"), 0u);
+  ASSERT_EQ(docs[1]["kind"].as<std::string>(), "Service");
+  EXPECT_FALSE(docs[1]["spec"]["clusterIP"].IsDefined());
+  ASSERT_EQ(docs[2]["kind"].as<std::string>(), "Service");
+  EXPECT_EQ(docs[2]["metadata"]["name"].as<std::string>(), "pscluster-scheduler-peers");
+  EXPECT_EQ(docs[2]["spec"]["clusterIP"].as<std::string>(), "None");
+  EXPECT_TRUE(docs[2]["spec"]["publishNotReadyAddresses"].as<bool>());
+  for (const YAML::Node& svc : {docs[1], docs[2]}) {
+    EXPECT_EQ(svc["spec"]["selector"]["app.kubernetes.io/component"].as<std::string>(),
+              "scheduler");
+  }
+}
+
+// The etcd the schedulers use: three members of one initial cluster, each named after its pod
+// and reachable at the names the schedulers are given, only from the schedulers and members.
+TEST(ManifestsTest, AThreeMemberEtcdForTheSchedulers) {
+  auto m = ByKind("k8s/ha/etcd.yaml");
+  ASSERT_EQ(m.count("StatefulSet"), 1u);
+  ASSERT_EQ(m.count("Service"), 1u);
+  ASSERT_EQ(m.count("NetworkPolicy"), 1u);
+  const YAML::Node s = m["StatefulSet"];
+  EXPECT_EQ(s["spec"]["replicas"].as<int>(), 3);
+  EXPECT_EQ(s["spec"]["serviceName"].as<std::string>(), "pscluster-etcd");
+  EXPECT_EQ(m["Service"]["metadata"]["name"].as<std::string>(), "pscluster-etcd");
+  EXPECT_EQ(m["Service"]["spec"]["clusterIP"].as<std::string>(), "None");
+  std::string args;
+  for (const auto& a : s["spec"]["template"]["spec"]["containers"][0]["args"]) {
+    args += a.as<std::string>() + " ";
+  }
+  for (int i = 0; i < 3; ++i) {
+    const std::string member = "pscluster-etcd-" + std::to_string(i);
+    EXPECT_THAT(args, HasSubstr(member + "=http://" + member +
+                                ".pscluster-etcd.pscluster.svc:2380"));
+  }
+  EXPECT_THAT(args, HasSubstr("--name=$(POD_NAME)"));
+  EXPECT_THAT(args, HasSubstr("--listen-client-urls=http://0.0.0.0:2379"));
+  std::vector<std::string> allowed;
+  for (const auto& from : m["NetworkPolicy"]["spec"]["ingress"][0]["from"]) {
+    allowed.push_back(
+        from["podSelector"]["matchLabels"]["app.kubernetes.io/component"].as<std::string>());
+  }
+  EXPECT_THAT(allowed, ::testing::UnorderedElementsAre("scheduler", "etcd"));
 }
 
 // The Dockerfile builds a GPU image beside the CPU one: the CUDA toolkit in its build stage
