@@ -151,7 +151,8 @@ absl::Status Job::SetShardsChanging(uint64_t epoch, std::vector<bool> held, MapC
   forwarding_ = std::move(change.forwarding);
   if (change.seed) {
     auto snap = MakeCheckpointLocked(change.node_id, absl::ToUnixMillis(clock_->Now()),
-                                     std::nullopt);
+                                     std::nullopt,
+                                     change.seed_shards.empty() ? nullptr : &change.seed_shards);
     if (!snap.ok()) return snap.status();
     change.seed(*snap);
   }

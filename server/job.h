@@ -154,6 +154,9 @@ class Job {
     // under the lock: what it queues goes ahead of every later chunk's copies. Empty: none.
     std::function<void(const CheckpointSnapshot&)> seed;
     std::string node_id;  // For the seed's header.
+    // The virtual shards the seed must cover (those the new copies back); its dense blocks are
+    // of these shards only. Empty: every shard held here.
+    std::vector<bool> seed_shards;
   };
   // SetShards with `change` (which must be for a newer map, or the first one). Reads parked at
   // the older epoch fail (FAILED_PRECONDITION: their clients refresh the map and retry).
@@ -293,7 +296,8 @@ class Job {
 
   void FillStatus(v1::JobOnServer* out) const;
   // Frees the sparse rows that have expired for every later push (EmbeddingSpec); returns how
-  // many. Takes one stripe lock at a time, so pushes and pulls go on meanwhile.
+  // many. Takes one stripe lock at a time, so pushes and pulls go on meanwhile; does nothing
+  // (returns 0) while a map change or a checkpoint holds the job.
   uint64_t CollectExpired();
   // Adds (job, shard, bytes, requests) for every shard with traffic since the last call.
   void TakeShardLoads(double window_sec, std::vector<v1::ShardLoad>* out);
@@ -326,8 +330,12 @@ class Job {
   // SetShards with `change`; the reads parked until then go to *parked.
   absl::Status SetShardsChanging(uint64_t epoch, std::vector<bool> held, MapChange change,
                                  std::vector<Waiter>* parked);
+  // `only` (nullptr = all): the shards the checkpoint covers (its header lists the held ones
+  // among them, its dense blocks are theirs; sparse tables are written whole and a restore takes
+  // the rows of the covered shards).
   absl::StatusOr<Snapshot> MakeCheckpointLocked(const std::string& node_id, int64_t now_unix_ms,
-                                                std::optional<int64_t> at)
+                                                std::optional<int64_t> at,
+                                                const std::vector<bool>* only = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   absl::StatusOr<std::pair<int64_t, uint32_t>> RestoreLocked(const std::string& file,
                                                              absl::string_view path,

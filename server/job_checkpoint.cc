@@ -44,7 +44,11 @@ absl::StatusOr<Job::Snapshot> Job::SealAndCheckpoint(const std::string& node_id,
 
 absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_id,
                                                         int64_t now_unix_ms,
-                                                        std::optional<int64_t> at) {
+                                                        std::optional<int64_t> at,
+                                                        const std::vector<bool>* only) {
+  auto covers = [only](uint32_t shard) {
+    return only == nullptr || (shard < only->size() && (*only)[shard]);
+  };
   Snapshot snap;
   v1::CheckpointHeader h;
   h.set_job_id(id());
@@ -53,7 +57,7 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
   h.set_node_id(node_id);
   h.set_created_unix_ms(now_unix_ms);
   for (uint32_t i = 0; i < held_.size(); ++i) {
-    if (held_[i]) h.add_shards(i);
+    if (held_[i] && covers(i)) h.add_shards(i);
   }
   {
     absl::MutexLock c(&clock_mu_);
@@ -80,7 +84,7 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
     if (t.dense) {
       for (uint64_t b = 0; b < t.dense->num_blocks(); ++b) {
         DenseBlock* blk = t.dense->block(b);
-        if (blk == nullptr) continue;
+        if (blk == nullptr || !covers(t.dense->ShardOf(b))) continue;
         auto* cb = ct->add_blocks();
         cb->set_block(b);
         cb->set_elems(blk->elems);
@@ -126,7 +130,7 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
     if (t.dense) {
       for (uint64_t b = 0; b < t.dense->num_blocks(); ++b) {
         DenseBlock* blk = t.dense->block(b);
-        if (blk == nullptr) continue;
+        if (blk == nullptr || !covers(t.dense->ShardOf(b))) continue;
         absl::MutexLock bl(&blk->mu);
         f.append(reinterpret_cast<const char*>(blk->weights.get()), blk->elems * sizeof(float));
         f.append(reinterpret_cast<const char*>(blk->slot_data.get()),

@@ -324,12 +324,15 @@ absl::Status Job::ApplyValues(const SliceRef& s, const v1::PushChunk& chunk,
 
 uint64_t Job::CollectExpired() {
   if (dropped_) return 0;
-  absl::ReaderMutexLock l(&state_mu_);
+  // Called from the heartbeat: never wait behind a map change or a checkpoint (which hold the
+  // lock exclusively for as long as a snapshot of the tables takes); the next tick collects.
+  if (!state_mu_.ReaderTryLock()) return 0;
   const int64_t min = min_clock();
   uint64_t n = 0;
   for (const auto& t : tables_) {
     if (t.sparse) n += t.sparse->CollectExpired(min, budget_);
   }
+  state_mu_.ReaderUnlock();
   return n;
 }
 

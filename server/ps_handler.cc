@@ -305,6 +305,7 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
     // Servers that back a shard of this one now and did not: each gets a snapshot taken as the
     // map takes effect, queued ahead of every chunk applied after it.
     std::vector<std::shared_ptr<BackupQueue>> fresh;
+    absl::flat_hash_set<std::string> fresh_addresses;
     for (size_t sh = 0; sh < next->backups.size(); ++sh) {
       for (const std::string& address : next->backups[sh]) {
         const bool had = old != nullptr && sh < old->backups.size() &&
@@ -312,9 +313,18 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
                              old->backups[sh].end();
         auto q = next->queues.find(address);
         if (had || q == next->queues.end()) continue;
+        fresh_addresses.insert(address);
         if (std::find(fresh.begin(), fresh.end(), q->second) == fresh.end()) {
           fresh.push_back(q->second);
         }
+      }
+    }
+    // The snapshot covers every shard those servers back from here (their copy is made anew,
+    // for all of them), and no other: a move of one shard sends that shard, not the job.
+    change.seed_shards.assign(job->config().num_shards, false);
+    for (size_t sh = 0; sh < next->backups.size() && sh < change.seed_shards.size(); ++sh) {
+      for (const std::string& address : next->backups[sh]) {
+        if (fresh_addresses.contains(address)) change.seed_shards[sh] = true;
       }
     }
     const std::string self = req.self();

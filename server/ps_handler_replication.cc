@@ -340,8 +340,8 @@ absl::Status PsHandler::ReceiveSeed(const v1::ReplicateRequest& req, Job& copy,
   seed.clocks = std::move(*clocks);
   seed.done = true;
   seed.bytes = std::string();
-  Logger("server")->info("job '{}': live copy of {}'s shards seeded (step {})", copy.id(),
-                         req.primary(), r->first);
+  Logger("server")->info("job '{}': live copy of {}'s shards seeded (step {}, a snapshot of {} "
+                         "bytes)", copy.id(), req.primary(), r->first, seed.size);
   return absl::OkStatus();
 }
 
