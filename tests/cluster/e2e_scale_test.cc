@@ -1,8 +1,8 @@
 // End to end with the real daemons: elastic servers. A job grows from 2 to 3 servers and back
 // to 2 while it trains (`psctl scale`), a server used by two jobs is drained (`psctl drain`) and
-// then killed with nothing lost, and a server joining a job is killed in the middle of the
-// scale-out (the job recovers as from any lost server). Every update is applied exactly once
-// where no node was lost.
+// then killed with nothing lost, and a server joining a job, or one whose shard is being moved
+// off, is killed in the middle of the scale-out (the job recovers as from any lost server).
+// Every update is applied exactly once where no node was lost.
 #include <algorithm>
 #include <csignal>
 #include <map>
@@ -195,6 +195,45 @@ TEST(E2eScaleTest, TheJoiningServerKilledMidScaleOutTheJobRecoversAndSucceeds) {
   EXPECT_EQ(done->recovery().recoveries(), 1u);
   EXPECT_THAT(done->recovery().last_cause(), HasSubstr(joining));
   EXPECT_THAT(done->servers(), Not(Contains(joining)));
+  EXPECT_FALSE(done->elastic().active());
+  EXPECT_EQ(done->progress().step(), kEpochs * 300);
+  EXPECT_GE(done->progress().test_accuracy(), 0.8);
+  if (HasFailure()) ADD_FAILURE() << c.LogTails(100);
+}
+
+// The source of a shard being moved to the joining server dies in the middle of the scale-out:
+// the move stops and the job recovers from the lost server as from any other.
+TEST(E2eScaleTest, TheSourceServerKilledMidScaleOutTheJobRecoversAndSucceeds) {
+  E2eClusterOptions o;
+  o.servers = 4;  // One joins, one is spare for the recovery.
+  auto cluster = E2eCluster::Start("scale_kill_source", o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  E2eCluster& c = **cluster;
+  const std::string id = "job-1";
+  constexpr int kEpochs = 4;
+  ASSERT_TRUE(
+      SubmitAndRunPast(c, JobYaml(c, "source", kEpochs, 128), id, 2 * kCheckpointEvery + 20));
+  auto scaling = c.StartPsctl({"scale", id, "--servers", "3"});
+  ASSERT_TRUE(scaling.ok()) << scaling.status();
+  // As soon as a shard is being copied to the joining server: its current primary dies.
+  std::string source;
+  ASSERT_TRUE(WaitFor(absl::Seconds(60), [&] {
+    auto j = c.GetJob(id);
+    if (!j.ok() || j->moves().empty()) return false;
+    const v1::ShardMove& m = *j->moves().rbegin();
+    if (m.state() != v1::MOVE_COPYING && m.state() != v1::MOVE_QUEUED) return false;
+    source = m.from();
+    return !source.empty();
+  })) << (*scaling)->Output() << c.LogTails();
+  ASSERT_TRUE(c.processes().Signal(source, SIGKILL).ok()) << source;
+  EXPECT_NE((*scaling)->Wait(absl::Seconds(120)), 0) << (*scaling)->Output();
+
+  auto done = c.WaitForEnd(id, absl::Seconds(300));
+  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+  EXPECT_EQ(done->recovery().recoveries(), 1u);
+  EXPECT_THAT(done->recovery().last_cause(), HasSubstr(source));
+  EXPECT_THAT(done->servers(), Not(Contains(source)));
   EXPECT_FALSE(done->elastic().active());
   EXPECT_EQ(done->progress().step(), kEpochs * 300);
   EXPECT_GE(done->progress().test_accuracy(), 0.8);
