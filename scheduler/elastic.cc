@@ -4,10 +4,12 @@
 // A change (Job.elastic) names the servers the job should end up on. The moves thread takes one
 // step per job at a time (StepElastic):
 //   1. a server of the map outside the set that still holds shards gives one up (its lowest
-//      index) to the set's server holding the fewest;
-//   2. otherwise, while the set's fullest server holds two shards more than its emptiest, it
-//      gives one (its highest index) to the emptiest (a server joining holds none at first: its
-//      first move gives it the job's tables and puts it into the map);
+//      index; primaries first, then backups) to the set's server holding the fewest copies that
+//      holds no copy of that shard;
+//   2. otherwise, while the set's fullest server holds two primaries more than its emptiest, it
+//      gives one (its highest index of which the emptiest holds no copy) to the emptiest (a
+//      server joining holds none at first: its first move gives it the job's tables and puts it
+//      into the map);
 //   3. otherwise a server of the map outside the set (it holds nothing now) leaves the map: the
 //      new map goes to every other server, then the job is dropped on it;
 //   4. otherwise the change is done.
@@ -17,6 +19,8 @@
 #include <map>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
@@ -45,10 +49,6 @@ std::string Immovable(const v1::Job& job) {
   if (job.spec().consistency().aggregate()) {
     return absl::StrCat("job ", job.job_id(), " aggregates its pushes (consistency.aggregate); "
                         "its shards do not move live");
-  }
-  if (job.spec().replication() > 1) {
-    return absl::StrCat("job ", job.job_id(), " keeps ", job.spec().replication(),
-                        " copies of every shard (replication); its shards do not move live");
   }
   return "";
 }
@@ -143,6 +143,11 @@ absl::Status Scheduler::ScaleJob(const v1::ScaleJobRequest& req, v1::ScaleJobRes
   if (std::string why = Immovable(job); !why.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("job_id: ", why, "; it cannot be scaled"));
   }
+  if (req.servers() < job.spec().replication()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "servers: job ", job.job_id(), " keeps ", job.spec().replication(),
+        " copies of every shard on as many servers; it cannot run on ", req.servers()));
+  }
   if (req.servers() > rec->shard_map.num_virtual_shards()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "servers: ", req.servers(), " is more than job ", job.job_id(), "'s ",
@@ -224,14 +229,21 @@ absl::Status Scheduler::DrainServer(const v1::DrainServerRequest& req,
       for (const v1::ServerEndpoint& ep : rec.shard_map.servers()) target.push_back(ep.node_id());
     }
     target.erase(std::remove(target.begin(), target.end(), req.node_id()), target.end());
-    if (target.empty()) {
-      std::vector<std::string> spare = SpareServersLocked(self);
-      if (spare.empty()) {
+    // A job keeps its copies of a shard on as many servers: spares make up for the drained one.
+    const size_t need = std::max<size_t>(1, job.spec().replication());
+    if (target.size() < need) {
+      absl::flat_hash_set<std::string> exclude(target.begin(), target.end());
+      exclude.insert(req.node_id());
+      for (const v1::ServerEndpoint& ep : rec.shard_map.servers()) exclude.insert(ep.node_id());
+      std::vector<std::string> spare = SpareServersLocked(exclude);
+      if (target.size() + spare.size() < need) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "node_id: ", req.node_id(), " is job ", id, "'s only server and no other server is "
-            "alive and in service to take its shards"));
+            "node_id: job ", id, " keeps ", need, " cop", need == 1 ? "y" : "ies",
+            " of every shard on as many servers; without ", req.node_id(), " it has ",
+            target.size(), " and only ", spare.size(),
+            " other server(s) are alive and in service to take its shards"));
       }
-      target.push_back(spare.front());
+      target.insert(target.end(), spare.begin(), spare.begin() + (need - target.size()));
     }
     plans.emplace_back(&rec, std::move(target));
   }
@@ -309,7 +321,9 @@ void Scheduler::StepElastic() {
       }
       if (MoveInFlight(job)) continue;
       const std::vector<std::string> target(c->servers().begin(), c->servers().end());
-      std::map<std::string, std::vector<uint32_t>> held;  // node -> primaries, by index
+      std::map<std::string, std::vector<uint32_t>> held;    // node -> primaries, by index
+      std::map<std::string, std::vector<uint32_t>> backed;  // node -> shards it backs up
+      absl::flat_hash_map<uint32_t, std::vector<std::string>> copies;  // shard -> its servers
       for (const std::string& s : target) held[s];
       std::vector<std::string> in_map;
       for (const v1::ServerEndpoint& ep : rec.shard_map.servers()) {
@@ -318,36 +332,66 @@ void Scheduler::StepElastic() {
       }
       for (const v1::ShardAssignment& a : rec.shard_map.assignments()) {
         held[a.primary()].push_back(a.shard());
+        copies[a.shard()].push_back(a.primary());
+        for (const std::string& b : a.backups()) {
+          backed[b].push_back(a.shard());
+          copies[a.shard()].push_back(b);
+        }
       }
-      // The set's server holding the fewest (and the most); ties by the set's order.
-      auto least = [&]() {
+      // The set's server holding the fewest primaries and no copy of `shard` (and the most);
+      // ties by the set's order.
+      auto least = [&](uint32_t shard) {
         std::string best;
         for (const std::string& s : target) {
-          if (best.empty() || held[s].size() < held[best].size()) best = s;
+          if (Contains(copies[shard], s)) continue;
+          if (best.empty() || held[s].size() + backed[s].size() <
+                                  held[best].size() + backed[best].size()) {
+            best = s;
+          }
         }
         return best;
       };
       std::string from, to;
       uint32_t shard = 0;
+      bool backup = false;
       for (const std::string& s : in_map) {
-        if (!Contains(target, s) && !held[s].empty()) {
+        if (Contains(target, s)) continue;
+        if (!held[s].empty()) {
           from = s;
           shard = held[s].front();
-          to = least();
+        } else if (!backed[s].empty()) {
+          from = s;
+          shard = backed[s].front();
+          backup = true;
+        } else {
+          continue;
+        }
+        to = least(shard);
+        break;
+      }
+      if (from.empty()) {
+        std::string most, few;
+        for (const std::string& s : target) {
+          if (most.empty() || held[s].size() > held[most].size()) most = s;
+          if (few.empty() || held[s].size() < held[few].size()) few = s;
+        }
+        // Its highest shard of which `few` holds no copy.
+        for (auto it = held[most].rbegin(); it != held[most].rend(); ++it) {
+          if (held[most].size() < held[few].size() + 2) break;
+          if (Contains(copies[*it], few)) continue;
+          from = most;
+          shard = *it;
+          to = few;
           break;
         }
       }
-      if (from.empty()) {
-        std::string most;
-        for (const std::string& s : target) {
-          if (most.empty() || held[s].size() > held[most].size()) most = s;
+      if (!from.empty() && to.empty()) {
+        // Fewer servers in the set than copies of a shard: the scale refused it already.
+        if (!conclude(absl::StrCat("stopped: no server of the set can take a copy of shard ",
+                                   shard))) {
+          return;
         }
-        const std::string few = least();
-        if (held[most].size() >= held[few].size() + 2) {
-          from = most;
-          shard = held[most].back();
-          to = few;
-        }
+        continue;
       }
       if (!from.empty()) {
         std::optional<v1::NodeStatus> t = registry_.Get(to);
@@ -361,9 +405,9 @@ void Scheduler::StepElastic() {
           continue;
         }
         v1::ShardMove queued;
-        absl::Status s = QueueMove(rec, shard, to,
+        absl::Status s = QueueMove(rec, shard, from, to,
                                    absl::StrCat(kElasticReason, c->reason(), ": shard ", shard,
-                                                " to ", to),
+                                                backup ? "'s backup" : "", " to ", to),
                                    &queued);
         if (!s.ok()) {
           if (!store_error_.ok()) return;

@@ -222,24 +222,66 @@ TEST_F(ElasticTest, ADrainEmptiesTheServerOfEveryJobAndTheMarkSurvivesARestart) 
   EXPECT_EQ(DrainOf(node), v1::NODE_IN_SERVICE);
 }
 
-// Jobs whose shards cannot move live are refused by name, and nothing changes.
-TEST_F(ElasticTest, JobsWithReplicasOrAggregationAreRefusedAndNothingChanges) {
+// Jobs whose shards cannot move live (they aggregate their pushes) are refused by name, and
+// nothing changes.
+TEST_F(ElasticTest, JobsThatAggregateAreRefusedAndNothingChanges) {
   AddServers(3);
-  AddWorkers(4);
-  std::string rep, agg;
-  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrCat(kJob, "replication: 2\n"), &rep));
+  AddWorkers(2);
+  std::string agg;
   ASSERT_NO_FATAL_FAILURE(StartJob(
       absl::StrReplaceAll(kJob, {{"{mode: bsp}", "{mode: bsp, aggregate: true}"}}), &agg));
-  EXPECT_THAT(Scale(rep, 3), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                      HasSubstr("replication")));
   EXPECT_THAT(Scale(agg, 3), StatusIs(absl::StatusCode::kFailedPrecondition,
                                       HasSubstr("consistency.aggregate")));
-  const std::string node = Get(rep).servers(0);
+  const std::string node = Get(agg).servers(0);
   EXPECT_THAT(Drain(node), StatusIs(absl::StatusCode::kFailedPrecondition,
                                     HasSubstr("cannot be drained")));
   EXPECT_EQ(DrainOf(node), v1::NODE_IN_SERVICE);
-  EXPECT_FALSE(Get(rep).has_elastic());
   EXPECT_FALSE(Get(agg).has_elastic());
+}
+
+// A server holding primaries and backups of a replicated job is drained: each copy it holds moves
+// to a server holding none of that shard, the job keeps two copies of every shard on distinct
+// servers, and the server is drained. A scale below the replication factor is refused.
+TEST_F(ElasticTest, ADrainMovesPrimariesAndBackupsOfAReplicatedJob) {
+  AddServers(3);
+  AddWorkers(2);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(StartJob(absl::StrCat(kJob, "replication: 2\n"), &id));
+  CopiesCatchUp();
+  EXPECT_THAT(Scale(id, 1), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("keeps 2 copies of every shard")));
+  const v1::ShardMap before = MapOf(id);
+  const std::string node = before.assignments(0).primary();
+  int copies_on_node = 0;
+  for (const v1::ShardAssignment& a : before.assignments()) {
+    copies_on_node += (a.primary() == node) + (a.backups(0) == node);
+  }
+  ASSERT_EQ(copies_on_node, before.num_virtual_shards());  // Two servers: every shard on both.
+  v1::DrainServerResponse resp;
+  ASSERT_THAT(Drain(node, &resp), IsOk());
+  EXPECT_EQ(resp.drain(), v1::NODE_DRAINING);
+  ASSERT_NO_FATAL_FAILURE(Settle({id}));
+
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_RUNNING);
+  EXPECT_THAT(job.elastic().result(), StartsWith("done: 2 server(s)")) << job.elastic().result();
+  EXPECT_EQ(job.elastic().moves_done(), static_cast<uint32_t>(copies_on_node));
+  EXPECT_THAT(job.servers(), Not(Contains(node)));
+  const v1::ShardMap after = MapOf(id);
+  for (const v1::ShardAssignment& a : after.assignments()) {
+    ASSERT_EQ(a.backups_size(), 1) << "shard " << a.shard();
+    EXPECT_NE(a.primary(), a.backups(0)) << "shard " << a.shard();
+    EXPECT_NE(a.primary(), node);
+    EXPECT_NE(a.backups(0), node);
+  }
+  int backup_moves = 0;
+  for (const v1::ShardMove& m : job.moves()) {
+    EXPECT_EQ(m.state(), v1::MOVE_DONE) << m.result();
+    EXPECT_EQ(m.from(), node);
+    backup_moves += m.backup();
+  }
+  EXPECT_GT(backup_moves, 0);
+  EXPECT_EQ(DrainOf(node), v1::NODE_DRAINED);
 }
 
 TEST_F(ElasticTest, BadRequestsNameWhatIsWrong) {

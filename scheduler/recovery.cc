@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
@@ -173,17 +174,19 @@ std::optional<v1::ShardMap> AddBackups(
 
 std::vector<std::string> NewlyBacked(const v1::ShardMap& before, const v1::ShardMap& after,
                                      const std::string& server) {
-  absl::flat_hash_set<uint32_t> had;
+  // A shard backed under another primary is a new copy too (its primary forwards nothing of
+  // what the old one applied): the pair counts, not the shard.
+  absl::flat_hash_set<std::pair<uint32_t, std::string>> had;
   for (const v1::ShardAssignment& a : before.assignments()) {
     if (std::find(a.backups().begin(), a.backups().end(), server) != a.backups().end()) {
-      had.insert(a.shard());
+      had.insert({a.shard(), a.primary()});
     }
   }
   std::vector<std::string> out;
   for (const v1::ShardAssignment& a : after.assignments()) {
     const bool backs =
         std::find(a.backups().begin(), a.backups().end(), server) != a.backups().end();
-    if (backs && !had.contains(a.shard()) &&
+    if (backs && !had.contains({a.shard(), a.primary()}) &&
         std::find(out.begin(), out.end(), a.primary()) == out.end()) {
       out.push_back(a.primary());
     }

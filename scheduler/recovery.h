@@ -53,8 +53,9 @@ absl::StatusOr<v1::ShardMap> PromoteBackups(const v1::ShardMap& map, const std::
 std::optional<v1::ShardMap> AddBackups(
     const v1::ShardMap& map, uint32_t replication, const std::vector<std::string>& servers,
     const std::set<std::pair<std::string, std::string>>& avoid = {});
-// The primaries whose shards `server` backs up in `after` but not all of them in `before`: it
-// needs a fresh copy of each (UpdateShardMapRequest.copy_from).
+// The primaries whose shards `server` backs up in `after` but not all of them in `before` (a
+// shard it backed under another primary counts as new): it needs a fresh copy of each
+// (UpdateShardMapRequest.copy_from).
 std::vector<std::string> NewlyBacked(const v1::ShardMap& before, const v1::ShardMap& after,
                                      const std::string& server);
 

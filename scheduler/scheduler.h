@@ -399,9 +399,11 @@ class Scheduler {
   std::vector<std::string> SpareServersLocked(const absl::flat_hash_set<std::string>& exclude)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Queues a move of `job`'s `shard` to `to` (checks as MoveShard documents).
-  absl::Status QueueMove(JobRecord& rec, uint32_t shard, const std::string& to,
-                         const std::string& reason, v1::ShardMove* queued)
+  // Queues a move of `job`'s `shard` to `to` (checks as MoveShard documents): of its primary
+  // when `from` is empty or the primary, else of the backup `from` holds.
+  absl::Status QueueMove(JobRecord& rec, uint32_t shard, const std::string& from,
+                         const std::string& to, const std::string& reason,
+                         v1::ShardMove* queued)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Under mu_.

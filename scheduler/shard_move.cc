@@ -12,6 +12,13 @@
 //          target takes its copy over atomically with the map.
 // Workers never stop: a server that moved past their map refuses their round, they fetch the new
 // map and send it again, and the exactly-once tags drop what already landed.
+//
+// With replicas (replication > 1) the job keeps its copies throughout: map 1 adds the target as
+// one more backup of the shard's primary, whichever copy moves. Moving a backup, map 2 puts the
+// target in its place; moving the primary, map 2 makes the target the primary and each other
+// backup takes a fresh copy, which the new primary seeds with a snapshot as the map takes effect
+// there (the move is done once those copies caught up).
+// Jobs that aggregate their pushes do not move (the buffered steps would need moving too).
 #include <algorithm>
 #include <utility>
 
@@ -24,6 +31,7 @@
 #include "scheduler/membership.h"
 #include "scheduler/parallel.h"
 #include "scheduler/pass_helpers.h"
+#include "scheduler/recovery.h"
 #include "scheduler/scheduler.h"
 
 namespace pscluster::scheduler {
@@ -37,6 +45,11 @@ constexpr absl::Duration kIdleWait = absl::Seconds(1);
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
+bool Holds(const google::protobuf::RepeatedPtrField<std::string>& servers,
+           const std::string& node) {
+  return std::find(servers.begin(), servers.end(), node) != servers.end();
+}
+
 v1::ShardAssignment* AssignmentOf(v1::ShardMap& map, uint32_t shard) {
   for (auto& a : *map.mutable_assignments()) {
     if (a.shard() == shard) return &a;
@@ -46,8 +59,9 @@ v1::ShardAssignment* AssignmentOf(v1::ShardMap& map, uint32_t shard) {
 
 }  // namespace
 
-absl::Status Scheduler::QueueMove(JobRecord& rec, uint32_t shard, const std::string& to,
-                                  const std::string& reason, v1::ShardMove* queued) {
+absl::Status Scheduler::QueueMove(JobRecord& rec, uint32_t shard, const std::string& from,
+                                  const std::string& to, const std::string& reason,
+                                  v1::ShardMove* queued) {
   const v1::Job& job = rec.job;
   if (job.state() != v1::JOB_RUNNING || rec.shard_map.epoch() == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -58,11 +72,6 @@ absl::Status Scheduler::QueueMove(JobRecord& rec, uint32_t shard, const std::str
     return absl::FailedPreconditionError(absl::StrCat(
         "job_id: job ", job.job_id(), " aggregates its pushes (consistency.aggregate); its "
         "shards do not move live"));
-  }
-  if (job.spec().replication() > 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job_id: job ", job.job_id(), " keeps ", job.spec().replication(),
-        " copies of every shard (replication); its shards do not move live"));
   }
   for (const v1::ShardMove& m : job.moves()) {
     if (m.state() == v1::MOVE_QUEUED || m.state() == v1::MOVE_COPYING) {
@@ -94,13 +103,23 @@ absl::Status Scheduler::QueueMove(JobRecord& rec, uint32_t shard, const std::str
   v1::ShardMap& map = rec.shard_map;
   const v1::ShardAssignment* a = AssignmentOf(map, shard);
   if (a == nullptr) return absl::InternalError("the job's shard map lacks a shard");  // Own bug.
-  if (a->primary() == to) {
-    return absl::FailedPreconditionError(absl::StrCat("to: ", to, " already holds shard ",
-                                                      shard, " of job ", job.job_id()));
+  const bool backup = !from.empty() && from != a->primary();
+  if (backup && !Holds(a->backups(), from)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "from: server '", from, "' holds no copy of shard ", shard, " of job ", job.job_id(),
+        " (primary ", a->primary(),
+        a->backups().empty() ? "" : absl::StrCat(", backups ", absl::StrJoin(a->backups(), ", ")),
+        ")"));
+  }
+  if (a->primary() == to || Holds(a->backups(), to)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "to: ", to, " already holds ", a->primary() == to ? "shard " : "a backup of shard ",
+        shard, " of job ", job.job_id()));
   }
   v1::ShardMove move;
   move.set_shard(shard);
-  move.set_from(a->primary());
+  move.set_from(backup ? from : a->primary());
+  move.set_backup(backup);
   move.set_to(to);
   move.set_state(v1::MOVE_QUEUED);
   move.set_reason(reason);
@@ -123,12 +142,13 @@ absl::Status Scheduler::MoveShard(const v1::MoveShardRequest& req, v1::MoveShard
   absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
   if (!found.ok()) return found.status();
   JobRecord* rec = *found;
-  absl::Status s = QueueMove(*rec, req.shard(), req.to(),
+  absl::Status s = QueueMove(*rec, req.shard(), req.from(), req.to(),
                              req.reason().empty() ? "requested by psctl" : req.reason(),
                              resp->mutable_move());
   if (s.ok()) {
-    Log()->info("job {}: move of shard {} from {} to {} queued ({})", req.job_id(), req.shard(),
-                resp->move().from(), req.to(), resp->move().reason());
+    Log()->info("job {}: move of shard {}{} from {} to {} queued ({})", req.job_id(),
+                req.shard(), resp->move().backup() ? "'s backup" : "", resp->move().from(),
+                req.to(), resp->move().reason());
   }
   return s;
 }
@@ -217,7 +237,7 @@ void Scheduler::Rebalance() {
         pick->from, pick->from_load / 1e6, pick->to_load / 1e6, pick->to, pick->shard,
         pick->bytes_per_sec / 1e6);
     v1::ShardMove queued;
-    absl::Status s = QueueMove(rec, pick->shard, pick->to, why, &queued);
+    absl::Status s = QueueMove(rec, pick->shard, /*from=*/"", pick->to, why, &queued);
     if (s.ok()) {
       Log()->info("job {}: {}; moving it", id, why);
     } else {
@@ -229,6 +249,7 @@ void Scheduler::Rebalance() {
 void Scheduler::ExecuteMove(const std::string& job_id) {
   v1::ShardMove move;
   bool resumed = false, finishing = false;
+  std::string primary;  // The shard's primary as the move starts (`from` unless move.backup()).
   v1::ShardMap before, copying;
   absl::flat_hash_map<std::string, std::string> address;
   // Updates the job's last move (if it is still this one) and persists.
@@ -266,7 +287,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
   uint32_t min_attempt = 0;  // The lowest attempt the job's ranks run (the new server's fence).
   {
     v1::ShardMove peek;
-    std::string from_address;
+    std::string primary_id, primary_address;
     v1::JobSpec spec;
     bool holds = false;
     {
@@ -281,14 +302,15 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
       }
       if (min_attempt == ~0u) min_attempt = 0;
       for (const v1::ShardAssignment& a : rec->shard_map.assignments()) {
-        holds = holds || a.primary() == peek.to();
+        holds = holds || a.primary() == peek.to() || Holds(a.backups(), peek.to());
+        if (a.shard() == peek.shard()) primary_id = a.primary();
       }
       for (const v1::ServerEndpoint& ep : rec->shard_map.servers()) {
-        if (ep.node_id() == peek.from()) from_address = ep.address();
+        if (ep.node_id() == primary_id) primary_address = ep.address();
       }
     }
     if (!holds && (peek.state() == v1::MOVE_QUEUED || peek.state() == v1::MOVE_COPYING)) {
-      auto made = TablesFromPrimary(job_id, spec, peek.from(), from_address);
+      auto made = TablesFromPrimary(job_id, spec, primary_id, primary_address);
       if (made.ok()) {
         tables = std::move(*made);
       } else {
@@ -311,13 +333,19 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
     }
     before = rec->shard_map;
     v1::ShardAssignment* a = AssignmentOf(before, move.shard());
-    const bool backed = a != nullptr && std::find(a->backups().begin(), a->backups().end(),
-                                                  move.to()) != a->backups().end();
+    if (a != nullptr) primary = a->primary();
+    // Where the two copies stand: both held while the new one is copied (map 1); after map 2,
+    // only `to` (switched) or only `from` (the copy dropped).
+    const bool to_backs = a != nullptr && Holds(a->backups(), move.to());
+    const bool from_holds = a != nullptr && (move.backup() ? Holds(a->backups(), move.from())
+                                                           : a->primary() == move.from());
+    const bool to_holds = a != nullptr && (move.backup() ? to_backs
+                                                         : a->primary() == move.to() && !to_backs);
     // The scheduler stopped after it had saved the move's last map: send that map again (a
     // server ignores one it has) and conclude.
-    finishing = resumed && a != nullptr && !backed &&
-                (a->primary() == move.to() || a->primary() == move.from());
-    if (!finishing && (a == nullptr || a->primary() != move.from() || backed != resumed)) {
+    finishing = resumed && !(from_holds && to_backs) && from_holds != to_holds;
+    if (!finishing && (a == nullptr || !from_holds || to_backs != resumed ||
+                       a->primary() == move.to())) {
       give_up("the shard map changed since the move was queued");
       return;
     }
@@ -327,6 +355,16 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
     }
     for (const v1::ServerEndpoint& ep : before.servers()) address[ep.node_id()] = ep.address();
     copying = before;
+    if (finishing) {
+      // Map 1 as it was (its epoch aside): which copies map 2 made new is measured against it.
+      v1::ShardAssignment* c = AssignmentOf(copying, move.shard());
+      if (!move.backup() && c->primary() == move.to()) {
+        c->set_primary(move.from());
+        primary = move.from();
+      }
+      if (move.backup() && !Holds(c->backups(), move.from())) c->add_backups(move.from());
+      if (!Holds(c->backups(), move.to())) c->add_backups(move.to());
+    }
     if (!resumed) {
       if (!address.contains(move.to())) {
         // The target joins the job: it enters the map (and the job's servers) with its copy.
@@ -350,14 +388,14 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
       record([&](v1::ShardMove* m) { m->set_state(v1::MOVE_COPYING); });
     }
   }
-  Log()->info("job {}: moving shard {} from {} to {}: live copy (map epoch {}){}", job_id,
-              move.shard(), move.from(), move.to(), copying.epoch(),
-              resumed ? ", resumed after a restart" : "");
-  // Sends `map` to `first` (if any), then to every other server of `map` but `done` at once
-  // (unless `first_only`).
+  Log()->info("job {}: moving shard {}{} from {} to {}: live copy of {}'s (map epoch {}){}",
+              job_id, move.shard(), move.backup() ? "'s backup" : "", move.from(), move.to(),
+              primary, copying.epoch(), resumed ? ", resumed after a restart" : "");
+  // Sends `map` to `first` (if any), then to every other server of `map` but those in `skip` at
+  // once (unless `first_only`).
   auto install = [&](const v1::ShardMap& map, const std::string& first,
                      const std::function<void(v1::UpdateShardMapRequest*)>& extra,
-                     const std::string& done = "", bool first_only = false) {
+                     const std::vector<std::string>& skip = {}, bool first_only = false) {
     auto request = [&](const std::string& node) {
       v1::UpdateShardMapRequest req;
       *req.mutable_map() = map;
@@ -372,7 +410,10 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
     if (first_only) return absl::OkStatus();
     std::vector<std::string> rest;
     for (const v1::ServerEndpoint& ep : map.servers()) {
-      if (ep.node_id() != first && ep.node_id() != done) rest.push_back(ep.node_id());
+      if (ep.node_id() != first &&
+          std::find(skip.begin(), skip.end(), ep.node_id()) == skip.end()) {
+        rest.push_back(ep.node_id());
+      }
     }
     std::vector<absl::Status> status(rest.size());
     ParallelFor(rest.size(), [&](size_t i) {
@@ -399,11 +440,11 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
         copying, move.to(),
         [&](v1::UpdateShardMapRequest* req) {
           v1::ReplicaSeed* seed = req->add_copy_from();
-          seed->set_primary(move.from());
+          seed->set_primary(primary);
           seed->set_live(true);
           if (tables.has_value()) req->set_min_attempt(min_attempt);
         },
-        "", /*first_only=*/true);
+        /*skip=*/{}, /*first_only=*/true);
     if (s.ok() && tables.has_value()) {
       // After its map (which waits, pending, for the tables): the tables and the copy with them.
       s = rpc_->CreateTables(address[move.to()], *tables);
@@ -411,11 +452,11 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
     }
     if (s.ok() && !resumed) {
       s = install(
-          copying, move.from(),
+          copying, primary,
           [&](v1::UpdateShardMapRequest* req) {
-            req->set_seed_new_backups(req->self() == move.from());
+            req->set_seed_new_backups(req->self() == primary);
           },
-          /*done=*/move.to());
+          /*skip=*/{move.to()});
     }
     // Until the copy has caught up.
     while (s.ok()) {
@@ -437,7 +478,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
       bool caught_up = false;
       if (st.ok() && st->jobs_size() == 1) {
         for (const v1::ReplicaOnServer& r : st->jobs(0).replicas()) {
-          caught_up = caught_up || (r.primary() == move.from() && r.caught_up());
+          caught_up = caught_up || (r.primary() == primary && r.caught_up());
         }
       }
       if (caught_up) break;
@@ -456,7 +497,9 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
     next = copying;
     next.set_epoch(copying.epoch() + 1);
     v1::ShardAssignment* a = AssignmentOf(next, move.shard());
-    a->clear_backups();
+    // The copy leaves the backups; kept (below), it takes `from`'s place.
+    auto* backups = a->mutable_backups();
+    backups->erase(std::remove(backups->begin(), backups->end(), move.to()), backups->end());
     {
       absl::MutexLock l(&mu_);
       JobRecord* rec = FindJob(job_id);
@@ -466,7 +509,13 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
         return;
       }
       const bool running = rec->job.state() == v1::JOB_RUNNING;
-      if (s.ok() && running) a->set_primary(move.to());
+      if (s.ok() && running) {
+        if (!move.backup()) {
+          a->set_primary(move.to());
+        } else {
+          std::replace(backups->begin(), backups->end(), move.from(), move.to());
+        }
+      }
       rec->shard_map = next;
       rec->job.set_shard_map_epoch(next.epoch());
       if (!Persist(*rec, &next).ok()) return;  // Not written: not sent either.
@@ -478,8 +527,64 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
       }
     }
   }
-  absl::Status switched = install(next, move.from(), [](v1::UpdateShardMapRequest*) {});
+  // Map 2, the primary first (the old one stops applying the shard and hands the copy everything
+  // it applied). With replicas, a backup kept under the shard's new primary copies it afresh:
+  // the new primary seeds it with a snapshot as the map takes effect there, so such backups take
+  // the map before it does (a snapshot sent to a server still at the older map would land in its
+  // old copy); then the rest.
+  std::vector<std::string> fresh, settled = {primary};
+  for (const v1::ServerEndpoint& ep : next.servers()) {
+    if (ep.node_id() == primary) continue;
+    (NewlyBacked(copying, next, ep.node_id()).empty() ? settled : fresh).push_back(ep.node_id());
+  }
+  auto map2 = [&](v1::UpdateShardMapRequest* req) {
+    req->set_seed_new_backups(true);
+    for (const std::string& p : NewlyBacked(copying, next, req->self())) {
+      v1::ReplicaSeed* seed = req->add_copy_from();
+      seed->set_primary(p);
+      seed->set_live(true);
+    }
+  };
+  absl::Status switched = install(next, primary, map2, {}, /*first_only=*/true);
+  if (switched.ok() && !fresh.empty()) switched = install(next, "", map2, /*skip=*/settled);
+  if (switched.ok()) {
+    fresh.push_back(primary);
+    switched = install(next, "", map2, /*skip=*/fresh);
+  }
   const absl::Time t2 = absl::Now();
+  if (switched.ok() && s.ok()) {
+    // Done once those copies have their snapshot (and every worker a step on them): the next
+    // move of a drain may take one of the other copies away.
+    for (const v1::ServerEndpoint& ep : next.servers()) {
+      for (const std::string& p : NewlyBacked(copying, next, ep.node_id())) {
+        const absl::Time since = clock_->Now();
+        while (true) {
+          auto st = rpc_->ServerStatus(ep.address(), job_id);
+          bool caught_up = false;
+          if (st.ok() && st->jobs_size() == 1) {
+            for (const v1::ReplicaOnServer& r : st->jobs(0).replicas()) {
+              caught_up = caught_up || (r.primary() == p && r.caught_up());
+            }
+          }
+          if (caught_up) break;
+          {
+            absl::MutexLock l(&mu_);
+            JobRecord* rec = FindJob(job_id);
+            if (stopping_ || rec == nullptr || rec->job.state() != v1::JOB_RUNNING ||
+                rec->shard_map.epoch() != next.epoch()) {
+              break;  // Whatever changed decides about the copies now.
+            }
+          }
+          if (clock_->Now() - since > options_.move_copy_timeout) {
+            Log()->warn("job {}: {}'s new copy of {}'s shards did not catch up within {}", job_id,
+                        ep.node_id(), p, absl::FormatDuration(options_.move_copy_timeout));
+            break;
+          }
+          clock_->SleepFor(kCopyPoll);
+        }
+      }
+    }
+  }
   absl::MutexLock l(&mu_);
   JobRecord* rec = FindJob(job_id);
   if (!switched.ok() && rec != nullptr && rec->job.state() == v1::JOB_RUNNING &&
@@ -511,10 +616,10 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
     if (!Persist(*rec).ok()) return;  // The store failed (logged).
   }
   moves_done_->Add();
-  Log()->info("job {}: shard {} moved from {} to {} (map epoch {}; copy caught up in {:.0f} ms, "
+  Log()->info("job {}: shard {}{} moved from {} to {} (map epoch {}; copy caught up in {:.0f} ms, "
               "switch {:.0f} ms)",
-              job_id, move.shard(), move.from(), move.to(), next.epoch(), Ms(t1 - t0),
-              Ms(t2 - t1));
+              job_id, move.shard(), move.backup() ? "'s backup" : "", move.from(), move.to(),
+              next.epoch(), Ms(t1 - t0), Ms(t2 - t1));
   Wake();
 }
 

@@ -1,6 +1,8 @@
 // Live shard moves and the rebalancer, driven through the Scheduler (testing/scheduler_fixture.h).
 #include "scheduler/testing/scheduler_fixture.h"
 
+#include "absl/strings/str_replace.h"
+
 namespace pscluster::scheduler {
 namespace {
 
@@ -180,11 +182,159 @@ TEST_F(ShardMoveTest, MovesThatCannotBeDoneAreRefusedWithExactCodes) {
   ASSERT_THAT(Move(id, shard, to), IsOk());
   EXPECT_THAT(Move(id, shard + 1, to), StatusIs(absl::StatusCode::kFailedPrecondition,
                                                 HasSubstr("one move at a time")));
-  // Jobs whose shards do not move live.
-  auto replicated = Submit(absl::StrCat(kJob, "replication: 2\n"));
-  ASSERT_THAT(replicated, IsOk());
-  EXPECT_THAT(Move(*replicated, 0, to), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_EQ(Get(id).moves_size(), 1) << "refused moves change nothing";
+}
+
+// A job with replicas (replication: 2 on three servers): which copy moves, and the maps that keep
+// two copies of the shard throughout.
+class ReplicatedMoveTest : public ShardMoveTest {
+ protected:
+  void SetUp() override {
+    ShardMoveTest::SetUp();
+    AddCluster(3, 2);
+    auto submitted = Submit(absl::StrCat(kJob, "replication: 2\n"));
+    ASSERT_THAT(submitted, IsOk());
+    id_ = *submitted;
+    sched_->RunOnce();
+    ASSERT_EQ(Get(id_).state(), v1::JOB_RUNNING) << Get(id_).reason();
+    before_ = MapOf(id_);
+    const v1::ShardAssignment& a = before_.assignments(3);
+    shard_ = a.shard();
+    primary_ = a.primary();
+    ASSERT_EQ(a.backups_size(), 1);
+    backup_ = a.backups(0);
+    for (const v1::NodeStatus& n : sched_->registry().Live(v1::ROLE_SERVER)) {
+      const std::string& s = n.info().node_id();
+      if (s != primary_ && s != backup_) spare_ = s;  // Outside the job (num_servers: 2).
+      Node(s)->server()->SetAllCopiesCaughtUp(true);
+    }
+    ASSERT_FALSE(spare_.empty());
+  }
+  absl::Status MoveFrom(const std::string& from, const std::string& to,
+                        v1::ShardMove* queued = nullptr) {
+    v1::MoveShardRequest req;
+    req.set_job_id(id_);
+    req.set_shard(shard_);
+    req.set_to(to);
+    req.set_from(from);
+    v1::MoveShardResponse resp;
+    absl::Status s = sched_->MoveShard(req, &resp);
+    if (queued != nullptr) *queued = resp.move();
+    return s;
+  }
+  // The last map `node` was sent at `epoch`.
+  v1::UpdateShardMapRequest SentAt(const std::string& node, uint64_t epoch) {
+    for (const v1::UpdateShardMapRequest& u : Node(node)->server()->updates()) {
+      if (u.map().epoch() == epoch) return u;
+    }
+    ADD_FAILURE() << node << " was sent no map of epoch " << epoch;
+    return {};
+  }
+  std::string id_, primary_, backup_, spare_;
+  uint32_t shard_ = 0;
+  v1::ShardMap before_;
+};
+
+TEST_F(ReplicatedMoveTest, ThePrimaryMovesAndTheBackupCopiesTheNewPrimaryAfresh) {
+  v1::ShardMove queued;
+  ASSERT_THAT(MoveFrom("", spare_, &queued), IsOk());
+  EXPECT_EQ(queued.from(), primary_);
+  EXPECT_FALSE(queued.backup());
+  sched_->RunMoves();
+  const v1::Job job = Get(id_);
+  ASSERT_EQ(job.moves_size(), 1);
+  EXPECT_EQ(job.moves(0).state(), v1::MOVE_DONE) << job.moves(0).result();
+  EXPECT_EQ(job.state(), v1::JOB_RUNNING);
+  // Map 1: three copies, the new one a live copy of the primary's.
+  const uint64_t e1 = before_.epoch() + 1, e2 = before_.epoch() + 2;
+  const v1::UpdateShardMapRequest copy = SentAt(spare_, e1);
+  EXPECT_THAT(copy.map().assignments(static_cast<int>(shard_)).backups(),
+              ElementsAre(backup_, spare_));
+  ASSERT_EQ(copy.copy_from_size(), 1);
+  EXPECT_EQ(copy.copy_from(0).primary(), primary_);
+  EXPECT_TRUE(SentAt(primary_, e1).seed_new_backups());
+  // Map 2: the target is the primary, the backup stays and copies it afresh (the new primary
+  // seeds it); the old primary holds nothing of the shard.
+  const v1::ShardMap after = MapOf(id_);
+  EXPECT_EQ(after.epoch(), e2);
+  const v1::ShardAssignment& a = after.assignments(static_cast<int>(shard_));
+  EXPECT_EQ(a.primary(), spare_);
+  EXPECT_THAT(a.backups(), ElementsAre(backup_));
+  const v1::UpdateShardMapRequest kept = SentAt(backup_, e2);
+  ASSERT_EQ(kept.copy_from_size(), 1);
+  EXPECT_EQ(kept.copy_from(0).primary(), spare_);
+  EXPECT_TRUE(kept.copy_from(0).live());
+  EXPECT_TRUE(SentAt(spare_, e2).seed_new_backups());
+  EXPECT_THAT(SentAt(spare_, e2).copy_from(), IsEmpty());
+  EXPECT_THAT(SentAt(primary_, e2).copy_from(), IsEmpty());
+  for (int i = 0; i < after.assignments_size(); ++i) {
+    if (after.assignments(i).shard() == shard_) continue;
+    EXPECT_EQ(after.assignments(i).primary(), before_.assignments(i).primary());
+    EXPECT_THAT(after.assignments(i).backups(),
+                ElementsAre(before_.assignments(i).backups(0)));
+  }
+}
+
+TEST_F(ReplicatedMoveTest, ABackupMovesAndThePrimaryStays) {
+  v1::ShardMove queued;
+  ASSERT_THAT(MoveFrom(backup_, spare_, &queued), IsOk());
+  EXPECT_EQ(queued.from(), backup_);
+  EXPECT_TRUE(queued.backup());
+  sched_->RunMoves();
+  const v1::Job job = Get(id_);
+  ASSERT_EQ(job.moves_size(), 1);
+  EXPECT_EQ(job.moves(0).state(), v1::MOVE_DONE) << job.moves(0).result();
+  const uint64_t e1 = before_.epoch() + 1, e2 = before_.epoch() + 2;
+  EXPECT_EQ(SentAt(spare_, e1).copy_from(0).primary(), primary_);
+  const v1::ShardMap after = MapOf(id_);
+  EXPECT_EQ(after.epoch(), e2);
+  const v1::ShardAssignment& a = after.assignments(static_cast<int>(shard_));
+  EXPECT_EQ(a.primary(), primary_);
+  EXPECT_THAT(a.backups(), ElementsAre(spare_));
+  // Nobody copies anew at map 2: the backup that left drops its copy, the new one has its own.
+  for (const std::string& s : {primary_, backup_, spare_}) {
+    EXPECT_THAT(SentAt(s, e2).copy_from(), IsEmpty()) << s;
+  }
+}
+
+TEST_F(ReplicatedMoveTest, ABackupThatDoesNotCatchUpIsDroppedAndTheCopiesStay) {
+  for (const std::string& s : {primary_, backup_, spare_}) {
+    Node(s)->server()->SetAllCopiesCaughtUp(false);
+  }
+  ASSERT_THAT(MoveFrom(backup_, spare_), IsOk());
+  sched_->RunMoves();
+  EXPECT_EQ(Get(id_).moves(0).state(), v1::MOVE_FAILED);
+  const v1::ShardMap after = MapOf(id_);
+  const v1::ShardAssignment& a = after.assignments(static_cast<int>(shard_));
+  EXPECT_EQ(a.primary(), primary_);
+  EXPECT_THAT(a.backups(), ElementsAre(backup_));
+}
+
+TEST_F(ReplicatedMoveTest, MovesOfCopiesThatAreNotThereAreRefusedByName) {
+  EXPECT_THAT(MoveFrom(spare_, primary_),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(absl::StrCat("from: server '", spare_, "' holds no copy of shard"))));
+  EXPECT_THAT(MoveFrom("", backup_),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr(absl::StrCat("to: ", backup_, " already holds a backup of shard"))));
+  EXPECT_THAT(MoveFrom(backup_, primary_),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr(absl::StrCat("to: ", primary_, " already holds shard"))));
+  EXPECT_THAT(Get(id_).moves(), IsEmpty());
+  // A job that aggregates its pushes does not move its shards.
+  AddNode(v1::ROLE_WORKER);
+  AddNode(v1::ROLE_WORKER);
+  auto agg = Submit(absl::StrReplaceAll(kJob, {{"{mode: bsp}", "{mode: bsp, aggregate: true}"}}));
+  ASSERT_THAT(agg, IsOk());
+  sched_->RunOnce();
+  ASSERT_EQ(Get(*agg).state(), v1::JOB_RUNNING) << Get(*agg).reason();
+  v1::MoveShardRequest req;
+  req.set_job_id(*agg);
+  req.set_shard(0);
+  req.set_to(spare_);
+  v1::MoveShardResponse resp;
+  EXPECT_THAT(sched_->MoveShard(req, &resp),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("consistency.aggregate")));
 }
 
 TEST_F(ShardMoveTest, TheRebalancerMovesAHotShardOffAnOverloadedServer) {

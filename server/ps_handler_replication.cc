@@ -138,18 +138,18 @@ absl::Status PsHandler::PlanAdoptions(const Job& job, const Replication& old,
   for (const auto& [primary, copy] : old.replicas) {
     auto kept = next->replica_shards.find(primary);
     auto seed = old.seeds.find(primary);
-    if (kept != next->replica_shards.end() && next->replicas.count(primary) == 0) {
-      next->replicas[primary] = copy;  // Still backing that primary.
-      if (seed != old.seeds.end()) next->seeds[primary] = seed->second;
-      continue;
-    }
     // Shards of the copy that this server now holds as primary: the copy takes over.
     const std::vector<bool>& shards = old.replica_shards.at(primary);
     bool promoted = false;
     for (uint32_t s = 0; s < shards.size() && s < held.size(); ++s) {
       promoted = promoted || (shards[s] && held[s]);
     }
-    if (!promoted) continue;  // Dropped with the old replication.
+    const bool keeps = kept != next->replica_shards.end() && next->replicas.count(primary) == 0;
+    if (keeps) {
+      next->replicas[primary] = copy;  // Still backing that primary (its other shards).
+      if (seed != old.seeds.end()) next->seeds[primary] = seed->second;
+    }
+    if (!promoted) continue;  // Kept as it is, or dropped with the old replication.
     if (seed != old.seeds.end()) {
       absl::MutexLock l(&seed->second->mu);
       if (!seed->second->done) {
@@ -158,7 +158,11 @@ absl::Status PsHandler::PlanAdoptions(const Job& job, const Replication& old,
             "'s shards here has not received its snapshot yet and cannot take over"));
       }
     }
-    auto snap = copy->SealAndCheckpoint(next->self, absl::ToUnixMillis(clock_->Now()));
+    // A copy that goes on backing the primary's other shards is not sealed: their updates keep
+    // coming (the moved shard's stopped: its old primary took the map first).
+    auto snap = keeps ? copy->MakeCheckpoint(next->self, absl::ToUnixMillis(clock_->Now()),
+                                             std::nullopt)
+                      : copy->SealAndCheckpoint(next->self, absl::ToUnixMillis(clock_->Now()));
     if (!snap.ok()) return snap.status();
     Job::ClockState cs = copy->GetClockState();
     adopt->push_back(Job::MapChange::Adoption{std::move(*snap), std::move(cs.clocks),
@@ -289,9 +293,13 @@ absl::StatusOr<PushResult> PsHandler::ApplyToCopy(const std::string& primary,
   if (seed != nullptr) {
     absl::MutexLock l(&seed->mu);
     if (!seed->done) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "chunk: the copy of job '", job_id, "' shards of '", primary,
-          "' here is still waiting for its snapshot"));
+      // The primary queued this chunk before the snapshot (its queue sends a snapshot only after
+      // everything queued before it arrived): the snapshot holds it. This happens when a server
+      // that already backed the primary's other shards copies them afresh (a shard of another
+      // primary moved to it): chunks still in flight from before its map change.
+      PushResult covered;
+      covered.duplicate = true;
+      return covered;
     }
   }
   chunk.set_epoch(copy->epoch());  // The primary checked the worker's epoch.

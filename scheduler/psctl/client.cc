@@ -91,12 +91,14 @@ absl::StatusOr<v1::CancelJobResponse> SchedulerClient::CancelJob(const std::stri
 
 absl::StatusOr<v1::MoveShardResponse> SchedulerClient::MoveShard(const std::string& job_id,
                                                                  uint32_t shard,
-                                                                 const std::string& to) {
+                                                                 const std::string& to,
+                                                                 const std::string& from) {
   auto ctx = Context(options_);
   v1::MoveShardRequest req;
   req.set_job_id(job_id);
   req.set_shard(shard);
   req.set_to(to);
+  req.set_from(from);
   v1::MoveShardResponse resp;
   absl::Status s = Explain(stub_->MoveShard(ctx.get(), req, &resp), "MoveShard");
   if (!s.ok()) return s;

@@ -26,8 +26,10 @@ class SchedulerClient {
   absl::StatusOr<v1::SubmitJobResponse> SubmitJob(const v1::SubmitJobRequest& req);
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(bool include_finished);
+  // `from` empty: the shard's primary moves; else the backup that server holds.
   absl::StatusOr<v1::MoveShardResponse> MoveShard(const std::string& job_id, uint32_t shard,
-                                                  const std::string& to);
+                                                  const std::string& to,
+                                                  const std::string& from = "");
   absl::StatusOr<v1::ScaleJobResponse> ScaleJob(const std::string& job_id, uint32_t servers);
   absl::StatusOr<v1::DrainServerResponse> DrainServer(const std::string& node_id);
   absl::StatusOr<v1::UndrainServerResponse> UndrainServer(const std::string& node_id);

@@ -28,8 +28,10 @@ constexpr char kUsage[] =
     "  cancel JOB [--reason=TEXT]  stop a job\n"
     "  nodes                       servers and workers, liveness and load\n"
     "  shards JOB                  a job's shard map and per-shard load\n"
-    "  move-shard JOB SHARD SERVER move a virtual shard of a running job to another server\n"
-    "                              while it trains, and follow the move to its end\n"
+    "  move-shard JOB SHARD SERVER [FROM]\n"
+    "                              move a virtual shard of a running job to another server\n"
+    "                              while it trains, and follow the move to its end (FROM: the\n"
+    "                              server whose backup of it moves; default its primary)\n"
     "  scale JOB --servers N       grow or shrink a running job's servers to N while it trains\n"
     "                              (live shard moves), and follow the change to its end\n"
     "  drain SERVER                move every job's shards off a server, then mark it drained\n"
@@ -146,16 +148,17 @@ int FollowChange(const PsctlOptions& o, SchedulerClient& client, const std::stri
 
 // Queues the move, then follows it until it is done or given up.
 int MoveShard(const PsctlOptions& o, SchedulerClient& client, const std::string& job_id,
-              uint32_t shard, const std::string& to, std::ostream& out, std::ostream& err) {
-  auto queued = client.MoveShard(job_id, shard, to);
+              uint32_t shard, const std::string& to, const std::string& from, std::ostream& out,
+              std::ostream& err) {
+  auto queued = client.MoveShard(job_id, shard, to, from);
   if (!queued.ok()) return Fail(err, queued.status());
   const v1::ShardMove& q = queued->move();
   if (o.output != OutputFormat::kTable) {
     Print(o, *queued, out);
     return 0;
   }
-  out << "moving shard " << q.shard() << " of " << job_id << " from " << q.from() << " to "
-      << q.to() << std::endl;
+  out << "moving " << (q.backup() ? "a backup of shard " : "shard ") << q.shard() << " of "
+      << job_id << " from " << q.from() << " to " << q.to() << std::endl;
   v1::ShardMoveState shown = q.state();
   while (true) {
     if (o.interrupt != nullptr && o.interrupt->requested.load()) {
@@ -182,7 +185,8 @@ int MoveShard(const PsctlOptions& o, SchedulerClient& client, const std::string&
         out << "  copying: " << to << " takes a live copy and catches up" << std::endl;
         break;
       case v1::MOVE_DONE:
-        out << "  done: " << m->result() << "; " << to << " is the primary (map epoch "
+        out << "  done: " << m->result() << "; " << to
+            << (m->backup() ? " holds the backup" : " is the primary") << " (map epoch "
             << m->epoch() << ")" << std::endl;
         return 0;
       case v1::MOVE_FAILED:
@@ -449,12 +453,15 @@ int RunPsctl(const PsctlOptions& o, const std::vector<std::string>& args, std::o
     return rc;
   }
   if (cmd == "move-shard") {
-    if (!want_args(3, "JOB SHARD SERVER: psctl move-shard job-1 7 s-2")) return 2;
+    if (args.size() != 5 &&
+        !want_args(3, "JOB SHARD SERVER [FROM]: psctl move-shard job-1 7 s-2")) {
+      return 2;
+    }
     uint32_t shard = 0;
     if (!absl::SimpleAtoi(args[2], &shard)) {
       return Usage(err, absl::StrCat("move-shard: SHARD '", args[2], "' is not a shard number"));
     }
-    return MoveShard(o, c, args[1], shard, args[3], out, err);
+    return MoveShard(o, c, args[1], shard, args[3], args.size() == 5 ? args[4] : "", out, err);
   }
   return Usage(err, absl::StrCat("unknown command '", cmd, "'"));
 }

@@ -8,7 +8,7 @@
 //   cancel JOB [--reason=...]   stop a job
 //   nodes                       servers and workers with liveness and load
 //   shards JOB                  a job's shard map and per-shard load
-//   move-shard JOB SHARD SERVER move a virtual shard live to another of the job's servers
+//   move-shard JOB SHARD SERVER [FROM]  move a virtual shard (or FROM's backup of it) live
 //   checkpoint JOB [DIR]        checkpoint a running job now
 //   export JOB [--to PATH]      export a running job's model now (safetensors)
 //   logs JOB [--rank N] [--follow]  an entrypoint job's output (logs_command.h)

@@ -305,7 +305,8 @@ std::string JobDetail(const v1::Job& j, const std::vector<v1::NodeStatus>& nodes
       case v1::MOVE_FAILED: state = absl::StrCat("given up ", Ago(m.finished_unix_ms(), now_ms), ": ", m.result()); break;
       default: state = "?"; break;
     }
-    kv.Add({"Shard moves:", absl::StrCat(j.shard_moves(), " done; last: shard ", m.shard(), " ",
+    kv.Add({"Shard moves:", absl::StrCat(j.shard_moves(), " done; last: shard ", m.shard(),
+                                         m.backup() ? " (a backup)" : "", " ",
                                          named(m.from()), " -> ", named(m.to()), " ", state,
                                          " (", m.reason(), ")")});
   }

@@ -166,6 +166,81 @@ TEST(E2eScaleTest, DISABLED_ADrainedServerOfTwoJobsCanBeKilledWithNothingLost) {
   if (HasFailure()) ADD_FAILURE() << c.LogTails(100);
 }
 
+// Two jobs with replicas (replication: 2) share a server holding primaries of each and backups
+// of each; it is drained while both train: every copy on it moves (primaries and backups), the
+// jobs keep two copies of every shard on distinct servers throughout, and the drained server is
+// killed with nothing lost: no recovery, every update applied once.
+TEST(E2eScaleTest, ADrainedServerOfTwoReplicatedJobsCanBeKilledWithNothingLost) {
+  E2eClusterOptions o;
+  o.servers = 3;
+  o.workers = 4;
+  auto cluster = E2eCluster::Start("drain_replicated", o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  E2eCluster& c = **cluster;
+  const std::map<std::string, int> epochs = {{"job-1", 12}, {"job-2", 8}};
+  ASSERT_TRUE(SubmitAndRunPast(
+      c, absl::StrCat(JobYaml(c, "first", epochs.at("job-1"), 128), "replication: 2\n"), "job-1",
+      20));
+  ASSERT_TRUE(SubmitAndRunPast(
+      c, absl::StrCat(JobYaml(c, "second", epochs.at("job-2"), 128), "replication: 2\n"),
+      "job-2", 20));
+  auto a = c.GetJob("job-1");
+  auto b = c.GetJob("job-2");
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::string node;  // A server both jobs use.
+  for (const std::string& s : b->servers()) {
+    if (std::find(a->servers().begin(), a->servers().end(), s) != a->servers().end()) node = s;
+  }
+  ASSERT_FALSE(node.empty()) << a->DebugString() << b->DebugString();
+  for (const std::string id : {"job-1", "job-2"}) {
+    auto map = c.GetShardMap(id);
+    ASSERT_TRUE(map.ok());
+    int primaries = 0, backups = 0;
+    for (const v1::ShardAssignment& s : map->assignments()) {
+      primaries += s.primary() == node;
+      backups += std::count(s.backups().begin(), s.backups().end(), node);
+    }
+    ASSERT_GT(primaries, 0) << id;
+    ASSERT_GT(backups, 0) << id;
+  }
+
+  CommandResult drained = c.Psctl({"drain", node}, absl::Seconds(240));
+  ASSERT_EQ(drained.exit_code, 0) << drained.output << c.LogTails();
+  EXPECT_THAT(drained.output, HasSubstr(absl::StrCat(node, " is drained")));
+  for (const std::string id : {"job-1", "job-2"}) {
+    auto running = c.GetJob(id);
+    ASSERT_TRUE(running.ok());
+    EXPECT_EQ(running->state(), v1::JOB_RUNNING) << id << ": the drain is meant to happen mid-run";
+    int backup_moves = 0;
+    for (const v1::ShardMove& m : running->moves()) {
+      EXPECT_EQ(m.state(), v1::MOVE_DONE) << id << ": " << m.result();
+      backup_moves += m.backup();
+    }
+    EXPECT_GT(backup_moves, 0) << id;
+    auto map = c.GetShardMap(id);
+    ASSERT_TRUE(map.ok());
+    for (const v1::ServerEndpoint& ep : map->servers()) EXPECT_NE(ep.node_id(), node) << id;
+    for (const v1::ShardAssignment& s : map->assignments()) {
+      ASSERT_EQ(s.backups_size(), 1) << id << " shard " << s.shard();
+      EXPECT_NE(s.primary(), s.backups(0)) << id << " shard " << s.shard();
+    }
+  }
+  ASSERT_TRUE(c.processes().Signal(node, SIGKILL).ok());
+
+  for (const std::string id : {"job-1", "job-2"}) {
+    auto done = c.WaitForEnd(id, absl::Seconds(300));
+    ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+    ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+    EXPECT_EQ(done->recovery().recoveries(), 0u) << id;
+    EXPECT_EQ(done->recovery().promotions(), 0u) << id;
+    EXPECT_THAT(done->servers(), Not(Contains(node)));
+    EXPECT_EQ(done->progress().step(), epochs.at(id) * 300);
+    EXPECT_GE(done->progress().test_accuracy(), 0.8);
+    ExpectEveryUpdateAppliedOnce(c.dir() + "/ckpt/" + id, *done);
+  }
+  if (HasFailure()) ADD_FAILURE() << c.LogTails(100);
+}
+
 TEST(E2eScaleTest, TheJoiningServerKilledMidScaleOutTheJobRecoversAndSucceeds) {
   E2eClusterOptions o;
   o.servers = 4;  // One spare for the recovery.
