@@ -272,17 +272,32 @@ bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
     return s.ok();
   };
   // 1. Every server takes the new map; a backup that becomes primary takes over its copy.
-  //    Tasks of the stopped attempts are fenced off.
+  //    Tasks of the stopped attempts are fenced off. With more than one backup, the others stay
+  //    backups under the promoted one and copy it afresh (it seeds them as the map takes effect
+  //    there): they take the map first, so that the snapshot finds their new copy.
   if (!record(*next)) return false;
   const uint32_t attempt = NextAttempt(recovery, n);
   std::vector<absl::Status> status(next->servers_size());
-  ParallelFor(next->servers_size(), [&](size_t i) {
-    v1::UpdateShardMapRequest req;
-    *req.mutable_map() = *next;
-    req.set_self(next->servers(i).node_id());
-    req.set_min_attempt(attempt);
-    status[i] = rpc_->UpdateShardMap(next->servers(i).address(), req);
-  });
+  std::vector<bool> fresh(next->servers_size());
+  for (int i = 0; i < next->servers_size(); ++i) {
+    fresh[i] = !NewlyBacked(map, *next, next->servers(i).node_id()).empty();
+  }
+  for (const bool phase : {true, false}) {
+    ParallelFor(next->servers_size(), [&](size_t i) {
+      if (fresh[i] != phase) return;
+      v1::UpdateShardMapRequest req;
+      *req.mutable_map() = *next;
+      req.set_self(next->servers(i).node_id());
+      req.set_min_attempt(attempt);
+      req.set_seed_new_backups(true);
+      for (const std::string& p : NewlyBacked(map, *next, req.self())) {
+        v1::ReplicaSeed* seed = req.add_copy_from();
+        seed->set_primary(p);
+        seed->set_live(true);
+      }
+      status[i] = rpc_->UpdateShardMap(next->servers(i).address(), req);
+    });
+  }
   for (int i = 0; i < next->servers_size(); ++i) {
     if (!status[i].ok()) {
       *why = absl::StrCat("server ", next->servers(i).node_id(), ": ", status[i].message());

@@ -448,6 +448,49 @@ TEST_F(SchedulerTest, AfterAPromotionTheShardsThatLostACopyGetANewOne) {
   }
 }
 
+// replication: 3 on three servers: a lost primary's first backup takes over and its second stays
+// a backup, under the new primary: it copies that primary afresh (a live copy the promoted
+// server seeds), since what it held came from the lost one.
+TEST_F(SchedulerTest, WithThreeCopiesThePromotedPrimarysOtherBackupCopiesItAfresh) {
+  AddCluster(3, 2);
+  auto id = Submit(absl::StrCat(
+      absl::StrReplaceAll(kJob, {{"num_servers: 2", "num_servers: 3"}}), "replication: 3\n"));
+  ASSERT_THAT(id, IsOk());
+  sched_->RunOnce();
+  v1::Job job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  const v1::ShardMap map = MapOf(*id);
+  const std::string lost = job.servers(0);
+  for (const std::string& s : job.servers()) Node(s)->server()->SetClocks({7, 7});
+  Leave(lost);
+  sched_->RunOnce();
+
+  job = Get(*id);
+  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+  EXPECT_EQ(job.recovery().promotions(), 1u);
+  EXPECT_EQ(job.recovery().recoveries(), 0u);
+  const v1::ShardMap now = MapOf(*id);
+  int copies = 0;
+  for (const auto& a : now.assignments()) {
+    ASSERT_THAT(a.backups(), SizeIs(1)) << "shard " << a.shard();
+    const v1::ShardAssignment& was = map.assignments(static_cast<int>(a.shard()));
+    if (was.primary() != lost) continue;
+    // The second backup of the lost server's shard, now under the first.
+    const std::string& other = a.backups(0);
+    const v1::UpdateShardMapRequest u = Node(other)->server()->updates().back();
+    EXPECT_EQ(u.map().epoch(), map.epoch() + 1);
+    bool copies_new_primary = false;
+    for (const v1::ReplicaSeed& seed : u.copy_from()) {
+      copies_new_primary = copies_new_primary || (seed.primary() == a.primary() && seed.live());
+    }
+    EXPECT_TRUE(copies_new_primary) << other << " backs shard " << a.shard() << " under "
+                                    << a.primary();
+    EXPECT_TRUE(Node(a.primary())->server()->updates().back().seed_new_backups());
+    ++copies;
+  }
+  EXPECT_GE(copies, 1);
+}
+
 // Without a live copy of every shard the lost server was primary of, the job rolls back.
 TEST_F(SchedulerTest, WithoutALiveBackupALostServersJobRollsBack) {
   AddCluster(3, 2);

@@ -54,6 +54,21 @@ int PrimariesOn(const v1::ShardMap& map, const std::string& node) {
   return n;
 }
 
+// Job `id` ends SUCCEEDED after `epochs` epochs, with no recovery or promotion, off `node`, and
+// every update applied once.
+void ExpectSucceededWithNothingLost(E2eCluster& c, const std::string& id, int epochs,
+                                    const std::string& node) {
+  auto done = c.WaitForEnd(id, absl::Seconds(300));
+  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+  EXPECT_EQ(done->recovery().recoveries(), 0u) << id;
+  EXPECT_EQ(done->recovery().promotions(), 0u) << id;
+  EXPECT_THAT(done->servers(), Not(Contains(node)));
+  EXPECT_EQ(done->progress().step(), epochs * 300);
+  EXPECT_GE(done->progress().test_accuracy(), 0.8);
+  ExpectEveryUpdateAppliedOnce(c.dir() + "/ckpt/" + id, *done);
+}
+
 TEST(E2eScaleTest, AJobGrowsToThreeServersAndBackToTwoWhileItTrains) {
   E2eClusterOptions o;
   o.servers = 3;
@@ -153,15 +168,8 @@ TEST(E2eScaleTest, DISABLED_ADrainedServerOfTwoJobsCanBeKilledWithNothingLost) {
   // Stopped hard: nothing of either job was on it any more.
   ASSERT_TRUE(c.processes().Signal(node, SIGKILL).ok());
 
-  for (const std::string id : {"job-1", "job-2"}) {
-    auto done = c.WaitForEnd(id, absl::Seconds(300));
-    ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
-    ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
-    EXPECT_EQ(done->recovery().recoveries(), 0u) << id;
-    EXPECT_THAT(done->servers(), Not(Contains(node)));
-    EXPECT_EQ(done->progress().step(), epochs.at(id) * 300);
-    EXPECT_GE(done->progress().test_accuracy(), 0.8);
-    ExpectEveryUpdateAppliedOnce(c.dir() + "/ckpt/" + id, *done);
+  for (const auto& [id, n] : epochs) {
+    ExpectSucceededWithNothingLost(c, id, n, node);
   }
   if (HasFailure()) ADD_FAILURE() << c.LogTails(100);
 }
@@ -227,16 +235,8 @@ TEST(E2eScaleTest, ADrainedServerOfTwoReplicatedJobsCanBeKilledWithNothingLost) 
   }
   ASSERT_TRUE(c.processes().Signal(node, SIGKILL).ok());
 
-  for (const std::string id : {"job-1", "job-2"}) {
-    auto done = c.WaitForEnd(id, absl::Seconds(300));
-    ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
-    ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
-    EXPECT_EQ(done->recovery().recoveries(), 0u) << id;
-    EXPECT_EQ(done->recovery().promotions(), 0u) << id;
-    EXPECT_THAT(done->servers(), Not(Contains(node)));
-    EXPECT_EQ(done->progress().step(), epochs.at(id) * 300);
-    EXPECT_GE(done->progress().test_accuracy(), 0.8);
-    ExpectEveryUpdateAppliedOnce(c.dir() + "/ckpt/" + id, *done);
+  for (const auto& [id, n] : epochs) {
+    ExpectSucceededWithNothingLost(c, id, n, node);
   }
   if (HasFailure()) ADD_FAILURE() << c.LogTails(100);
 }
