@@ -400,25 +400,38 @@ TEST_F(SchedulerTest, ALostServersBackupsTakeOverWithNoRollback) {
 
 // With three servers, the shards that lost a copy with the dead server get a new backup on a
 // survivor: a live copy that their primary seeds (no checkpoint_dir needed).
-TEST_F(SchedulerTest, AfterAPromotionTheShardsThatLostACopyGetANewOne) {
-  AddCluster(3, 2);
-  auto id = Submit(absl::StrCat(
-      absl::StrReplaceAll(kJob, {{"num_servers: 2", "num_servers: 3"}}), "replication: 2\n"));
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
-  const v1::ShardMap map = MapOf(*id);
-  const std::string lost = job.servers(0);
-  for (const std::string& s : job.servers()) Node(s)->server()->SetClocks({7, 7});
-  Leave(lost);
-  sched_->RunOnce();
+class PromotionTest : public SchedulerTest {
+ protected:
+  // A job with `replication` copies on three servers runs; its first server is lost and its
+  // backups take over. *map: the map before; *lost: that server.
+  void LoseAServer(int replication, std::string* id, v1::ShardMap* map, std::string* lost) {
+    AddCluster(3, 2);
+    auto submitted = Submit(absl::StrCat(
+        absl::StrReplaceAll(kJob, {{"num_servers: 2", "num_servers: 3"}}), "replication: ",
+        replication, "\n"));
+    ASSERT_THAT(submitted, IsOk());
+    *id = *submitted;
+    sched_->RunOnce();
+    v1::Job job = Get(*id);
+    ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+    *map = MapOf(*id);
+    *lost = job.servers(0);
+    for (const std::string& s : job.servers()) Node(s)->server()->SetClocks({7, 7});
+    Leave(*lost);
+    sched_->RunOnce();
+    job = Get(*id);
+    ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
+    EXPECT_EQ(job.recovery().promotions(), 1u);
+    EXPECT_EQ(job.recovery().recoveries(), 0u);
+  }
+};
 
-  job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
-  EXPECT_EQ(job.recovery().promotions(), 1u);
-  EXPECT_EQ(job.recovery().recoveries(), 0u);
-  const v1::ShardMap now = MapOf(*id);
+TEST_F(PromotionTest, AfterAPromotionTheShardsThatLostACopyGetANewOne) {
+  std::string id, lost;
+  v1::ShardMap map;
+  ASSERT_NO_FATAL_FAILURE(LoseAServer(2, &id, &map, &lost));
+  v1::Job job = Get(id);
+  const v1::ShardMap now = MapOf(id);
   EXPECT_EQ(now.epoch(), map.epoch() + 2) << "promoted, then the new copies";
   for (const auto& a : now.assignments()) {
     EXPECT_NE(a.primary(), lost);
@@ -451,25 +464,11 @@ TEST_F(SchedulerTest, AfterAPromotionTheShardsThatLostACopyGetANewOne) {
 // replication: 3 on three servers: a lost primary's first backup takes over and its second stays
 // a backup, under the new primary: it copies that primary afresh (a live copy the promoted
 // server seeds), since what it held came from the lost one.
-TEST_F(SchedulerTest, WithThreeCopiesThePromotedPrimarysOtherBackupCopiesItAfresh) {
-  AddCluster(3, 2);
-  auto id = Submit(absl::StrCat(
-      absl::StrReplaceAll(kJob, {{"num_servers: 2", "num_servers: 3"}}), "replication: 3\n"));
-  ASSERT_THAT(id, IsOk());
-  sched_->RunOnce();
-  v1::Job job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
-  const v1::ShardMap map = MapOf(*id);
-  const std::string lost = job.servers(0);
-  for (const std::string& s : job.servers()) Node(s)->server()->SetClocks({7, 7});
-  Leave(lost);
-  sched_->RunOnce();
-
-  job = Get(*id);
-  ASSERT_EQ(job.state(), v1::JOB_RUNNING) << job.reason();
-  EXPECT_EQ(job.recovery().promotions(), 1u);
-  EXPECT_EQ(job.recovery().recoveries(), 0u);
-  const v1::ShardMap now = MapOf(*id);
+TEST_F(PromotionTest, WithThreeCopiesThePromotedPrimarysOtherBackupCopiesItAfresh) {
+  std::string id, lost;
+  v1::ShardMap map;
+  ASSERT_NO_FATAL_FAILURE(LoseAServer(3, &id, &map, &lost));
+  const v1::ShardMap now = MapOf(id);
   int copies = 0;
   for (const auto& a : now.assignments()) {
     ASSERT_THAT(a.backups(), SizeIs(1)) << "shard " << a.shard();

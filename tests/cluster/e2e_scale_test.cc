@@ -69,6 +69,29 @@ void ExpectSucceededWithNothingLost(E2eCluster& c, const std::string& id, int ep
   ExpectEveryUpdateAppliedOnce(c.dir() + "/ckpt/" + id, *done);
 }
 
+// Starts job-1 and job-2 for `epochs` (with `extra` YAML) one after the other, each running past
+// step 20; returns a server both use ("" and a failure when there is none).
+std::string StartTwoJobs(E2eCluster& c, const std::map<std::string, int>& epochs,
+                         const std::string& extra) {
+  const std::map<std::string, std::string> names = {{"job-1", "first"}, {"job-2", "second"}};
+  for (const auto& [id, n] : epochs) {
+    if (!SubmitAndRunPast(c, absl::StrCat(JobYaml(c, names.at(id), n, 128), extra), id, 20)) {
+      return "";
+    }
+  }
+  auto a = c.GetJob("job-1");
+  auto b = c.GetJob("job-2");
+  if (!a.ok() || !b.ok()) {
+    ADD_FAILURE() << a.status() << " " << b.status();
+    return "";
+  }
+  for (const std::string& s : b->servers()) {
+    if (std::find(a->servers().begin(), a->servers().end(), s) != a->servers().end()) return s;
+  }
+  ADD_FAILURE() << "no server both jobs use: " << a->DebugString() << b->DebugString();
+  return "";
+}
+
 TEST(E2eScaleTest, AJobGrowsToThreeServersAndBackToTwoWhileItTrains) {
   E2eClusterOptions o;
   o.servers = 3;
@@ -140,16 +163,8 @@ TEST(E2eScaleTest, DISABLED_ADrainedServerOfTwoJobsCanBeKilledWithNothingLost) {
   E2eCluster& c = **cluster;
   // The first job runs long enough to still run when the second one has started.
   const std::map<std::string, int> epochs = {{"job-1", 10}, {"job-2", 4}};
-  ASSERT_TRUE(SubmitAndRunPast(c, JobYaml(c, "first", epochs.at("job-1"), 128), "job-1", 20));
-  ASSERT_TRUE(SubmitAndRunPast(c, JobYaml(c, "second", epochs.at("job-2"), 128), "job-2", 20));
-  auto a = c.GetJob("job-1");
-  auto b = c.GetJob("job-2");
-  ASSERT_TRUE(a.ok() && b.ok());
-  std::string node;  // A server both jobs use.
-  for (const std::string& s : b->servers()) {
-    if (std::find(a->servers().begin(), a->servers().end(), s) != a->servers().end()) node = s;
-  }
-  ASSERT_FALSE(node.empty()) << a->DebugString() << b->DebugString();
+  const std::string node = StartTwoJobs(c, epochs, "");
+  ASSERT_FALSE(node.empty());
 
   CommandResult drained = c.Psctl({"drain", node}, absl::Seconds(120));
   ASSERT_EQ(drained.exit_code, 0) << drained.output << c.LogTails();
@@ -186,20 +201,8 @@ TEST(E2eScaleTest, ADrainedServerOfTwoReplicatedJobsCanBeKilledWithNothingLost) 
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   E2eCluster& c = **cluster;
   const std::map<std::string, int> epochs = {{"job-1", 12}, {"job-2", 8}};
-  ASSERT_TRUE(SubmitAndRunPast(
-      c, absl::StrCat(JobYaml(c, "first", epochs.at("job-1"), 128), "replication: 2\n"), "job-1",
-      20));
-  ASSERT_TRUE(SubmitAndRunPast(
-      c, absl::StrCat(JobYaml(c, "second", epochs.at("job-2"), 128), "replication: 2\n"),
-      "job-2", 20));
-  auto a = c.GetJob("job-1");
-  auto b = c.GetJob("job-2");
-  ASSERT_TRUE(a.ok() && b.ok());
-  std::string node;  // A server both jobs use.
-  for (const std::string& s : b->servers()) {
-    if (std::find(a->servers().begin(), a->servers().end(), s) != a->servers().end()) node = s;
-  }
-  ASSERT_FALSE(node.empty()) << a->DebugString() << b->DebugString();
+  const std::string node = StartTwoJobs(c, epochs, "replication: 2\n");
+  ASSERT_FALSE(node.empty());
   for (const std::string id : {"job-1", "job-2"}) {
     auto map = c.GetShardMap(id);
     ASSERT_TRUE(map.ok());
