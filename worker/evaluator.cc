@@ -8,7 +8,7 @@
 namespace pscluster::worker {
 
 absl::StatusOr<Evaluation> Evaluate(kernels::Model& model, kernels::Backend* backend,
-                                    PsClient* client, TestSource* test, int64_t clock,
+                                    ParamClient* client, TestSource* test, int64_t clock,
                                     int64_t eval_batch, ParamSlot* slot) {
   absl::Status started = test->Start();
   if (!started.ok()) return started;

@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "kernels/models/model.h"
-#include "server/client/ps_client.h"
+#include "server/client/param_client.h"
 #include "worker/param_slots.h"
 #include "worker/training_data.h"
 
@@ -25,7 +25,7 @@ struct Evaluation {
 // `slot` holds the pulled values between batches (its dense values are pulled once).
 // FAILED_PRECONDITION when the test set has no examples.
 absl::StatusOr<Evaluation> Evaluate(kernels::Model& model, kernels::Backend* backend,
-                                    PsClient* client, TestSource* test, int64_t clock,
+                                    ParamClient* client, TestSource* test, int64_t clock,
                                     int64_t eval_batch, ParamSlot* slot);
 
 }  // namespace pscluster::worker

@@ -26,7 +26,7 @@ absl::Status ExportDirReady(const std::string& path, const std::string& root,
 }
 
 absl::StatusOr<uint64_t> ExportModel(const kernels::Model& model, kernels::Backend* backend,
-                                     PsClient* client, int64_t clock,
+                                     ParamClient* client, int64_t clock,
                                      const std::vector<uint64_t>& sparse_keys,
                                      const std::string& path,
                                      const std::map<std::string, std::string>& metadata,
@@ -64,7 +64,7 @@ absl::StatusOr<uint64_t> ExportModel(const kernels::Model& model, kernels::Backe
 }
 
 absl::StatusOr<uint64_t> ExportParams(const std::vector<kernels::ParamInfo>& params,
-                                      PsClient* client, int64_t clock,
+                                      ParamClient* client, int64_t clock,
                                       const std::vector<uint64_t>& sparse_keys,
                                       const std::string& path,
                                       const std::map<std::string, std::string>& metadata) {

@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "kernels/models/model.h"
-#include "server/client/ps_client.h"
+#include "server/client/param_client.h"
 #include "worker/param_slots.h"
 
 namespace pscluster::worker {
@@ -27,7 +27,7 @@ absl::Status ExportDirReady(const std::string& export_path, const std::string& r
 // `slot` and writes them to `path` with `metadata`. Returns the bytes written; errors name
 // export_path.
 absl::StatusOr<uint64_t> ExportModel(const kernels::Model& model, kernels::Backend* backend,
-                                     PsClient* client, int64_t clock,
+                                     ParamClient* client, int64_t clock,
                                      const std::vector<uint64_t>& sparse_keys,
                                      const std::string& path,
                                      const std::map<std::string, std::string>& metadata,
@@ -36,7 +36,7 @@ absl::StatusOr<uint64_t> ExportModel(const kernels::Model& model, kernels::Backe
 // The same file as ExportModel from `params` alone, into host memory (no backend, no slot): what
 // an on-demand export runs on a thread of its own while the task trains (psctl export).
 absl::StatusOr<uint64_t> ExportParams(const std::vector<kernels::ParamInfo>& params,
-                                      PsClient* client, int64_t clock,
+                                      ParamClient* client, int64_t clock,
                                       const std::vector<uint64_t>& sparse_keys,
                                       const std::string& path,
                                       const std::map<std::string, std::string>& metadata);

@@ -17,7 +17,7 @@
 #include "kernels/backend.h"
 #include "kernels/models/model.h"
 #include "kernels/models/step_io.h"
-#include "server/client/ps_client.h"
+#include "server/client/param_client.h"
 
 namespace pscluster::worker {
 

@@ -19,7 +19,7 @@ std::future<absl::Status> RunOn(Executor* ex, std::function<absl::Status()> fn) 
 
 }  // namespace
 
-StepPipeline::StepPipeline(kernels::Model* model, kernels::Backend* backend, PsClient* client,
+StepPipeline::StepPipeline(kernels::Model* model, kernels::Backend* backend, ParamClient* client,
                            TrainSource* data, ProgressReporter* reporter,
                            const Schedule& schedule, bool prefetch, std::string log_prefix,
                            StepPipelineHooks hooks)
@@ -55,7 +55,7 @@ absl::Status StepPipeline::Prepare(int64_t n) {
 absl::Status StepPipeline::Run(int64_t start_step) {
   const int64_t total_steps = schedule_.total_steps;
   const int64_t steps_per_epoch = schedule_.steps_per_epoch;
-  PsClient* psc = client_;
+  ParamClient* psc = client_;
   // Prefetched pulls and background pushes run on two long-lived threads (one call in flight on
   // each), not on a new thread per call. Declared before the futures, so that the futures are
   // destroyed first and each thread finishes what it runs before it is joined.

@@ -24,7 +24,7 @@
 #include "absl/time/time.h"
 #include "kernels/backend.h"
 #include "kernels/models/model.h"
-#include "server/client/ps_client.h"
+#include "server/client/param_client.h"
 #include "worker/param_slots.h"
 #include "worker/progress_reporter.h"
 #include "worker/training_data.h"
@@ -48,7 +48,7 @@ class StepPipeline {
  public:
   // `log_prefix` starts the log lines ("job job-1 rank 0"). REQUIRES: every pointer outlives
   // the pipeline.
-  StepPipeline(kernels::Model* model, kernels::Backend* backend, PsClient* client,
+  StepPipeline(kernels::Model* model, kernels::Backend* backend, ParamClient* client,
                TrainSource* data, ProgressReporter* reporter, const Schedule& schedule,
                bool prefetch, std::string log_prefix, StepPipelineHooks hooks);
 
@@ -68,7 +68,7 @@ class StepPipeline {
 
   kernels::Model* const model_;
   kernels::Backend* const backend_;
-  PsClient* const client_;
+  ParamClient* const client_;
   TrainSource* const data_;
   ProgressReporter* const reporter_;
   const Schedule schedule_;

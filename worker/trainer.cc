@@ -38,6 +38,14 @@ std::string EffectiveDevice(const v1::JobSpec& spec, const std::string& worker_d
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<ParamClient>> CreatePsClient(
+    const PsClientOptions& options, const v1::ShardMap& map,
+    const std::vector<v1::TableSpec>& tables) {
+  auto client = PsClient::Create(options, map, tables);
+  if (!client.ok()) return client.status();
+  return std::unique_ptr<ParamClient>(std::move(*client));
+}
+
 // Forwards a task's reports; one the scheduler answers with "stop" cancels the task.
 class Trainer::StoppingSink final : public ProgressSink {
  public:
@@ -62,10 +70,11 @@ struct Trainer::State {
   std::unique_ptr<kernels::Backend> backend;
   std::unique_ptr<kernels::Model> model;
   std::vector<v1::TableSpec> tables;
-  std::unique_ptr<PsClient> client;
+  std::unique_ptr<ParamClient> client;
 };
 
 struct Trainer::ExportContext {
+  ParamClientFactory factory;
   PsClientOptions client;
   std::vector<v1::TableSpec> tables;
   std::vector<kernels::ParamInfo> params;
@@ -77,6 +86,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::AssignTaskReq
                                                          const TrainerOptions& options,
                                                          ProgressSink* sink) {
   const v1::JobSpec& spec = task.spec();
+  if (!options.param_client_factory) {
+    return absl::InvalidArgumentError("TrainerOptions.param_client_factory: unset");
+  }
   if (spec.batch_size() == 0 || spec.batch_size() > (1u << 20)) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.batch_size: ", spec.batch_size(), " is not in [1, 1048576]"));
@@ -173,7 +185,7 @@ absl::StatusOr<TaskRunner::ExportFn> Trainer::PrepareExport(const std::string& p
   return ExportFn([ctx, map, step, job_id, path]() -> absl::StatusOr<v1::ExportModelResponse> {
     absl::Status ds = ExportDirReady(path);
     if (!ds.ok()) return ds;
-    auto client = PsClient::Create(ctx->client, map, ctx->tables);
+    auto client = ctx->factory(ctx->client, map, ctx->tables);
     if (!client.ok()) return client.status();
     std::map<std::string, std::string> meta = {{"job_id", job_id},
                                                {"model", ctx->model_kind},
@@ -335,11 +347,12 @@ absl::Status Trainer::RunImpl(State* st) {
   copts.latency = options_.call_latency.get();
   ProgressSink* sink = sink_;
   copts.refresh_shard_map = [sink]() { return sink->RefreshShardMap(); };
-  auto client = PsClient::Create(copts, task_.shard_map(), st->tables);
+  auto client = options_.param_client_factory(copts, task_.shard_map(), st->tables);
   if (!client.ok()) return client.status();
   st->client = std::move(*client);
   {
     auto ctx = std::make_shared<ExportContext>();
+    ctx->factory = options_.param_client_factory;
     ctx->client = copts;
     ctx->client.data_transport = DataTransport::kGrpc;  // One pull; no data connections.
     ctx->client.latency = nullptr;
@@ -466,7 +479,7 @@ absl::Status Trainer::RunImpl(State* st) {
   result_.pull_wait_sec = Seconds(reporter.total_pull());
   result_.compute_sec = Seconds(reporter.total_compute());
   result_.push_wait_sec = Seconds(reporter.total_push());
-  const PsClient::Stats cs = st->client->stats();
+  const ParamClient::Stats cs = st->client->stats();
   result_.client_plan_sec = cs.plan_sec;
   result_.client_send_sec = cs.send_sec;
   result_.client_wait_sec = cs.wait_sec;

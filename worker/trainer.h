@@ -11,9 +11,11 @@
 #define PSCLUSTER_WORKER_TRAINER_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -21,15 +23,23 @@
 #include "absl/time/time.h"
 #include "common/channel.h"
 #include "proto/worker.pb.h"
+#include "server/client/param_client.h"
 #include "server/client/ps_client.h"
 #include "worker/task_data.h"
 #include "worker/task_runner.h"
 
-namespace pscluster {
-class PsClient;
-}
-
 namespace pscluster::worker {
+
+// Makes the client of the parameter servers a task uses (its options, the task's shard map, the
+// job's tables). The default is PsClient::Create; tests give a FakeParamClient.
+using ParamClientFactory = std::function<absl::StatusOr<std::unique_ptr<ParamClient>>(
+    const PsClientOptions& options, const v1::ShardMap& map,
+    const std::vector<v1::TableSpec>& tables)>;
+
+// PsClient::Create, as a ParamClientFactory.
+absl::StatusOr<std::unique_ptr<ParamClient>> CreatePsClient(const PsClientOptions& options,
+                                                            const v1::ShardMap& map,
+                                                            const std::vector<v1::TableSpec>& tables);
 
 struct TrainerOptions {
   // Backend when the job leaves it to the worker (JobSpec.device empty or "auto"):
@@ -59,6 +69,8 @@ struct TrainerOptions {
   // Histograms of the pull, push and push-pull calls' durations (the daemon's /metrics); shared
   // by every task of the worker. Null members: not observed.
   std::shared_ptr<const CallLatency> call_latency;
+  // The task's client of the parameter servers, and the one an on-demand export makes.
+  ParamClientFactory param_client_factory = CreatePsClient;
 };
 
 struct TrainerResult {
@@ -76,7 +88,7 @@ struct TrainerResult {
   double pull_wait_sec = 0;
   double compute_sec = 0;
   double push_wait_sec = 0;
-  // The parameter-server client's own account (PsClient::Stats) of the data-plane calls.
+  // The parameter-server client's own account (ParamClient::Stats) of the data-plane calls.
   double client_plan_sec = 0, client_send_sec = 0, client_wait_sec = 0, client_copy_sec = 0;
   std::string export_path;
   std::string device;
@@ -119,7 +131,7 @@ class Trainer final : public TaskRunner {
   std::atomic<bool> cancelled_{false};
   mutable absl::Mutex mu_;
   std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
-  PsClient* client_ ABSL_GUARDED_BY(mu_) = nullptr;  // Valid while Run() runs.
+  ParamClient* client_ ABSL_GUARDED_BY(mu_) = nullptr;  // Valid while Run() runs.
   TaskSnapshot snapshot_ ABSL_GUARDED_BY(mu_);
   TrainerResult result_ ABSL_GUARDED_BY(mu_);
   // Set by UpdatePartition, taken by the training loop before its next batch.

@@ -34,6 +34,7 @@
 #include "common/channel.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/client/dialer.h"
+#include "server/client/param_client.h"
 
 namespace pscluster {
 
@@ -86,39 +87,7 @@ struct PsClientOptions {
   size_t shm_ring_bytes = 16 << 20;
 };
 
-// Read a whole dense table into `data` (TableSpec elements, row-major).
-struct DenseTarget {
-  std::string table;
-  float* data = nullptr;
-};
-// Read the rows of `keys` (duplicates allowed) into `rows` (keys.size() * row_width floats).
-struct SparseTarget {
-  std::string table;
-  absl::Span<const uint64_t> keys;
-  float* rows = nullptr;
-};
-struct PullTargets {
-  std::vector<DenseTarget> dense;
-  std::vector<SparseTarget> sparse;
-};
-
-// Gradient of a whole dense table (TableSpec elements).
-struct DenseSource {
-  std::string table;
-  const float* grad = nullptr;
-};
-// Gradient rows for `keys` (keys.size() * row_width floats); duplicate keys add up.
-struct SparseSource {
-  std::string table;
-  absl::Span<const uint64_t> keys;
-  const float* grads = nullptr;
-};
-struct PushSources {
-  std::vector<DenseSource> dense;
-  std::vector<SparseSource> sparse;
-};
-
-class PsClient {
+class PsClient final : public ParamClient {
  public:
   // `map` routes the job's `tables` (the same TableSpecs the job declares). Connects lazily.
   static absl::StatusOr<std::unique_ptr<PsClient>> Create(PsClientOptions options, v1::ShardMap map,
@@ -127,29 +96,32 @@ class PsClient {
 
   // Declares the job's tables on every server of the map (idempotent: every worker calls it
   // at task start).
+  using ParamClient::CreateTables;
   absl::Status CreateTables(const v1::ConsistencySpec& consistency, uint32_t num_workers,
-                            uint32_t checkpoint_every_steps = 0,
-                            const std::string& checkpoint_dir = "");
+                            uint32_t checkpoint_every_steps,
+                            const std::string& checkpoint_dir) override;
   // Sends the current map to every server (UpdateShardMap, self = the server's node_id). The
   // scheduler does this in a cluster; standalone setups and tests call it themselves.
-  absl::Status InstallShardMap();
+  absl::Status InstallShardMap() override;
   // Replaces the routing map (ignored unless its epoch is newer).
-  absl::Status SetShardMap(v1::ShardMap map);
-  v1::ShardMap shard_map() const;
+  absl::Status SetShardMap(v1::ShardMap map) override;
+  v1::ShardMap shard_map() const override;
 
   // Reads the targets as of `clock` (the step about to be computed). Under BSP/SSP the servers
   // answer once the slowest worker allows it.
-  absl::Status Pull(int64_t clock, const PullTargets& targets);
+  absl::Status Pull(int64_t clock, const PullTargets& targets) override;
   // Pushes the gradients of `step`; with end_of_step (the normal case) every server of the map
   // is told the step is complete, even those that got no gradient, so their clocks advance.
   // Each push of a step gets its own tag; a push that failed and is called again for the same
   // step (with the same gradients) reuses the failed push's tag, so servers that applied part
   // of it do not apply that part twice.
   // REQUIRES: the source buffers stay unchanged until the call returns.
-  absl::Status Push(int64_t step, const PushSources& sources, bool end_of_step = true);
+  using ParamClient::Push;
+  absl::Status Push(int64_t step, const PushSources& sources, bool end_of_step) override;
   // Push of `step` (with end_of_step) and a pull of `targets` at clock step + 1, in one round
   // trip per server.
-  absl::Status PushPull(int64_t step, const PushSources& sources, const PullTargets& targets);
+  absl::Status PushPull(int64_t step, const PushSources& sources,
+                        const PullTargets& targets) override;
 
   // Status of every server, in map order.
   absl::StatusOr<std::vector<v1::ServerStatus>> ServerStatuses();
@@ -160,24 +132,12 @@ class PsClient {
 
   // Fails every pull and push in flight, and every later one, with CANCELLED (the task using
   // this client is stopping). Thread-safe; irreversible.
-  void Cancel();
+  void Cancel() override;
 
   // Slowest worker's clock reported by the servers in the last completed pull (-1 = none).
   int64_t last_min_clock() const { return last_min_clock_.load(); }
 
-  // Where this client's time went since it was created (summed over calling threads).
-  struct Stats {
-    double plan_sec = 0;  // Routing, summing sparse rows, fp16/bf16 encoding.
-    double send_sec = 0;  // Framing messages and queueing them on the streams.
-    double wait_sec = 0;  // Waiting for replies: network, server work, parked pulls.
-    double copy_sec = 0;  // Copying (and widening) replies into the caller's buffers.
-    uint64_t calls = 0;   // Pull / Push / PushPull calls completed.
-    uint64_t retries = 0; // Attempts repeated after a stale map or an unavailable server.
-    // Calls whose replies from several servers' TCP connections were read by one thread
-    // together (TcpConn::WaitAll).
-    uint64_t joint_waits = 0;
-  };
-  Stats stats() const;
+  Stats stats() const override;
 
  private:
   struct Impl;
