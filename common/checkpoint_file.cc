@@ -1,8 +1,6 @@
 #include "common/checkpoint_file.h"
 
-#include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/crc32c.h"
@@ -84,25 +82,29 @@ absl::StatusOr<ParsedCheckpoint> ParseCheckpoint(absl::string_view f, absl::stri
   return out;
 }
 
-absl::StatusOr<v1::CheckpointHeader> ReadCheckpointHeader(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    auto msg = absl::StrCat("checkpoint ", path, ": ", std::strerror(err));
-    return err == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
+absl::StatusOr<v1::CheckpointHeader> ReadCheckpointHeader(const std::string& path,
+                                                          FileSystem* fs) {
+  auto head = fs->ReadFileRange(path, 0, kHeadBytes);
+  if (!head.ok()) {
+    return absl::Status(head.status().code(),
+                        absl::StrCat("checkpoint ", path, ": ", head.status().message()));
   }
-  char head[kHeadBytes];
-  if (!in.read(head, kHeadBytes) || absl::string_view(head, 8) != absl::string_view(kHeadMagic, 8)) {
+  if (head->size() < kHeadBytes || absl::string_view(*head).substr(0, 8) !=
+                                       absl::string_view(kHeadMagic, 8)) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, ": not a pscluster checkpoint"));
   }
-  const uint64_t hlen = GetLe64(head + 8);
+  const uint64_t hlen = GetLe64(head->data() + 8);
   if (hlen > kMaxHeaderBytes) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, ": header length ", hlen,
                                             " is not plausible"));
   }
-  std::string h(hlen, '\0');
+  auto h = fs->ReadFileRange(path, kHeadBytes, hlen);
+  if (!h.ok()) {
+    return absl::Status(h.status().code(),
+                        absl::StrCat("checkpoint ", path, ": ", h.status().message()));
+  }
   v1::CheckpointHeader header;
-  if (!in.read(h.data(), static_cast<std::streamsize>(hlen)) || !header.ParseFromString(h)) {
+  if (h->size() != hlen || !header.ParseFromString(*h)) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, ": header truncated or unreadable"));
   }
   return header;

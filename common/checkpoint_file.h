@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/checkpoint.pb.h"
+#include "common/file_system.h"
 
 namespace pscluster {
 
@@ -31,8 +32,9 @@ absl::StatusOr<ParsedCheckpoint> ParseCheckpoint(absl::string_view file, absl::s
 
 // Reads only the header of the checkpoint file at `path` (its magic checked, not its CRC: cheap,
 // for choosing among many files; verify the chosen ones with ParseCheckpoint). NOT_FOUND or
-// DATA_LOSS name the file.
-absl::StatusOr<v1::CheckpointHeader> ReadCheckpointHeader(const std::string& path);
+// DATA_LOSS name the file. Read through `fs`.
+absl::StatusOr<v1::CheckpointHeader> ReadCheckpointHeader(
+    const std::string& path, FileSystem* fs = FileSystem::Default());
 
 }  // namespace pscluster
 

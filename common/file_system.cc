@@ -112,6 +112,27 @@ class PosixFileSystem final : public FileSystem {
     ::close(fd);
     return out;
   }
+  absl::StatusOr<std::string> ReadFileRange(const std::string& path, uint64_t offset,
+                                            size_t n) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoError("open", path, errno);
+    std::string out(n, '\0');
+    size_t got = 0;
+    while (got < n) {
+      ssize_t r = ::pread(fd, out.data() + got, n - got, static_cast<off_t>(offset + got));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        ::close(fd);
+        return ErrnoError("read", path, err);
+      }
+      if (r == 0) break;
+      got += static_cast<size_t>(r);
+    }
+    ::close(fd);
+    out.resize(got);
+    return out;
+  }
   absl::Status MakeDirs(const std::string& dir) override {
     if (dir.empty()) return absl::InvalidArgumentError("MakeDirs: empty directory name");
     std::string partial;

@@ -8,6 +8,8 @@
 #ifndef PSCLUSTER_COMMON_FILE_SYSTEM_H_
 #define PSCLUSTER_COMMON_FILE_SYSTEM_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +45,14 @@ class FileSystem {
   virtual absl::Status SyncDir(const std::string& dir) = 0;
   virtual absl::Status Remove(const std::string& path) = 0;
   virtual absl::StatusOr<std::string> ReadFile(const std::string& path) = 0;
+  // Up to `n` bytes of `path` from `offset` (fewer at its end). The default reads the whole file.
+  virtual absl::StatusOr<std::string> ReadFileRange(const std::string& path, uint64_t offset,
+                                                    size_t n) {
+    auto all = ReadFile(path);
+    if (!all.ok()) return all.status();
+    if (offset >= all->size()) return std::string();
+    return all->substr(offset, n);
+  }
   // Creates `dir` and its parents (mkdir -p); FAILED_PRECONDITION if it names a file.
   virtual absl::Status MakeDirs(const std::string& dir) = 0;
   // The names of the entries of `dir` (not "." or ".."), in no particular order.

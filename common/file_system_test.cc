@@ -123,12 +123,17 @@ TEST(PosixFileSystemTest, WritesListsReadsAndRemoves) {
   ASSERT_THAT(WriteFileAtomically(fs, dir + "/x", "one"), IsOk());
   ASSERT_THAT(WriteFileAtomically(fs, dir + "/x", "two"), IsOk());
   EXPECT_THAT(fs->ReadFile(dir + "/x"), IsOkAndHolds("two"));
+  EXPECT_THAT(fs->ReadFileRange(dir + "/x", 1, 1), IsOkAndHolds("w"));
+  EXPECT_THAT(fs->ReadFileRange(dir + "/x", 1, 10), IsOkAndHolds("wo"));  // Cut at the end.
+  EXPECT_THAT(fs->ReadFileRange(dir + "/x", 7, 2), IsOkAndHolds(""));
   EXPECT_THAT(fs->ListDir(dir), IsOkAndHolds(ElementsAre("x")));
   EXPECT_THAT(fs->MakeDirs(dir + "/x"), StatusIs(absl::StatusCode::kFailedPrecondition));
   ASSERT_THAT(fs->Remove(dir + "/x"), IsOk());
   EXPECT_THAT(fs->ReadFile(dir + "/x"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr(dir + "/x")));
   EXPECT_THAT(fs->ListDir(dir + "/none"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(fs->ReadFileRange(dir + "/x", 0, 4),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr(dir + "/x")));
 }
 
 }  // namespace

@@ -344,10 +344,11 @@ absl::StatusOr<std::string> EncodeSafetensors(const std::vector<SafetensorsTenso
 
 absl::StatusOr<uint64_t> WriteSafetensors(const std::string& path,
                                           const std::vector<SafetensorsTensor>& tensors,
-                                          const std::map<std::string, std::string>& metadata) {
+                                          const std::map<std::string, std::string>& metadata,
+                                          FileSystem* fs) {
   auto bytes = EncodeSafetensors(tensors, metadata);
   if (!bytes.ok()) return bytes.status();
-  absl::Status s = WriteFileAtomically(path, *bytes);
+  absl::Status s = WriteFileAtomically(fs, path, *bytes);
   if (!s.ok()) return s;
   return static_cast<uint64_t>(bytes->size());
 }

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/file_system.h"
 #include "proto/common.pb.h"
 
 namespace pscluster {
@@ -38,10 +39,11 @@ absl::string_view SafetensorsDTypeName(v1::DataType dtype);
 absl::StatusOr<std::string> EncodeSafetensors(const std::vector<SafetensorsTensor>& tensors,
                                               const std::map<std::string, std::string>& metadata = {});
 
-// EncodeSafetensors, then WriteFileAtomically. Returns the file size.
+// EncodeSafetensors, then WriteFileAtomically on `fs`. Returns the file size.
 absl::StatusOr<uint64_t> WriteSafetensors(const std::string& path,
                                           const std::vector<SafetensorsTensor>& tensors,
-                                          const std::map<std::string, std::string>& metadata = {});
+                                          const std::map<std::string, std::string>& metadata = {},
+                                          FileSystem* fs = FileSystem::Default());
 
 // A parsed safetensors file; owns its bytes.
 class SafetensorsFile {

@@ -1,18 +1,12 @@
 #include "scheduler/recovery.h"
 
 #include <algorithm>
-
-#include <dirent.h>
-
-#include <cerrno>
-#include <cstring>
 #include <map>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/atomic_file.h"
 #include "common/checkpoint_file.h"
 #include "common/path_root.h"
 
@@ -56,24 +50,23 @@ bool Covers(const std::vector<const Candidate*>& files, uint32_t num_shards) {
 
 absl::StatusOr<RecoveryPoint> FindRecoveryPoint(
     const std::string& checkpoint_dir, const std::string& job_id, uint32_t num_virtual_shards,
-    const google::protobuf::RepeatedPtrField<v1::Rollback>& rollbacks, const std::string& root) {
+    const google::protobuf::RepeatedPtrField<v1::Rollback>& rollbacks, const std::string& root,
+    FileSystem* fs) {
   RecoveryPoint point;
   if (checkpoint_dir.empty()) return point;
   point.dir = JoinPath(checkpoint_dir, job_id);
   absl::Status in_root = CheckUnderRoot(point.dir, root, "checkpoint_dir");
   if (!in_root.ok()) return in_root;
-  DIR* d = opendir(point.dir.c_str());
-  if (d == nullptr) {
-    if (errno == ENOENT) return point;
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint_dir: cannot list ", point.dir, ": ", std::strerror(errno)));
+  auto listed = fs->ListDir(point.dir);
+  if (!listed.ok()) {
+    if (absl::IsNotFound(listed.status())) return point;
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint_dir: cannot list ", point.dir,
+                                                      ": ", listed.status().message()));
   }
   std::vector<std::string> names;
-  while (dirent* e = readdir(d)) {
-    std::string name = e->d_name;
+  for (std::string& name : *listed) {
     if (absl::EndsWith(name, ".ckpt")) names.push_back(std::move(name));
   }
-  closedir(d);
 
   std::vector<Candidate> candidates;
   for (const std::string& name : names) {
@@ -82,7 +75,7 @@ absl::StatusOr<RecoveryPoint> FindRecoveryPoint(
       point.skipped.push_back(absl::StrCat(path, ": ", s.message()));
       continue;
     }
-    auto h = ReadCheckpointHeader(path);
+    auto h = ReadCheckpointHeader(path, fs);
     if (!h.ok()) {
       point.skipped.push_back(absl::StrCat(path, ": ", h.status().message()));
     } else if (h->job_id() != job_id) {
@@ -104,7 +97,7 @@ absl::StatusOr<RecoveryPoint> FindRecoveryPoint(
     // Read the step's files whole: a damaged one is dropped, and the step may still be covered.
     std::vector<const Candidate*> good;
     for (const Candidate* c : files) {
-      auto bytes = ReadFile(c->path);
+      auto bytes = fs->ReadFile(c->path);
       absl::Status s = bytes.status();
       if (s.ok()) s = ParseCheckpoint(*bytes, c->path).status();
       if (s.ok()) {

@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "google/protobuf/repeated_field.h"
+#include "common/file_system.h"
 #include "proto/scheduler.pb.h"
 
 namespace pscluster::scheduler {
@@ -32,11 +33,13 @@ struct RecoveryPoint {
 
 // A missing directory means no checkpoints (step 0); one that cannot be listed is an error
 // naming it. With `root` (a ResolveRoot result), a directory outside it is an error
-// (PERMISSION_DENIED naming the root) and a file that leads out of it (a symlink) is skipped.
+// (PERMISSION_DENIED naming the root) and a file that leads out of it (a symlink) is skipped;
+// that check resolves paths on the machine's file system. The directory is listed and the files
+// read through `fs`.
 absl::StatusOr<RecoveryPoint> FindRecoveryPoint(
     const std::string& checkpoint_dir, const std::string& job_id, uint32_t num_virtual_shards,
     const google::protobuf::RepeatedPtrField<v1::Rollback>& rollbacks,
-    const std::string& root = "");
+    const std::string& root = "", FileSystem* fs = FileSystem::Default());
 
 // The paths of `files` holding a shard that `server` is primary for in `map`.
 // The map after server `dead` is lost, with no rollback (replication > 1): each shard it was

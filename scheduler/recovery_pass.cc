@@ -82,7 +82,7 @@ void Scheduler::RecoverJobs() {
       if (!s.ok()) Log()->warn("job {}: dropping it on {}: {}", w.job_id, w.servers[i], s);
     });
     auto point = FindRecoveryPoint(w.checkpoint_dir, w.job_id, w.num_shards, w.rollbacks,
-                                   options_.checkpoint_root);
+                                   options_.checkpoint_root, options_.checkpoint_fs);
     if (point.ok()) {
       for (const std::string& skipped : point->skipped) {
         Log()->warn("job {}: checkpoint not restored: {}", w.job_id, skipped);

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "common/testing/status_matchers.h"
 #include "common/checkpoint_file.h"
+#include "common/testing/fault_injection_fs.h"
 
 namespace pscluster::scheduler {
 namespace {
@@ -38,7 +39,7 @@ class RecoveryTest : public ::testing::Test {
   // Writes a checkpoint of `job` at `step` holding shards [first, last] as a server would.
   std::string Write(const std::string& server, int64_t step, uint32_t first, uint32_t last,
                     uint64_t epoch = 1, const std::string& job = "job-1",
-                    uint32_t shards = kShards) {
+                    uint32_t shards = kShards, FileSystem* fs = FileSystem::Default()) {
     v1::CheckpointHeader h;
     h.set_job_id(job);
     h.set_step(step);
@@ -52,7 +53,10 @@ class RecoveryTest : public ::testing::Test {
     f += data;
     AppendCheckpointTrailer(&f);
     std::string path = absl::StrCat(dir_, "/", server, "-step", step, ".ckpt");
-    EXPECT_THAT(WriteFileAtomically(path, f), IsOk());
+    absl::Status written = WriteFileAtomically(fs, path, f);
+    if (fs == FileSystem::Default()) {
+      EXPECT_THAT(written, IsOk());
+    }
     return path;
   }
   absl::StatusOr<RecoveryPoint> Find() { return FindRecoveryPoint(root_, "job-1", kShards, rollbacks_); }
@@ -245,6 +249,68 @@ TEST(PromoteBackupsTest, BackupsOfTheLostServerBecomePrimariesAndNothingIsAdded)
   auto none = PromoteBackups(map, "s1", {"s0"});
   EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(none.status().message()), ::testing::HasSubstr("shard 1"));
+}
+
+// The scan reads through the scheduler's file system. A server that crashes anywhere while it
+// writes a step's checkpoint (before or after the write, the fsync, the rename or the directory
+// sync of either server's file) leaves a recovery point that is whole: the step before, or the
+// new step once both of its files are durable, never a file cut short or a temporary one.
+TEST_F(RecoveryTest, ACrashAnywhereInWritingAStepLeavesAWholeRecoveryPoint) {
+  auto write_step = [&](FileSystem* fs, int64_t step) {
+    Write("server-a", step, 0, 3, 1, "job-1", kShards, fs);
+    Write("server-b", step, 4, 7, 1, "job-1", kShards, fs);
+  };
+  int ops_per_step = 0;
+  {
+    ::pscluster::testing::FaultInjectionFileSystem fs;
+    ASSERT_THAT(fs.MakeDirs(dir_), IsOk());
+    write_step(&fs, 100);
+    const int before = fs.ops();
+    write_step(&fs, 200);
+    ops_per_step = fs.ops() - before;
+  }
+  ASSERT_GE(ops_per_step, 12);  // Per file: create, append, sync, close, rename, sync the dir.
+  for (int k = 0; k <= ops_per_step; ++k) {
+    ::pscluster::testing::FaultInjectionFileSystem fs;
+    ASSERT_THAT(fs.MakeDirs(dir_), IsOk());
+    write_step(&fs, 100);
+    fs.CrashAfter(k);
+    write_step(&fs, 200);
+    fs.Crash();
+    auto p = FindRecoveryPoint(root_, "job-1", kShards, rollbacks_, "", &fs);
+    ASSERT_THAT(p, IsOk()) << "crash after " << k;
+    if (k == ops_per_step) {
+      EXPECT_EQ(p->step, 200) << "everything was durable";
+    } else {
+      EXPECT_TRUE(p->step == 100 || p->step == 200) << "crash after " << k << ": " << p->step;
+    }
+    ASSERT_EQ(p->files.size(), 2u) << "crash after " << k;
+    for (const auto& f : p->files) {
+      auto bytes = fs.ReadFile(f.path());
+      ASSERT_THAT(bytes, IsOk());
+      auto parsed = ParseCheckpoint(*bytes, f.path());
+      ASSERT_THAT(parsed, IsOk()) << "crash after " << k;
+      EXPECT_EQ(parsed->header.step(), p->step);
+    }
+    // Nothing of the real disk was read: the directory there holds no checkpoint.
+    EXPECT_EQ(Find()->step, 0);
+  }
+}
+
+TEST_F(RecoveryTest, AFileTheFileSystemCannotReadIsSkippedNamingIt) {
+  ::pscluster::testing::FaultInjectionFileSystem fs;
+  ASSERT_THAT(fs.MakeDirs(dir_), IsOk());
+  Write("server-a", 100, 0, 7, 1, "job-1", kShards, &fs);
+  const std::string bad = Write("server-a", 200, 0, 7, 1, "job-1", kShards, &fs);
+  // Step 200's file lost its data (not synced) in a crash while its name survived.
+  auto f = fs.NewWritableFile(bad);
+  ASSERT_THAT(f, IsOk());
+  ASSERT_THAT((*f)->Close(), IsOk());
+  auto p = FindRecoveryPoint(root_, "job-1", kShards, rollbacks_, "", &fs);
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ(p->step, 100);
+  ASSERT_EQ(p->skipped.size(), 1u);
+  EXPECT_THAT(p->skipped[0], AllOf(HasSubstr(bad), HasSubstr("not a pscluster checkpoint")));
 }
 
 }  // namespace

@@ -55,6 +55,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/file_system.h"
 #include "common/metrics.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/cluster_rpc.h"
@@ -101,6 +102,9 @@ struct SchedulerOptions {
   // reads to find a recovery point, a job's checkpoint_dir and CheckpointJob's dir must lie
   // under it; outside it, PERMISSION_DENIED naming the root.
   std::string checkpoint_root;
+  // Where the recovery scan lists and reads checkpoint files (tests inject one that fails or
+  // has crashed; common/testing/fault_injection_fs.h). REQUIRES: outlives the scheduler.
+  FileSystem* checkpoint_fs = FileSystem::Default();
   // --quota_file: limits per submitting identity (quotas.h); nullptr = none. SetQuotas replaces
   // them (SIGHUP).
   std::shared_ptr<const Quotas> quotas;

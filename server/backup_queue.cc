@@ -8,8 +8,9 @@
 
 namespace pscluster {
 
-BackupQueue::BackupQueue(std::string address, Send send, absl::Duration retry_for, int senders)
-    : address_(std::move(address)), send_(std::move(send)), retry_for_(retry_for) {
+BackupQueue::BackupQueue(std::string address, std::shared_ptr<BackupTransport> transport,
+                         absl::Duration retry_for, int senders)
+    : address_(std::move(address)), transport_(std::move(transport)), retry_for_(retry_for) {
   for (int i = 0; i < std::max(1, senders); ++i) threads_.emplace_back([this] { Loop(); });
 }
 
@@ -105,14 +106,14 @@ void BackupQueue::Loop() {
     // or not have the map yet).
     const absl::Time give_up = absl::Now() + retry_for_;
     absl::Duration backoff = absl::Milliseconds(10);
-    absl::Status s = send_(address_, item.req, item.values);
+    absl::Status s = transport_->Send(address_, item.req, item.values);
     while (!s.ok() && absl::Now() + backoff < give_up) {
       {
         absl::MutexLock l(&mu_);
         if (mu_.AwaitWithTimeout(absl::Condition(&stop_), backoff)) return;
       }
       backoff = std::min(backoff * 2, absl::Seconds(1));
-      s = send_(address_, item.req, item.values);
+      s = transport_->Send(address_, item.req, item.values);
     }
     absl::MutexLock l(&mu_);
     if (item.barrier) barrier_pending_ = false;

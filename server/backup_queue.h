@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -28,19 +29,16 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/ps.pb.h"
+#include "server/backup_transport.h"
 #include "server/payload.h"
 
 namespace pscluster {
 
 class BackupQueue {
  public:
-  // Sends one item: `req`, whose chunk's values are `values` (kept out of `req`, so that they
-  // can go without a copy).
-  using Send = std::function<absl::Status(const std::string& address, const v1::ReplicateRequest&,
-                                          const Payload& values)>;
-
-  BackupQueue(std::string address, Send send, absl::Duration retry_for = absl::Seconds(10),
-              int senders = 4);
+  // Items go to `address` over `transport` (shared by the queues of one server).
+  BackupQueue(std::string address, std::shared_ptr<BackupTransport> transport,
+              absl::Duration retry_for = absl::Seconds(10), int senders = 4);
   // Drops what is still queued and joins the threads. REQUIRES: no Flush() in progress (its
   // callers hold the queue through the job's replication state).
   ~BackupQueue();
@@ -70,7 +68,7 @@ class BackupQueue {
   void DropQueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string address_;
-  const Send send_;
+  const std::shared_ptr<BackupTransport> transport_;
   const absl::Duration retry_for_;
   absl::Mutex mu_;
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <random>
 #include <set>
 #include <vector>
@@ -11,6 +13,21 @@
 
 namespace pscluster {
 namespace {
+
+// A transport that runs `send` (the backup's side of each call, in this test).
+class FnTransport final : public BackupTransport {
+ public:
+  using Fn = std::function<absl::Status(const std::string&, const v1::ReplicateRequest&,
+                                        const Payload&)>;
+  explicit FnTransport(Fn fn) : fn_(std::move(fn)) {}
+  absl::Status Send(const std::string& address, const v1::ReplicateRequest& req,
+                    const Payload& values) override {
+    return fn_(address, req, values);
+  }
+
+ private:
+  const Fn fn_;
+};
 
 v1::ReplicateRequest Chunk(int step, int block) {
   v1::ReplicateRequest r;
@@ -57,7 +74,7 @@ TEST(BackupQueueTest, MarkersWaitForTheChunksBeforeThemAndFlushWaitsForAll) {
     --in_flight;
     return absl::OkStatus();
   };
-  BackupQueue q("backup:1", send);
+  BackupQueue q("backup:1", std::make_shared<FnTransport>(send));
   for (int step = 0; step < 20; ++step) {
     for (int b = 0; b < 8; ++b) q.Enqueue(Chunk(step, b));
     q.Enqueue(EndOfStep(step));
@@ -79,15 +96,15 @@ TEST(BackupQueueTest, MarkersWaitForTheChunksBeforeThemAndFlushWaitsForAll) {
 TEST(BackupQueueTest, ACallThatKeepsFailingBreaksTheQueue) {
   std::atomic<int> fails_left{3};
   std::atomic<bool> down{false};
-  BackupQueue q(
-      "10.0.0.9:7100",
-      [&](const std::string&, const v1::ReplicateRequest&, const Payload&) {
-        if (down.load() || fails_left.fetch_sub(1) > 0) {
-          return absl::UnavailableError("connection refused");
-        }
-        return absl::OkStatus();
-      },
-      absl::Milliseconds(400));
+  BackupQueue q("10.0.0.9:7100",
+                std::make_shared<FnTransport>(
+                    [&](const std::string&, const v1::ReplicateRequest&, const Payload&) {
+                      if (down.load() || fails_left.fetch_sub(1) > 0) {
+                        return absl::UnavailableError("connection refused");
+                      }
+                      return absl::OkStatus();
+                    }),
+                absl::Milliseconds(400));
   q.Enqueue(Chunk(0, 0));
   EXPECT_TRUE(q.Flush(absl::Seconds(10)).ok()) << "three failures, then delivered";
   down = true;

@@ -69,9 +69,9 @@ std::string PsHandler::node_id() const {
   return node_id_;
 }
 
-void PsHandler::set_forwarder(Forwarder forwarder) {
+void PsHandler::set_backup_transport(std::shared_ptr<BackupTransport> transport) {
   absl::MutexLock l(&mu_);
-  forwarder_ = std::move(forwarder);
+  backup_transport_ = std::move(transport);
 }
 
 absl::StatusOr<std::shared_ptr<Job>> PsHandler::FindJob(absl::string_view job_id,

@@ -93,9 +93,6 @@ inline std::shared_ptr<ForwardingState> ForwardingOf(const std::shared_ptr<JobRe
 class PsHandler {
  public:
   using Runner = std::function<void(std::function<void()>)>;
-  // Sends a Replicate call to the server at `address` (replication; see set_forwarder).
-  // The chunk's values come apart from the request (`values`), to be sent without a copy.
-  using Forwarder = BackupQueue::Send;
 
   // `background` runs periodic checkpoints off the data path. REQUIRES: clock outlives this.
   PsHandler(PsHandlerOptions options, const Clock* clock, Runner background);
@@ -109,9 +106,9 @@ class PsHandler {
   // The data plane's abstract Unix socket name (empty: none), reported with this process's id.
   void set_data_unix(std::string name);
   std::string node_id() const;
-  // How this server reaches its shards' backups (PsServer: a gRPC call). Without one, a job
-  // whose map gives this server's shards backups refuses pushes (FAILED_PRECONDITION).
-  void set_forwarder(Forwarder forwarder);
+  // How this server reaches its shards' backups (PsServer: NewNetworkBackupTransport). Without
+  // one, a job whose map gives this server's shards backups refuses pushes (FAILED_PRECONDITION).
+  void set_backup_transport(std::shared_ptr<BackupTransport> transport);
 
   // ---- Control plane (one call each).
   absl::Status CreateTables(const v1::CreateTablesRequest& req, v1::CreateTablesResponse* resp);
@@ -206,7 +203,7 @@ class PsHandler {
   Totals CurrentTotals() const;
 
   using Replication = JobReplication;
-  // Starts a queue per backup server of `rep` (none without a forwarder); a broken queue of
+  // Starts a queue per backup server of `rep` (none without a backup transport); a broken queue of
   // `old` for the same backup is kept.
   void StartQueues(Replication* rep, const Replication* old = nullptr);
   // What `map` asks of `self` (replicas not created).
@@ -276,7 +273,7 @@ class PsHandler {
   absl::Mutex checkpoint_mu_;  // One checkpoint write at a time.
   // Replication per job (replaced whole when the map changes; absent for jobs without backups).
   absl::flat_hash_map<std::string, std::shared_ptr<Replication>> replication_ ABSL_GUARDED_BY(mu_);
-  Forwarder forwarder_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<BackupTransport> backup_transport_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<uint64_t> pushes_total_{0};
   std::atomic<uint64_t> pulls_total_{0};

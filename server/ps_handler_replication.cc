@@ -173,12 +173,12 @@ absl::Status PsHandler::PlanAdoptions(const Job& job, const Replication& old,
 }
 
 void PsHandler::StartQueues(Replication* rep, const Replication* old) {
-  Forwarder forward;
+  std::shared_ptr<BackupTransport> transport;
   {
     absl::MutexLock l(&mu_);
-    forward = forwarder_;
+    transport = backup_transport_;
   }
-  if (!forward) return;
+  if (transport == nullptr) return;
   for (const std::string& address : rep->backup_servers) {
     if (old != nullptr) {
       auto it = old->queues.find(address);
@@ -191,7 +191,7 @@ void PsHandler::StartQueues(Replication* rep, const Replication* old) {
       }
     }
     rep->queues[address] =
-        std::make_shared<BackupQueue>(address, forward, options_.replication_retry);
+        std::make_shared<BackupQueue>(address, transport, options_.replication_retry);
   }
 }
 

@@ -1,7 +1,5 @@
 #include "worker/model_export.h"
 
-#include <unistd.h>
-
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "common/path_root.h"
@@ -10,16 +8,16 @@
 namespace pscluster::worker {
 
 absl::Status ExportDirReady(const std::string& path, const std::string& root,
-                            absl::string_view field) {
+                            absl::string_view field, FileSystem* fs) {
   absl::Status in_root = CheckUnderRoot(path, root, field);
   if (!in_root.ok()) return in_root;
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  absl::Status ds = MakeDirs(dir);
+  absl::Status ds = fs->MakeDirs(dir);
   if (ds.ok()) {
     std::string probe = absl::StrCat(path, ".probe");
-    ds = WriteFileAtomically(probe, "");
-    ::unlink(probe.c_str());
+    ds = WriteFileAtomically(fs, probe, "");
+    (void)fs->Remove(probe);
   }
   if (!ds.ok()) return absl::Status(ds.code(), absl::StrCat(field, ": ", ds.message()));
   return absl::OkStatus();
@@ -30,7 +28,7 @@ absl::StatusOr<uint64_t> ExportModel(const kernels::Model& model, kernels::Backe
                                      const std::vector<uint64_t>& sparse_keys,
                                      const std::string& path,
                                      const std::map<std::string, std::string>& metadata,
-                                     ParamSlot* slot) {
+                                     ParamSlot* slot, FileSystem* fs) {
   const auto& params = model.params();
   std::vector<std::vector<uint64_t>> keys(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
@@ -55,7 +53,7 @@ absl::StatusOr<uint64_t> ExportModel(const kernels::Model& model, kernels::Backe
       tensors.push_back({p.name, v1::DT_FLOAT32, shape, bytes});
     }
   }
-  auto written = WriteSafetensors(path, tensors, metadata);
+  auto written = WriteSafetensors(path, tensors, metadata, fs);
   if (!written.ok()) {
     return absl::Status(written.status().code(),
                         absl::StrCat("export_path: ", written.status().message()));
@@ -67,7 +65,8 @@ absl::StatusOr<uint64_t> ExportParams(const std::vector<kernels::ParamInfo>& par
                                       ParamClient* client, int64_t clock,
                                       const std::vector<uint64_t>& sparse_keys,
                                       const std::string& path,
-                                      const std::map<std::string, std::string>& metadata) {
+                                      const std::map<std::string, std::string>& metadata,
+                                      FileSystem* fs) {
   std::vector<std::vector<float>> values(params.size());
   PullTargets targets;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -98,7 +97,7 @@ absl::StatusOr<uint64_t> ExportParams(const std::vector<kernels::ParamInfo>& par
       tensors.push_back({p.name, v1::DT_FLOAT32, shape, bytes});
     }
   }
-  auto written = WriteSafetensors(path, tensors, metadata);
+  auto written = WriteSafetensors(path, tensors, metadata, fs);
   if (!written.ok()) {
     return absl::Status(written.status().code(),
                         absl::StrCat("path: ", written.status().message()));

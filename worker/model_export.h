@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "kernels/models/model.h"
+#include "common/file_system.h"
 #include "server/client/param_client.h"
 #include "worker/param_slots.h"
 
@@ -19,19 +20,22 @@ namespace pscluster::worker {
 
 // Checks that `export_path` lies in `root` (a resolved --export_root; empty = anywhere), creates
 // its directory and checks it is writable (a lead rank checks this when its task starts, not
-// after hours of training). Errors name `field`.
+// after hours of training). Errors name `field`. The root check resolves paths on the machine's
+// file system; the directory is made and probed through `fs`.
 absl::Status ExportDirReady(const std::string& export_path, const std::string& root = "",
-                            absl::string_view field = "export_path");
+                            absl::string_view field = "export_path",
+                            FileSystem* fs = FileSystem::Default());
 
 // Pulls every parameter at `clock` (the sparse ones at `sparse_keys`, sorted and unique) into
 // `slot` and writes them to `path` with `metadata`. Returns the bytes written; errors name
-// export_path.
+// export_path. The file is written through `fs` (atomically: a crash leaves the old file or the
+// new one, whole).
 absl::StatusOr<uint64_t> ExportModel(const kernels::Model& model, kernels::Backend* backend,
                                      ParamClient* client, int64_t clock,
                                      const std::vector<uint64_t>& sparse_keys,
                                      const std::string& path,
                                      const std::map<std::string, std::string>& metadata,
-                                     ParamSlot* slot);
+                                     ParamSlot* slot, FileSystem* fs = FileSystem::Default());
 
 // The same file as ExportModel from `params` alone, into host memory (no backend, no slot): what
 // an on-demand export runs on a thread of its own while the task trains (psctl export).
@@ -39,7 +43,8 @@ absl::StatusOr<uint64_t> ExportParams(const std::vector<kernels::ParamInfo>& par
                                       ParamClient* client, int64_t clock,
                                       const std::vector<uint64_t>& sparse_keys,
                                       const std::string& path,
-                                      const std::map<std::string, std::string>& metadata);
+                                      const std::map<std::string, std::string>& metadata,
+                                      FileSystem* fs = FileSystem::Default());
 
 }  // namespace pscluster::worker
 

@@ -75,6 +75,7 @@ struct Trainer::State {
 
 struct Trainer::ExportContext {
   ParamClientFactory factory;
+  FileSystem* fs = nullptr;
   PsClientOptions client;
   std::vector<v1::TableSpec> tables;
   std::vector<kernels::ParamInfo> params;
@@ -88,6 +89,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::AssignTaskReq
   const v1::JobSpec& spec = task.spec();
   if (!options.param_client_factory) {
     return absl::InvalidArgumentError("TrainerOptions.param_client_factory: unset");
+  }
+  if (options.export_fs == nullptr) {
+    return absl::InvalidArgumentError("TrainerOptions.export_fs: null");
   }
   if (spec.batch_size() == 0 || spec.batch_size() > (1u << 20)) {
     return absl::InvalidArgumentError(
@@ -183,7 +187,7 @@ absl::StatusOr<TaskRunner::ExportFn> Trainer::PrepareExport(const std::string& p
   const int64_t step = snapshot_.step;
   const std::string job_id = task_.job_id();
   return ExportFn([ctx, map, step, job_id, path]() -> absl::StatusOr<v1::ExportModelResponse> {
-    absl::Status ds = ExportDirReady(path);
+    absl::Status ds = ExportDirReady(path, "", "export_path", ctx->fs);
     if (!ds.ok()) return ds;
     auto client = ctx->factory(ctx->client, map, ctx->tables);
     if (!client.ok()) return client.status();
@@ -192,7 +196,8 @@ absl::StatusOr<TaskRunner::ExportFn> Trainer::PrepareExport(const std::string& p
                                                {"steps", absl::StrCat(step)},
                                                {"producer", "pscluster"}};
     // At this rank's step: the pull waits until every rank has pushed it.
-    auto written = ExportParams(ctx->params, client->get(), step, ctx->sparse_keys, path, meta);
+    auto written =
+        ExportParams(ctx->params, client->get(), step, ctx->sparse_keys, path, meta, ctx->fs);
     if (!written.ok()) return written.status();
     Logger("worker")->info("job {}: model at step {} exported on demand to {} ({} bytes)", job_id,
                            step, path, *written);
@@ -329,7 +334,8 @@ absl::Status Trainer::RunImpl(State* st) {
   // when the task starts as the lead, not after hours of training, and again before the export.
   auto lead = [&] { return lead_rank_.load() == rank; };
   if (lead() && !spec.export_path().empty()) {
-    absl::Status ds = ExportDirReady(spec.export_path(), options_.export_root);
+    absl::Status ds =
+        ExportDirReady(spec.export_path(), options_.export_root, "export_path", options_.export_fs);
     if (!ds.ok()) return ds;
   }
 
@@ -353,6 +359,7 @@ absl::Status Trainer::RunImpl(State* st) {
   {
     auto ctx = std::make_shared<ExportContext>();
     ctx->factory = options_.param_client_factory;
+    ctx->fs = options_.export_fs;
     ctx->client = copts;
     ctx->client.data_transport = DataTransport::kGrpc;  // One pull; no data connections.
     ctx->client.latency = nullptr;
@@ -448,7 +455,8 @@ absl::Status Trainer::RunImpl(State* st) {
   // step; the sparse tables at every feature key the training set uses.
   std::string export_path;
   if (lead() && !spec.export_path().empty()) {
-    absl::Status ds = ExportDirReady(spec.export_path(), options_.export_root);
+    absl::Status ds =
+        ExportDirReady(spec.export_path(), options_.export_root, "export_path", options_.export_fs);
     if (!ds.ok()) return ds;
     std::map<std::string, std::string> meta = {{"job_id", task_.job_id()},
                                                {"model", model_spec.kind()},
@@ -456,7 +464,8 @@ absl::Status Trainer::RunImpl(State* st) {
                                                {"producer", "pscluster"}};
     ParamSlot slot;
     auto written = ExportModel(*st->model, st->backend.get(), st->client.get(),
-                               schedule.total_steps, export_keys, spec.export_path(), meta, &slot);
+                               schedule.total_steps, export_keys, spec.export_path(), meta, &slot,
+                               options_.export_fs);
     if (!written.ok()) return written.status();
     export_path = spec.export_path();
     reporter.SetExportPath(export_path);

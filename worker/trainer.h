@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/channel.h"
+#include "common/file_system.h"
 #include "proto/worker.pb.h"
 #include "server/client/param_client.h"
 #include "server/client/ps_client.h"
@@ -71,6 +72,9 @@ struct TrainerOptions {
   std::shared_ptr<const CallLatency> call_latency;
   // The task's client of the parameter servers, and the one an on-demand export makes.
   ParamClientFactory param_client_factory = CreatePsClient;
+  // Where exports are written (tests inject one that fails or crashes). REQUIRES: outlives the
+  // trainer and every on-demand export it prepared.
+  FileSystem* export_fs = FileSystem::Default();
 };
 
 struct TrainerResult {
