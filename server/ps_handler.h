@@ -206,6 +206,12 @@ class PsHandler {
   // Starts a queue per backup server of `rep` (none without a backup transport); a broken queue of
   // `old` for the same backup is kept.
   void StartQueues(Replication* rep, const Replication* old = nullptr);
+  // After `map` took effect on the job (replication `old` -> `next`): a backup that stays one of
+  // the job's servers but backs fewer (or none) of this server's shards gets what was queued for
+  // it before this returns; a copy kept for a primary's other shards drops the shards it no
+  // longer backs.
+  void SettleOldReplication(const v1::ShardMap& map, const Replication& old,
+                            const Replication& next);
   // What `map` asks of `self` (replicas not created).
   static std::shared_ptr<Replication> PlanReplication(const v1::ShardMap& map,
                                                       const std::string& self);

@@ -353,4 +353,51 @@ absl::Status PsHandler::ReceiveSeed(const v1::ReplicateRequest& req, Job& copy,
   return absl::OkStatus();
 }
 
+void PsHandler::SettleOldReplication(const v1::ShardMap& map, const Replication& old,
+                                     const Replication& next) {
+  // A backup dropped from the map that stays one of the job's servers (a shard moved there,
+  // or away from here) gets what was applied here before the change before this returns, so
+  // that when it takes the copy over it has every chunk applied here (a lost server is not
+  // waited for).
+  // So does one kept as a backup of this server's other shards that no longer backs a shard
+  // here (that shard's primary moved to it, or its copy moved away).
+  absl::flat_hash_set<std::string> in_map;
+  for (const auto& ep : map.servers()) in_map.insert(ep.address());
+  auto backs_fewer = [&](const std::string& address) {
+    for (size_t sh = 0; sh < old.backups.size(); ++sh) {
+      const auto& before = old.backups[sh];
+      if (std::find(before.begin(), before.end(), address) == before.end()) continue;
+      if (sh >= next.backups.size() ||
+          std::find(next.backups[sh].begin(), next.backups[sh].end(), address) ==
+              next.backups[sh].end()) {
+        return true;
+      }
+    }
+    return false;
+  };
+  for (const auto& [address, queue] : old.queues) {
+    if (!in_map.contains(address)) continue;
+    if (next.queues.count(address) != 0 && !backs_fewer(address)) continue;
+    absl::Status f = queue->Flush(options_.replication_retry + kReplicationFlushSlack);
+    if (!f.ok()) {
+      Logger("server")->warn("job '{}': copies to the dropped backup at {} not all delivered: "
+                             "{}", map.job_id(), address, f.message());
+    }
+  }
+
+  // A copy kept for a primary's other shards drops the ones it no longer backs.
+  for (const auto& [primary, copy] : next.replicas) {
+    auto was = old.replicas.find(primary);
+    if (was == old.replicas.end() || was->second != copy) continue;
+    const std::vector<bool>& before = old.replica_shards.at(primary);
+    const std::vector<bool>& now = next.replica_shards.at(primary);
+    if (before == now) continue;
+    absl::Status shrunk = copy->SetShards(map.epoch(), now);
+    if (!shrunk.ok()) {
+      Logger("server")->warn("job '{}': the copy of {}'s shards kept its dropped shards: {}",
+                             map.job_id(), primary, shrunk.message());
+    }
+  }
+}
+
 }  // namespace pscluster
