@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace pscluster {
@@ -272,13 +273,21 @@ absl::Status FakeParameterStore::DoPush(uint32_t worker, int64_t step, uint64_t 
     const OptimizerParams p = AtStep(t.opt, step);
     const size_t w = t.spec.row_width();
     // Duplicate keys add up, then each row is updated once.
-    std::map<uint64_t, std::vector<float>> sums;
+    absl::flat_hash_map<uint64_t, size_t> at;  // Key -> its sum's index in `sums`.
+    std::vector<float> sums;
+    std::vector<uint64_t> order;
     for (size_t i = 0; i < s.keys.size(); ++i) {
-      std::vector<float>& g = sums[s.keys[i]];
-      g.resize(w, 0.f);
-      for (size_t j = 0; j < w; ++j) g[j] += s.grads[i * w + j];
+      auto [it, fresh] = at.try_emplace(s.keys[i], order.size());
+      if (fresh) {
+        order.push_back(s.keys[i]);
+        sums.resize(sums.size() + w, 0.f);
+      }
+      float* sum = sums.data() + it->second * w;
+      for (size_t j = 0; j < w; ++j) sum[j] += s.grads[i * w + j];
     }
-    for (const auto& [key, g] : sums) {
+    for (size_t k = 0; k < order.size(); ++k) {
+      const uint64_t key = order[k];
+      const float* g = sums.data() + k * w;
       auto [row, fresh] = t.rows.try_emplace(key);
       if (fresh) {
         row->second.values.resize(w);
@@ -288,7 +297,7 @@ absl::Status FakeParameterStore::DoPush(uint32_t worker, int64_t step, uint64_t 
       }
       float* s0 = t.opt.num_slots() >= 1 ? row->second.slots.data() : nullptr;
       float* s1 = t.opt.num_slots() >= 2 ? row->second.slots.data() + w : nullptr;
-      ApplyUpdate(p, ++row->second.updates, w, g.data(), row->second.values.data(), s0, s1);
+      ApplyUpdate(p, ++row->second.updates, w, g, row->second.values.data(), s0, s1);
     }
   }
   return absl::OkStatus();
