@@ -62,22 +62,29 @@ std::optional<ShardMove> PickShardMove(const v1::ShardMap& map,
     return std::nullopt;
   }
 
-  // The hot server's shards with load, by index, and the servers already backing any of them.
+  // The hot server's shards with load, by index, each with the servers holding a copy of it.
   std::sort(by_shard.begin(), by_shard.end());
-  std::vector<std::pair<uint32_t, double>> hot_shards;
-  absl::flat_hash_set<std::string> backing;
+  struct HotShard {
+    uint32_t shard;
+    double load;
+    const v1::ShardAssignment* a;
+  };
+  std::vector<HotShard> hot_shards;
   for (const auto& [shard, a] : by_shard) {
     if (a->primary() != hot) continue;
-    backing.insert(a->backups().begin(), a->backups().end());
     auto load = shard_load.find(shard);
-    if (load != shard_load.end() && load->second > 0) hot_shards.emplace_back(shard, load->second);
+    if (load != shard_load.end() && load->second > 0) {
+      hot_shards.push_back(HotShard{shard, load->second, a});
+    }
   }
 
   for (const auto& [to_load, to] : order) {
-    if (to == hot || backing.contains(to) || no_target.contains(to)) continue;
+    if (to == hot || no_target.contains(to)) continue;
     std::optional<ShardMove> best;
     double best_max = 0;
-    for (const auto& [shard, l] : hot_shards) {
+    for (const auto& [shard, l, a] : hot_shards) {
+      // A server with a copy of the shard already (a backup) cannot take another one.
+      if (std::find(a->backups().begin(), a->backups().end(), to) != a->backups().end()) continue;
       if (!(to_load + l < from_load)) continue;
       const double pair_max = std::max(from_load - l, to_load + l);
       if (!best || pair_max < best_max) {

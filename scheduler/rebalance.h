@@ -55,7 +55,8 @@ struct ShardMove {
 // requests_per_sec are ignored. Assignments
 // whose primary is not in `map.servers()` are ignored.
 // Servers in `no_target` (draining, drained or not alive) are never chosen as the target; they
-// still count in the mean and may be the hot server.
+// still count in the mean and may be the hot server. A shard never goes to a server that backs it
+// (replication > 1): each copy stays on a server of its own.
 std::optional<ShardMove> PickShardMove(const v1::ShardMap& map,
                                        const std::vector<v1::ShardLoad>& loads,
                                        const RebalanceOptions& options = {},

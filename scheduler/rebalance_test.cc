@@ -145,19 +145,27 @@ TEST(PickShardMoveTest, RepeatedReportsOfAShardAreSummed) {
   EXPECT_DOUBLE_EQ(move->from_load, 7 * kMiB);
 }
 
-TEST(PickShardMoveTest, TargetAlreadyBackingAShardOfTheHotServerIsSkipped) {
-  // c is coldest but already holds a backup of a's shard 1: b is next.
+TEST(PickShardMoveTest, AShardNeverGoesToAServerThatBacksIt) {
+  // c is coldest and backs a's shard 1 only: shard 0 may go there, shard 1 may not.
   auto move = Pick({"a", "b", "c"}, {{"a", 8}, {"a", 1, {"c"}}, {"b", 1}});
   ASSERT_TRUE(move.has_value());
-  EXPECT_EQ(move->to, "b");
-  EXPECT_EQ(move->shard, 1u);  // Shard 0 (8) would put b at 9, a's load now.
-  EXPECT_DOUBLE_EQ(move->to_load, 1 * kMiB);
-  // A backup of another server's shard does not matter.
-  move = Pick({"a", "b", "c"}, {{"a", 8}, {"a", 1}, {"b", 1, {"c"}}});
+  EXPECT_EQ(move->to, "c");
+  EXPECT_EQ(move->shard, 0u);
+  // c backs the hot shard 0, which b cannot take (it would end at a's load): the coldest server
+  // takes the shard it may hold.
+  move = Pick({"a", "b", "c"}, {{"a", 8, {"c"}}, {"a", 1}, {"b", 1}});
   ASSERT_TRUE(move.has_value());
   EXPECT_EQ(move->to, "c");
-  // Every other server backs the hot one: nothing moves.
-  EXPECT_EQ(Pick({"a", "b"}, {{"a", 8, {"b"}}, {"a", 1}, {"b", 1}}), std::nullopt);
+  EXPECT_EQ(move->shard, 1u);
+  // Replication 2 on three servers: b, the coldest, backs both of a's shards, so c takes one
+  // (the one that leaves the lower maximum).
+  move = Pick({"a", "b", "c"},
+              {{"a", 4, {"b"}}, {"a", 3, {"b"}}, {"b", 0.5, {"c"}}, {"c", 1, {"a"}}});
+  ASSERT_TRUE(move.has_value());
+  EXPECT_EQ(move->to, "c");
+  EXPECT_EQ(move->shard, 1u);
+  // Two servers, each backing the other's every shard: nothing can move.
+  EXPECT_EQ(Pick({"a", "b"}, {{"a", 8, {"b"}}, {"a", 1, {"b"}}, {"b", 1, {"a"}}}), std::nullopt);
 }
 
 TEST(PickShardMoveTest, BelowMinBytesPerSecNothingMoves) {

@@ -215,9 +215,11 @@ void Scheduler::Rebalance() {
   for (const std::string& id : order_) {
     JobRecord& rec = jobs_[id];
     const v1::Job& job = rec.job;
-    // A change of the job's servers under way decides where its shards go meanwhile.
+    // A change of the job's servers under way decides where its shards go meanwhile. A job with
+    // replicas moves a primary to a server holding no copy of that shard (PickShardMove), which
+    // keeps its copies throughout as any replicated move does.
     if (job.state() != v1::JOB_RUNNING || job.spec().consistency().aggregate() ||
-        job.spec().replication() > 1 || job.elastic().active()) {
+        job.elastic().active()) {
       continue;
     }
     // Loads measured while a shard was moving count it on both servers: wait a period.

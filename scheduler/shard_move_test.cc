@@ -376,5 +376,67 @@ TEST_F(ShardMoveTest, TheRebalancerMovesAHotShardOffAnOverloadedServer) {
   EXPECT_EQ(MapOf(id).assignments(static_cast<int>(shard)).primary(), to);
 }
 
+// A job with replicas (replication: 2 over three servers): the rebalancer moves the hot shard's
+// primary to the one server holding no copy of it, and the shard keeps two copies on distinct
+// servers.
+TEST_F(ShardMoveTest, TheRebalancerMovesAReplicatedJobsHotShardToAServerWithNoCopyOfIt) {
+  options_.rebalance_every = absl::Seconds(5);
+  options_.rebalance.min_bytes_per_sec = 1000;
+  StartScheduler();
+  AddCluster(3, 2);
+  auto submitted = Submit(absl::StrReplaceAll(
+      kJob, {{"num_servers: 2", "num_servers: 3\nreplication: 2"}}));
+  ASSERT_THAT(submitted, IsOk());
+  const std::string id = *submitted;
+  sched_->RunOnce();
+  ASSERT_EQ(Get(id).state(), v1::JOB_RUNNING) << Get(id).reason();
+  for (const v1::NodeStatus& n : sched_->registry().Live(v1::ROLE_SERVER)) {
+    Node(n.info().node_id())->server()->SetAllCopiesCaughtUp(true);
+  }
+  const v1::ShardMap before = MapOf(id);
+  ASSERT_EQ(before.servers_size(), 3);
+  const v1::ShardAssignment hot = before.assignments(3);
+  ASSERT_EQ(hot.backups_size(), 1);
+  std::string free;  // The server with no copy of the hot shard.
+  for (const v1::ServerEndpoint& ep : before.servers()) {
+    if (ep.node_id() != hot.primary() && ep.node_id() != hot.backups(0)) free = ep.node_id();
+  }
+  ASSERT_FALSE(free.empty());
+  sched_->RunMoves();  // The first look only starts the period.
+  // The hot shard's primary carries it hot and two more of its shards lightly.
+  std::vector<std::pair<uint32_t, double>> loads = {{hot.shard(), 6e6}};
+  for (const auto& a : before.assignments()) {
+    if (a.primary() == hot.primary() && a.shard() != hot.shard() && loads.size() < 3) {
+      loads.push_back({a.shard(), 1e6});
+    }
+  }
+  ASSERT_THAT(loads, SizeIs(3));
+  v1::HeartbeatRequest hb;
+  hb.set_node_id(hot.primary());
+  for (auto [shard, bytes] : loads) {
+    v1::ShardLoad* l = hb.add_shard_loads();
+    l->set_job_id(id);
+    l->set_shard(shard);
+    l->mutable_load()->set_bytes_per_sec(bytes);
+  }
+  v1::HeartbeatResponse resp;
+  ASSERT_THAT(sched_->Heartbeat(hb, &resp), IsOk());
+  clock_.Advance(absl::Seconds(5));
+  sched_->RunMoves();
+  v1::Job job = Get(id);
+  ASSERT_EQ(job.moves_size(), 1);
+  EXPECT_EQ(job.moves(0).state(), v1::MOVE_DONE) << job.moves(0).result();
+  EXPECT_EQ(job.moves(0).shard(), hot.shard());
+  EXPECT_EQ(job.moves(0).to(), free) << "never to " << hot.backups(0) << ", which has a copy";
+  EXPECT_THAT(job.moves(0).reason(), HasSubstr("rebalance: "));
+  const v1::ShardMap after = MapOf(id);
+  const v1::ShardAssignment& moved = after.assignments(static_cast<int>(hot.shard()));
+  EXPECT_EQ(moved.primary(), free);
+  ASSERT_EQ(moved.backups_size(), 1) << "two copies, as before";
+  EXPECT_NE(moved.backups(0), free);
+  EXPECT_EQ(job.state(), v1::JOB_RUNNING);
+  EXPECT_EQ(job.recovery().recoveries(), 0u);
+}
+
 }  // namespace
 }  // namespace pscluster::scheduler
