@@ -17,7 +17,10 @@
 // shows medians over the repeats, and each row's test AUC (the same data, model and seed).
 #include <algorithm>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -43,6 +46,7 @@ ABSL_FLAG(int, cpu_threads, 0, "CPU backend threads (0 = all cores)");
 ABSL_FLAG(std::string, server_bin, "", "ps_server binary (default: from the runfiles)");
 ABSL_FLAG(std::string, gen_bin, "", "gen_ctr_data binary (default: from the runfiles)");
 ABSL_FLAG(std::string, job, "", "the DLRM job file (default: deploy/examples/ctr_dlrm.yaml)");
+ABSL_FLAG(bool, keep_data, false, "keep the generated set (its directory is printed)");
 
 namespace pscluster {
 namespace {
@@ -122,8 +126,20 @@ int Main(int argc, char** argv) {
   const std::string gen_bin = bin(absl::GetFlag(FLAGS_gen_bin), "tests/data/gen_ctr_data");
   const std::string job_file = bin(absl::GetFlag(FLAGS_job), "deploy/examples/ctr_dlrm.yaml");
 
-  char tmpl[] = "/tmp/dlrm_bench.XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string tmpl = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/dlrm_bench.XXXXXX");
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    std::fprintf(stderr, "mkdtemp %s: %s\n", tmpl.c_str(), std::strerror(errno));
+    return 1;
+  }
+  const std::string dir = tmpl;
+  // The generated set goes when the run ends (unless --keep_data).
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      if (!absl::GetFlag(FLAGS_keep_data)) std::filesystem::remove_all(dir);
+    }
+  } cleanup{dir};
   std::fprintf(stderr, "writing %llu training examples into %s...\n",
                static_cast<unsigned long long>(absl::GetFlag(FLAGS_train_examples)),
                dir.c_str());
