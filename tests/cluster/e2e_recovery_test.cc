@@ -290,6 +290,62 @@ TEST(E2eRecoveryTest, WithReplicasTwoServersKilledOneAfterTheOtherCostNoRollback
   if (HasFailure()) ADD_FAILURE() << c.LogTails(300);
 }
 
+// replication: 3 over three servers (every shard on every server): when a server is killed, each
+// shard it was primary of is promoted on its first backup, and its second backup copies the new
+// primary afresh (what it held came from the lost one); no rollback, and the shards keep two
+// copies on the two survivors.
+TEST(E2eRecoveryTest, WithThreeCopiesAKilledPrimaryIsPromotedAndItsOtherBackupFollowsTheNewOne) {
+  E2eClusterOptions o;
+  o.servers = 3;
+  auto cluster = E2eCluster::Start("three_copies", o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  E2eCluster& c = **cluster;
+  const std::string ckpt = c.dir() + "/ckpt";
+  std::string yaml = absl::StrCat(
+      absl::StrReplaceAll(FashionJobYaml("three-copies", 8, "", 256),
+                          {{"num_servers: 2", "num_servers: 3"}}),
+      "replication: 3\n", "checkpoint_every_steps: ", kCheckpointEvery, "\n",
+      "checkpoint_dir: ", ckpt, "\n");
+  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  const std::string id = "job-1";
+  v1::Job seen;
+  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
+    auto j = c.GetJob(id);
+    if (j.ok()) seen = *j;
+    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= kCheckpointEvery;
+  })) << seen.DebugString() << c.LogTails();
+  ASSERT_THAT(seen.servers(), SizeIs(3));
+  auto before = c.GetShardMap(id);
+  ASSERT_TRUE(before.ok()) << before.status();
+  for (const v1::ShardAssignment& a : before->assignments()) {
+    ASSERT_EQ(a.backups_size(), 2) << a.DebugString();
+  }
+  const std::string dead = before->assignments(0).primary();
+  ASSERT_TRUE(c.processes().Signal(dead, SIGKILL).ok()) << dead;
+
+  auto done = c.WaitForEnd(id, absl::Seconds(240));
+  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+  EXPECT_EQ(done->recovery().promotions(), 1u);
+  EXPECT_EQ(done->recovery().recoveries(), 0u) << "no rollback";
+  EXPECT_EQ(done->progress().rolled_back_to_step(), -1);
+  EXPECT_THAT(done->servers(), SizeIs(2));
+  EXPECT_THAT(done->servers(), Not(Contains(dead)));
+  EXPECT_EQ(done->progress().step(), 8 * 300);
+  EXPECT_GE(done->progress().test_accuracy(), 0.83);
+  auto after = c.GetShardMap(id);
+  ASSERT_TRUE(after.ok()) << after.status();
+  for (const v1::ShardAssignment& a : after->assignments()) {
+    EXPECT_NE(a.primary(), dead);
+    ASSERT_EQ(a.backups_size(), 1) << a.DebugString();
+    EXPECT_NE(a.backups(0), a.primary());
+    EXPECT_NE(a.backups(0), dead);
+  }
+  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
+  if (HasFailure()) ADD_FAILURE() << c.LogTails(300);
+}
+
 TEST(E2eRecoveryTest, APausedWorkersRankIsHandedOverAndItsTaskStopsWhenItWakes) {
   E2eClusterOptions o;
   o.workers = 3;
