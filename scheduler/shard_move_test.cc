@@ -46,6 +46,28 @@ class ShardMoveTest : public SchedulerTest {
     if (queued != nullptr) *queued = resp.move();
     return s;
   }
+  // `from` reports, in a heartbeat, job `id`'s shard `hot` at 6 MB/s and two more of the shards
+  // it is primary of in `map` at 1 MB/s; nothing else carries load.
+  void ReportHotShard(const std::string& id, const v1::ShardMap& map, const std::string& from,
+                      uint32_t hot) {
+    std::vector<std::pair<uint32_t, double>> loads = {{hot, 6e6}};
+    for (const auto& a : map.assignments()) {
+      if (a.primary() == from && a.shard() != hot && loads.size() < 3) {
+        loads.push_back({a.shard(), 1e6});
+      }
+    }
+    ASSERT_THAT(loads, SizeIs(3));
+    v1::HeartbeatRequest hb;
+    hb.set_node_id(from);
+    for (auto [shard, bytes] : loads) {
+      v1::ShardLoad* l = hb.add_shard_loads();
+      l->set_job_id(id);
+      l->set_shard(shard);
+      l->mutable_load()->set_bytes_per_sec(bytes);
+    }
+    v1::HeartbeatResponse resp;
+    ASSERT_THAT(sched_->Heartbeat(hb, &resp), IsOk());
+  }
 };
 
 TEST_F(ShardMoveTest, AShardMovesToAnotherServerWithTwoMapsAndNoTaskStops) {
@@ -347,24 +369,7 @@ TEST_F(ShardMoveTest, TheRebalancerMovesAHotShardOffAnOverloadedServer) {
   Node(to)->server()->SetCopyOf(from, true);
   sched_->RunMoves();  // The first look only starts the period.
   // `from` carries shard `shard` hot and two more of its shards lightly; `to` nothing.
-  const v1::ShardMap map = MapOf(id);
-  std::vector<std::pair<uint32_t, double>> loads = {{shard, 6e6}};
-  for (const auto& a : map.assignments()) {
-    if (a.primary() == from && a.shard() != shard && loads.size() < 3) {
-      loads.push_back({a.shard(), 1e6});
-    }
-  }
-  ASSERT_THAT(loads, SizeIs(3));
-  v1::HeartbeatRequest hb;
-  hb.set_node_id(from);
-  for (auto [s, bytes] : loads) {
-    v1::ShardLoad* l = hb.add_shard_loads();
-    l->set_job_id(id);
-    l->set_shard(s);
-    l->mutable_load()->set_bytes_per_sec(bytes);
-  }
-  v1::HeartbeatResponse resp;
-  ASSERT_THAT(sched_->Heartbeat(hb, &resp), IsOk());
+  ASSERT_NO_FATAL_FAILURE(ReportHotShard(id, MapOf(id), from, shard));
   clock_.Advance(absl::Seconds(5));
   sched_->RunMoves();
   v1::Job job = Get(id);
@@ -404,23 +409,7 @@ TEST_F(ShardMoveTest, TheRebalancerMovesAReplicatedJobsHotShardToAServerWithNoCo
   ASSERT_FALSE(free.empty());
   sched_->RunMoves();  // The first look only starts the period.
   // The hot shard's primary carries it hot and two more of its shards lightly.
-  std::vector<std::pair<uint32_t, double>> loads = {{hot.shard(), 6e6}};
-  for (const auto& a : before.assignments()) {
-    if (a.primary() == hot.primary() && a.shard() != hot.shard() && loads.size() < 3) {
-      loads.push_back({a.shard(), 1e6});
-    }
-  }
-  ASSERT_THAT(loads, SizeIs(3));
-  v1::HeartbeatRequest hb;
-  hb.set_node_id(hot.primary());
-  for (auto [shard, bytes] : loads) {
-    v1::ShardLoad* l = hb.add_shard_loads();
-    l->set_job_id(id);
-    l->set_shard(shard);
-    l->mutable_load()->set_bytes_per_sec(bytes);
-  }
-  v1::HeartbeatResponse resp;
-  ASSERT_THAT(sched_->Heartbeat(hb, &resp), IsOk());
+  ASSERT_NO_FATAL_FAILURE(ReportHotShard(id, before, hot.primary(), hot.shard()));
   clock_.Advance(absl::Seconds(5));
   sched_->RunMoves();
   v1::Job job = Get(id);

@@ -34,6 +34,17 @@ constexpr int kCheckpointEvery = 150;
 
 // The server of `servers` whose checkpoints in `dir` are largest: the one holding most of the
 // model (a small model's few blocks may all hash to one server).
+// A Fashion-MNIST job over `servers` servers keeping `replication` copies of every shard,
+// checkpointed every kCheckpointEvery steps into `ckpt`.
+std::string ReplicatedJobYaml(const std::string& name, int epochs, int servers, int replication,
+                              const std::string& ckpt) {
+  return absl::StrCat(
+      absl::StrReplaceAll(FashionJobYaml(name, epochs, "", 256),
+                          {{"num_servers: 2", absl::StrCat("num_servers: ", servers)}}),
+      "replication: ", replication, "\n", "checkpoint_every_steps: ", kCheckpointEvery, "\n",
+      "checkpoint_dir: ", ckpt, "\n");
+}
+
 std::string BusiestServer(const std::string& dir, const google::protobuf::RepeatedPtrField<std::string>& servers) {
   std::string best = servers.empty() ? "" : servers[0];
   off_t best_size = -1;
@@ -187,9 +198,7 @@ TEST(E2eRecoveryTest, WithReplicasAKilledServerCostsNoRollback) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   E2eCluster& c = **cluster;
   const std::string ckpt = c.dir() + "/ckpt";
-  std::string yaml = absl::StrCat(FashionJobYaml("replicated", 8, "", 256), "replication: 2\n",
-                                  "checkpoint_every_steps: ", kCheckpointEvery, "\n",
-                                  "checkpoint_dir: ", ckpt, "\n");
+  const std::string yaml = ReplicatedJobYaml("replicated", 8, 2, 2, ckpt);
   CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
   ASSERT_EQ(submit.exit_code, 0) << submit.output;
   const std::string id = "job-1";
@@ -245,11 +254,7 @@ TEST(E2eRecoveryTest, WithReplicasTwoServersKilledOneAfterTheOtherCostNoRollback
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   E2eCluster& c = **cluster;
   const std::string ckpt = c.dir() + "/ckpt";
-  std::string yaml = absl::StrCat(
-      absl::StrReplaceAll(FashionJobYaml("replicated3", 12, "", 256),
-                          {{"num_servers: 2", "num_servers: 3"}}),
-      "replication: 2\n", "checkpoint_every_steps: ", kCheckpointEvery, "\n",
-      "checkpoint_dir: ", ckpt, "\n");
+  const std::string yaml = ReplicatedJobYaml("replicated3", 12, 3, 2, ckpt);
   CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
   ASSERT_EQ(submit.exit_code, 0) << submit.output;
   const std::string id = "job-1";
@@ -301,11 +306,7 @@ TEST(E2eRecoveryTest, WithThreeCopiesAKilledPrimaryIsPromotedAndItsOtherBackupFo
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   E2eCluster& c = **cluster;
   const std::string ckpt = c.dir() + "/ckpt";
-  std::string yaml = absl::StrCat(
-      absl::StrReplaceAll(FashionJobYaml("three-copies", 8, "", 256),
-                          {{"num_servers: 2", "num_servers: 3"}}),
-      "replication: 3\n", "checkpoint_every_steps: ", kCheckpointEvery, "\n",
-      "checkpoint_dir: ", ckpt, "\n");
+  const std::string yaml = ReplicatedJobYaml("three-copies", 8, 3, 3, ckpt);
   CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
   ASSERT_EQ(submit.exit_code, 0) << submit.output;
   const std::string id = "job-1";
