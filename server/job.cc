@@ -32,10 +32,9 @@ Job::Job(JobConfig config, MemoryBudget* budget, const Clock* clock, DataPlaneLi
       clock_(clock),
       limits_(limits),
       held_(config_.num_shards, true),
-      clocks_(config_.num_workers, 0),
-      fences_(config_.num_workers, 0),
-      left_(config_.num_workers, false),
+      clocks_(config_.job_id, config_.num_workers),
       applied_(config_.num_workers),
+      gate_(config_.consistency),
       shard_bytes_(new std::atomic<uint64_t>[config_.num_shards]),
       shard_requests_(new std::atomic<uint64_t>[config_.num_shards]) {
   for (uint32_t i = 0; i < config_.num_shards; ++i) {
@@ -110,13 +109,13 @@ absl::Status Job::SetShards(uint64_t epoch, std::vector<bool> held) {
 }
 
 absl::Status Job::SetShards(uint64_t epoch, std::vector<bool> held, MapChange change) {
-  std::vector<Waiter> waiters;
+  std::vector<ReadGate::Callback> waiters;
   absl::Status s = SetShardsChanging(epoch, std::move(held), std::move(change), &waiters);
   // Reads parked at the older epoch would only fail once released (their epoch is gone), and
   // an adoption may have lowered the clocks they wait for below what their own round already
   // pushed: they fail now, and their clients retry with the new map.
-  for (auto& w : waiters) {
-    w.ready(absl::FailedPreconditionError(absl::StrCat(
+  for (auto& ready : waiters) {
+    ready(absl::FailedPreconditionError(absl::StrCat(
         "epoch: job '", id(), "' moved to shard-map epoch ", epoch,
         " while this read waited; refresh the shard map (current epoch ", epoch, ")")));
   }
@@ -124,7 +123,7 @@ absl::Status Job::SetShards(uint64_t epoch, std::vector<bool> held, MapChange ch
 }
 
 absl::Status Job::SetShardsChanging(uint64_t epoch, std::vector<bool> held, MapChange change,
-                                    std::vector<Waiter>* parked) {
+                                    std::vector<ReadGate::Callback>* parked) {
   absl::MutexLock l(&state_mu_);
   if (have_map_ && epoch <= epoch_) return absl::OkStatus();
   const std::vector<bool> before = held_;
@@ -144,9 +143,7 @@ absl::Status Job::SetShardsChanging(uint64_t epoch, std::vector<bool> held, MapC
   {
     absl::MutexLock c(&clock_mu_);
     for (const MapChange::Adoption& a : change.adopt) JoinClocksLocked(a.clocks, a.applied);
-    for (auto& [id, w] : waiters_) parked->push_back(std::move(w));
-    waiters_.clear();
-    waits_by_need_.clear();
+    *parked = gate_.TakeAll();
   }
   forwarding_ = std::move(change.forwarding);
   if (change.seed) {
@@ -215,7 +212,7 @@ absl::Status Job::CheckRequestEpoch(uint64_t epoch) const {
 
 void Job::Drop() {
   dropped_ = true;
-  std::vector<Waiter> waiters;
+  std::vector<ReadGate::Callback> waiters;
   {
     absl::MutexLock l(&state_mu_);
     for (auto& t : tables_) {
@@ -223,13 +220,11 @@ void Job::Drop() {
       if (t.sparse) t.sparse->Clear(budget_);
     }
     absl::MutexLock c(&clock_mu_);
-    for (auto& [id, w] : waiters_) waiters.push_back(std::move(w));
-    waiters_.clear();
-    waits_by_need_.clear();
-    agg_.clear();
+    waiters = gate_.TakeAll();
+    agg_.Clear();
   }
-  for (auto& w : waiters) {
-    w.ready(absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped")));
+  for (auto& ready : waiters) {
+    ready(absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped")));
   }
 }
 
@@ -369,24 +364,21 @@ void Job::FillStatus(v1::JobOnServer* out) const {
     }
   }
   absl::MutexLock c(&clock_mu_);
-  int64_t max_clock = 0;
   for (uint32_t w = 0; w < clocks_.size(); ++w) {
     auto* wc = out->add_clocks();
     wc->set_worker(w);
-    wc->set_clock(clocks_[w]);
-    max_clock = std::max(max_clock, clocks_[w]);
-    if (left_[w]) out->add_left_workers(w);
+    wc->set_clock(clocks_.clock(w));
+    if (clocks_.HasLeft(w)) out->add_left_workers(w);
   }
-  out->set_min_clock(MinClockLocked());
-  out->set_max_clock(max_clock);
-  out->set_mean_staleness(staleness_count_ ? staleness_sum_ / staleness_count_ : 0.0);
-  out->set_max_staleness(staleness_max_);
-  out->set_waiting_pulls(static_cast<uint32_t>(waiters_.size()));
-  int64_t max_need = std::numeric_limits<int64_t>::min();
-  for (const auto& [id, w] : waiters_) max_need = std::max(max_need, w.need);
-  if (!waiters_.empty()) {
+  out->set_min_clock(clocks_.Min());
+  out->set_max_clock(clocks_.Max());
+  out->set_mean_staleness(gate_.mean_staleness());
+  out->set_max_staleness(gate_.max_staleness());
+  out->set_waiting_pulls(static_cast<uint32_t>(gate_.parked()));
+  if (gate_.parked() > 0) {
+    const int64_t max_need = gate_.MaxParkedNeed();
     for (uint32_t w = 0; w < clocks_.size(); ++w) {
-      if (clocks_[w] < max_need && !left_[w]) out->add_waiting_for(w);
+      if (clocks_.clock(w) < max_need && !clocks_.HasLeft(w)) out->add_waiting_for(w);
     }
   }
   out->set_checkpoint_age_sec(last_checkpoint_time_ == absl::InfinitePast()

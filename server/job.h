@@ -1,11 +1,18 @@
-// One job's state on a server: its tables (the shards held here), per-worker clocks, the
-// exactly-once record of applied pushes, synchronous aggregation buffers and parked pulls.
+// One job's state on a server: its tables (the shards held here), composed with the protocols
+// that govern them, each a class of its own:
+//   WorkerClocks   (worker_clocks.h)   each rank's clock, the fences of replaced attempts, ranks
+//                                      that left;
+//   ReadGate       (read_gate.h)       the BSP/SSP/ASP policy: when a pull may be served, and
+//                                      the pulls parked until then;
+//   AppliedRecord  (applied_record.h)  the exactly-once record of applied push chunks;
+//   StepAggregator (step_aggregator.h) the sums of a step under synchronous aggregation.
+// Job validates requests against them, applies updates to the tables, and takes checkpoints.
 //
 // Thread model: every public method is thread-safe. `state_mu_` is a reader/writer lock: data-
 // plane calls (Push, Read) hold it shared and lock individual blocks/stripes; shard-map changes,
-// checkpoints, restores and new tables hold it exclusively. `clock_mu_` guards clocks, the
-// dedup record, aggregation buffers and parked pulls; it is never held while table memory is
-// touched. `advance_mu_` serialises what follows a clock advance (applying aggregated steps,
+// checkpoints, restores and new tables hold it exclusively. `clock_mu_` guards the clocks, the
+// read gate and the exactly-once record; it is never held while table memory is touched. The
+// aggregator locks itself (after `clock_mu_` when both are held). `advance_mu_` serialises what follows a clock advance (applying aggregated steps,
 // releasing parked pulls) so that pulls are released in clock order after the step's update.
 // Callbacks of parked pulls run on the thread that advanced the clock, with no lock held.
 #ifndef PSCLUSTER_SERVER_JOB_H_
@@ -30,8 +37,12 @@
 #include "common/clock.h"
 #include "proto/ps.pb.h"
 #include "server/memory_budget.h"
+#include "server/applied_record.h"
 #include "server/payload.h"
+#include "server/read_gate.h"
+#include "server/step_aggregator.h"
 #include "server/table.h"
+#include "server/worker_clocks.h"
 
 namespace pscluster {
 
@@ -309,27 +320,13 @@ class Job {
     std::unique_ptr<DenseTable> dense;
     std::unique_ptr<SparseTable> sparse;
   };
-  struct Waiter {
-    int64_t need = 0;
-    std::function<void(absl::Status)> ready;
-  };
-  // Gradients of one step summed over workers (aggregate mode).
-  struct AggStep {
-    absl::Mutex mu;
-    // (table, block) -> summed gradient of the whole block.
-    std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> dense ABSL_GUARDED_BY(mu);
-    // table -> key -> summed gradient row.
-    std::map<uint32_t, absl::flat_hash_map<uint64_t, std::vector<float>>> sparse
-        ABSL_GUARDED_BY(mu);
-  };
-
   absl::Status CheckEpoch(uint64_t epoch, absl::string_view field) const
       ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
   absl::Status SetShardsLocked(uint64_t epoch, std::vector<bool> held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // SetShards with `change`; the reads parked until then go to *parked.
   absl::Status SetShardsChanging(uint64_t epoch, std::vector<bool> held, MapChange change,
-                                 std::vector<Waiter>* parked);
+                                 std::vector<ReadGate::Callback>* parked);
   // `only` (nullptr = all): the shards the checkpoint covers (its header lists the held ones
   // among them, its dense blocks are theirs; sparse tables are written whole and a restore takes
   // the rows of the covered shards).
@@ -358,21 +355,16 @@ class Job {
   // periodic checkpoint falls due, reads stay held and *hold gets the new clock instead: the
   // caller takes the snapshot, then calls ReleaseHeld().
   // The callbacks of released reads go to *ready, to be run once no lock is held.
-  void AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready, int64_t* hold)
+  void AfterAdvance(std::vector<ReadGate::Callback>* ready, int64_t* hold)
+      ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+  // Applies a finished aggregate step's sums to the tables.
+  void ApplyAggregated(int64_t step_no, StepAggregator::Step* step)
       ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
   // Lets reads up to clock `min` through (after a held checkpoint's snapshot).
-  void ReleaseHeld(int64_t min, std::vector<std::function<void(absl::Status)>>* ready);
-  // Releases parked reads up to released_min_.
-  void ReleaseReadersLocked(std::vector<std::function<void(absl::Status)>>* ready)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(clock_mu_);
+  void ReleaseHeld(int64_t min, std::vector<ReadGate::Callback>* ready);
   absl::StatusOr<PushResult> PushLocked(const v1::PushChunk& chunk, const Payload& values,
-                                        std::vector<std::function<void(absl::Status)>>* ready,
-                                        int64_t* hold)
+                                        std::vector<ReadGate::Callback>* ready, int64_t* hold)
       ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
-  int64_t MinClockLocked() const ABSL_SHARED_LOCKS_REQUIRED(clock_mu_);
-  absl::Status CheckAttemptLocked(uint32_t worker, uint32_t attempt, absl::string_view field) const
-      ABSL_SHARED_LOCKS_REQUIRED(clock_mu_);
-  int64_t NeedFor(int64_t clock) const;
   void CountShard(uint32_t shard, uint64_t bytes);
   uint32_t ShardOfSlice(const SliceRef& s) const ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
 
@@ -394,34 +386,11 @@ class Job {
 
   absl::Mutex advance_mu_ ABSL_ACQUIRED_BEFORE(clock_mu_);
   mutable absl::Mutex clock_mu_;
-  std::vector<int64_t> clocks_ ABSL_GUARDED_BY(clock_mu_);
-  // Ranks whose clock here is not known yet (ClocksUnknown): set by their first push or by an
-  // adopted copy. Empty: every clock is known.
-  std::vector<bool> clock_unset_ ABSL_GUARDED_BY(clock_mu_);
-  bool ClockUnsetLocked(size_t w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(clock_mu_) {
-    return w < clock_unset_.size() && clock_unset_[w];
-  }
-  // Per worker: the lowest attempt whose calls are accepted (Fence).
-  std::vector<uint32_t> fences_ ABSL_GUARDED_BY(clock_mu_);
-  // Per worker: left the job (Leave); its clock gates nothing.
-  std::vector<bool> left_ ABSL_GUARDED_BY(clock_mu_);
-  // Min clock up to which aggregated steps are applied and parked reads released; reads with
-  // need <= released_min_ are served at once.
-  int64_t released_min_ ABSL_GUARDED_BY(clock_mu_) = 0;
-  // Per worker: step -> identities of the chunks applied for that step (steps >= its clock).
-  std::vector<std::map<int64_t, absl::flat_hash_set<uint64_t>>> applied_ ABSL_GUARDED_BY(clock_mu_);
-  std::map<int64_t, std::unique_ptr<AggStep>> agg_ ABSL_GUARDED_BY(clock_mu_);
-  // The dense sums of applied aggregate steps, reused by the next steps (at most two steps'
-  // worth): a fresh buffer per block and step costs a kernel page fault per 4 KiB touched and
-  // an munmap when freed, which took most of an aggregated step's time.
-  absl::Mutex agg_spare_mu_;
-  std::vector<std::vector<float>> agg_spare_ ABSL_GUARDED_BY(agg_spare_mu_);
-  std::multimap<int64_t, uint64_t> waits_by_need_ ABSL_GUARDED_BY(clock_mu_);
-  absl::flat_hash_map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(clock_mu_);
-  uint64_t next_wait_id_ ABSL_GUARDED_BY(clock_mu_) = 1;
-  double staleness_sum_ ABSL_GUARDED_BY(clock_mu_) = 0;
-  uint64_t staleness_count_ ABSL_GUARDED_BY(clock_mu_) = 0;
-  int64_t staleness_max_ ABSL_GUARDED_BY(clock_mu_) = 0;
+  WorkerClocks clocks_ ABSL_GUARDED_BY(clock_mu_);
+  AppliedRecord applied_ ABSL_GUARDED_BY(clock_mu_);
+  ReadGate gate_ ABSL_GUARDED_BY(clock_mu_);
+  StepAggregator agg_;  // Aggregate mode only; thread-safe.
+  // The step of the last periodic checkpoint that fell due.
   int64_t checkpointed_step_ ABSL_GUARDED_BY(clock_mu_) = 0;
   std::string last_checkpoint_ ABSL_GUARDED_BY(clock_mu_);
   absl::Time last_checkpoint_time_ ABSL_GUARDED_BY(clock_mu_) = absl::InfinitePast();

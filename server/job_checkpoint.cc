@@ -61,14 +61,15 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
   }
   {
     absl::MutexLock c(&clock_mu_);
-    // With aggregation the tables reflect exactly the steps applied (released_min_); later
-    // pushes wait in buffers that a checkpoint does not keep, so every clock is recorded there.
-    const int64_t applied = at.has_value() ? *at : released_min_;
-    int64_t step = config_.consistency.aggregate() ? applied : MinClockLocked();
+    // With aggregation the tables reflect exactly the steps applied (the read gate's released
+    // clock); later pushes wait in buffers that a checkpoint does not keep, so every clock is
+    // recorded there.
+    const int64_t applied = at.has_value() ? *at : gate_.released();
+    int64_t step = config_.consistency.aggregate() ? applied : clocks_.Min();
     for (uint32_t w = 0; w < clocks_.size(); ++w) {
       auto* wc = h.add_clocks();
       wc->set_worker(w);
-      wc->set_clock(config_.consistency.aggregate() ? applied : clocks_[w]);
+      wc->set_clock(config_.consistency.aggregate() ? applied : clocks_.clock(w));
     }
     h.set_step(step);
     snap.step = step;
@@ -322,20 +323,18 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::strin
   }
   if (set_clocks) {
     absl::MutexLock c(&clock_mu_);
-    for (const auto& wc : h.clocks()) {
-      if (wc.worker() < clocks_.size()) clocks_[wc.worker()] = wc.clock();
-    }
-    for (auto& a : applied_) a.clear();
-    agg_.clear();
-    released_min_ = MinClockLocked();
-    checkpointed_step_ = released_min_;
+    for (const auto& wc : h.clocks()) clocks_.Set(wc.worker(), wc.clock());
+    applied_.ClearAll();
+    agg_.Clear();
+    gate_.Reset(clocks_.Min());
+    checkpointed_step_ = gate_.released();
   }
   return std::make_pair(h.step(), static_cast<uint32_t>(h.tables_size()));
 }
 
 Job::ClockState Job::GetClockState() const {
   absl::MutexLock c(&clock_mu_);
-  return ClockState{clocks_, applied_, left_};
+  return ClockState{clocks_.clocks(), applied_.all(), clocks_.left()};
 }
 
 absl::Status Job::AdoptReplica(const Snapshot& copy, const ClockState& other,
@@ -350,32 +349,30 @@ absl::Status Job::AdoptReplica(const Snapshot& copy, const ClockState& other,
 void Job::JoinClocksLocked(
     const std::vector<int64_t>& clocks,
     const std::vector<std::map<int64_t, absl::flat_hash_set<uint64_t>>>& applied) {
-  for (size_t w = 0; w < clocks_.size() && w < clocks.size(); ++w) {
-    // A rank not heard from yet on a server that joined the job mid-run: the copy's clock.
-    clocks_[w] = ClockUnsetLocked(w) ? clocks[w] : std::min(clocks_[w], clocks[w]);
-    if (w < clock_unset_.size()) clock_unset_[w] = false;
-    auto& mine = applied_[w];
+  // A rank not heard from yet on a server that joined the job mid-run takes the copy's clock.
+  clocks_.Join(clocks);
+  for (uint32_t w = 0; w < clocks_.size() && w < clocks.size(); ++w) {
     if (w < applied.size()) {
-      for (const auto& [step, ids] : applied[w]) mine[step].insert(ids.begin(), ids.end());
+      applied_.Join(w, applied[w], clocks_.clock(w));
+    } else {
+      applied_.Trim(w, clocks_.clock(w));
     }
-    mine.erase(mine.begin(), mine.lower_bound(clocks_[w] - 1));
   }
-  released_min_ = std::min(released_min_, MinClockLocked());
-  checkpointed_step_ = std::min(checkpointed_step_, released_min_);
+  gate_.Lower(clocks_.Min());
+  checkpointed_step_ = std::min(checkpointed_step_, gate_.released());
 }
 
 void Job::ClocksUnknown() {
   absl::MutexLock c(&clock_mu_);
-  clock_unset_.assign(clocks_.size(), true);
+  clocks_.MarkUnknown();
 }
 
 void Job::RewindClocks(int64_t step) {
   absl::MutexLock c(&clock_mu_);
-  clock_unset_.clear();
-  for (int64_t& clock : clocks_) clock = step;
-  for (auto& a : applied_) a.clear();
-  agg_.clear();
-  released_min_ = step;
+  clocks_.SetAll(step);
+  applied_.ClearAll();
+  agg_.Clear();
+  gate_.Reset(step);
   checkpointed_step_ = step;
 }
 
@@ -446,7 +443,7 @@ absl::StatusOr<std::pair<std::string, uint32_t>> Job::Export(
   int64_t step;
   {
     absl::MutexLock c(&clock_mu_);
-    step = MinClockLocked();
+    step = clocks_.Min();
   }
   auto bytes = EncodeSafetensors(
       tensors, {{"pscluster.job_id", id()}, {"pscluster.step", absl::StrCat(step)}});

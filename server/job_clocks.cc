@@ -1,5 +1,6 @@
-// Job's clocks and its consistency gate (BSP/SSP/ASP): the slowest rank's clock, when a read at
-// a clock may be served, fences of old attempts, ranks leaving and rejoining, and the reads.
+// Job's side of its clocks (WorkerClocks) and its read gate (ReadGate): a clock advance applying
+// the finished aggregate steps and releasing parked reads, fences of old attempts, ranks leaving
+// and rejoining, and the reads themselves.
 #include "server/job.h"
 
 #include <algorithm>
@@ -14,108 +15,77 @@
 
 namespace pscluster {
 
-int64_t Job::MinClockLocked() const {
-  int64_t m = std::numeric_limits<int64_t>::max();
-  for (size_t w = 0; w < clocks_.size(); ++w) {
-    if (!left_[w]) m = std::min(m, clocks_[w]);
-  }
-  return m == std::numeric_limits<int64_t>::max() ? 0 : m;
-}
-
 int64_t Job::min_clock() const {
   absl::MutexLock c(&clock_mu_);
-  return MinClockLocked();
+  return clocks_.Min();
 }
 
-void Job::AfterAdvance(std::vector<std::function<void(absl::Status)>>* ready, int64_t* hold) {
+void Job::ApplyAggregated(int64_t step_no, StepAggregator::Step* step) {
+  absl::MutexLock sl(&step->mu);
+  for (auto& [key, sum] : step->dense) {
+    const TableState& t = tables_[key.first];
+    DenseBlock* b = t.dense->block(key.second);
+    if (b == nullptr) continue;  // Shard moved away meanwhile.
+    t.dense->Apply(b, 0, sum.size(),
+                   [&](size_t first, size_t k, float* out) {
+                     std::memcpy(out, sum.data() + first, k * sizeof(float));
+                   },
+                   step_no);
+  }
+  for (auto& [table, rows] : step->sparse) {
+    const uint32_t width = tables_[table].info->width;
+    std::vector<uint64_t> keys;
+    std::vector<float> g;
+    keys.reserve(rows.size());
+    g.reserve(rows.size() * width);
+    for (auto& [k, row] : rows) {
+      keys.push_back(k);
+      g.insert(g.end(), row.begin(), row.end());
+    }
+    // The rows were made when their pushes were aggregated (Aggregate), so this needs no new
+    // memory unless a shard moved away and back meanwhile; then what cannot be applied is
+    // named in the log.
+    absl::Status applied = tables_[table].sparse->Apply(
+        keys,
+        [&](size_t first, size_t k, float* out) {
+          std::memcpy(out, g.data() + first, k * sizeof(float));
+        },
+        budget_, step_no);
+    if (!applied.ok()) {
+      Logger("server")->error("job '{}': aggregated step {} of table '{}' not applied: {}", id(),
+                              step_no, tables_[table].info->spec.name(), applied);
+    }
+  }
+}
+
+void Job::AfterAdvance(std::vector<ReadGate::Callback>* ready, int64_t* hold) {
+  absl::MutexLock a(&advance_mu_);
+  int64_t min;
+  std::vector<std::pair<int64_t, std::shared_ptr<StepAggregator::Step>>> steps;
   {
-    absl::MutexLock a(&advance_mu_);
-    int64_t min;
-    std::vector<std::pair<int64_t, std::unique_ptr<AggStep>>> steps;
-    {
-      absl::MutexLock c(&clock_mu_);
-      min = MinClockLocked();
-      while (!agg_.empty() && agg_.begin()->first < min) {
-        steps.emplace_back(agg_.begin()->first, std::move(agg_.begin()->second));
-        agg_.erase(agg_.begin());
-      }
-    }
-    for (auto& [step_no, step] : steps) {
-      absl::MutexLock sl(&step->mu);
-      for (auto& [key, sum] : step->dense) {
-        const TableState& t = tables_[key.first];
-        DenseBlock* b = t.dense->block(key.second);
-        if (b == nullptr) continue;  // Shard moved away meanwhile.
-        t.dense->Apply(b, 0, sum.size(),
-                       [&](size_t first, size_t k, float* out) {
-                         std::memcpy(out, sum.data() + first, k * sizeof(float));
-                       },
-                       step_no);
-      }
-      std::vector<std::vector<float>> freed;
-      for (auto& [key, sum] : step->dense) freed.push_back(std::move(sum));
-      if (!freed.empty()) {
-        absl::MutexLock l(&agg_spare_mu_);
-        const size_t keep = 2 * freed.size();
-        for (auto& f : freed) agg_spare_.push_back(std::move(f));
-        if (agg_spare_.size() > keep) {
-          agg_spare_.erase(agg_spare_.begin(), agg_spare_.end() - keep);  // The oldest go.
-        }
-      }
-      for (auto& [table, rows] : step->sparse) {
-        const uint32_t width = tables_[table].info->width;
-        std::vector<uint64_t> keys;
-        std::vector<float> g;
-        keys.reserve(rows.size());
-        g.reserve(rows.size() * width);
-        for (auto& [k, row] : rows) {
-          keys.push_back(k);
-          g.insert(g.end(), row.begin(), row.end());
-        }
-        // The rows were made when their pushes were aggregated (Aggregate), so this needs no
-        // new memory unless a shard moved away and back meanwhile; then what cannot be applied
-        // is named in the log.
-        absl::Status applied = tables_[table].sparse->Apply(
-            keys,
-            [&](size_t first, size_t k, float* out) {
-              std::memcpy(out, g.data() + first, k * sizeof(float));
-            },
-            budget_, step_no);
-        if (!applied.ok()) {
-          Logger("server")->error("job '{}': aggregated step {} of table '{}' not applied: {}",
-                                  id(), step_no, tables_[table].info->spec.name(), applied);
-        }
-      }
-    }
     absl::MutexLock c(&clock_mu_);
-    const int64_t every = config_.checkpoint_every_steps;
-    // Without a caller to take it (a worker leaving), a checkpoint falling due waits for the
-    // next advance.
-    if (every > 0 && hold != nullptr && min / every > checkpointed_step_ / every) {
-      checkpointed_step_ = min;
-      *hold = min;  // Reads at `min` wait for the snapshot.
-      return;
-    }
-    released_min_ = std::max(released_min_, min);
-    ReleaseReadersLocked(ready);
+    min = clocks_.Min();
+    steps = agg_.TakeBefore(min);
   }
-}
-
-void Job::ReleaseHeld(int64_t min, std::vector<std::function<void(absl::Status)>>* ready) {
+  for (auto& [step_no, step] : steps) {
+    ApplyAggregated(step_no, step.get());
+    agg_.Recycle(step.get());
+  }
   absl::MutexLock c(&clock_mu_);
-  released_min_ = std::max(released_min_, min);
-  ReleaseReadersLocked(ready);
+  const int64_t every = config_.checkpoint_every_steps;
+  // Without a caller to take it (a worker leaving), a checkpoint falling due waits for the
+  // next advance.
+  if (every > 0 && hold != nullptr && min / every > checkpointed_step_ / every) {
+    checkpointed_step_ = min;
+    *hold = min;  // Reads at `min` wait for the snapshot.
+    return;
+  }
+  gate_.Release(min, ready);
 }
 
-void Job::ReleaseReadersLocked(std::vector<std::function<void(absl::Status)>>* ready) {
-  while (!waits_by_need_.empty() && waits_by_need_.begin()->first <= released_min_) {
-    auto it = waiters_.find(waits_by_need_.begin()->second);
-    if (it != waiters_.end()) {
-      ready->push_back(std::move(it->second.ready));
-      waiters_.erase(it);
-    }
-    waits_by_need_.erase(waits_by_need_.begin());
-  }
+void Job::ReleaseHeld(int64_t min, std::vector<ReadGate::Callback>* ready) {
+  absl::MutexLock c(&clock_mu_);
+  gate_.Release(min, ready);
 }
 
 // ------------------------------------------------------------------ reads
@@ -151,37 +121,24 @@ absl::Status Job::CheckReader(uint32_t worker, uint32_t attempt, int64_t clock,
 
 std::pair<int64_t, uint32_t> Job::Fence(uint32_t worker, uint32_t attempt) {
   absl::MutexLock c(&clock_mu_);
-  if (worker >= fences_.size()) return {-1, 0};
-  fences_[worker] = std::max(fences_[worker], attempt);
-  return {clocks_[worker], fences_[worker]};
+  return clocks_.Fence(worker, attempt);
 }
 
 void Job::FenceAll(uint32_t attempt) {
   absl::MutexLock c(&clock_mu_);
-  for (uint32_t& f : fences_) f = std::max(f, attempt);
+  clocks_.FenceAll(attempt);
 }
 
 absl::StatusOr<int64_t> Job::Leave(uint32_t worker) {
-  int64_t clock;
+  absl::StatusOr<int64_t> clock;
   {
     absl::MutexLock c(&clock_mu_);
-    if (worker >= left_.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("worker: rank ", worker, " is outside job '",
-                                                     id(), "' (", left_.size(), " workers)"));
-    }
-    clock = clocks_[worker];
-    if (left_[worker]) return clock;
-    size_t staying = 0;
-    for (bool l : left_) staying += l ? 0 : 1;
-    if (staying <= 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker: rank ", worker, " is the last rank of job '", id(), "' and cannot leave it"));
-    }
-    left_[worker] = true;
-    fences_[worker] = std::numeric_limits<uint32_t>::max();
-    applied_[worker].clear();
+    bool newly = false;
+    clock = clocks_.Leave(worker, &newly);
+    if (!clock.ok() || !newly) return clock;
+    applied_.Clear(worker);
   }
-  std::vector<std::function<void(absl::Status)>> ready;
+  std::vector<ReadGate::Callback> ready;
   {
     absl::ReaderMutexLock l(&state_mu_);
     AfterAdvance(&ready, nullptr);
@@ -192,96 +149,46 @@ absl::StatusOr<int64_t> Job::Leave(uint32_t worker) {
 
 absl::StatusOr<int64_t> Job::Rejoin(uint32_t worker, uint32_t attempt) {
   absl::MutexLock c(&clock_mu_);
-  if (worker >= left_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("worker: rank ", worker, " is outside job '",
-                                                   id(), "' (", left_.size(), " workers)"));
-  }
-  if (!left_[worker]) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rejoin: rank ", worker, " of job '", id(), "' has not left it"));
-  }
-  const int64_t clock = MinClockLocked();  // Of the others: this one is still out.
-  left_[worker] = false;
-  clocks_[worker] = clock;
-  applied_[worker].clear();
-  fences_[worker] = attempt;
+  absl::StatusOr<int64_t> clock = clocks_.Rejoin(worker, attempt);
+  if (clock.ok()) applied_.Clear(worker);
   return clock;
 }
 
 bool Job::HasLeft(uint32_t worker) const {
   absl::MutexLock c(&clock_mu_);
-  return worker < left_.size() && left_[worker];
+  return clocks_.HasLeft(worker);
 }
 
 std::vector<uint32_t> Job::LeftWorkers() const {
   absl::MutexLock c(&clock_mu_);
-  std::vector<uint32_t> out;
-  for (uint32_t w = 0; w < left_.size(); ++w) {
-    if (left_[w]) out.push_back(w);
-  }
-  return out;
+  return clocks_.LeftWorkers();
 }
 
 absl::Status Job::CheckAttempt(uint32_t worker, uint32_t attempt,
                                absl::string_view field) const {
   absl::MutexLock c(&clock_mu_);
-  return CheckAttemptLocked(worker, attempt, field);
-}
-
-absl::Status Job::CheckAttemptLocked(uint32_t worker, uint32_t attempt,
-                                     absl::string_view field) const {
-  if (worker >= fences_.size() || attempt >= fences_[worker]) return absl::OkStatus();
-  if (left_[worker]) {
-    return absl::AbortedError(absl::StrCat(field, ": rank ", worker, " has left job '", id(),
-                                           "' (its worker was lost); this task must stop"));
-  }
-  return absl::AbortedError(absl::StrCat(
-      field, ": rank ", worker, " of job '", id(), "' was handed to a newer task (attempt ",
-      fences_[worker], "); this task (attempt ", attempt, ") was replaced and must stop"));
-}
-
-int64_t Job::NeedFor(int64_t clock) const {
-  switch (config_.consistency.mode()) {
-    case v1::ConsistencySpec::ASP:
-      return std::numeric_limits<int64_t>::min();
-    case v1::ConsistencySpec::SSP:
-      return clock - static_cast<int64_t>(config_.consistency.staleness());
-    default:
-      return clock;
-  }
+  return clocks_.CheckAttempt(worker, attempt, field);
 }
 
 bool Job::WhenReadable(int64_t clock, std::function<void(absl::Status)> ready,
                        uint64_t* wait_id) {
-  const int64_t need = NeedFor(clock);
   absl::MutexLock c(&clock_mu_);
-  if (need <= released_min_ || dropped_) return true;
-  uint64_t id = next_wait_id_++;
-  waiters_[id] = Waiter{need, std::move(ready)};
-  waits_by_need_.emplace(need, id);
-  *wait_id = id;
+  if (gate_.Admits(clock) || dropped_) return true;
+  *wait_id = gate_.Park(clock, std::move(ready));
   return false;
 }
 
 bool Job::ReadableAfterOwnPush(int64_t clock, uint32_t worker, int64_t step,
                                int64_t* min_clock) {
-  if (config_.consistency.aggregate()) return false;
-  const int64_t need = NeedFor(clock);
-  if (step + 1 < need) return false;  // The reader's own earlier steps would not be in.
   absl::MutexLock c(&clock_mu_);
   if (worker >= clocks_.size() || dropped_) return false;
-  int64_t others = std::numeric_limits<int64_t>::max();
-  for (uint32_t w = 0; w < clocks_.size(); ++w) {
-    if (w != worker && !left_[w]) others = std::min(others, clocks_[w]);
-  }
-  if (others < need) return false;
-  *min_clock = std::min(others, std::max(clocks_[worker], step + 1));
-  return true;
+  return gate_.AdmitsAfterOwnPush(clock, step, clocks_.clock(worker), clocks_.MinOfOthers(worker),
+                                  min_clock);
 }
 
 bool Job::CancelWait(uint64_t wait_id) {
   absl::MutexLock c(&clock_mu_);
-  return waiters_.erase(wait_id) > 0;
+  return gate_.Cancel(wait_id);
 }
 
 absl::Status Job::Read(const SliceRef& s, uint64_t epoch, uint64_t first, uint64_t n,
@@ -326,11 +233,8 @@ absl::StatusOr<LentBytes> Job::Lend(const SliceRef& s, uint64_t epoch, uint64_t 
 
 int64_t Job::RecordServedPull(int64_t reader_clock, int64_t min) {
   absl::MutexLock c(&clock_mu_);
-  if (min < 0) min = MinClockLocked();
-  int64_t stale = std::max<int64_t>(0, reader_clock - min);
-  staleness_sum_ += static_cast<double>(stale);
-  ++staleness_count_;
-  staleness_max_ = std::max(staleness_max_, stale);
+  if (min < 0) min = clocks_.Min();
+  gate_.RecordServed(reader_clock, min);
   return min;
 }
 

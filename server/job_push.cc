@@ -18,15 +18,6 @@
 namespace pscluster {
 namespace {
 
-uint64_t ChunkIdentity(uint64_t seq, const SliceRef& s, uint64_t offset, uint64_t n) {
-  uint64_t h = Mix64(seq);
-  h = Mix64(h ^ (static_cast<uint64_t>(s.table) << 1 | (s.dense ? 1 : 0)));
-  h = Mix64(h ^ s.block);
-  h = Mix64(h ^ offset);
-  h = Mix64(h ^ s.keys_hash);
-  return Mix64(h ^ n);
-}
-
 // An int8 push (CompressionSpec.quantize) widened to float32: values[i] * scales[i / group].
 absl::StatusOr<Payload> DequantizePush(const v1::PushChunk& chunk, const Payload& values) {
   const uint64_t n = values.size();
@@ -63,7 +54,7 @@ absl::StatusOr<PushResult> Job::Push(const v1::PushChunk& chunk, const Payload& 
   if (dropped_) {
     return absl::NotFoundError(absl::StrCat("tag.job_id: job '", id(), "' was dropped"));
   }
-  std::vector<std::function<void(absl::Status)>> ready;
+  std::vector<ReadGate::Callback> ready;
   absl::StatusOr<PushResult> r;
   int64_t hold = -1;
   {
@@ -86,7 +77,7 @@ absl::StatusOr<PushResult> Job::Push(const v1::PushChunk& chunk, const Payload& 
 }
 
 absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Payload& received,
-                                           std::vector<std::function<void(absl::Status)>>* ready,
+                                           std::vector<ReadGate::Callback>* ready,
                                            int64_t* hold) {
   if (sealed_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -140,13 +131,10 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
     // of those steps would then be taken for duplicates: refused in every consistency mode.
     // (A chunk with no values that ends no step only asks for a pull: its step is the pull's.)
     absl::MutexLock c(&clock_mu_);
-    if (ClockUnsetLocked(tag.worker())) {
-      // A server that joined the job in the middle of its run: the rank's first push sets
-      // where it stands.
-      clocks_[tag.worker()] = std::max(clocks_[tag.worker()], tag.step());
-      clock_unset_[tag.worker()] = false;
-    }
-    const int64_t clock = clocks_[tag.worker()];
+    // A server that joined the job in the middle of its run: the rank's first push sets where
+    // it stands.
+    clocks_.ObservePush(tag.worker(), tag.step());
+    const int64_t clock = clocks_.clock(tag.worker());
     if (tag.step() > clock + 1) {
       return absl::FailedPreconditionError(absl::StrCat(
           "tag.step: step ", tag.step(), " is more than one step ahead of rank ", tag.worker(),
@@ -210,12 +198,13 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
 
   PushResult result;
   const uint32_t w = tag.worker();
-  uint64_t identity = has_slice ? ChunkIdentity(tag.seq(), s, chunk.offset(), n) : 0;
+  const uint64_t identity =
+      has_slice ? AppliedRecord::ChunkIdentity(tag.seq(), s.table, s.dense, s.block, s.keys_hash,
+                                               chunk.offset(), n)
+                : 0;
   if (n > 0) {
     absl::MutexLock c(&clock_mu_);
-    if (tag.step() < clocks_[w] || !applied_[w][tag.step()].insert(identity).second) {
-      result.duplicate = true;
-    }
+    result.duplicate = !applied_.Record(w, tag.step(), clocks_.clock(w), identity);
   }
   if (n > 0 && !result.duplicate) {
     absl::Status a = config_.consistency.aggregate() ? Aggregate(s, chunk, values, dtype, n)
@@ -223,7 +212,7 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
                                                                    &result.row_decisions);
     if (!a.ok()) {
       absl::MutexLock c(&clock_mu_);
-      applied_[w][tag.step()].erase(identity);
+      applied_.Forget(w, tag.step(), identity);
       return a;
     }
     result.applied = true;
@@ -235,19 +224,13 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
     absl::MutexLock c(&clock_mu_);
     // Fenced while its values were applied (they stay, recorded under their tag, so that the
     // newer task's copy of this chunk is a duplicate): the step does not complete for it.
-    absl::Status fenced = CheckAttemptLocked(w, tag.attempt(), "tag.attempt");
+    absl::Status fenced = clocks_.CheckAttempt(w, tag.attempt(), "tag.attempt");
     if (!fenced.ok()) return fenced;
-    if (chunk.end_of_step() && clocks_[w] < tag.step() + 1) {
-      int64_t before = MinClockLocked();
-      clocks_[w] = tag.step() + 1;
-      // The record of the step just completed stays one step longer: should a backup's copy
-      // take over with that step missing there, the worker pushes it again and what was
-      // applied here must be a duplicate (AdoptReplica).
-      auto& steps = applied_[w];
-      steps.erase(steps.begin(), steps.lower_bound(clocks_[w] - 1));
-      advanced = MinClockLocked() != before;
+    if (chunk.end_of_step() && clocks_.clock(w) < tag.step() + 1) {
+      advanced = clocks_.Complete(w, tag.step());
+      applied_.Trim(w, clocks_.clock(w));
     }
-    result.clock = clocks_[w];
+    result.clock = clocks_.clock(w);
   }
   if (advanced) AfterAdvance(ready, hold);
   return result;
@@ -348,43 +331,20 @@ absl::Status Job::Aggregate(const SliceRef& s, const v1::PushChunk& chunk, const
         tables_[s.table].sparse->VisitRows(keys, budget_, [](size_t, float*, int64_t*) {});
     if (!made.ok()) return made;
   }
-  AggStep* step;
-  {
-    absl::MutexLock c(&clock_mu_);
-    auto& slot = agg_[chunk.tag().step()];
-    if (!slot) slot = std::make_unique<AggStep>();
-    step = slot.get();
-  }
-  absl::MutexLock a(&step->mu);
+  const int64_t step = chunk.tag().step();
   if (s.dense) {
-    auto& sum = step->dense[{s.table, s.block}];
-    if (sum.empty()) {
-      {
-        // The smallest spare that fits (a previous step's sum of this block, normally).
-        absl::MutexLock l(&agg_spare_mu_);
-        size_t best = agg_spare_.size();
-        for (size_t i = 0; i < agg_spare_.size(); ++i) {
-          const size_t cap = agg_spare_[i].capacity();
-          if (cap >= s.elems && (best == agg_spare_.size() || cap < agg_spare_[best].capacity())) {
-            best = i;
-          }
-        }
-        if (best < agg_spare_.size()) {
-          sum = std::move(agg_spare_[best]);
-          agg_spare_.erase(agg_spare_.begin() + best);
-        }
+    agg_.AddDense(step, s.table, s.block, s.elems, [&](float* sum) {
+      if (chunk.indices().empty()) {
+        // Added straight from the payload (decoded through a small buffer when not float32).
+        float scratch[4096];
+        float* dst = sum + chunk.offset();
+        values.ForEachFloatRun(dtype, 0, n, scratch, 4096,
+                               [&](size_t i, const float* g, size_t k) {
+                                 float* d = dst + i;
+                                 for (size_t j = 0; j < k; ++j) d[j] += g[j];
+                               });
+        return;
       }
-      sum.assign(s.elems, 0.f);
-    }
-    if (chunk.indices().empty()) {
-      // Added straight from the payload (decoded through a small buffer when not float32).
-      float scratch[4096];
-      float* dst = sum.data() + chunk.offset();
-      values.ForEachFloatRun(dtype, 0, n, scratch, 4096, [&](size_t i, const float* g, size_t k) {
-        float* d = dst + i;
-        for (size_t j = 0; j < k; ++j) d[j] += g[j];
-      });
-    } else {
       std::vector<float> g(n);
       values.DecodeFloats(dtype, 0, n, g.data());
       for (uint64_t i = 0; i < n; ++i) {
@@ -392,19 +352,15 @@ absl::Status Job::Aggregate(const SliceRef& s, const v1::PushChunk& chunk, const
         std::memcpy(&idx, chunk.indices().data() + 4 * i, 4);
         sum[idx] += g[i];
       }
-    }
+    });
     return absl::OkStatus();
   }
   std::vector<float> g(n);
   values.DecodeFloats(dtype, 0, n, g.data());
   const uint32_t width = tables_[s.table].info->width;
-  auto& rows = step->sparse[s.table];
-  const uint64_t first_row = chunk.offset() / width;
-  for (uint64_t r = 0; r < n / width; ++r) {
-    auto& row = rows[s.keys[first_row + r]];
-    if (row.empty()) row.assign(width, 0.f);
-    for (uint32_t j = 0; j < width; ++j) row[j] += g[r * width + j];
-  }
+  agg_.AddSparse(step, s.table, width,
+                 absl::Span<const uint64_t>(s.keys.data() + chunk.offset() / width, n / width),
+                 g.data());
   return absl::OkStatus();
 }
 
