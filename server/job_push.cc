@@ -4,7 +4,6 @@
 #include "server/job.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -19,29 +18,15 @@ namespace pscluster {
 namespace {
 
 // An int8 push (CompressionSpec.quantize) widened to float32: values[i] * scales[i / group].
-absl::StatusOr<Payload> DequantizePush(const v1::PushChunk& chunk, const Payload& values) {
+// REQUIRES: ValidatePushEncoding accepted the chunk.
+Payload DequantizePush(const v1::PushChunk& chunk, const Payload& values) {
   const uint64_t n = values.size();
-  const uint32_t group = chunk.scale_group();
-  if (group == 0) {
-    return absl::InvalidArgumentError("scale_group: an int8 push needs scales per group (> 0)");
-  }
-  if (chunk.scales().size() != 4 * NumScaleGroups(n, group)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "scales: ", chunk.scales().size(), " bytes do not hold one float32 per group of ", group,
-        " of the ", n, " int8 values"));
-  }
   std::vector<float> scales(chunk.scales().size() / 4);
   std::memcpy(scales.data(), chunk.scales().data(), chunk.scales().size());
-  for (size_t g = 0; g < scales.size(); ++g) {
-    if (!std::isfinite(scales[g]) || scales[g] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("scales: group ", g, "'s scale ", scales[g],
-                                                     " is not a finite number >= 0"));
-    }
-  }
   std::string q = values.ToString();
   std::string wide(n * sizeof(float), '\0');
-  DequantizeInt8(reinterpret_cast<const int8_t*>(q.data()), n, group, scales.data(),
-                 reinterpret_cast<float*>(wide.data()));
+  DequantizeInt8(reinterpret_cast<const int8_t*>(q.data()), n, chunk.scale_group(),
+                 scales.data(), reinterpret_cast<float*>(wide.data()));
   return Payload::FromString(std::move(wide));
 }
 
@@ -86,44 +71,20 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
   absl::Status st = CheckEpoch(chunk.epoch(), "epoch");
   if (!st.ok()) return st;
   const v1::Tag& tag = chunk.tag();
-  if (tag.worker() >= config_.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat("tag.worker: rank ", tag.worker(),
-                                                   " is outside job '", id(), "' (",
-                                                   config_.num_workers, " workers)"));
-  }
-  st = CheckStep(tag.step(), "tag.step");
+  st = ValidatePushTag(chunk, id(), config_.num_workers);
   if (!st.ok()) return st;
   st = CheckAttempt(tag.worker(), tag.attempt(), "tag.attempt");
   if (!st.ok()) return st;
-  v1::DataType dtype = TransportType(chunk.dtype());
-  if (!IsFloatTransport(dtype) && dtype != v1::DT_INT8) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dtype: values must be float32, float16, bfloat16 or int8, got ",
-        std::string(DTypeName(dtype)), " (", static_cast<int>(chunk.dtype()), ")"));
-  }
-  if (received.size() > limits_.max_chunk_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "values: ", received.size(), " bytes exceed the limit of ", limits_.max_chunk_bytes,
-        " bytes per chunk; split tensors into chunks of about 4 MiB"));
-  }
+  st = ValidatePushEncoding(chunk, received.size(), limits_.max_chunk_bytes);
+  if (!st.ok()) return st;
   // int8 values are widened to float32 first; everything below sees floats.
+  v1::DataType dtype = TransportType(chunk.dtype());
   Payload widened;
   if (dtype == v1::DT_INT8) {
-    if (!chunk.slice().keys().empty()) {
-      return absl::InvalidArgumentError("dtype: int8 pushes apply to dense blocks only");
-    }
-    auto w = DequantizePush(chunk, received);
-    if (!w.ok()) return w.status();
-    widened = std::move(*w);
+    widened = DequantizePush(chunk, received);
     dtype = v1::DT_FLOAT32;
-  } else if (!chunk.scales().empty() || chunk.scale_group() != 0) {
-    return absl::InvalidArgumentError("scales: set only on int8 pushes");
   }
   const Payload& values = chunk.dtype() == v1::DT_INT8 ? widened : received;
-  if (chunk.pull_after()) {
-    st = CheckStep(chunk.pull_clock(), "pull_clock");
-    if (!st.ok()) return st;
-  }
   const bool has_slice = !chunk.slice().table().empty();
   if (!values.empty() || chunk.end_of_step()) {
     // A worker pushes its current step (its clock) or, at most, the next one. A push further
@@ -144,56 +105,13 @@ absl::StatusOr<PushResult> Job::PushLocked(const v1::PushChunk& chunk, const Pay
   }
   SliceRef s;
   uint64_t n = 0;
-  if (!has_slice) {
-    if (!values.empty() || !chunk.indices().empty() || chunk.pull_after()) {
-      return absl::InvalidArgumentError("slice.table: values or pull_after without a table");
-    }
-  } else {
+  if (has_slice) {
     auto r = Resolve(chunk.slice(), "slice");
     if (!r.ok()) return r.status();
     s = std::move(*r);
-    const size_t es = DTypeSize(dtype);
-    if (values.size() % es != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("values: ", values.size(),
-                                                     " bytes is not a whole number of ",
-                                                     std::string(DTypeName(dtype)), " elements"));
-    }
-    n = values.size() / es;
-    const uint32_t width = s.dense ? 1 : tables_[s.table].info->width;
-    if (!chunk.indices().empty()) {
-      if (!s.dense) {
-        return absl::InvalidArgumentError(
-            "indices: top-k indices apply to dense blocks; sparse pushes list their rows in keys");
-      }
-      if (chunk.indices().size() % 4 != 0 || chunk.indices().size() / 4 != n) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "indices: ", chunk.indices().size(), " bytes do not hold one uint32 per value (",
-            n, " values)"));
-      }
-      if (chunk.offset() != 0) {
-        return absl::InvalidArgumentError("offset: must be 0 for a top-k push");
-      }
-      for (uint64_t i = 0; i < n; ++i) {
-        uint32_t idx;
-        std::memcpy(&idx, chunk.indices().data() + 4 * i, 4);
-        if (idx >= s.elems) {
-          return absl::InvalidArgumentError(absl::StrCat("indices: index ", idx,
-                                                         " is outside block ", s.block, " (",
-                                                         s.elems, " elements)"));
-        }
-      }
-    } else {
-      if (chunk.offset() > s.elems || n > s.elems - chunk.offset()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "values: ", n, " elements at offset ", chunk.offset(), " overrun the slice of '",
-            chunk.slice().table(), "' (", s.elems, " elements)"));
-      }
-      if (chunk.offset() % width != 0 || n % width != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "values: offset ", chunk.offset(), " and ", n,
-            " elements must be whole rows of width ", width));
-      }
-    }
+    PushTarget target{s.dense, s.block, s.elems, s.dense ? 1 : tables_[s.table].info->width};
+    st = ValidatePushExtent(chunk, target, dtype, values.size(), &n);
+    if (!st.ok()) return st;
   }
 
   PushResult result;

@@ -1,10 +1,13 @@
 #include "server/validate.h"
 
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/compression_spec.h"
+#include "common/dtype.h"
+#include "common/grad_compress.h"
 #include "common/sharding.h"
 #include "server/embedding_policy.h"
 #include "server/initializer.h"
@@ -180,6 +183,109 @@ absl::Status CheckStep(int64_t v, absl::string_view field) {
 
 bool IsFloatTransport(v1::DataType t) {
   return t == v1::DT_FLOAT32 || t == v1::DT_FLOAT16 || t == v1::DT_BFLOAT16;
+}
+
+absl::Status ValidatePushTag(const v1::PushChunk& chunk, absl::string_view job_id,
+                             uint32_t num_workers) {
+  const v1::Tag& tag = chunk.tag();
+  if (tag.worker() >= num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat("tag.worker: rank ", tag.worker(),
+                                                   " is outside job '", job_id, "' (",
+                                                   num_workers, " workers)"));
+  }
+  return CheckStep(tag.step(), "tag.step");
+}
+
+absl::Status ValidatePushEncoding(const v1::PushChunk& chunk, uint64_t values_bytes,
+                                  uint64_t max_chunk_bytes) {
+  const v1::DataType dtype = chunk.dtype() == v1::DT_INVALID ? v1::DT_FLOAT32 : chunk.dtype();
+  if (!IsFloatTransport(dtype) && dtype != v1::DT_INT8) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype: values must be float32, float16, bfloat16 or int8, got ",
+        std::string(DTypeName(dtype)), " (", static_cast<int>(chunk.dtype()), ")"));
+  }
+  if (values_bytes > max_chunk_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "values: ", values_bytes, " bytes exceed the limit of ", max_chunk_bytes,
+        " bytes per chunk; split tensors into chunks of about 4 MiB"));
+  }
+  if (dtype == v1::DT_INT8) {
+    if (!chunk.slice().keys().empty()) {
+      return absl::InvalidArgumentError("dtype: int8 pushes apply to dense blocks only");
+    }
+    const uint32_t group = chunk.scale_group();
+    if (group == 0) {
+      return absl::InvalidArgumentError("scale_group: an int8 push needs scales per group (> 0)");
+    }
+    if (chunk.scales().size() != 4 * NumScaleGroups(values_bytes, group)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "scales: ", chunk.scales().size(), " bytes do not hold one float32 per group of ",
+          group, " of the ", values_bytes, " int8 values"));
+    }
+    for (size_t g = 0; g < chunk.scales().size() / 4; ++g) {
+      float scale;
+      std::memcpy(&scale, chunk.scales().data() + 4 * g, 4);
+      if (!std::isfinite(scale) || scale < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("scales: group ", g, "'s scale ", scale,
+                                                       " is not a finite number >= 0"));
+      }
+    }
+  } else if (!chunk.scales().empty() || chunk.scale_group() != 0) {
+    return absl::InvalidArgumentError("scales: set only on int8 pushes");
+  }
+  if (chunk.pull_after()) {
+    absl::Status st = CheckStep(chunk.pull_clock(), "pull_clock");
+    if (!st.ok()) return st;
+  }
+  if (chunk.slice().table().empty() &&
+      (values_bytes > 0 || !chunk.indices().empty() || chunk.pull_after())) {
+    return absl::InvalidArgumentError("slice.table: values or pull_after without a table");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePushExtent(const v1::PushChunk& chunk, const PushTarget& target,
+                                v1::DataType dtype, uint64_t values_bytes, uint64_t* n) {
+  const size_t es = DTypeSize(dtype);
+  if (values_bytes % es != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("values: ", values_bytes,
+                                                   " bytes is not a whole number of ",
+                                                   std::string(DTypeName(dtype)), " elements"));
+  }
+  *n = values_bytes / es;
+  if (!chunk.indices().empty()) {
+    if (!target.dense) {
+      return absl::InvalidArgumentError(
+          "indices: top-k indices apply to dense blocks; sparse pushes list their rows in keys");
+    }
+    if (chunk.indices().size() % 4 != 0 || chunk.indices().size() / 4 != *n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "indices: ", chunk.indices().size(), " bytes do not hold one uint32 per value (", *n,
+          " values)"));
+    }
+    if (chunk.offset() != 0) return absl::InvalidArgumentError("offset: must be 0 for a top-k push");
+    for (uint64_t i = 0; i < *n; ++i) {
+      uint32_t idx;
+      std::memcpy(&idx, chunk.indices().data() + 4 * i, 4);
+      if (idx >= target.elems) {
+        return absl::InvalidArgumentError(absl::StrCat("indices: index ", idx,
+                                                       " is outside block ", target.block, " (",
+                                                       target.elems, " elements)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (chunk.offset() > target.elems || *n > target.elems - chunk.offset()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "values: ", *n, " elements at offset ", chunk.offset(), " overrun the slice of '",
+        chunk.slice().table(), "' (", target.elems, " elements)"));
+  }
+  if (chunk.offset() % target.width != 0 || *n % target.width != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("values: offset ", chunk.offset(), " and ", *n,
+                                                   " elements must be whole rows of width ",
+                                                   target.width));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pscluster

@@ -1,5 +1,7 @@
-// Validation of control-plane requests (CreateTables, UpdateShardMap). Errors are
-// INVALID_ARGUMENT and name the field, e.g. "tables[1].optimizer.learning_rate = nan: ...".
+// Validation of requests: the control plane's (CreateTables, UpdateShardMap) and what a push
+// chunk says of itself. Errors are INVALID_ARGUMENT (RESOURCE_EXHAUSTED for an oversized chunk)
+// and name the field, e.g. "tables[1].optimizer.learning_rate = nan: ...". What depends on a
+// job's state (its epoch, clocks, fences) is checked by the job.
 #ifndef PSCLUSTER_SERVER_VALIDATE_H_
 #define PSCLUSTER_SERVER_VALIDATE_H_
 
@@ -32,6 +34,29 @@ absl::Status CheckStep(int64_t v, absl::string_view field);
 
 // float32, float16 or bfloat16: what pushes carry and pulls return.
 bool IsFloatTransport(v1::DataType t);
+
+// ---- Push chunks: what a chunk says of itself, checked before and after its slice is resolved
+// against the job. Errors name the chunk's field.
+
+// tag.worker within the job's `num_workers` ranks, tag.step a valid step.
+absl::Status ValidatePushTag(const v1::PushChunk& chunk, absl::string_view job_id,
+                             uint32_t num_workers);
+// How the values are encoded: dtype (float32/16, bfloat16, or int8 with per-group scales, on
+// dense blocks only), `values_bytes` within `max_chunk_bytes`, pull_clock, and values, indices or
+// pull_after only with a table.
+absl::Status ValidatePushEncoding(const v1::PushChunk& chunk, uint64_t values_bytes,
+                                  uint64_t max_chunk_bytes);
+// The values (decoded to `dtype`, `values_bytes` of them) against the slice they update: whole
+// elements, within the slice, whole rows of `width`; top-k indices (dense blocks only) one per
+// value and inside the block. Sets *n to the number of elements.
+struct PushTarget {
+  bool dense = true;
+  uint64_t block = 0;   // DENSE.
+  uint64_t elems = 0;   // Elements of the whole slice.
+  uint32_t width = 1;   // SPARSE row width; 1 for dense.
+};
+absl::Status ValidatePushExtent(const v1::PushChunk& chunk, const PushTarget& target,
+                                v1::DataType dtype, uint64_t values_bytes, uint64_t* n);
 
 // Checks a shard map's structure (one assignment per shard, in order).
 absl::Status ValidateShardMap(const v1::ShardMap& map, absl::string_view field);
