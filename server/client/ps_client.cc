@@ -97,7 +97,8 @@ absl::StatusOr<std::shared_ptr<const Routing>> PsClient::Impl::Build(v1::ShardMa
     index[s.node_id()] = i;
     auto& conn = conns[s.address()];
     if (!conn) {
-      auto ch = MakeChannel(s.address(), options.channel);
+      auto ch = options.connector != nullptr ? options.connector->Channel(s.address())
+                                             : MakeChannel(s.address(), options.channel);
       if (!ch.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("map.servers[", i, "].address: ",
                                                        ch.status().message()));

@@ -35,6 +35,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "server/client/dialer.h"
 #include "server/client/param_client.h"
+#include "server/client/server_connector.h"
 
 namespace pscluster {
 
@@ -85,6 +86,9 @@ struct PsClientOptions {
   // Unix data socket: offer the server shared memory with two rings of this size (requests and
   // replies), so that payloads bypass the socket (0: never; server/shm_ring.h).
   size_t shm_ring_bytes = 16 << 20;
+  // How each server is reached (null: over the network, as `channel` and `data_transport` say;
+  // both are then unused). Tests connect to servers in this process through one.
+  std::shared_ptr<ServerConnector> connector;
 };
 
 class PsClient final : public ParamClient {

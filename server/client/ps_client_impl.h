@@ -89,7 +89,17 @@ struct Connection {
       stream->Retire();
       retired.push_back(std::move(stream));
     }
-    if (o.data_transport != DataTransport::kGrpc) {
+    if (o.connector != nullptr) {
+      absl::StatusOr<std::shared_ptr<DataConn>> opened = o.connector->OpenData(address);
+      if (!opened.ok()) {
+        stream = std::make_shared<FailedConn>(opened.status());
+        return stream;
+      }
+      if (*opened != nullptr) {
+        stream = std::move(*opened);
+        return stream;
+      }
+    } else if (o.data_transport != DataTransport::kGrpc) {
       absl::StatusOr<std::shared_ptr<DataConn>> tcp = Dial(o);
       if (tcp.ok()) {
         stream = std::move(*tcp);
