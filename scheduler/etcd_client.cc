@@ -1,18 +1,51 @@
 #include "scheduler/etcd_client.h"
 
+#include <fstream>
 #include <functional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 
 namespace pscluster::scheduler {
 
+namespace {
+
+// The TLS files for etcd, each readable; errors name the etcd flag, not the daemon's own TLS
+// flags that MakeChannel's would name.
+absl::Status CheckEtcdTls(const TlsFiles& tls) {
+  if (tls.cert.empty() != tls.key.empty()) {
+    return absl::InvalidArgumentError(
+        "--etcd_cert_file and --etcd_key_file must be given together (a client certificate "
+        "for etcd's --client-cert-auth)");
+  }
+  if (!tls.enabled()) return absl::OkStatus();
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{"etcd_ca_file", &tls.ca},
+                                   {"etcd_cert_file", &tls.cert},
+                                   {"etcd_key_file", &tls.key}}) {
+    if (path->empty()) continue;
+    std::ifstream in(*path);
+    if (!in.good()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": cannot read '", *path, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(const std::string& endpoints,
-                                                                absl::Duration timeout) {
+                                                                absl::Duration timeout,
+                                                                const TlsFiles& tls) {
   if (endpoints.empty()) {
     return absl::InvalidArgumentError("--etcd_endpoints: empty (host:port[,host:port...])");
   }
-  auto channel = MakeChannel(endpoints);
+  absl::Status tls_ok = CheckEtcdTls(tls);
+  if (!tls_ok.ok()) return tls_ok;
+  ChannelOptions options;
+  options.tls = tls;
+  auto channel = MakeChannel(endpoints, options);
   if (!channel.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--etcd_endpoints: ", channel.status().message()));

@@ -16,15 +16,21 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "proto/etcd/etcd.grpc.pb.h"
 
 namespace pscluster::scheduler {
 
 class EtcdClient {
  public:
-  // `endpoints`: "host:port[,host:port...]" of the etcd members' client URLs (plain gRPC).
+  // `endpoints`: "host:port[,host:port...]" of the etcd members' client URLs: plain gRPC, or
+  // TLS when `tls` names files (etcd's --trusted-ca-file signs `tls.cert` for its
+  // --client-cert-auth; `tls.ca` verifies the members' certificates, which must name the
+  // endpoints' host). Errors name the flag at fault (--etcd_endpoints, --etcd_ca_file,
+  // --etcd_cert_file, --etcd_key_file).
   static absl::StatusOr<std::unique_ptr<EtcdClient>> Connect(const std::string& endpoints,
-                                                             absl::Duration timeout);
+                                                             absl::Duration timeout,
+                                                             const TlsFiles& tls = {});
 
   const std::string& endpoints() const { return endpoints_; }
   absl::Duration timeout() const { return timeout_; }

@@ -143,7 +143,7 @@ absl::StatusOr<std::unique_ptr<HaScheduler>> HaScheduler::Start(
   std::unique_ptr<HaScheduler> h(new HaScheduler());
   h->daemon_options_ = daemon;
   h->ha_ = ha;
-  auto etcd = EtcdClient::Connect(ha.etcd_endpoints, ha.etcd_timeout);
+  auto etcd = EtcdClient::Connect(ha.etcd_endpoints, ha.etcd_timeout, ha.etcd_tls);
   if (!etcd.ok()) return etcd.status();
   h->etcd_ = std::move(*etcd);
   auto authz = Authorizer::Create(daemon.token_file);
@@ -234,7 +234,7 @@ void HaScheduler::Run() {
     absl::StatusOr<int64_t> term = election_->Campaign(&stop_);
     if (!term.ok()) break;
     // The store gets a client of its own, which stepping down closes (cancelling its calls).
-    auto store_client = EtcdClient::Connect(ha_.etcd_endpoints, ha_.etcd_timeout);
+    auto store_client = EtcdClient::Connect(ha_.etcd_endpoints, ha_.etcd_timeout, ha_.etcd_tls);
     if (!store_client.ok()) {  // The endpoints were accepted at start; not expected.
       Logger("scheduler")->error("elected but cannot connect the store: {}; resigning",
                                  store_client.status());

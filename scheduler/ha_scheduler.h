@@ -41,6 +41,8 @@ struct HaOptions {
   // it listens on, with 0.0.0.0 read as 127.0.0.1).
   std::string advertise_address;
   absl::Duration etcd_timeout = absl::Seconds(2);  // Deadline of each etcd call.
+  // TLS to the etcd members (--etcd_ca_file, --etcd_cert_file, --etcd_key_file); none: plain.
+  TlsFiles etcd_tls;
 };
 
 class HaScheduler {

@@ -81,7 +81,8 @@ ABSL_FLAG(std::string, quota_file, "",
           "on their servers, e.g. 8GiB); past them SubmitJob answers RESOURCE_EXHAUSTED naming "
           "the quota (re-read on SIGHUP; needs --token_file); empty = no quotas");
 ABSL_FLAG(std::string, etcd_endpoints, "",
-          "host:port[,host:port...] of an etcd cluster's members (client URLs, plain gRPC): "
+          "host:port[,host:port...] of an etcd cluster's members (client URLs; gRPC, in TLS "
+          "with --etcd_ca_file): "
           "the scheduler's state lives there instead of --db, and several schedulers started "
           "with the same endpoints and --etcd_prefix elect one leader; the others answer "
           "UNAVAILABLE naming it until they take over. Empty = one scheduler on --db");
@@ -90,6 +91,14 @@ ABSL_FLAG(std::string, etcd_prefix, "/pscluster",
 ABSL_FLAG(int64_t, etcd_lease_seconds, 5,
           "with --etcd_endpoints: the leader's lease; a dead leader is replaced within about "
           "this, and a leader that cannot renew it steps down after 2/3 of it");
+ABSL_FLAG(std::string, etcd_ca_file, "",
+          "with --etcd_endpoints: PEM CA bundle that verifies the etcd members' certificates "
+          "(their --cert-file); set: the scheduler speaks TLS to etcd. Empty = plain gRPC");
+ABSL_FLAG(std::string, etcd_cert_file, "",
+          "with --etcd_endpoints: PEM client certificate presented to etcd (for its "
+          "--client-cert-auth); needs --etcd_key_file");
+ABSL_FLAG(std::string, etcd_key_file, "",
+          "with --etcd_endpoints: PEM private key of --etcd_cert_file");
 ABSL_FLAG(std::string, advertise_address, "",
           "with --etcd_endpoints: host:port other schedulers name as the leader's address "
           "when this one leads (default: --listen, 0.0.0.0 read as 127.0.0.1)");
@@ -210,7 +219,8 @@ int main(int argc, char** argv) {
           "--", name, ": the state is in etcd (--etcd_endpoints); leave --", name, " out")));
     }
   }
-  for (const char* name : {"etcd_prefix", "etcd_lease_seconds", "advertise_address"}) {
+  for (const char* name : {"etcd_prefix", "etcd_lease_seconds", "advertise_address",
+                           "etcd_ca_file", "etcd_cert_file", "etcd_key_file"}) {
     if (!ha && set(name)) {
       return Fail(absl::InvalidArgumentError(
           absl::StrCat("--", name, ": only used with --etcd_endpoints")));
@@ -221,6 +231,9 @@ int main(int argc, char** argv) {
   ha_options.prefix = absl::GetFlag(FLAGS_etcd_prefix);
   ha_options.lease_seconds = absl::GetFlag(FLAGS_etcd_lease_seconds);
   ha_options.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  ha_options.etcd_tls.ca = absl::GetFlag(FLAGS_etcd_ca_file);
+  ha_options.etcd_tls.cert = absl::GetFlag(FLAGS_etcd_cert_file);
+  ha_options.etcd_tls.key = absl::GetFlag(FLAGS_etcd_key_file);
 
   // Signals are taken by sigwait() below, not by whichever thread happens to run.
   sigset_t stop_signals;

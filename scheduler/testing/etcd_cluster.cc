@@ -44,7 +44,8 @@ std::string EtcdBinary() {
 
 absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(const std::string& dir,
                                                                 int members,
-                                                                absl::Duration timeout) {
+                                                                absl::Duration timeout,
+                                                                const EtcdTls* tls) {
   if (access(EtcdBinary().c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat(
         EtcdBinary(), " is not installed (Debian package etcd-server; deploy/install_deps.sh)"));
@@ -68,8 +69,8 @@ absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(const std::strin
     o.log_file = m.log;
     o.args = {absl::StrCat("--name=", m.name),
               absl::StrCat("--data-dir=", dir, "/", m.name, ".data"),
-              absl::StrCat("--listen-client-urls=http://", m.client),
-              absl::StrCat("--advertise-client-urls=http://", m.client),
+              absl::StrCat("--listen-client-urls=", tls ? "https://" : "http://", m.client),
+              absl::StrCat("--advertise-client-urls=", tls ? "https://" : "http://", m.client),
               absl::StrCat("--listen-peer-urls=", peers[i]),
               absl::StrCat("--initial-advertise-peer-urls=", peers[i]),
               absl::StrCat("--initial-cluster=", cluster),
@@ -78,6 +79,14 @@ absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(const std::strin
               // Quick raft failover: a lost member that led is replaced in about a second.
               "--heartbeat-interval=50",
               "--election-timeout=500"};
+    if (tls != nullptr) {
+      o.args.push_back(absl::StrCat("--cert-file=", tls->cert));
+      o.args.push_back(absl::StrCat("--key-file=", tls->key));
+      if (!tls->client_ca.empty()) {
+        o.args.push_back("--client-cert-auth");
+        o.args.push_back(absl::StrCat("--trusted-ca-file=", tls->client_ca));
+      }
+    }
     auto p = psctl::Subprocess::Spawn(o);
     if (!p.ok()) return p.status();
     m.process = std::move(*p);
@@ -85,7 +94,8 @@ absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(const std::strin
   // Up once a write through each member's address goes through.
   const absl::Time deadline = absl::Now() + timeout;
   for (int i = 0; i < members; ++i) {
-    auto client = EtcdClient::Connect(c->members_[i].client, absl::Seconds(1));
+    auto client = EtcdClient::Connect(c->members_[i].client, absl::Seconds(1),
+                                      tls != nullptr ? tls->client : TlsFiles{});
     if (!client.ok()) return client.status();
     absl::Status s;
     while (true) {

@@ -17,9 +17,19 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "scheduler/psctl/subprocess.h"
 
 namespace pscluster::scheduler::testing {
+
+// TLS on the members' client URLs (https), and what the harness connects with.
+struct EtcdTls {
+  std::string cert, key;  // The members' certificate (naming 127.0.0.1) and its key.
+  // --trusted-ca-file with --client-cert-auth: clients must present a certificate it signed.
+  // Empty: no client certificates asked for.
+  std::string client_ca;
+  TlsFiles client;  // The harness's own connection (CA of `cert`, and a client certificate).
+};
 
 class EtcdCluster {
  public:
@@ -27,7 +37,8 @@ class EtcdCluster {
   // the member that did not come up, with its log's last lines (and say so when etcd is not
   // installed).
   static absl::StatusOr<std::unique_ptr<EtcdCluster>> Start(const std::string& dir, int members,
-                                                            absl::Duration timeout = absl::Seconds(60));
+                                                            absl::Duration timeout = absl::Seconds(60),
+                                                            const EtcdTls* tls = nullptr);
   ~EtcdCluster();
 
   // Every member's client address, comma-separated ("127.0.0.1:P1,127.0.0.1:P2,...").
