@@ -34,6 +34,37 @@ uint32_t CountMinSketch::Add(uint64_t key) {
   return est;
 }
 
+void CountMinSketch::AppendTo(std::string* out) const {
+  const size_t at = out->size();
+  out->resize(at + bytes());
+  char* p = out->data() + at;
+  for (uint64_t i = 0; i < kDepth * width_; ++i) {
+    const uint32_t v = counters_[i].load(std::memory_order_relaxed);
+    for (int b = 0; b < 4; ++b) p[4 * i + b] = static_cast<char>((v >> (8 * b)) & 0xff);
+  }
+}
+
+absl::Status CountMinSketch::AddFrom(absl::string_view counters) {
+  if (counters.size() != bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("an admission sketch of ", counters.size(),
+                                                   " bytes does not fit this table's ", bytes()));
+  }
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(counters.data());
+  for (uint64_t i = 0; i < kDepth * width_; ++i) {
+    const uint32_t add = static_cast<uint32_t>(p[4 * i]) | static_cast<uint32_t>(p[4 * i + 1]) << 8 |
+                         static_cast<uint32_t>(p[4 * i + 2]) << 16 |
+                         static_cast<uint32_t>(p[4 * i + 3]) << 24;
+    std::atomic<uint32_t>& c = counters_[i];
+    uint32_t v = c.load(std::memory_order_relaxed);
+    uint32_t sum;
+    do {
+      sum = add > std::numeric_limits<uint32_t>::max() - v ? std::numeric_limits<uint32_t>::max()
+                                                            : v + add;
+    } while (!c.compare_exchange_weak(v, sum, std::memory_order_relaxed));
+  }
+  return absl::OkStatus();
+}
+
 uint32_t CountMinSketch::Estimate(uint64_t key) const {
   uint32_t est = std::numeric_limits<uint32_t>::max();
   for (int r = 0; r < kDepth; ++r) {

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -36,6 +37,13 @@ class CountMinSketch {
   uint32_t Add(uint64_t key);
   uint32_t Estimate(uint64_t key) const;
   uint64_t bytes() const { return uint64_t{kDepth} * width_ * sizeof(uint32_t); }
+
+  // The counters as bytes() bytes (little-endian uint32, row after row): a checkpoint's copy.
+  void AppendTo(std::string* out) const;
+  // Adds counters written by AppendTo of a sketch of the same size (saturating): a restored
+  // checkpoint's counts, or several servers' (of disjoint keys) together. Every key's estimate
+  // afterwards is at least the sum of its counts in both. INVALID_ARGUMENT for another size.
+  absl::Status AddFrom(absl::string_view counters);
 
  private:
   uint64_t Cell(int row, uint64_t key) const;
@@ -72,6 +80,9 @@ class EmbeddingPolicy {
   bool Collectable(int64_t last_step, int64_t last_ms, int64_t min_clock, int64_t now_ms) const;
 
   uint64_t sketch_bytes() const { return sketch_ ? sketch_->bytes() : 0; }
+  // The count filter's sketch (null without one).
+  const CountMinSketch* sketch() const { return sketch_.get(); }
+  CountMinSketch* mutable_sketch() { return sketch_.get(); }
 
  private:
   bool admits_ = false;

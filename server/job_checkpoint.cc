@@ -117,6 +117,11 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
         ct->set_last_steps_offset(off);
         off += rows * 8;
       }
+      if (const CountMinSketch* sketch = t.sparse->policy().sketch()) {
+        ct->set_admit_sketch_offset(off);
+        ct->set_admit_sketch_bytes(sketch->bytes());
+        off += sketch->bytes();
+      }
     }
   }
   h.set_data_bytes(off);
@@ -156,6 +161,8 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
       if (t.sparse->policy().expires()) {
         f.append(reinterpret_cast<const char*>(last_steps.data()), last_steps.size() * 8);
       }
+      // Pushes hold the job's lock shared: none counts while the sketch is copied.
+      if (const CountMinSketch* sketch = t.sparse->policy().sketch()) sketch->AppendTo(&f);
     }
   }
   if (f.size() - data_start != off) {
@@ -259,6 +266,15 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::strin
           !in_range(ct.values_offset(), rows * t.info->width * fpe * sizeof(float))) {
         return corrupt(absl::StrCat("table '", ct.spec().name(), "' rows do not fit the file"));
       }
+      if (ct.admit_sketch_bytes() != 0) {
+        const CountMinSketch* sketch = t.sparse->policy().sketch();
+        if (sketch == nullptr || sketch->bytes() != ct.admit_sketch_bytes() ||
+            !in_range(ct.admit_sketch_offset(), ct.admit_sketch_bytes())) {
+          return corrupt(absl::StrCat("table '", ct.spec().name(), "' admission sketch of ",
+                                      ct.admit_sketch_bytes(),
+                                      " bytes does not fit the table's count filter or the file"));
+        }
+      }
       const uint64_t space = t.info->spec.key_space();
       uint64_t prev = 0;
       for (uint64_t r = 0; r < rows; ++r) {
@@ -318,6 +334,13 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::strin
                 : h.step();
         absl::Status s = t.sparse->PutRow(k, u, row.data(), budget_, last_step);
         if (!s.ok()) return s;
+      }
+      if (ct.admit_sketch_bytes() != 0) {
+        // Added, not replaced: a recovery restores one file per former server (disjoint keys)
+        // into the same table, and a key's count may only be overestimated, never lost.
+        absl::Status s = t.sparse->admission_sketch()->AddFrom(absl::string_view(
+            data + ct.admit_sketch_offset(), ct.admit_sketch_bytes()));
+        if (!s.ok()) return s;  // Validated above.
       }
     }
   }

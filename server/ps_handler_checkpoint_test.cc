@@ -525,5 +525,73 @@ TEST_F(HandlerTest, FilesOutsideTheConfiguredRootsAreRefusedAndNothingIsWritten)
   EXPECT_TRUE(h_->Export(e, &er).ok());
 }
 
+// A count filter's counts of keys not yet admitted are in the checkpoint: after a restore into a
+// new job (as a recovery does), a key pushed twice before the checkpoint is admitted by its third
+// push, not counted from zero again. A file whose sketch section does not fit is refused.
+TEST_F(HandlerTest, AdmissionCountsSurviveACheckpointAndARestore) {
+  v1::TableSpec emb = SparseSpec("emb", 4, 0, Optimizer(v1::OptimizerSpec::SGD, 0.5f));
+  emb.mutable_embedding()->set_admit_after_pushes(3);
+  emb.mutable_embedding()->set_admit_sketch_bytes(4096);
+  const v1::CreateTablesRequest job = CreateRequest("adm", {emb}, v1::ConsistencySpec::ASP, 1);
+  Create(job);
+  const std::vector<float> g(4, 1.0f);
+  ASSERT_TRUE(PushSparse("adm", 0, 0, 0, "emb", {11}, g, true).ok());
+  ASSERT_TRUE(PushSparse("adm", 0, 1, 0, "emb", {11}, g, true).ok());
+  const std::vector<float> initial = *Pull("adm", 0, 2, {Rows("emb", {11})});
+  v1::CheckpointRequest c;
+  c.set_job_id("adm");
+  v1::CheckpointResponse cr;
+  ASSERT_TRUE(h_->Checkpoint(c, &cr).ok());
+  const std::string file = *ReadFile(cr.path());
+
+  auto recreate = [&] {
+    v1::DropJobRequest d;
+    d.set_job_id("adm");
+    v1::DropJobResponse dr;
+    ASSERT_TRUE(h_->DropJob(d, &dr).ok());
+    Create(job);
+  };
+  auto restore = [&](const std::string& path) {
+    v1::RestoreRequest r;
+    r.set_job_id("adm");
+    r.set_path(path);
+    v1::RestoreResponse rr;
+    return h_->Restore(r, &rr);
+  };
+  std::vector<float> admitted = initial;
+  for (float& x : admitted) x -= 0.5f;
+
+  // Without the checkpoint's counts the third push is only the first.
+  recreate();
+  ASSERT_TRUE(PushSparse("adm", 0, 0, 0, "emb", {11}, g, true).ok());
+  EXPECT_EQ(*Pull("adm", 0, 1, {Rows("emb", {11})}), initial) << "counted, not admitted";
+
+  // With them it admits the key.
+  recreate();
+  ASSERT_TRUE(restore(cr.path()).ok()) << restore(cr.path());
+  ASSERT_TRUE(PushSparse("adm", 0, 2, 0, "emb", {11}, g, true).ok());
+  EXPECT_EQ(*Pull("adm", 0, 3, {Rows("emb", {11})}), admitted);
+
+  // A sketch section of the wrong size: refused, naming the table, and nothing changes.
+  auto parsed = ParseCheckpoint(file, cr.path());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  v1::CheckpointHeader h = parsed->header;
+  ASSERT_EQ(h.tables(0).admit_sketch_bytes(), 4096u);
+  h.mutable_tables(0)->set_admit_sketch_bytes(1024);
+  std::string bad;
+  AppendCheckpointHead(h, &bad);
+  bad.append(parsed->data.data(), parsed->data.size());
+  AppendCheckpointTrailer(&bad);
+  const std::string bad_path = TempDir("bad-sketch.ckpt");
+  ASSERT_TRUE(WriteFileAtomically(bad_path, bad).ok());
+  recreate();
+  absl::Status st = restore(bad_path);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find("table 'emb' admission sketch of 1024 bytes"), std::string::npos)
+      << st;
+  ASSERT_TRUE(PushSparse("adm", 0, 0, 0, "emb", {11}, g, true).ok());
+  EXPECT_EQ(*Pull("adm", 0, 1, {Rows("emb", {11})}), initial) << "no counts were loaded";
+}
+
 }  // namespace
 }  // namespace pscluster

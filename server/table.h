@@ -183,6 +183,9 @@ class SparseTable {
   void Read(absl::Span<const uint64_t> keys, v1::DataType dtype, char* out);
 
   const EmbeddingPolicy& policy() const { return policy_; }
+  // The count filter's sketch (null without one): checkpoints carry its counts, restores add
+  // them back. Thread-safe (the sketch is).
+  CountMinSketch* admission_sketch() { return policy_.mutable_sketch(); }
   // Removes the rows that have expired for every push at a step >= min_clock (see
   // EmbeddingPolicy::Collectable); returns how many. Takes one stripe lock at a time.
   uint64_t CollectExpired(int64_t min_clock, MemoryBudget* budget);
