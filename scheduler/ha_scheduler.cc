@@ -2,7 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
+#include "common/channel.h"
 #include "common/logging.h"
+#include "common/status_convert.h"
 #include "common/tls.h"
 #include "common/parsed_unary.h"
 #include "proto/scheduler.grpc.pb.h"
@@ -62,9 +64,13 @@ class HaScheduler::FollowerService final
     Refuse<v1::CancelJobRequest, v1::CancelJobResponse>("CancelJob");
     Read("GetShardMap", &Scheduler::GetShardMap);
     Refuse<v1::ReportProgressRequest, v1::ReportProgressResponse>("ReportProgress");
-    // Nodes' liveness lives in the leader's memory (heartbeats), not in etcd.
-    Refuse<v1::ClusterStatusRequest, v1::ClusterStatusResponse>(
-        "ClusterStatus", " (the nodes' liveness is known to the leader only)");
+    // Nodes' liveness lives in the leader's memory (heartbeats), not in etcd: asked of it.
+    Serve<v1::ClusterStatusRequest, v1::ClusterStatusResponse>(
+        "ClusterStatus", [this](grpc::CallbackServerContext* ctx,
+                                const v1::ClusterStatusRequest& req,
+                                v1::ClusterStatusResponse* resp, Done done) {
+          ForwardClusterStatus(ctx, req, resp, std::move(done));
+        });
     Refuse<v1::MoveShardRequest, v1::MoveShardResponse>("MoveShard");
     Refuse<v1::CheckpointJobRequest, v1::CheckpointJobResponse>("CheckpointJob");
     Refuse<v1::ExportJobRequest, v1::ExportJobResponse>("ExportJob");
@@ -76,6 +82,48 @@ class HaScheduler::FollowerService final
   }
 
  private:
+  // ClusterStatus, answered by the leader: the caller was authorized here (as viewer); its
+  // bearer token goes along, so that the leader checks the same credential (the schedulers
+  // share one token file), else the follower's own --credential_file token. Asynchronous: no
+  // gRPC thread waits for the leader.
+  void ForwardClusterStatus(grpc::CallbackServerContext* ctx, const v1::ClusterStatusRequest& req,
+                            v1::ClusterStatusResponse* resp, Done done) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = owner_->LeaderChannel();
+    if (!channel.ok()) {
+      done(channel.status());
+      return;
+    }
+    struct Call {
+      std::shared_ptr<grpc::Channel> channel;
+      std::unique_ptr<v1::Scheduler::Stub> stub;
+      grpc::ClientContext ctx;
+    };
+    auto call = std::make_shared<Call>();
+    call->channel = *channel;
+    call->stub = v1::Scheduler::NewStub(call->channel);
+    call->ctx.set_deadline(std::chrono::system_clock::now() +
+                           absl::ToChronoMilliseconds(owner_->daemon_options_.rpc_timeout));
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    if (it != md.end()) {
+      call->ctx.AddMetadata("authorization", std::string(it->second.data(), it->second.size()));
+    } else if (!owner_->daemon_options_.credential.empty()) {
+      call->ctx.AddMetadata("authorization",
+                            absl::StrCat("Bearer ", owner_->daemon_options_.credential));
+    }
+    const std::string leader = owner_->election_->leader();
+    call->stub->async()->ClusterStatus(
+        &call->ctx, &req, resp, [call, done = std::move(done), leader](grpc::Status s) {
+          if (s.ok()) {
+            done(absl::OkStatus());
+            return;
+          }
+          absl::Status st = FromGrpcStatus(s);
+          done(absl::Status(st.code(), absl::StrCat("ClusterStatus forwarded to the leader at ",
+                                                    leader, ": ", st.message())));
+        });
+  }
+
   template <typename Req, typename Resp>
   void Refuse(absl::string_view method, absl::string_view why = "") {
     const std::string suffix(why);
@@ -113,6 +161,25 @@ std::string HaScheduler::NotLeaderMessage() const {
                             "retry, or give every scheduler's address")
              : absl::StrCat("the scheduler at ", advertise_, " is a follower; the leader is at ",
                             leader);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> HaScheduler::LeaderChannel() {
+  const std::string leader = ready_.HasBeenNotified() ? election_->leader() : "";
+  if (leader.empty() || leader == advertise_) {
+    return absl::UnavailableError(NotLeaderMessage());
+  }
+  absl::MutexLock l(&view_mu_);
+  if (leader_channel_ == nullptr || leader_address_ != leader) {
+    ChannelOptions o;
+    o.tls = daemon_options_.tls;  // The schedulers' TLS files: a client of the leader too.
+    auto channel = MakeChannel(leader, o);
+    if (!channel.ok()) {
+      return absl::UnavailableError(absl::StrCat(NotLeaderMessage(), "; ", channel.status().message()));
+    }
+    leader_channel_ = *channel;
+    leader_address_ = leader;
+  }
+  return leader_channel_;
 }
 
 absl::StatusOr<std::shared_ptr<HaScheduler::View>> HaScheduler::CurrentView() {

@@ -27,6 +27,7 @@
 #include "common/authz.h"
 #include "grpcpp/server.h"
 #include "scheduler/etcd_client.h"
+#include "grpcpp/channel.h"
 #include "scheduler/etcd_store.h"
 #include "scheduler/leader_election.h"
 #include "scheduler/scheduler_daemon.h"
@@ -76,6 +77,9 @@ class HaScheduler {
   std::string NotLeaderMessage() const;
   // The follower's view of etcd, read again when older than kViewMaxAge.
   absl::StatusOr<std::shared_ptr<View>> CurrentView();
+  // A follower's channel to the leader (made again when the leader changes); UNAVAILABLE with
+  // NotLeaderMessage() when no other scheduler is known to lead.
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> LeaderChannel();
   absl::Status StartFollowerServer();
   void StopFollowerServer();
   void Run();
@@ -92,6 +96,8 @@ class HaScheduler {
   absl::Notification ready_;
   absl::Mutex view_mu_;
   std::shared_ptr<View> view_ ABSL_GUARDED_BY(view_mu_);
+  std::string leader_address_ ABSL_GUARDED_BY(view_mu_);  // Of leader_channel_.
+  std::shared_ptr<grpc::Channel> leader_channel_ ABSL_GUARDED_BY(view_mu_);
   std::unique_ptr<grpc::Server> follower_server_;
   absl::Notification stop_;
   std::thread thread_;

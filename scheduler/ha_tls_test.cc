@@ -1,8 +1,8 @@
 // The highly available scheduler secured end to end: etcd run with TLS and client certificates
 // (--client-cert-auth), reached only with the CA and a certificate it trusts; two schedulers
 // speaking TLS on their own port and checking bearer tokens elect one leader through that
-// etcd, the follower refuses writes naming the leader and checks credentials as the leader
-// does, and the follower takes over, with the state read back from the TLS etcd, when the
+// etcd, the follower refuses writes naming the leader, checks credentials as the leader does,
+// asks the leader for ClusterStatus with the caller's token, and the follower takes over, with the state read back from the TLS etcd, when the
 // leader goes. Certificates are made with the openssl CLI (tests/integration/make_certs.sh).
 #include <cstdlib>
 #include <fstream>
@@ -75,8 +75,11 @@ class HaTlsTest : public ::testing::Test {
                                     << Sha256Hex(kViewerToken) << " victor viewer\n";
     SchedulerDaemonOptions d;
     d.listen_address = "127.0.0.1:0";
-    d.tls.cert = Cert("node.pem");  // Server-side TLS; callers prove themselves by token.
+    // Mutual TLS (a follower also calls the leader, as a client, presenting node.pem); callers
+    // prove who they are by token.
+    d.tls.cert = Cert("node.pem");
     d.tls.key = Cert("node.key");
+    d.tls.ca = Cert("ca.pem");
     d.token_file = dir_ + "/tokens";
     HaOptions ha;
     ha.etcd_endpoints = etcd_->endpoints();
@@ -89,7 +92,7 @@ class HaTlsTest : public ::testing::Test {
 
   std::unique_ptr<v1::Scheduler::Stub> Stub(const HaScheduler& h, const std::string& token) {
     ChannelOptions o;
-    o.tls.ca = Cert("ca.pem");
+    o.tls = TlsFiles{Cert("client.pem"), Cert("client.key"), Cert("ca.pem")};
     o.bearer_token = token;
     auto channel = MakeChannel(h.address(), o);
     EXPECT_THAT(channel, IsOk());
@@ -106,6 +109,11 @@ class HaTlsTest : public ::testing::Test {
     grpc::Status s = stub->SubmitJob(&ctx, req, &resp);
     if (id != nullptr) *id = resp.job_id();
     return s;
+  }
+  static grpc::Status Status(v1::Scheduler::Stub* stub, v1::ClusterStatusResponse* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return stub->ClusterStatus(&ctx, v1::ClusterStatusRequest(), resp);
   }
   static grpc::Status List(v1::Scheduler::Stub* stub, v1::ListJobsResponse* resp) {
     grpc::ClientContext ctx;
@@ -173,7 +181,9 @@ TEST_F(HaTlsTest, SchedulersInTlsWithTokensElectOneLeaderThroughTlsEtcd) {
   // refuses writes naming the leader.
   v1::ListJobsResponse jobs;
   s = List(Stub(*b, "").get(), &jobs);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("has no line in this daemon's token file"))
+      << "a client certificate alone names an identity the token file lacks";
   ASSERT_TRUE(WaitFor(absl::Seconds(5), [&] {
     jobs.Clear();
     return List(Stub(*b, kViewerToken).get(), &jobs).ok() && jobs.jobs_size() == 1;
@@ -182,11 +192,22 @@ TEST_F(HaTlsTest, SchedulersInTlsWithTokensElectOneLeaderThroughTlsEtcd) {
   s = Submit(Stub(*b, kAdminToken).get(), nullptr);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
   EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat("the leader is at ", a->address())));
+  // ClusterStatus is the leader's (it knows the nodes' liveness): the follower asks it, in TLS,
+  // with the caller's token, which the leader checks again.
+  v1::ClusterStatusResponse status;
+  s = Status(Stub(*b, kViewerToken).get(), &status);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(status.jobs_size(), 1);
+  EXPECT_EQ(status.jobs(0).job_id(), id);
+  s = Status(Stub(*b, "").get(), &status);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
 
   // The leader goes: the follower takes over with the job it reads back from etcd.
   a->Shutdown();
   a.reset();
   ASSERT_TRUE(WaitFor(absl::Seconds(20), [&] { return b->leading(); }));
+  s = Status(Stub(*b, kViewerToken).get(), &status);
+  EXPECT_TRUE(s.ok()) << "its own now: " << s.error_message();
   ASSERT_TRUE(WaitFor(absl::Seconds(10), [&] {
     jobs.Clear();
     return List(Stub(*b, kViewerToken).get(), &jobs).ok() && jobs.jobs_size() == 1;
