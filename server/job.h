@@ -328,8 +328,7 @@ class Job {
   absl::Status SetShardsChanging(uint64_t epoch, std::vector<bool> held, MapChange change,
                                  std::vector<ReadGate::Callback>* parked);
   // `only` (nullptr = all): the shards the checkpoint covers (its header lists the held ones
-  // among them, its dense blocks are theirs; sparse tables are written whole and a restore takes
-  // the rows of the covered shards).
+  // among them; its dense blocks and sparse rows are theirs).
   absl::StatusOr<Snapshot> MakeCheckpointLocked(const std::string& node_id, int64_t now_unix_ms,
                                                 std::optional<int64_t> at,
                                                 const std::vector<bool>* only = nullptr)

@@ -77,6 +77,12 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
   // Pass 1: layout.
   uint64_t off = 0;
   std::vector<uint64_t> sparse_rows(tables_.size(), 0);
+  struct SparseRows {
+    std::vector<uint64_t> keys;
+    std::vector<int64_t> updates, last_steps;
+    std::string values;
+  };
+  std::vector<SparseRows> partial(only != nullptr ? tables_.size() : 0);
   for (size_t ti = 0; ti < tables_.size(); ++ti) {
     const TableState& t = tables_[ti];
     auto* ct = h.add_tables();
@@ -105,6 +111,21 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
       }
     } else {
       uint64_t rows = t.sparse->rows();
+      if (only != nullptr) {
+        // A snapshot of some shards (a live copy's seed): only their rows, gathered now (the
+        // header, which comes first, needs their count).
+        SparseRows& c = partial[ti];
+        const size_t row_bytes = t.info->width * fpe * sizeof(float);
+        t.sparse->ForEachRowSortedWithStep(
+            [&](uint64_t key, int64_t u, int64_t last_step, const float* row) {
+              if (!covers(t.sparse->ShardOf(key))) return;
+              c.keys.push_back(key);
+              c.updates.push_back(u);
+              c.last_steps.push_back(last_step);
+              c.values.append(reinterpret_cast<const char*>(row), row_bytes);
+            });
+        rows = c.keys.size();
+      }
       sparse_rows[ti] = rows;
       ct->set_rows(rows);
       ct->set_values_offset(off);
@@ -145,17 +166,25 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
     } else {
       std::vector<uint64_t> keys;
       std::vector<int64_t> updates;
-      keys.reserve(sparse_rows[ti]);
-      updates.reserve(sparse_rows[ti]);
-      const size_t row_bytes = t.info->width * fpe * sizeof(float);
       std::vector<int64_t> last_steps;
-      t.sparse->ForEachRowSortedWithStep(
-          [&](uint64_t key, int64_t u, int64_t last_step, const float* row) {
-            keys.push_back(key);
-            updates.push_back(u);
-            last_steps.push_back(last_step);
-            f.append(reinterpret_cast<const char*>(row), row_bytes);
-          });
+      if (only != nullptr) {
+        SparseRows& c = partial[ti];
+        f.append(c.values);
+        keys = std::move(c.keys);
+        updates = std::move(c.updates);
+        last_steps = std::move(c.last_steps);
+      } else {
+        keys.reserve(sparse_rows[ti]);
+        updates.reserve(sparse_rows[ti]);
+        const size_t row_bytes = t.info->width * fpe * sizeof(float);
+        t.sparse->ForEachRowSortedWithStep(
+            [&](uint64_t key, int64_t u, int64_t last_step, const float* row) {
+              keys.push_back(key);
+              updates.push_back(u);
+              last_steps.push_back(last_step);
+              f.append(reinterpret_cast<const char*>(row), row_bytes);
+            });
+      }
       f.append(reinterpret_cast<const char*>(keys.data()), keys.size() * 8);
       f.append(reinterpret_cast<const char*>(updates.data()), updates.size() * 8);
       if (t.sparse->policy().expires()) {
