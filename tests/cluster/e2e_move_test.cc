@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster/e2e_cluster.h"
@@ -169,6 +170,71 @@ TEST(E2eMoveTest, TheRebalancerSpreadsShardsPiledOntoOneServer) {
   EXPECT_GE(done->shard_moves(), 1u);
   EXPECT_GE(done->progress().test_accuracy(), 0.8);
   ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
+  if (HasFailure()) ADD_FAILURE() << c.LogTails(100);
+}
+
+// A replicated job (two copies of every shard over three servers): the rebalancer, looking
+// every 1.5 s and moving at any imbalance, moves a hot shard to the one server that holds no
+// copy of it, live, with the real daemons; every shard keeps its two copies on two servers, and
+// the job succeeds with every update applied once and no rollback.
+TEST(E2eMoveTest, TheRebalancerMovesAReplicatedJobsShardsAndKeepsTheirCopies) {
+  E2eClusterOptions o;
+  o.servers = 3;
+  o.scheduler_args = {"--rebalance_every_ms=1500", "--rebalance_min_mb_per_sec=0.01",
+                      "--rebalance_imbalance=1.01"};
+  auto cluster = E2eCluster::Start("rebalance-replicated", o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  E2eCluster& c = **cluster;
+  const std::string ckpt = c.dir() + "/ckpt";
+  const std::string id = "job-1";
+  const std::string yaml = absl::StrCat(
+      absl::StrReplaceAll(FashionJobYaml("replicated", 6, "", 512),
+                          {{"num_servers: 2", "num_servers: 3"}}),
+      "replication: 2\n", "checkpoint_every_steps: ", kCheckpointEvery, "\n",
+      "checkpoint_dir: ", ckpt, "\n");
+  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  v1::Job seen;
+  v1::ShardMove by_rebalancer;
+  ASSERT_TRUE(WaitFor(absl::Seconds(180), [&] {
+    auto j = c.GetJob(id);
+    if (!j.ok()) return false;
+    seen = *j;
+    for (const v1::ShardMove& m : seen.moves()) {
+      if (absl::StartsWith(m.reason(), "rebalance: ") && m.state() == v1::MOVE_DONE) {
+        by_rebalancer = m;
+        return true;
+      }
+    }
+    return seen.state() == v1::JOB_SUCCEEDED || seen.state() == v1::JOB_FAILED ||
+           seen.state() == v1::JOB_CANCELLED;
+  })) << seen.DebugString() << c.LogTails();
+  ASSERT_EQ(by_rebalancer.state(), v1::MOVE_DONE) << seen.DebugString() << c.LogTails();
+  ASSERT_EQ(seen.servers_size(), 3);
+  EXPECT_THAT(by_rebalancer.result(), HasSubstr("copied in"));
+
+  // After the move every shard still has one backup, on another server than its primary.
+  EXPECT_NE(by_rebalancer.to(), by_rebalancer.from());
+  auto map = c.GetShardMap(id);
+  ASSERT_TRUE(map.ok()) << map.status();
+  for (const v1::ShardAssignment& a : map->assignments()) {
+    ASSERT_EQ(a.backups_size(), 1) << "shard " << a.shard() << ": " << map->DebugString();
+    EXPECT_NE(a.backups(0), a.primary()) << "shard " << a.shard();
+  }
+
+  auto done = c.WaitForEnd(id, absl::Seconds(300));
+  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+  EXPECT_EQ(done->recovery().recoveries(), 0u);
+  EXPECT_GE(done->shard_moves(), 1u);
+  EXPECT_GE(done->progress().test_accuracy(), 0.8);
+  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
+  auto final_map = c.GetShardMap(id);
+  if (final_map.ok()) {
+    for (const v1::ShardAssignment& a : final_map->assignments()) {
+      EXPECT_EQ(a.backups_size(), 1) << "shard " << a.shard() << " at the end";
+    }
+  }
   if (HasFailure()) ADD_FAILURE() << c.LogTails(100);
 }
 
