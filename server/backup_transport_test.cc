@@ -119,5 +119,78 @@ TEST_F(InProcessReplicationTest, APushWhoseBackupCannotBeReachedFailsNamingIt) {
   EXPECT_EQ(Job(1).replicas(0).clocks(0).clock(), 1);
 }
 
+// A shard taken over by a server that keeps backing its old primary's other shards (a move or a
+// promotion onto it). The worker's round of step 1 reaches the new primary's own shards first,
+// then the old primary after it switched (the moved shard's chunk is refused there); its retry
+// under the new map reaches the old primary's other shards, whose step end the kept copy
+// receives, before the new primary takes the map. Taking the shard over, the new primary must
+// adopt the copy's clocks as they were before the new map's chunks: the moved shard's chunk of
+// step 1, which no server applied, is then applied once and not taken for a duplicate.
+TEST_F(InProcessReplicationTest, AShardTakenOverKeepsTheStepItsOldPrimaryNeverApplied) {
+  const uint64_t th = TableHash("w");
+  // bx: the block that moves (an even shard, s0's); by: another even shard's; bo: an odd one's.
+  uint64_t bx = 99, by = 99, bo = 99;
+  for (uint64_t b = 0; b < 16; ++b) {
+    const uint32_t shard = ShardOfBlock(th, b, 16);
+    if (shard % 2 == 1) {
+      if (bo == 99) bo = b;
+    } else if (bx == 99) {
+      bx = b;
+    } else if (by == 99 && shard != ShardOfBlock(th, bx, 16)) {
+      by = b;
+    }
+  }
+  ASSERT_TRUE(bx != 99 && by != 99 && bo != 99);
+  const uint32_t moved = ShardOfBlock(th, bx, 16);
+  auto push = [&](int server, uint64_t block, int64_t step, uint64_t epoch, bool eos) {
+    v1::PushChunk c;
+    c.mutable_tag()->set_job_id(kJob);
+    c.mutable_tag()->set_worker(0);
+    c.mutable_tag()->set_step(step);
+    c.set_epoch(epoch);
+    c.set_dtype(v1::DT_FLOAT32);
+    c.mutable_slice()->set_table("w");
+    c.mutable_slice()->set_block(block);
+    c.set_end_of_step(eos);
+    c.set_last(true);
+    std::vector<float> g(4, 1.f);
+    return h_[server]->Push(c, Payload::FromString(std::string(
+                                   reinterpret_cast<const char*>(g.data()), g.size() * 4)));
+  };
+  auto install = [&](int server, const v1::ShardMap& map) {
+    v1::UpdateShardMapRequest req;
+    *req.mutable_map() = map;
+    req.set_self(absl::StrCat("s", server));
+    v1::UpdateShardMapResponse resp;
+    return h_[server]->UpdateShardMap(req, &resp);
+  };
+  // Map 2: s1 is the moved shard's primary (its copy there takes over), with no backup.
+  v1::ShardMap map2 = ReplicatedMap(kJob, 2, kAddresses);
+  map2.mutable_assignments(static_cast<int>(moved))->set_primary("s1");
+  map2.mutable_assignments(static_cast<int>(moved))->clear_backups();
+
+  // Step 0 everywhere.
+  ASSERT_TRUE(push(0, bx, 0, 1, false).ok());
+  ASSERT_TRUE(push(0, by, 0, 1, true).ok());
+  ASSERT_TRUE(push(1, bo, 0, 1, true).ok());
+  // Step 1, first try: s1's part lands; s0 switched before the moved block's chunk.
+  ASSERT_TRUE(push(1, bo, 1, 1, true).ok());
+  ASSERT_TRUE(install(0, map2).ok());
+  EXPECT_EQ(push(0, bx, 1, 1, false).status().code(), absl::StatusCode::kFailedPrecondition);
+  // Second try, under map 2: s0's part (its step end reaches s1's copy); s1 is not there yet.
+  ASSERT_TRUE(push(0, by, 1, 2, true).ok());
+  EXPECT_EQ(push(1, bx, 1, 2, false).status().code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(install(1, map2).ok());
+  // Third try: the moved block's step 1 is applied, once.
+  auto applied = push(1, bx, 1, 2, false);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_FALSE(applied->duplicate) << "the step no server applied was taken for a duplicate";
+  EXPECT_TRUE(applied->applied);
+  auto again = push(1, bx, 1, 2, false);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->duplicate) << "and once only";
+  ASSERT_TRUE(push(1, bo, 1, 2, true).ok());
+}
+
 }  // namespace
 }  // namespace pscluster::testing

@@ -281,6 +281,16 @@ class Job {
     std::vector<bool> left;  // Workers that left the job (Leave).
   };
   ClockState GetClockState() const;
+  // A copy: the primary applied the next chunk at shard-map epoch `epoch`. Before the first
+  // chunk of each newer epoch the copy keeps its clock state, for ClockStateBefore. Call before
+  // applying the chunk; chunks from one primary come in the order it applied them.
+  void NoteSourceEpoch(uint64_t epoch);
+  // The clock state of a copy before the first chunk its primary applied at `epoch` or later
+  // (the current one when there is none). A server that takes a shard over at map epoch M adopts
+  // these clocks: its old primary applied no chunk of that shard at M, but went on with its other
+  // shards, and their step ends (which a copy kept for those shards receives too) must not make
+  // the moved shard's missing chunks of that step look like duplicates.
+  ClockState ClockStateBefore(uint64_t epoch) const;
   // A copy about to be taken over: refuses every later update (FAILED_PRECONDITION), so that
   // none lands after the checkpoint returned, which is taken at the same instant.
   absl::StatusOr<Snapshot> SealAndCheckpoint(const std::string& node_id, int64_t now_unix_ms);
@@ -391,6 +401,10 @@ class Job {
   StepAggregator agg_;  // Aggregate mode only; thread-safe.
   // The step of the last periodic checkpoint that fell due.
   int64_t checkpointed_step_ ABSL_GUARDED_BY(clock_mu_) = 0;
+  // A copy: the highest epoch its primary applied a chunk at, and the clock state before the
+  // first chunk of each of its latest epochs (NoteSourceEpoch).
+  uint64_t source_epoch_ ABSL_GUARDED_BY(clock_mu_) = 0;
+  std::map<uint64_t, ClockState> clocks_before_epoch_ ABSL_GUARDED_BY(clock_mu_);
   std::string last_checkpoint_ ABSL_GUARDED_BY(clock_mu_);
   absl::Time last_checkpoint_time_ ABSL_GUARDED_BY(clock_mu_) = absl::InfinitePast();
 

@@ -389,6 +389,22 @@ Job::ClockState Job::GetClockState() const {
   return ClockState{clocks_.clocks(), applied_.all(), clocks_.left()};
 }
 
+void Job::NoteSourceEpoch(uint64_t epoch) {
+  absl::MutexLock c(&clock_mu_);
+  if (epoch <= source_epoch_) return;
+  clocks_before_epoch_[epoch] = ClockState{clocks_.clocks(), applied_.all(), clocks_.left()};
+  // A few map changes back are enough: a takeover adopts at the epoch of the map in force.
+  while (clocks_before_epoch_.size() > 8) clocks_before_epoch_.erase(clocks_before_epoch_.begin());
+  source_epoch_ = epoch;
+}
+
+Job::ClockState Job::ClockStateBefore(uint64_t epoch) const {
+  absl::MutexLock c(&clock_mu_);
+  auto it = clocks_before_epoch_.lower_bound(epoch);
+  if (it != clocks_before_epoch_.end()) return it->second;
+  return ClockState{clocks_.clocks(), applied_.all(), clocks_.left()};
+}
+
 absl::Status Job::AdoptReplica(const Snapshot& copy, const ClockState& other,
                                absl::string_view from) {
   auto r = Restore(copy.bytes, from, /*set_clocks=*/false);

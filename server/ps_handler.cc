@@ -289,7 +289,7 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
   }
   Job::MapChange change;
   if (old != nullptr) {
-    s = PlanAdoptions(*job, *old, held, next.get(), &change.adopt);
+    s = PlanAdoptions(*job, *old, held, map.epoch(), next.get(), &change.adopt);
     if (!s.ok()) return s;
     // What this server applied as primary reaches the backups it keeps before the map changes
     // (duplicates are not sent again).

@@ -232,9 +232,9 @@ class PsHandler {
   // For a newer map giving this server the shards `held`: copies still backed up are carried
   // into `next`; copies of shards now held here as primary (a promotion, or a shard moved here)
   // are to be taken over by the job (*adopt), the rest dropped. FAILED_PRECONDITION when such a
-  // copy is a live one still waiting for its snapshot.
+  // copy is a live one still waiting for its snapshot. `epoch`: the new map's.
   absl::Status PlanAdoptions(const Job& job, const Replication& old,
-                             const std::vector<bool>& held, Replication* next,
+                             const std::vector<bool>& held, uint64_t epoch, Replication* next,
                              std::vector<Job::MapChange::Adoption>* adopt);
   // A primary's chunk (or, with `seed_part`, a part of its snapshot) for this server's copy of
   // its shards: Replicate over gRPC, or a PushChunk with replica_of over the TCP data port.

@@ -133,7 +133,8 @@ absl::StatusOr<std::shared_ptr<Job>> PsHandler::SeedReplica(
 }
 
 absl::Status PsHandler::PlanAdoptions(const Job& job, const Replication& old,
-                                      const std::vector<bool>& held, Replication* next,
+                                      const std::vector<bool>& held, uint64_t epoch,
+                                      Replication* next,
                                       std::vector<Job::MapChange::Adoption>* adopt) {
   for (const auto& [primary, copy] : old.replicas) {
     auto kept = next->replica_shards.find(primary);
@@ -164,7 +165,9 @@ absl::Status PsHandler::PlanAdoptions(const Job& job, const Replication& old,
                                              std::nullopt)
                       : copy->SealAndCheckpoint(next->self, absl::ToUnixMillis(clock_->Now()));
     if (!snap.ok()) return snap.status();
-    Job::ClockState cs = copy->GetClockState();
+    // The clocks of what the primary applied before this map: a copy kept for its other shards
+    // may already have their chunks (and step ends) of this map (ClockStateBefore).
+    Job::ClockState cs = copy->ClockStateBefore(epoch);
     adopt->push_back(Job::MapChange::Adoption{std::move(*snap), std::move(cs.clocks),
                                               std::move(cs.applied),
                                               absl::StrCat("copy of ", primary, "'s shards")});
@@ -302,6 +305,7 @@ absl::StatusOr<PushResult> PsHandler::ApplyToCopy(const std::string& primary,
       return covered;
     }
   }
+  copy->NoteSourceEpoch(chunk.epoch());
   chunk.set_epoch(copy->epoch());  // The primary checked the worker's epoch.
   chunk.clear_replica_of();
   return copy->Push(chunk, values);
