@@ -43,6 +43,39 @@ bool SubmitAndRunPast(E2eCluster& c, const std::string& name, int epochs, int hi
   return running;
 }
 
+// Waits (up to `timeout`) until the rebalancer has done a move of job `id`; *seen gets the job's
+// last state. The move, or one in state MOVE_UNSPECIFIED when there was none by then.
+v1::ShardMove WaitForRebalancerMove(E2eCluster& c, const std::string& id, absl::Duration timeout,
+                                    v1::Job* seen) {
+  v1::ShardMove found;
+  WaitFor(timeout, [&] {
+    auto j = c.GetJob(id);
+    if (!j.ok()) return false;
+    *seen = *j;
+    for (const v1::ShardMove& m : seen->moves()) {
+      if (absl::StartsWith(m.reason(), "rebalance: ") && m.state() == v1::MOVE_DONE) {
+        found = m;
+        return true;
+      }
+    }
+    return seen->state() != v1::JOB_RUNNING;
+  });
+  return found;
+}
+
+// The job `id` succeeds with no rollback, at least one move, a trained model, and every update
+// applied once (its checkpoints under `ckpt`).
+void ExpectSucceededWithEveryUpdateOnce(E2eCluster& c, const std::string& id,
+                                        const std::string& ckpt) {
+  auto done = c.WaitForEnd(id, absl::Seconds(300));
+  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+  EXPECT_EQ(done->recovery().recoveries(), 0u);
+  EXPECT_GE(done->shard_moves(), 1u);
+  EXPECT_GE(done->progress().test_accuracy(), 0.8);
+  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
+}
+
 TEST(E2eMoveTest, AShardMovedWhileTheJobTrainsKeepsEveryUpdateExactlyOnce) {
   auto cluster = E2eCluster::Start("move", E2eClusterOptions());
   ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -147,31 +180,12 @@ TEST(E2eMoveTest, TheRebalancerSpreadsShardsPiledOntoOneServer) {
         c.Psctl({"move-shard", id, absl::StrCat(a.shard()), pile}, absl::Seconds(90));
     piled += moved.exit_code == 0;
   }
-  v1::ShardMove by_rebalancer;
-  auto rebalanced = [&] {
-    for (const v1::ShardMove& m : seen.moves()) {
-      if (absl::StartsWith(m.reason(), "rebalance: ") && m.state() == v1::MOVE_DONE) {
-        by_rebalancer = m;
-        return true;
-      }
-    }
-    return false;
-  };
-  ASSERT_TRUE(WaitFor(absl::Seconds(60), [&] {
-    auto j = c.GetJob(id);
-    if (j.ok()) seen = *j;
-    return rebalanced();
-  })) << "moved by hand: " << piled << "\n" << seen.DebugString() << c.LogTails();
+  const v1::ShardMove by_rebalancer = WaitForRebalancerMove(c, id, absl::Seconds(60), &seen);
+  ASSERT_EQ(by_rebalancer.state(), v1::MOVE_DONE)
+      << "moved by hand: " << piled << "\n" << seen.DebugString() << c.LogTails();
   EXPECT_THAT(by_rebalancer.reason(), HasSubstr("MB/s"));
   EXPECT_THAT(by_rebalancer.result(), HasSubstr("copied in"));
-
-  auto done = c.WaitForEnd(id, absl::Seconds(300));
-  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
-  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
-  EXPECT_EQ(done->recovery().recoveries(), 0u);
-  EXPECT_GE(done->shard_moves(), 1u);
-  EXPECT_GE(done->progress().test_accuracy(), 0.8);
-  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
+  ExpectSucceededWithEveryUpdateOnce(c, id, ckpt);
   if (HasFailure()) ADD_FAILURE() << c.LogTails(100);
 }
 
@@ -218,19 +232,7 @@ TEST(E2eMoveTest, TheRebalancerMovesAReplicatedJobsShardsAndKeepsTheirCopies) {
         c.Psctl({"move-shard", id, absl::StrCat(a.shard()), pile}, absl::Seconds(90));
     piled += moved.exit_code == 0;
   }
-  v1::ShardMove by_rebalancer;
-  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
-    auto j = c.GetJob(id);
-    if (!j.ok()) return false;
-    seen = *j;
-    for (const v1::ShardMove& m : seen.moves()) {
-      if (absl::StartsWith(m.reason(), "rebalance: ") && m.state() == v1::MOVE_DONE) {
-        by_rebalancer = m;
-        return true;
-      }
-    }
-    return seen.state() != v1::JOB_RUNNING;
-  })) << seen.DebugString() << c.LogTails();
+  const v1::ShardMove by_rebalancer = WaitForRebalancerMove(c, id, absl::Seconds(120), &seen);
   ASSERT_EQ(by_rebalancer.state(), v1::MOVE_DONE)
       << "moved by hand: " << piled << "\n" << seen.DebugString() << c.LogTails();
   EXPECT_THAT(by_rebalancer.result(), HasSubstr("copied in"));
@@ -244,13 +246,7 @@ TEST(E2eMoveTest, TheRebalancerMovesAReplicatedJobsShardsAndKeepsTheirCopies) {
     EXPECT_NE(a.backups(0), a.primary()) << "shard " << a.shard();
   }
 
-  auto done = c.WaitForEnd(id, absl::Seconds(300));
-  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
-  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
-  EXPECT_EQ(done->recovery().recoveries(), 0u);
-  EXPECT_GE(done->shard_moves(), 1u);
-  EXPECT_GE(done->progress().test_accuracy(), 0.8);
-  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
+  ExpectSucceededWithEveryUpdateOnce(c, id, ckpt);
   auto final_map = c.GetShardMap(id);
   if (final_map.ok()) {
     for (const v1::ShardAssignment& a : final_map->assignments()) {
