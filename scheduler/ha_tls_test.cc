@@ -6,6 +6,7 @@
 // leader goes. Certificates are made with the openssl CLI (tests/integration/make_certs.sh).
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 
@@ -19,6 +20,7 @@
 #include "proto/scheduler.grpc.pb.h"
 #include "scheduler/etcd_client.h"
 #include "scheduler/ha_scheduler.h"
+#include "scheduler/psctl/subprocess.h"
 #include "scheduler/testing/etcd_cluster.h"
 #include "tests/integration/test_certs.h"
 
@@ -217,6 +219,52 @@ TEST_F(HaTlsTest, SchedulersInTlsWithTokensElectOneLeaderThroughTlsEtcd) {
   s = Submit(Stub(*b, kAdminToken).get(), &second);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_NE(second, id);
+}
+
+// The daemon itself: ps_scheduler given --etcd_ca_file, --etcd_cert_file and --etcd_key_file
+// leads through the TLS etcd and takes a submission (the flags reach the etcd client).
+TEST_F(HaTlsTest, TheSchedulerBinaryReachesTlsEtcdWithItsEtcdFlags) {
+  std::ofstream(dir_ + "/tokens") << Sha256Hex(kAdminToken) << " alice admin\n";
+  const std::string port_file = dir_ + "/scheduler.port";
+  psctl::SpawnOptions o;
+  o.binary = absl::StrCat(std::getenv("TEST_SRCDIR"), "/pscluster/scheduler/ps_scheduler");
+  o.log_file = dir_ + "/scheduler.log";
+  o.args = {"--listen=127.0.0.1:0",
+            absl::StrCat("--port_file=", port_file),
+            absl::StrCat("--etcd_endpoints=", etcd_->endpoints()),
+            "--etcd_lease_seconds=2",
+            absl::StrCat("--etcd_ca_file=", Cert("ca.pem")),
+            absl::StrCat("--etcd_cert_file=", Cert("client.pem")),
+            absl::StrCat("--etcd_key_file=", Cert("client.key")),
+            absl::StrCat("--tls_cert=", Cert("node.pem")),
+            absl::StrCat("--tls_key=", Cert("node.key")),
+            absl::StrCat("--tls_ca=", Cert("ca.pem")),
+            absl::StrCat("--token_file=", dir_, "/tokens")};
+  auto p = psctl::Subprocess::Spawn(o);
+  ASSERT_THAT(p, IsOk());
+  std::string address;
+  auto log = [&] {
+    std::ifstream in(dir_ + "/scheduler.log");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  ASSERT_TRUE(WaitFor(absl::Seconds(30), [&] {
+    std::ifstream in(port_file);
+    return static_cast<bool>(std::getline(in, address)) && !address.empty();
+  })) << log();
+  ChannelOptions co;
+  co.tls = Client();
+  co.bearer_token = kAdminToken;
+  auto channel = MakeChannel(address, co);
+  ASSERT_THAT(channel, IsOk());
+  auto stub = v1::Scheduler::NewStub(*channel);
+  grpc::Status s;
+  EXPECT_TRUE(WaitFor(absl::Seconds(20), [&] {
+    s = Submit(stub.get(), nullptr);
+    return s.ok();
+  })) << s.error_message() << "\n" << log();
+  EXPECT_NE(log().find("leading (term"), std::string::npos) << log();
 }
 
 }  // namespace
