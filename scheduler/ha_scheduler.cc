@@ -234,6 +234,10 @@ absl::StatusOr<std::unique_ptr<HaScheduler>> HaScheduler::Start(
   eo.value = h->advertise_;
   eo.ttl_seconds = ha.lease_seconds;
   h->election_ = std::make_unique<LeaderElection>(h->etcd_.get(), eo);
+  h->follower_metrics_
+      .AddGauge("pscluster_scheduler_leading",
+                "1 while this scheduler leads (its daemon's /metrics), 0 while it follows.")
+      ->Set(0);
   h->ready_.Notify();
   Logger("scheduler")->info(
       "scheduler {} at {} campaigning for the leadership of {} in etcd at {} (lease {} s)",
@@ -263,6 +267,15 @@ absl::Status HaScheduler::StartFollowerServer() {
         "--listen: cannot listen on ", listen, " (address in use, not local, or not permitted)"));
   }
   if (auto* health = server->GetHealthCheckService()) health->SetServingStatus(false);
+  if (!daemon_options_.metrics_address.empty()) {
+    auto metrics = MetricsHttpServer::Start(daemon_options_.metrics_address, &follower_metrics_);
+    if (!metrics.ok()) {
+      server->Shutdown();
+      return metrics.status();
+    }
+    absl::MutexLock l(&mu_);
+    follower_metrics_server_ = std::move(*metrics);
+  }
   if (address_.empty()) {
     std::string host = listen.substr(0, listen.rfind(':'));
     if (host == "0.0.0.0" || host == "[::]" || host == "::" || host.empty()) host = "127.0.0.1";
@@ -273,7 +286,18 @@ absl::Status HaScheduler::StartFollowerServer() {
   return absl::OkStatus();
 }
 
+int HaScheduler::metrics_port() const {
+  absl::MutexLock l(&mu_);
+  if (daemon_ != nullptr) return daemon_->metrics_port();
+  return follower_metrics_server_ != nullptr ? follower_metrics_server_->port() : 0;
+}
+
 void HaScheduler::StopFollowerServer() {
+  {
+    // The port is the leader's daemon's next (same --metrics_listen).
+    absl::MutexLock l(&mu_);
+    follower_metrics_server_.reset();
+  }
   if (follower_server_ == nullptr) return;
   follower_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
   follower_server_->Wait();

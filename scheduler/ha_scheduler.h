@@ -27,6 +27,7 @@
 #include "common/authz.h"
 #include "grpcpp/server.h"
 #include "scheduler/etcd_client.h"
+#include "common/metrics.h"
 #include "grpcpp/channel.h"
 #include "scheduler/etcd_store.h"
 #include "scheduler/leader_election.h"
@@ -62,6 +63,10 @@ class HaScheduler {
   const std::string& address() const { return address_; }
   // The current leader's advertised address as last seen ("" = none known).
   std::string leader() const { return election_->leader(); }
+  // The port of /metrics (--metrics_listen; 0 = none): the leading scheduler's, or while
+  // following, the follower's own (pscluster_scheduler_leading 0), so that every scheduler
+  // answers a scrape.
+  int metrics_port() const;
   // SIGHUP: rereads the token and quota files of a leading scheduler (a follower reads them when
   // it takes over).
   absl::Status Reload();
@@ -99,6 +104,10 @@ class HaScheduler {
   std::string leader_address_ ABSL_GUARDED_BY(view_mu_);  // Of leader_channel_.
   std::shared_ptr<grpc::Channel> leader_channel_ ABSL_GUARDED_BY(view_mu_);
   std::unique_ptr<grpc::Server> follower_server_;
+  // A follower's /metrics (on --metrics_listen while it follows; the leader's daemon serves its
+  // own there).
+  MetricsRegistry follower_metrics_;
+  std::unique_ptr<MetricsHttpServer> follower_metrics_server_ ABSL_GUARDED_BY(mu_);
   absl::Notification stop_;
   std::thread thread_;
   mutable absl::Mutex mu_;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
+#include "common/testing/http_get.h"
 #include "common/testing/status_matchers.h"
 #include "common/testing/wait_for.h"
 #include "gmock/gmock.h"
@@ -17,6 +18,7 @@
 namespace pscluster::scheduler {
 namespace {
 
+using ::pscluster::testing::HttpGet;
 using ::pscluster::testing::IsOk;
 using ::pscluster::testing::WaitFor;
 using ::testing::HasSubstr;
@@ -44,6 +46,7 @@ class HaSchedulerTest : public ::testing::Test {
   std::unique_ptr<HaScheduler> StartOne() {
     SchedulerDaemonOptions d;
     d.listen_address = "127.0.0.1:0";
+    d.metrics_address = "127.0.0.1:0";
     HaOptions ha;
     ha.etcd_endpoints = etcd_->endpoints();
     ha.lease_seconds = 2;
@@ -75,6 +78,14 @@ TEST_F(HaSchedulerTest, AFollowerServesReadsFromEtcdAndRefusesTheRestNamingTheLe
   ASSERT_NE(follower, nullptr);
   ASSERT_TRUE(WaitFor(absl::Seconds(20), [&] { return follower->leader() == leader->address(); }));
   EXPECT_FALSE(follower->leading());
+  // Both answer a scrape: the leader's daemon its metrics, the follower that it follows.
+  const std::string leader_metrics = HttpGet(leader->metrics_port(), "/metrics");
+  EXPECT_THAT(leader_metrics, HasSubstr("pscluster_scheduler_leading 1"));
+  EXPECT_THAT(leader_metrics, HasSubstr("pscluster_scheduler_term "));
+  EXPECT_THAT(leader_metrics, HasSubstr("pscluster_scheduler_jobs"));
+  ASSERT_NE(follower->metrics_port(), 0);
+  EXPECT_THAT(HttpGet(follower->metrics_port(), "/metrics"),
+              HasSubstr("pscluster_scheduler_leading 0"));
   auto to_leader = Stub(*leader);
   auto to_follower = Stub(*follower);
 

@@ -91,6 +91,16 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Start(
     d->health_server_ = d->server_.get();
     d->server_->SetServing(d->store_serving_);
   }
+  if (options.scheduler_term > 0) {  // One of several schedulers over etcd, leading.
+    d->scheduler_->mutable_metrics()
+        ->AddGauge("pscluster_scheduler_leading",
+                   "1 while this scheduler leads (its daemon's /metrics), 0 while it follows.")
+        ->Set(1);
+    d->scheduler_->mutable_metrics()
+        ->AddGauge("pscluster_scheduler_term",
+                   "The leader's term: the etcd revision of its election (its fencing token).")
+        ->Set(static_cast<double>(options.scheduler_term));
+  }
   if (!options.metrics_address.empty()) {
     auto metrics = MetricsHttpServer::Start(options.metrics_address, &d->scheduler_->metrics());
     if (!metrics.ok()) {

@@ -3,11 +3,6 @@
 // the file or address at fault.
 #include "worker/worker_daemon.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdlib>
 
 #include "absl/strings/match.h"
@@ -15,6 +10,7 @@
 #include "common/atomic_file.h"
 #include "common/channel.h"
 #include "common/scheduler_term.h"
+#include "common/testing/http_get.h"
 #include "common/testing/status_matchers.h"
 #include "common/testing/wait_for.h"
 #include "gmock/gmock.h"
@@ -31,26 +27,7 @@ using ::testing::HasSubstr;
 
 std::string TestDir() { return std::getenv("TEST_TMPDIR"); }
 
-// The body of GET `path` from 127.0.0.1:`port` ("" on any error).
-std::string HttpGet(int port, const std::string& path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: x\r\n\r\n");
-    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-      char buf[4096];
-      ssize_t n;
-      while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
-    }
-  }
-  close(fd);
-  return out;
-}
+using ::pscluster::testing::HttpGet;
 
 class WorkerDaemonTest : public ::testing::Test {
  protected:
