@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -43,6 +44,42 @@ std::string ReplicatedJobYaml(const std::string& name, int epochs, int servers, 
                           {{"num_servers: 2", absl::StrCat("num_servers: ", servers)}}),
       "replication: ", replication, "\n", "checkpoint_every_steps: ", kCheckpointEvery, "\n",
       "checkpoint_dir: ", ckpt, "\n");
+}
+
+// Submits ReplicatedJobYaml(name, ...) to `c` with its checkpoints under `ckpt`; false (and a
+// test failure with psctl's output) when the submission is refused.
+bool SubmitReplicatedJob(E2eCluster& c, const std::string& name, int epochs, int servers,
+                         int replication, const std::string& ckpt) {
+  const std::string yaml = ReplicatedJobYaml(name, epochs, servers, replication, ckpt);
+  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
+  if (submit.exit_code != 0) ADD_FAILURE() << submit.output;
+  return submit.exit_code == 0;
+}
+
+// Waits for job `id` to end and checks it succeeded by `promotions` promotions and no rollback:
+// every step of its `epochs`, a trained model, every update applied once (its checkpoints under
+// `ckpt`). Returns the job as it ended (nullopt: it did not end, or failed; reported).
+std::optional<v1::Job> ExpectPromotedWithoutRollback(E2eCluster& c, const std::string& id,
+                                                     const std::string& ckpt,
+                                                     uint32_t promotions, int epochs) {
+  auto done = c.WaitForEnd(id, absl::Seconds(240));
+  if (!done.ok()) {
+    ADD_FAILURE() << done.status() << c.LogTails();
+    return std::nullopt;
+  }
+  if (done->state() != v1::JOB_SUCCEEDED) {
+    ADD_FAILURE() << done->reason() << c.LogTails();
+    return std::nullopt;
+  }
+  EXPECT_EQ(done->recovery().promotions(), promotions);
+  EXPECT_EQ(done->recovery().recoveries(), 0u) << "no rollback";
+  EXPECT_EQ(done->progress().rolled_back_to_step(), -1);
+  EXPECT_EQ(done->progress().step(), epochs * 300);
+  EXPECT_GE(done->progress().test_accuracy(), 0.83);
+  // The survivors' last checkpoints hold every shard, each block updated once per worker and
+  // step: nothing lost with a dead primary, nothing applied twice when the ranks resumed.
+  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
+  return *done;
 }
 
 std::string BusiestServer(const std::string& dir, const google::protobuf::RepeatedPtrField<std::string>& servers) {
@@ -198,9 +235,7 @@ TEST(E2eRecoveryTest, WithReplicasAKilledServerCostsNoRollback) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   E2eCluster& c = **cluster;
   const std::string ckpt = c.dir() + "/ckpt";
-  const std::string yaml = ReplicatedJobYaml("replicated", 8, 2, 2, ckpt);
-  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
-  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  ASSERT_TRUE(SubmitReplicatedJob(c, "replicated", 8, 2, 2, ckpt));
   const std::string id = "job-1";
   v1::Job seen;
   ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
@@ -227,17 +262,7 @@ TEST(E2eRecoveryTest, WithReplicasAKilledServerCostsNoRollback) {
   })) << seen.DebugString() << c.LogTails();
   EXPECT_THAT(seen.servers(), ::testing::ElementsAre(kept));
   EXPECT_THAT(seen.recovery().last_cause(), HasSubstr(absl::StrCat("server holding shards ", dead)));
-  auto done = c.WaitForEnd(id, absl::Seconds(240));
-  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
-  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
-  EXPECT_EQ(done->recovery().promotions(), 1u);
-  EXPECT_EQ(done->recovery().recoveries(), 0u) << "no rollback";
-  EXPECT_EQ(done->progress().rolled_back_to_step(), -1);
-  EXPECT_EQ(done->progress().step(), 8 * 300);
-  EXPECT_GE(done->progress().test_accuracy(), 0.83);
-  // The survivor's last checkpoint holds every shard, each block updated once per worker and
-  // step: nothing lost with the dead primary, nothing applied twice when the ranks resumed.
-  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
+  ASSERT_TRUE(ExpectPromotedWithoutRollback(c, id, ckpt, 1, 8).has_value());
   CommandResult status = c.Psctl({"status", id});
   EXPECT_EQ(status.exit_code, 0) << status.output;
   EXPECT_THAT(status.output, HasSubstr("1 promotion(s)"));
@@ -254,9 +279,7 @@ TEST(E2eRecoveryTest, WithReplicasTwoServersKilledOneAfterTheOtherCostNoRollback
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   E2eCluster& c = **cluster;
   const std::string ckpt = c.dir() + "/ckpt";
-  const std::string yaml = ReplicatedJobYaml("replicated3", 12, 3, 2, ckpt);
-  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
-  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  ASSERT_TRUE(SubmitReplicatedJob(c, "replicated3", 12, 3, 2, ckpt));
   const std::string id = "job-1";
   v1::Job seen;
   auto running_past = [&](int64_t step, uint32_t promotions) {
@@ -282,16 +305,9 @@ TEST(E2eRecoveryTest, WithReplicasTwoServersKilledOneAfterTheOtherCostNoRollback
   const std::string second = seen.servers(0);
   ASSERT_TRUE(c.processes().Signal(second, SIGKILL).ok()) << second;
 
-  auto done = c.WaitForEnd(id, absl::Seconds(240));
-  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
-  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
-  EXPECT_EQ(done->recovery().promotions(), 2u);
-  EXPECT_EQ(done->recovery().recoveries(), 0u) << "no rollback";
-  EXPECT_EQ(done->progress().rolled_back_to_step(), -1);
-  ASSERT_THAT(done->servers(), SizeIs(1));
-  EXPECT_EQ(done->progress().step(), 12 * 300);
-  EXPECT_GE(done->progress().test_accuracy(), 0.83);
-  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
+  auto done = ExpectPromotedWithoutRollback(c, id, ckpt, 2, 12);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_THAT(done->servers(), SizeIs(1));
   if (HasFailure()) ADD_FAILURE() << c.LogTails(300);
 }
 
@@ -306,9 +322,7 @@ TEST(E2eRecoveryTest, WithThreeCopiesAKilledPrimaryIsPromotedAndItsOtherBackupFo
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   E2eCluster& c = **cluster;
   const std::string ckpt = c.dir() + "/ckpt";
-  const std::string yaml = ReplicatedJobYaml("three-copies", 8, 3, 3, ckpt);
-  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
-  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  ASSERT_TRUE(SubmitReplicatedJob(c, "three-copies", 8, 3, 3, ckpt));
   const std::string id = "job-1";
   v1::Job seen;
   ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
@@ -325,16 +339,10 @@ TEST(E2eRecoveryTest, WithThreeCopiesAKilledPrimaryIsPromotedAndItsOtherBackupFo
   const std::string dead = before->assignments(0).primary();
   ASSERT_TRUE(c.processes().Signal(dead, SIGKILL).ok()) << dead;
 
-  auto done = c.WaitForEnd(id, absl::Seconds(240));
-  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
-  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
-  EXPECT_EQ(done->recovery().promotions(), 1u);
-  EXPECT_EQ(done->recovery().recoveries(), 0u) << "no rollback";
-  EXPECT_EQ(done->progress().rolled_back_to_step(), -1);
+  auto done = ExpectPromotedWithoutRollback(c, id, ckpt, 1, 8);
+  ASSERT_TRUE(done.has_value());
   EXPECT_THAT(done->servers(), SizeIs(2));
   EXPECT_THAT(done->servers(), Not(Contains(dead)));
-  EXPECT_EQ(done->progress().step(), 8 * 300);
-  EXPECT_GE(done->progress().test_accuracy(), 0.83);
   auto after = c.GetShardMap(id);
   ASSERT_TRUE(after.ok()) << after.status();
   for (const v1::ShardAssignment& a : after->assignments()) {
@@ -343,7 +351,6 @@ TEST(E2eRecoveryTest, WithThreeCopiesAKilledPrimaryIsPromotedAndItsOtherBackupFo
     EXPECT_NE(a.backups(0), a.primary());
     EXPECT_NE(a.backups(0), dead);
   }
-  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
   if (HasFailure()) ADD_FAILURE() << c.LogTails(300);
 }
 
