@@ -403,7 +403,9 @@ class Job {
   int64_t checkpointed_step_ ABSL_GUARDED_BY(clock_mu_) = 0;
   // A copy: the highest epoch its primary applied a chunk at, and the clock state before the
   // first chunk of each of its latest epochs (NoteSourceEpoch).
-  uint64_t source_epoch_ ABSL_GUARDED_BY(clock_mu_) = 0;
+  // Written under clock_mu_; read without it first, so that a chunk of a known epoch (all but
+  // the first of each map) takes no lock here.
+  std::atomic<uint64_t> source_epoch_{0};
   std::map<uint64_t, ClockState> clocks_before_epoch_ ABSL_GUARDED_BY(clock_mu_);
   std::string last_checkpoint_ ABSL_GUARDED_BY(clock_mu_);
   absl::Time last_checkpoint_time_ ABSL_GUARDED_BY(clock_mu_) = absl::InfinitePast();

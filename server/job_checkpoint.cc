@@ -390,12 +390,13 @@ Job::ClockState Job::GetClockState() const {
 }
 
 void Job::NoteSourceEpoch(uint64_t epoch) {
+  if (epoch <= source_epoch_.load(std::memory_order_acquire)) return;
   absl::MutexLock c(&clock_mu_);
-  if (epoch <= source_epoch_) return;
+  if (epoch <= source_epoch_.load(std::memory_order_relaxed)) return;
   clocks_before_epoch_[epoch] = ClockState{clocks_.clocks(), applied_.all(), clocks_.left()};
   // A few map changes back are enough: a takeover adopts at the epoch of the map in force.
   while (clocks_before_epoch_.size() > 8) clocks_before_epoch_.erase(clocks_before_epoch_.begin());
-  source_epoch_ = epoch;
+  source_epoch_.store(epoch, std::memory_order_release);
 }
 
 Job::ClockState Job::ClockStateBefore(uint64_t epoch) const {
