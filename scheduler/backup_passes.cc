@@ -26,8 +26,8 @@ void Scheduler::DropUnreachableBackups() {
   std::vector<Work> work;
   {
     absl::MutexLock l(&mu_);
-    for (const std::string& id : order_) {
-      JobRecord& rec = jobs_[id];
+    for (JobRecord& rec : jobs_) {
+      const std::string& id = rec.job.job_id();
       if (rec.job.state() != v1::JOB_RUNNING) {
         rec.unreachable_backups.clear();
         continue;
@@ -91,7 +91,7 @@ void Scheduler::DropUnreachableBackups() {
         rec.job.set_shard_map_epoch(next.epoch());
         rec.job.clear_servers();
         for (const v1::ServerEndpoint& ep : next.servers()) rec.job.add_servers(ep.node_id());
-        if (!Persist(rec, &next).ok()) break;  // Not written: not sent either.
+        if (!jobs_.Persist(rec, &next).ok()) break;  // Not written: not sent either.
         backups_dropped_->Add(dropped.size());
       }
       rec.resend_map = false;
@@ -122,7 +122,7 @@ void Scheduler::DropUnreachableBackups() {
       Log()->warn("job {}: map epoch {} not installed everywhere ({}); sending it again",
                   w.job_id, w.map.epoch(), why);
       absl::MutexLock l(&mu_);
-      JobRecord* rec = FindJob(w.job_id);
+      JobRecord* rec = jobs_.Find(w.job_id);
       if (rec != nullptr && rec->shard_map.epoch() == w.map.epoch()) rec->resend_map = true;
     }
   }
@@ -136,8 +136,8 @@ void Scheduler::ReplaceBackups() {
   std::vector<Work> work;
   {
     absl::MutexLock l(&mu_);
-    for (const std::string& id : order_) {
-      JobRecord& rec = jobs_[id];
+    for (JobRecord& rec : jobs_) {
+      const std::string& id = rec.job.job_id();
       const v1::JobSpec& spec = rec.job.spec();
       if (rec.job.state() != v1::JOB_RUNNING || spec.replication() <= 1 || rec.resend_map ||
           rec.job.recovery().cut_backups().empty() ||
@@ -159,7 +159,7 @@ void Scheduler::ReplaceBackups() {
       Work w{id, rec.shard_map, *after};
       rec.shard_map = *after;
       rec.job.set_shard_map_epoch(after->epoch());
-      if (!Persist(rec, &*after).ok()) break;  // Not written: not sent either.
+      if (!jobs_.Persist(rec, &*after).ok()) break;  // Not written: not sent either.
       work.push_back(std::move(w));
     }
   }
@@ -194,7 +194,7 @@ void Scheduler::ReplaceBackups() {
       }
     }
     absl::MutexLock l(&mu_);
-    JobRecord* rec = FindJob(w.job_id);
+    JobRecord* rec = jobs_.Find(w.job_id);
     if (rec == nullptr || rec->shard_map.epoch() != w.after.epoch()) continue;
     if (why.empty()) {
       backups_replaced_->Add();
@@ -208,7 +208,7 @@ void Scheduler::ReplaceBackups() {
     undo.set_epoch(w.after.epoch() + 1);
     rec->shard_map = undo;
     rec->job.set_shard_map_epoch(undo.epoch());
-    if (!Persist(*rec, &undo).ok()) continue;  // Not written: not sent either.
+    if (!jobs_.Persist(*rec, &undo).ok()) continue;  // Not written: not sent either.
     rec->resend_map = true;
     rec->replace_backups_after = clock_->Now() + options_.placement_backoff;
     Log()->warn("job {}: new backup(s) {} not installed everywhere ({}); taken out again (map "
@@ -226,7 +226,7 @@ bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
   std::string lost;
   {
     absl::MutexLock l(&mu_);
-    JobRecord* rec = FindJob(job_id);
+    JobRecord* rec = jobs_.Find(job_id);
     if (rec == nullptr || rec->job.state() != v1::JOB_RECOVERING) {
       *why = "the job changed meanwhile";
       return false;
@@ -260,14 +260,14 @@ bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
   // Each map is written before any server has it, so that no later map reuses its epoch.
   auto record = [&](const v1::ShardMap& m) -> bool {
     absl::MutexLock l(&mu_);
-    JobRecord* rec = FindJob(job_id);
+    JobRecord* rec = jobs_.Find(job_id);
     if (rec == nullptr || rec->job.state() != v1::JOB_RECOVERING) {
       *why = "the job changed meanwhile";
       return false;
     }
     rec->shard_map = m;
     rec->job.set_shard_map_epoch(m.epoch());
-    absl::Status s = Persist(*rec, &m);
+    absl::Status s = jobs_.Persist(*rec, &m);
     if (!s.ok()) *why = std::string(s.message());
     return s.ok();
   };
@@ -386,7 +386,7 @@ bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
   }
   // 4. Running again.
   absl::MutexLock l(&mu_);
-  JobRecord* rec = FindJob(job_id);
+  JobRecord* rec = jobs_.Find(job_id);
   if (rec == nullptr || rec->job.state() != v1::JOB_RECOVERING) {
     ParallelFor(n, [&](size_t q) {
       if (!workers[q].empty()) {
@@ -412,7 +412,7 @@ bool Scheduler::PromoteBackupsOf(const std::string& job_id, std::string* why) {
                               "; its shards' backups took over"));
   // Not written: the store's recovery reloads the job as RECOVERING (with the promoted map's
   // epoch, written before the servers had it) and rolls it back.
-  if (!Persist(*rec).ok()) return true;
+  if (!jobs_.Persist(*rec).ok()) return true;
   promotions_->Add();
   Log()->warn("job {}: backups of {} took over its shards (map epoch {}); every rank resumed "
               "where the servers had it, no rollback",

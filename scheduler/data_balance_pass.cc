@@ -43,8 +43,8 @@ void Scheduler::BalanceData() {
     absl::MutexLock l(&mu_);
     const int64_t now_ms = absl::ToUnixMillis(clock_->Now());
     const int64_t every_ms = absl::ToInt64Milliseconds(options_.data_balance.every);
-    for (const std::string& id : order_) {
-      JobRecord& rec = jobs_[id];
+    for (JobRecord& rec : jobs_) {
+      const std::string& id = rec.job.job_id();
       v1::Job& job = rec.job;
       const uint32_t n = job.spec().num_workers();
       if (job.state() != v1::JOB_RUNNING || !job.spec().balance_data() || n < 2 ||
@@ -76,7 +76,7 @@ void Scheduler::BalanceData() {
           for (uint32_t s : *next) r.add_data_shares(s);
           r.set_rebalances(r.rebalances() + 1);
           r.set_balanced_unix_ms(now_ms);
-          if (!Persist(rec).ok()) break;  // Not written: not sent either.
+          if (!jobs_.Persist(rec).ok()) break;  // Not written: not sent either.
           data_rebalances_->Add();
           std::vector<std::string> rate_text;
           for (double v : rates) rate_text.push_back(absl::StrFormat("%.0f", v));
@@ -109,7 +109,7 @@ void Scheduler::BalanceData() {
           w.tell[i].second, PartitionUpdate(w.job_id, w.recovery, w.tell[i].first, w.num_workers));
     });
     absl::MutexLock l(&mu_);
-    JobRecord* rec = FindJob(w.job_id);
+    JobRecord* rec = jobs_.Find(w.job_id);
     if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING) continue;
     for (size_t i = 0; i < w.tell.size(); ++i) {
       const uint32_t q = w.tell[i].first;

@@ -95,7 +95,7 @@ absl::StatusOr<v1::CreateTablesRequest> Scheduler::TablesFromPrimary(const std::
 std::vector<std::string> Scheduler::SpareServersLocked(
     const absl::flat_hash_set<std::string>& exclude) {
   absl::flat_hash_map<std::string, uint32_t> hosted;
-  for (const auto& [id, rec] : jobs_) {
+  for (const JobRecord& rec : jobs_) {
     if (!HoldsResources(rec.job.state())) continue;
     for (const v1::ShardAssignment& a : rec.shard_map.assignments()) ++hosted[a.primary()];
   }
@@ -121,7 +121,7 @@ absl::Status Scheduler::StartElasticLocked(JobRecord& rec, std::vector<std::stri
   change.set_active(true);
   change.set_requested_unix_ms(absl::ToUnixMillis(clock_->Now()));
   *rec.job.mutable_elastic() = change;
-  if (absl::Status p = Persist(rec); !p.ok()) return p;
+  if (absl::Status p = jobs_.Persist(rec); !p.ok()) return p;
   moves_wanted_ = true;
   return absl::OkStatus();
 }
@@ -130,8 +130,8 @@ absl::Status Scheduler::ScaleJob(const v1::ScaleJobRequest& req, v1::ScaleJobRes
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
   if (req.servers() < 1) return absl::InvalidArgumentError("servers: must be at least 1");
   absl::MutexLock l(&mu_);
-  if (!store_error_.ok()) return store_error_;
-  absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+  if (!jobs_.error().ok()) return jobs_.error();
+  absl::StatusOr<JobRecord*> found = jobs_.FindOrError(req.job_id());
   if (!found.ok()) return found.status();
   JobRecord* rec = *found;
   const v1::Job& job = rec->job;
@@ -194,7 +194,7 @@ absl::Status Scheduler::DrainServer(const v1::DrainServerRequest& req,
                                     v1::DrainServerResponse* resp) {
   if (req.node_id().empty()) return absl::InvalidArgumentError("node_id: required");
   absl::MutexLock l(&mu_);
-  if (!store_error_.ok()) return store_error_;
+  if (!jobs_.error().ok()) return jobs_.error();
   std::optional<v1::NodeStatus> node = registry_.Get(req.node_id());
   if (!node.has_value()) {
     return absl::NotFoundError(absl::StrCat("node_id: '", req.node_id(), "' is not registered"));
@@ -206,8 +206,8 @@ absl::Status Scheduler::DrainServer(const v1::DrainServerRequest& req,
   // Check every job first: a refusal changes nothing.
   std::vector<std::pair<JobRecord*, std::vector<std::string>>> plans;
   absl::flat_hash_set<std::string> self = {req.node_id()};
-  for (const std::string& id : order_) {
-    JobRecord& rec = jobs_[id];
+  for (JobRecord& rec : jobs_) {
+    const std::string& id = rec.job.job_id();
     const v1::Job& job = rec.job;
     if (!HoldsResources(job.state()) || !Contains({job.servers().begin(), job.servers().end()},
                                                   req.node_id())) {
@@ -267,7 +267,7 @@ absl::Status Scheduler::UndrainServer(const v1::UndrainServerRequest& req,
   if (req.node_id().empty()) return absl::InvalidArgumentError("node_id: required");
   {
     absl::MutexLock l(&mu_);
-    if (!store_error_.ok()) return store_error_;
+    if (!jobs_.error().ok()) return jobs_.error();
   }
   absl::Status s = registry_.SetDrain(req.node_id(), v1::NODE_IN_SERVICE);
   if (!s.ok()) return s;
@@ -301,10 +301,10 @@ void Scheduler::StepElastic() {
   std::vector<std::pair<std::string, std::string>> removals;  // (job, server)
   {
     absl::MutexLock l(&mu_);
-    if (!store_error_.ok()) return;
+    if (!jobs_.error().ok()) return;
     const absl::Time now = clock_->Now();
-    for (const std::string& id : order_) {
-      JobRecord& rec = jobs_[id];
+    for (JobRecord& rec : jobs_) {
+      const std::string& id = rec.job.job_id();
       v1::Job& job = rec.job;
       if (!job.has_elastic() || !job.elastic().active()) continue;
       v1::ElasticChange* c = job.mutable_elastic();
@@ -313,7 +313,7 @@ void Scheduler::StepElastic() {
         c->set_result(result);
         c->set_finished_unix_ms(absl::ToUnixMillis(now));
         Log()->info("job {}: {}: {}", id, c->reason(), result);
-        return Persist(rec).ok();
+        return jobs_.Persist(rec).ok();
       };
       if (job.state() != v1::JOB_RUNNING) {
         if (!conclude(absl::StrCat("stopped: the job is ", JobStateName(job.state())))) return;
@@ -410,7 +410,7 @@ void Scheduler::StepElastic() {
                                                 backup ? "'s backup" : "", " to ", to),
                                    &queued);
         if (!s.ok()) {
-          if (!store_error_.ok()) return;
+          if (!jobs_.error().ok()) return;
           if (!conclude(absl::StrCat("stopped: ", s.message()))) return;
         }
         continue;
@@ -441,7 +441,7 @@ void Scheduler::StepElastic() {
   absl::flat_hash_set<std::string> used;
   {
     absl::MutexLock l(&mu_);
-    for (const auto& [id, rec] : jobs_) {
+    for (const JobRecord& rec : jobs_) {
       if (!HoldsResources(rec.job.state())) continue;
       used.insert(rec.job.servers().begin(), rec.job.servers().end());
     }
@@ -462,7 +462,7 @@ void Scheduler::RemoveServerFromJob(const std::string& job_id, const std::string
   v1::ShardMap next;
   {
     absl::MutexLock l(&mu_);
-    JobRecord* rec = FindJob(job_id);
+    JobRecord* rec = jobs_.Find(job_id);
     if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING || MoveInFlight(rec->job)) return;
     for (const v1::ShardAssignment& a : rec->shard_map.assignments()) {
       if (a.primary() == node || Contains({a.backups().begin(), a.backups().end()}, node)) {
@@ -479,7 +479,7 @@ void Scheduler::RemoveServerFromJob(const std::string& job_id, const std::string
     rec->job.set_shard_map_epoch(next.epoch());
     rec->job.clear_servers();
     for (const v1::ServerEndpoint& ep : next.servers()) rec->job.add_servers(ep.node_id());
-    if (!Persist(*rec, &next).ok()) return;  // Not written: not sent either.
+    if (!jobs_.Persist(*rec, &next).ok()) return;  // Not written: not sent either.
   }
   std::vector<absl::Status> status(next.servers_size());
   ParallelFor(next.servers_size(), [&](size_t i) {
@@ -489,7 +489,7 @@ void Scheduler::RemoveServerFromJob(const std::string& job_id, const std::string
     status[i] = rpc_->UpdateShardMap(next.servers(i).address(), req);
   });
   absl::MutexLock l(&mu_);
-  JobRecord* rec = FindJob(job_id);
+  JobRecord* rec = jobs_.Find(job_id);
   if (rec == nullptr) return;
   for (int i = 0; i < next.servers_size(); ++i) {
     if (status[i].ok()) continue;

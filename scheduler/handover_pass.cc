@@ -32,8 +32,9 @@ void Scheduler::VerifyTasksAfterRestart() {
     // Nodes re-register and heartbeat first.
     if (!verify_tasks_ || clock_->Now() - started_ < StartupGrace()) return;
     verify_tasks_ = false;
-    for (const std::string& id : order_) {
-      const v1::Job& job = jobs_[id].job;
+    for (const JobRecord& each : jobs_) {
+      const std::string& id = each.job.job_id();
+      const v1::Job& job = each.job;
       if (job.state() != v1::JOB_RUNNING) continue;
       for (int r = 0; r < job.workers_size(); ++r) {
         if (r < job.progress().workers_size() && job.progress().workers(r).done()) continue;
@@ -62,7 +63,7 @@ void Scheduler::VerifyTasksAfterRestart() {
   for (size_t i = 0; i < checks.size(); ++i) {
     if (gone[i].empty()) continue;
     const Check& c = checks[i];
-    JobRecord* rec = FindJob(c.job_id);
+    JobRecord* rec = jobs_.Find(c.job_id);
     if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING ||
         static_cast<int>(c.rank) >= rec->job.workers_size() ||
         rec->job.workers(c.rank) != c.node ||
@@ -81,7 +82,7 @@ void Scheduler::VerifyTasksAfterRestart() {
 
 bool Scheduler::AnyRankToHandOver() {
   absl::MutexLock l(&mu_);
-  for (const auto& [id, rec] : jobs_) {
+  for (const JobRecord& rec : jobs_) {
     if (!rec.lost_ranks.empty()) return true;
     if (rec.job.state() != v1::JOB_RUNNING) continue;
     // A rank whose leaving did not finish (the scheduler stopped half-way).
@@ -134,13 +135,12 @@ std::vector<Scheduler::RankWork> Scheduler::PlanHandOversLocked(
   NodeIndex by_id;
   for (const v1::NodeStatus& n : nodes) by_id[n.info().node_id()] = &n;
   absl::flat_hash_set<std::string> busy;
-  for (const auto& [id, rec] : jobs_) {
+  for (const JobRecord& rec : jobs_) {
     if (!HoldsResources(rec.job.state())) continue;
     for (const std::string& w : rec.job.workers()) busy.insert(w);
   }
   std::vector<RankWork> work;
-  for (const std::string& id : order_) {
-    JobRecord& rec = jobs_[id];
+  for (JobRecord& rec : jobs_) {
     v1::Job& job = rec.job;
     if (job.state() != v1::JOB_RUNNING) {
       rec.lost_ranks.clear();
@@ -199,7 +199,7 @@ std::vector<Scheduler::RankWork> Scheduler::PlanHandOversLocked(
         p->set_done(false);
         p->clear_error();
       }
-      if (!Persist(rec).ok()) break;  // Not written: not sent either.
+      if (!jobs_.Persist(rec).ok()) break;  // Not written: not sent either.
       RankWork w = RankWorkOf(rec, rank, lr.cause, old);
       w.spare = spare;
       w.spare_address = by_id[spare]->info().address();
@@ -279,7 +279,7 @@ std::optional<Scheduler::RankWork> Scheduler::LeaveRankLocked(JobRecord& rec, ui
     p->clear_error();
   }
   Summarize(job.spec(), rec.server_waiting_for, job.mutable_progress());
-  if (!Persist(rec).ok()) return std::nullopt;  // Not written: not sent either.
+  if (!jobs_.Persist(rec).ok()) return std::nullopt;  // Not written: not sent either.
   RankWork w = RankWorkOf(rec, rank, cause, old);
   w.leave = true;
   w.adopter = takes;
@@ -313,7 +313,7 @@ void Scheduler::CarryOutHandOver(const RankWork& w) {
   bool undo = false;
   {
     absl::MutexLock l(&mu_);
-    JobRecord* rec = FindJob(w.job_id);
+    JobRecord* rec = jobs_.Find(w.job_id);
     const bool current = rec != nullptr && rec->job.state() == v1::JOB_RUNNING &&
                          static_cast<int>(w.rank) < rec->job.workers_size() &&
                          rec->job.workers(w.rank) == w.spare;
@@ -327,7 +327,7 @@ void Scheduler::CarryOutHandOver(const RankWork& w) {
       r->set_handovers(r->handovers() + 1);
       r->set_last_cause(w.cause);
       r->set_recovered_unix_ms(UnixMs(clock_->Now()));
-      if (!Persist(*rec).ok()) return;
+      if (!jobs_.Persist(*rec).ok()) return;
       handovers_->Add();
       Log()->warn("job {}: rank {} handed over from {} to {}, resuming at step {} with no "
                   "rollback: {}",
@@ -355,7 +355,7 @@ void Scheduler::FinishLeaving(const std::string& job_id, uint32_t rank, const st
     bool aggregate = false;
     {
       absl::MutexLock l(&mu_);
-      JobRecord* rec = FindJob(job_id);
+      JobRecord* rec = jobs_.Find(job_id);
       if (rec != nullptr) {
         aggregate = rec->job.spec().consistency().aggregate();
         for (int q = 0; q < rec->job.workers_size(); ++q) {
@@ -390,7 +390,7 @@ void Scheduler::FinishLeaving(const std::string& job_id, uint32_t rank, const st
     if (adopter != rank) adopted = absl::StrCat("rank ", adopter);
   }
   absl::MutexLock l(&mu_);
-  JobRecord* rec = FindJob(job_id);
+  JobRecord* rec = jobs_.Find(job_id);
   if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING) return;  // Changed meanwhile.
   v1::Job& job = rec->job;
   if (!why.empty()) {
@@ -404,7 +404,7 @@ void Scheduler::FinishLeaving(const std::string& job_id, uint32_t rank, const st
   }
   r->set_last_cause(cause);
   r->set_recovered_unix_ms(UnixMs(clock_->Now()));
-  if (!Persist(*rec).ok()) return;
+  if (!jobs_.Persist(*rec).ok()) return;
   leaves_->Add();
   uint32_t training = 0;
   for (const std::string& w : job.workers()) training += w.empty() ? 0 : 1;

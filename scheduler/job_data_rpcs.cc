@@ -16,7 +16,7 @@ absl::Status Scheduler::CheckpointJob(const v1::CheckpointJobRequest& req,
   std::string dir = req.dir();
   {
     absl::MutexLock l(&mu_);
-    absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+    absl::StatusOr<JobRecord*> found = jobs_.FindOrError(req.job_id());
     if (!found.ok()) return found.status();
     JobRecord* rec = *found;
     if (rec->job.state() != v1::JOB_RUNNING) {
@@ -65,7 +65,7 @@ absl::Status Scheduler::ExportJob(const v1::ExportJobRequest& req, v1::ExportJob
   std::string worker;
   {
     absl::MutexLock l(&mu_);
-    absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+    absl::StatusOr<JobRecord*> found = jobs_.FindOrError(req.job_id());
     if (!found.ok()) return found.status();
     JobRecord* rec = *found;
     const v1::Job& job = rec->job;

@@ -33,8 +33,9 @@ absl::Status Scheduler::RegisterNode(const v1::RegisterNodeRequest& req,
     // The same process back after its lease lapsed (paused, cut off): its jobs moved away
     // meanwhile, but it may still hold their tables. Drop the copies it should not have.
     const absl::Time now = clock_->Now();
-    for (const std::string& id : order_) {
-      const v1::Job& job = jobs_[id].job;
+    for (const JobRecord& each : jobs_) {
+      const std::string& id = each.job.job_id();
+      const v1::Job& job = each.job;
       if (IsTerminal(job.state()) &&
           now - absl::FromUnixMillis(job.finished_unix_ms()) >= kRecentlyEnded) {
         continue;
@@ -69,7 +70,7 @@ absl::Status Scheduler::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartbeat
 void Scheduler::StopUnwantedTasks(const v1::HeartbeatRequest& req) {
   absl::MutexLock l(&mu_);
   for (const v1::WorkerTaskLoad& task : req.tasks()) {
-    const JobRecord* rec = FindJob(task.job_id());
+    const JobRecord* rec = jobs_.Find(task.job_id());
     const bool wanted = rec != nullptr && HoldsResources(rec->job.state()) &&
                         static_cast<int>(task.rank()) < rec->job.workers_size() &&
                         rec->job.workers(static_cast<int>(task.rank())) == req.node_id();

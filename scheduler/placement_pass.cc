@@ -25,12 +25,16 @@ constexpr absl::Duration kStoppingRetry = absl::Milliseconds(200);
 
 }  // namespace
 
+void Scheduler::PlaceJobs() {
+  for (const PlacementWork& w : PlaceQueuedJobs()) ExecutePlacement(w);
+}
+
 std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
   {
     // Most passes have nothing to place: skip the registry snapshot then.
     absl::MutexLock l(&mu_);
     bool any = false;
-    for (const auto& [id, rec] : jobs_) {
+    for (const JobRecord& rec : jobs_) {
       any = any || rec.job.state() == v1::JOB_QUEUED || rec.placement_pending;
     }
     if (!any) return {};
@@ -43,7 +47,7 @@ std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
   // What running jobs hold now.
   absl::flat_hash_set<std::string> busy;
   absl::flat_hash_map<std::string, uint32_t> hosted;
-  for (const auto& [id, rec] : jobs_) {
+  for (const JobRecord& rec : jobs_) {
     if (!HoldsResources(rec.job.state())) continue;
     for (const std::string& w : rec.job.workers()) busy.insert(w);
     for (const v1::ShardAssignment& a : rec.shard_map.assignments()) ++hosted[a.primary()];
@@ -77,8 +81,8 @@ std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
     }
   }
 
-  for (const std::string& id : order_) {
-    JobRecord& rec = jobs_[id];
+  for (JobRecord& rec : jobs_) {
+    const std::string& id = rec.job.job_id();
     v1::Job& job = rec.job;
     if (job.state() == v1::JOB_PLACING && rec.placement_pending) {
       // Restored mid-placement: make the same calls again (they are idempotent).
@@ -103,7 +107,7 @@ std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
         std::string reason = absl::StrCat("waiting for resources: ", placed.status().message());
         if (job.reason() != reason && job.reason().rfind("placement failed", 0) != 0) {
           job.set_reason(reason);
-          if (!Persist(rec).ok()) break;
+          if (!jobs_.Persist(rec).ok()) break;
         }
       } else {
         Finish(rec, v1::JOB_FAILED, absl::StrCat("cannot be placed: ", placed.status().message()));
@@ -124,7 +128,7 @@ std::vector<Scheduler::PlacementWork> Scheduler::PlaceQueuedJobs() {
     job.mutable_progress()->set_rolled_back_to_step(rolled_back);
     rec.shard_map = placed->shard_map;
     rec.server_waiting_for.clear();
-    if (!Persist(rec, &rec.shard_map).ok()) break;  // Not written: not sent either.
+    if (!jobs_.Persist(rec, &rec.shard_map).ok()) break;  // Not written: not sent either.
     Log()->info("job {} placed: shard map epoch {}, servers [{}], workers [{}]", id, epoch,
                 absl::StrJoin(placed->servers, ", "), absl::StrJoin(placed->workers, ", "));
     // What this job takes is gone for the next ones.
@@ -153,14 +157,14 @@ bool Scheduler::WaitForStoppingWorkers(const PlacementWork& w) {
   std::vector<std::string> stopping;
   for (uint32_t rank = 0; rank < n; ++rank) {
     if (busy_with[rank].empty()) continue;
-    const JobRecord* other = FindJob(busy_with[rank]);
+    const JobRecord* other = jobs_.Find(busy_with[rank]);
     // Only a job this scheduler has ended: its task is on its way out. Anything else is a real
     // conflict, which AssignTask reports.
     if (other == nullptr || !IsTerminal(other->job.state())) continue;
     stopping.push_back(absl::StrCat(w.workers[rank], " (", busy_with[rank], ")"));
   }
   if (stopping.empty()) return false;
-  JobRecord* rec = FindJob(w.job_id);
+  JobRecord* rec = jobs_.Find(w.job_id);
   if (rec == nullptr || rec->job.state() != v1::JOB_PLACING) return true;
   // Nothing was called yet: back to the queue, the attempt not counted.
   v1::Job& job = rec->job;
@@ -174,7 +178,7 @@ bool Scheduler::WaitForStoppingWorkers(const PlacementWork& w) {
   job.clear_workers();
   rec->next_attempt = clock_->Now() + kStoppingRetry;
   // Nothing is called either way; a failed write is the sticky store error (logged).
-  if (!Persist(*rec).ok()) return true;
+  if (!jobs_.Persist(*rec).ok()) return true;
   return true;
 }
 
@@ -247,7 +251,7 @@ void Scheduler::ExecutePlacement(const PlacementWork& w) {
   std::string why;
   {
     absl::MutexLock l(&mu_);
-    JobRecord* rec = FindJob(w.job_id);
+    JobRecord* rec = jobs_.Find(w.job_id);
     if (rec == nullptr) return;
     v1::Job& job = rec->job;
     if (job.state() != v1::JOB_PLACING) {
@@ -260,7 +264,7 @@ void Scheduler::ExecutePlacement(const PlacementWork& w) {
       job.clear_reason();
       rec->placement_attempts = 0;
       // Not written: the store's recovery reloads it as PLACING and places it again.
-      if (!Persist(*rec).ok()) return;
+      if (!jobs_.Persist(*rec).ok()) return;
       Log()->info("job {} running", w.job_id);
       MaybeSucceed(*rec);
     } else {
@@ -281,7 +285,7 @@ void Scheduler::ExecutePlacement(const PlacementWork& w) {
         job.clear_servers();
         job.clear_workers();
         rec->next_attempt = clock_->Now() + options_.placement_backoff;
-        if (!Persist(*rec).ok()) return;  // Not written: nothing rolled back either.
+        if (!jobs_.Persist(*rec).ok()) return;  // Not written: nothing rolled back either.
       }
     }
   }

@@ -30,8 +30,8 @@ void Scheduler::RecoverJobs() {
   std::vector<Work> work;
   {
     absl::MutexLock l(&mu_);
-    for (const std::string& id : order_) {
-      const JobRecord& rec = jobs_[id];
+    for (const JobRecord& rec : jobs_) {
+      const std::string& id = rec.job.job_id();
       const v1::Job& job = rec.job;
       if (job.state() != v1::JOB_RECOVERING) continue;
       Work w;
@@ -64,7 +64,7 @@ void Scheduler::RecoverJobs() {
       bool promote = false;
       {
         absl::MutexLock l(&mu_);
-        JobRecord* rec = FindJob(w.job_id);
+        JobRecord* rec = jobs_.Find(w.job_id);
         promote = rec != nullptr && rec->job.state() == v1::JOB_RECOVERING &&
                   !rec->promote_lost.empty();
       }
@@ -90,7 +90,7 @@ void Scheduler::RecoverJobs() {
     }
 
     absl::MutexLock l(&mu_);
-    JobRecord* rec = FindJob(w.job_id);
+    JobRecord* rec = jobs_.Find(w.job_id);
     if (rec == nullptr || rec->job.state() != v1::JOB_RECOVERING) continue;  // Cancelled.
     v1::Job& job = rec->job;
     if (!point.ok()) {
@@ -134,7 +134,7 @@ void Scheduler::RecoverJobs() {
     job.clear_workers();
     rec->placement_attempts = 0;
     rec->next_attempt = absl::InfinitePast();
-    if (!Persist(*rec).ok()) continue;
+    if (!jobs_.Persist(*rec).ok()) continue;
     recoveries_->Add();
     Log()->warn("job {}: {}", w.job_id, job.reason());
     Wake();

@@ -33,7 +33,7 @@ void Scheduler::RejoinRanks() {
     // Only while no job waits in the queue: queued jobs get idle workers first.
     absl::MutexLock l(&mu_);
     bool any = false;
-    for (const auto& [id, rec] : jobs_) {
+    for (const JobRecord& rec : jobs_) {
       if (rec.job.state() == v1::JOB_QUEUED) return;
       any = any || (rec.job.state() == v1::JOB_RUNNING && !rec.job.recovery().left().empty());
     }
@@ -44,12 +44,12 @@ void Scheduler::RejoinRanks() {
   {
     absl::MutexLock l(&mu_);
     absl::flat_hash_set<std::string> busy;
-    for (const auto& [id, rec] : jobs_) {
+    for (const JobRecord& rec : jobs_) {
       if (!HoldsResources(rec.job.state())) continue;
       for (const std::string& w : rec.job.workers()) busy.insert(w);
     }
-    for (const std::string& id : order_) {
-      JobRecord& rec = jobs_[id];
+    for (JobRecord& rec : jobs_) {
+      const std::string& id = rec.job.job_id();
       v1::Job& job = rec.job;
       if (job.state() != v1::JOB_RUNNING || job.recovery().left().empty()) continue;
       if (!rec.lost_ranks.empty()) continue;  // Its losses first.
@@ -82,7 +82,7 @@ void Scheduler::RejoinRanks() {
         p->set_test_accuracy(-1);  // Its evaluation from before it left is stale.
         p->set_test_loss(-1);
       }
-      if (!Persist(rec).ok()) break;  // Not written: not sent either.
+      if (!jobs_.Persist(rec).ok()) break;  // Not written: not sent either.
       w.job_id = id;
       w.rank = back.rank();
       w.adopter = back.adopted_by();
@@ -122,7 +122,7 @@ void Scheduler::RejoinRanks() {
       std::vector<std::pair<uint32_t, std::string>> tell;
       {
         absl::MutexLock l(&mu_);
-        JobRecord* rec = FindJob(w.job_id);
+        JobRecord* rec = jobs_.Find(w.job_id);
         for (int q = 0; rec != nullptr && q < rec->job.workers_size(); ++q) {
           const std::string& node = rec->job.workers(q);
           if (node.empty() || static_cast<uint32_t>(q) == w.rank) continue;
@@ -146,7 +146,7 @@ void Scheduler::RejoinRanks() {
     bool undo = false;
     {
       absl::MutexLock l(&mu_);
-      JobRecord* rec = FindJob(w.job_id);
+      JobRecord* rec = jobs_.Find(w.job_id);
       const bool current = rec != nullptr && rec->job.state() == v1::JOB_RUNNING &&
                            static_cast<int>(w.rank) < rec->job.workers_size() &&
                            rec->job.workers(w.rank) == w.spare;
@@ -160,7 +160,7 @@ void Scheduler::RejoinRanks() {
         rejoins_->Add();
         v1::JobRecovery* r = rec->job.mutable_recovery();
         r->set_rejoins(r->rejoins() + 1);
-        if (!Persist(*rec).ok()) continue;
+        if (!jobs_.Persist(*rec).ok()) continue;
         Log()->warn("job {}: rank {} rejoined the job on {} at step {} (it had left; an idle "
                     "worker is back)",
                     w.job_id, w.rank, w.spare, start);

@@ -27,8 +27,10 @@ Scheduler::Scheduler(const SchedulerOptions& options, Store* store, const Clock*
       rpc_(rpc),
       placement_(placement),
       registry_(RegistryOptions{options.lease}, clock, store),
-      started_(clock->Now()) {
+      started_(clock->Now()),
+      jobs_(store, clock, [this](const absl::Status& cause) { OnStoreFailed(cause); }) {
   RegisterMetrics();
+  DefinePasses();
   absl::MutexLock l(&mu_);
   quotas_ = options.quotas;
 }
@@ -83,17 +85,14 @@ void Scheduler::LoadJobsLocked(std::vector<StoredJob> stored) {
     rec.owner = std::move(sj.owner);
     rec.shard_map = std::move(sj.shard_map);
     rec.last_persist = now;
-    const std::string id = rec.job.job_id();
     if (rec.job.state() == v1::JOB_PLACING) rec.placement_pending = true;
     if (rec.job.state() == v1::JOB_RUNNING) verify_tasks_ = true;
     if (IsTerminal(rec.job.state())) rec.job.mutable_progress()->clear_waiting_for();
     if (IsActive(rec.job.state())) ++active;
-    if (!rec.client_token.empty()) by_token_[rec.client_token] = id;
-    order_.push_back(id);
-    auto [it, inserted] = jobs_.emplace(id, std::move(rec));
-    if (!view_ && IsTerminal(it->second.job.state()) &&
-        now - absl::FromUnixMillis(it->second.job.finished_unix_ms()) < kRecentlyEnded) {
-      QueueCleanups(it->second, it->second.job.reason());
+    JobRecord& loaded = jobs_.Load(std::move(rec));
+    if (!view_ && IsTerminal(loaded.job.state()) &&
+        now - absl::FromUnixMillis(loaded.job.finished_unix_ms()) < kRecentlyEnded) {
+      QueueCleanups(loaded, loaded.job.reason());
     }
   }
   if (!stored.empty() && !view_) {
@@ -101,39 +100,11 @@ void Scheduler::LoadJobsLocked(std::vector<StoredJob> stored) {
   }
 }
 
-Scheduler::JobRecord* Scheduler::FindJob(const std::string& job_id) {
-  auto it = jobs_.find(job_id);
-  return it == jobs_.end() ? nullptr : &it->second;
-}
-
-absl::StatusOr<Scheduler::JobRecord*> Scheduler::FindJobOrError(const std::string& job_id) {
-  JobRecord* rec = FindJob(job_id);
-  if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'"));
-  return rec;
-}
-
-absl::Status Scheduler::Persist(JobRecord& rec, const v1::ShardMap* map) {
-  if (!store_error_.ok()) return store_error_;
-  absl::Status s = store_->PutJob(rec.job, rec.client_token, map, rec.owner);
-  if (!s.ok()) {
-    Log()->error("saving job {}: {}", rec.job.job_id(), s);
-    StoreFailed(s);
-    return store_error_;
-  }
-  rec.last_persist = clock_->Now();
-  rec.progress_dirty = false;
-  rec.history.Observe(rec.job, rec.last_persist);
-  return s;
-}
-
-void Scheduler::StoreFailed(const absl::Status& s) {
-  if (!store_error_.ok()) return;
-  store_error_ = absl::UnavailableError(absl::StrCat(
-      "the scheduler cannot write its state (", s.message(),
-      "); it makes no change until its store works again"));
+void Scheduler::OnStoreFailed(const absl::Status& cause) {
   next_store_retry_ = clock_->Now() + options_.store_retry;
   store_failures_->Add();
-  Log()->error("store {} failed: {}; publishing nothing until it works again", store_->path(), s);
+  Log()->error("store {} failed: {}; publishing nothing until it works again", store_->path(),
+               cause);
   if (serving_changed_) serving_changed_(false);
 }
 
@@ -144,20 +115,20 @@ absl::Status Scheduler::RegistryError(const absl::Status& s) {
     return s;
   }
   absl::MutexLock l(&mu_);
-  StoreFailed(s);
-  return store_error_;
+  jobs_.Fail(s);
+  return jobs_.error();
 }
 
 absl::Status Scheduler::store_status() const {
   absl::MutexLock l(&mu_);
-  return store_error_;
+  return jobs_.error();
 }
 
 void Scheduler::OnServingChanged(std::function<void(bool)> f) { serving_changed_ = std::move(f); }
 
 bool Scheduler::StoreWorks() {
   absl::MutexLock l(&mu_);
-  if (store_error_.ok()) return true;
+  if (jobs_.error().ok()) return true;
   if (clock_->Now() < next_store_retry_) return false;
   next_store_retry_ = clock_->Now() + options_.store_retry;
   // A write first (every node's record), then the jobs as the store holds them: what a failed
@@ -168,10 +139,8 @@ bool Scheduler::StoreWorks() {
     Log()->warn("store {} still fails: {}", store_->path(), stored.status());
     return false;
   }
-  store_error_ = absl::OkStatus();
-  jobs_.clear();
-  order_.clear();
-  by_token_.clear();
+  jobs_.ClearError();
+  jobs_.Clear();
   cleanups_.clear();
   LoadJobsLocked(std::move(*stored));
   Log()->info("store {} works again; carrying on from what it holds, as after a restart",
@@ -233,7 +202,7 @@ void Scheduler::Finish(JobRecord& rec, v1::JobState state, const std::string& re
   rec.server_waiting_for.clear();
   rec.job.mutable_progress()->clear_waiting_for();
   // Not written: nothing of it is published (the store's recovery reloads the job as it was).
-  if (!Persist(rec).ok()) return;
+  if (!jobs_.Persist(rec).ok()) return;
   if (held) QueueCleanups(rec, reason);
   auto log = state == v1::JOB_SUCCEEDED ? spdlog::level::info : spdlog::level::warn;
   Log()->log(log, "job {} {}{}{}", rec.job.job_id(), JobStateName(state), reason.empty() ? "" : ": ",
@@ -242,8 +211,8 @@ void Scheduler::Finish(JobRecord& rec, v1::JobState state, const std::string& re
 }
 
 void Scheduler::FailJobsOnNode(const std::string& node_id, const std::string& what) {
-  for (const std::string& id : order_) {
-    JobRecord& rec = jobs_[id];
+  for (JobRecord& rec : jobs_) {
+    const std::string& id = rec.job.job_id();
     if (!HoldsResources(rec.job.state())) continue;
     std::string role;
     int lost_rank = -1;
@@ -283,7 +252,7 @@ void Scheduler::FailJobsOnNode(const std::string& node_id, const std::string& wh
       rec.placement_pending = false;
       rec.job.clear_workers();
       rec.job.clear_servers();
-      if (!Persist(rec).ok()) return;
+      if (!jobs_.Persist(rec).ok()) return;
       Wake();
     }
   }
@@ -327,7 +296,7 @@ void Scheduler::StartRecovery(JobRecord& rec, const std::string& reason) {
   job.mutable_recovery()->set_last_cause(reason);
   rec.server_waiting_for.clear();
   job.mutable_progress()->clear_waiting_for();
-  if (!Persist(rec).ok()) return;
+  if (!jobs_.Persist(rec).ok()) return;
   Log()->warn("job {} recovering: {}", job.job_id(), reason);
   Wake();
 }
@@ -391,8 +360,8 @@ absl::Status Scheduler::CheckQuotaLocked(const std::string& owner) const {
   if (quota == nullptr) return absl::OkStatus();
   std::vector<std::string> unfinished;
   uint64_t bytes = 0;
-  for (const std::string& id : order_) {
-    const JobRecord& rec = jobs_.at(id);
+  for (const JobRecord& rec : jobs_) {
+    const std::string& id = rec.job.job_id();
     if (rec.owner != owner || !IsActive(rec.job.state())) continue;
     unfinished.push_back(id);
     bytes += rec.server_bytes;
@@ -451,24 +420,20 @@ absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJob
   }
 
   absl::MutexLock l(&mu_);
-  if (!req.client_token().empty()) {
-    auto it = by_token_.find(req.client_token());
-    if (it != by_token_.end()) {
-      const JobRecord* rec = FindJob(it->second);
-      resp->set_job_id(rec->job.job_id());
-      resp->set_state(rec->job.state());
-      return absl::OkStatus();
-    }
+  if (const JobRecord* rec = jobs_.FindByToken(req.client_token()); rec != nullptr) {
+    resp->set_job_id(rec->job.job_id());
+    resp->set_state(rec->job.state());
+    return absl::OkStatus();
   }
-  if (!store_error_.ok()) return store_error_;
+  if (!jobs_.error().ok()) return jobs_.error();
   absl::Status s = CheckQuotaLocked(owner);
   if (!s.ok()) return s;
   s = CheckClusterSize(spec, source);
   if (!s.ok()) return s;
   auto n = store_->NextId("job");
   if (!n.ok()) {
-    StoreFailed(n.status());
-    return store_error_;
+    jobs_.Fail(n.status());
+    return jobs_.error();
   }
   JobRecord rec;
   rec.client_token = req.client_token();
@@ -480,20 +445,13 @@ absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJob
   job.set_reason("waiting to be placed");
   job.set_submitted_unix_ms(UnixMs(clock_->Now()));
   *job.mutable_progress() = InitialProgress({});
-  s = store_->PutJob(job, rec.client_token, nullptr, rec.owner);
-  if (!s.ok()) {
-    StoreFailed(s);
-    return store_error_;
-  }
-  rec.last_persist = clock_->Now();
-  const std::string id = job.job_id();
-  Log()->info("job {} ({}) queued: {} servers, {} workers{}{}", id, job.spec().name(),
-              job.spec().num_servers(), job.spec().num_workers(),
-              rec.owner.empty() ? "" : ", submitted by ", rec.owner);
-  if (!rec.client_token.empty()) by_token_[rec.client_token] = id;
-  order_.push_back(id);
-  jobs_.emplace(id, std::move(rec));
-  resp->set_job_id(id);
+  absl::StatusOr<JobRecord*> added = jobs_.Add(std::move(rec));
+  if (!added.ok()) return added.status();
+  const v1::Job& queued = (*added)->job;
+  Log()->info("job {} ({}) queued: {} servers, {} workers{}{}", queued.job_id(),
+              queued.spec().name(), queued.spec().num_servers(), queued.spec().num_workers(),
+              (*added)->owner.empty() ? "" : ", submitted by ", (*added)->owner);
+  resp->set_job_id(queued.job_id());
   resp->set_state(v1::JOB_QUEUED);
   submissions_->Add();
   Wake();
@@ -503,7 +461,7 @@ absl::Status Scheduler::SubmitJob(const v1::SubmitJobRequest& req, v1::SubmitJob
 absl::Status Scheduler::GetJob(const v1::GetJobRequest& req, v1::Job* resp) {
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
   absl::MutexLock l(&mu_);
-  absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+  absl::StatusOr<JobRecord*> found = jobs_.FindOrError(req.job_id());
   if (!found.ok()) return found.status();
   const JobRecord* rec = *found;
   *resp = rec->job;
@@ -513,8 +471,7 @@ absl::Status Scheduler::GetJob(const v1::GetJobRequest& req, v1::Job* resp) {
 
 absl::Status Scheduler::ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) {
   absl::MutexLock l(&mu_);
-  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
-    const JobRecord& rec = jobs_[*it];
+  for (const JobRecord& rec : jobs_.NewestFirst()) {
     if (!req.include_finished() && IsTerminal(rec.job.state())) continue;
     *resp->add_jobs() = rec.job;
   }
@@ -527,14 +484,14 @@ absl::Status Scheduler::CancelJob(const v1::CancelJobRequest& req, v1::CancelJob
     return absl::InvalidArgumentError("reason: longer than 4096 bytes");
   }
   absl::MutexLock l(&mu_);
-  if (!store_error_.ok()) return store_error_;
-  absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+  if (!jobs_.error().ok()) return jobs_.error();
+  absl::StatusOr<JobRecord*> found = jobs_.FindOrError(req.job_id());
   if (!found.ok()) return found.status();
   JobRecord* rec = *found;
   if (!IsTerminal(rec->job.state())) {
     Finish(*rec, v1::JOB_CANCELLED,
            req.reason().empty() ? "cancelled by a user" : absl::StrCat("cancelled: ", req.reason()));
-    if (!store_error_.ok()) return store_error_;
+    if (!jobs_.error().ok()) return jobs_.error();
   }
   resp->set_state(rec->job.state());
   return absl::OkStatus();
@@ -543,7 +500,7 @@ absl::Status Scheduler::CancelJob(const v1::CancelJobRequest& req, v1::CancelJob
 absl::Status Scheduler::GetShardMap(const v1::GetShardMapRequest& req, v1::ShardMap* resp) {
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
   absl::MutexLock l(&mu_);
-  absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+  absl::StatusOr<JobRecord*> found = jobs_.FindOrError(req.job_id());
   if (!found.ok()) return found.status();
   const JobRecord* rec = *found;
   if (rec->shard_map.epoch() == 0) {
@@ -559,7 +516,7 @@ absl::Status Scheduler::ReportProgress(const v1::ReportProgressRequest& req,
                                        v1::ReportProgressResponse* resp) {
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
   absl::MutexLock l(&mu_);
-  absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+  absl::StatusOr<JobRecord*> found = jobs_.FindOrError(req.job_id());
   if (!found.ok()) return found.status();
   JobRecord* rec = *found;
   v1::Job& job = rec->job;
@@ -638,12 +595,13 @@ absl::Status Scheduler::ClusterStatus(const v1::ClusterStatusRequest& req,
   std::vector<v1::ShardLoad> loads = registry_.ShardLoads();
   absl::MutexLock l(&mu_);
   if (!req.job_id().empty()) {
-    absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+    absl::StatusOr<JobRecord*> found = jobs_.FindOrError(req.job_id());
     if (!found.ok()) return found.status();
   }
   absl::flat_hash_map<std::string, std::vector<std::string>> node_jobs;
-  for (const std::string& id : order_) {
-    const v1::Job& job = jobs_[id].job;
+  for (const JobRecord& each : jobs_) {
+    const std::string& id = each.job.job_id();
+    const v1::Job& job = each.job;
     if (!HoldsResources(job.state())) continue;
     for (const std::string& n : job.servers()) node_jobs[n].push_back(id);
     for (const std::string& n : job.workers()) node_jobs[n].push_back(id);
@@ -659,11 +617,11 @@ absl::Status Scheduler::ClusterStatus(const v1::ClusterStatusRequest& req,
     for (const std::string& j : node_jobs[n.info().node_id()]) n.add_jobs(j);
     *resp->add_nodes() = std::move(n);
   }
-  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
-    if (!req.job_id().empty() && *it != req.job_id()) continue;
+  for (const JobRecord& rec : jobs_.NewestFirst()) {
+    if (!req.job_id().empty() && rec.job.job_id() != req.job_id()) continue;
     v1::Job* job = resp->add_jobs();
-    *job = jobs_[*it].job;
-    if (req.include_history()) *job->mutable_history() = jobs_[*it].history.history();
+    *job = rec.job;
+    if (req.include_history()) *job->mutable_history() = rec.history.history();
   }
   std::sort(loads.begin(), loads.end(), [](const v1::ShardLoad& a, const v1::ShardLoad& b) {
     if (a.load().bytes_per_sec() != b.load().bytes_per_sec()) {
@@ -679,9 +637,5 @@ absl::Status Scheduler::ClusterStatus(const v1::ClusterStatusRequest& req,
   resp->set_scheduler_version(options_.version);
   return absl::OkStatus();
 }
-
-}  // namespace pscluster::scheduler
-
-namespace pscluster::scheduler {
 
 }  // namespace pscluster::scheduler

@@ -8,8 +8,8 @@
 //    servers or worker, outside the lock. Node RPCs are in node_rpcs.cc, job RPCs in
 //    scheduler.cc, the elastic ones (scale, drain) in elastic.cc, MoveShard in shard_move.cc.
 //  * Start() launches three threads, which make the other outgoing calls, outside the lock
-//    (each pass is in a file of its own: scheduler_loop.cc has the loops and the order of the
-//    passes):
+//    (each pass is a method in a file of its own; DefinePasses in scheduler_loop.cc names them
+//    and fixes their order, and times each into pscluster_scheduler_pass_seconds{pass=...}):
 //    - the control loop (Loop, or RunOnce() driven by a test): expires leases, hands ranks over,
 //      recovers and rolls back jobs, places queued jobs (UpdateShardMap to the servers,
 //      AssignTask to the workers), stops tasks and drops jobs once they end, balances data, and
@@ -18,8 +18,9 @@
 //      waiting step waits for, per-shard load) every status_poll_interval / 2;
 //    - the moves loop (MoveLoop, or RunMoves() in tests): carries out queued shard moves and the
 //      rebalancer's, one at a time (a move's copy may take long; placement does not wait).
-//  * `mu_` guards the job table; the NodeRegistry and the Store have their own locks. Lock order:
-//    mu_, then the registry's, then the store's.
+//  * `mu_` guards the job table (JobTable, job_table.h: the jobs in submission order and their
+//    persistence, with the sticky store error) and the cleanup queue; the NodeRegistry and the
+//    Store have their own locks. Lock order: mu_, then the registry's, then the store's.
 // Ownership: the scheduler owns the registry and the job table; the Store, Clock, ClusterRpc and
 // PlacementPolicy are owned by the caller and must outlive it.
 //
@@ -60,6 +61,7 @@
 #include "proto/scheduler.pb.h"
 #include "scheduler/cluster_rpc.h"
 #include "scheduler/data_balance.h"
+#include "scheduler/job_table.h"
 #include "scheduler/membership.h"
 #include "scheduler/node_registry.h"
 #include "scheduler/placement.h"
@@ -201,46 +203,6 @@ class Scheduler {
   void OnServingChanged(std::function<void(bool serving)> f);
 
  private:
-  struct JobRecord {
-    v1::Job job;
-    std::string client_token;
-    std::string owner;                // The identity that submitted it (quotas).
-    // Parameter and optimizer-state bytes its servers held at the last poll (backups included;
-    // polled only while a quota limits server memory).
-    uint64_t server_bytes = 0;
-    v1::ShardMap shard_map;           // Latest; empty until placed.
-    int placement_attempts = 0;
-    absl::Time next_attempt;          // Earliest next placement attempt.
-    bool placement_pending = false;   // PLACING, calls to the nodes not yet made.
-    bool progress_dirty = false;
-    absl::Time last_persist;
-    absl::Time last_poll;
-    std::vector<uint32_t> server_waiting_for;
-    // Ranks whose worker was lost, with why, for the control loop to hand over (not persisted:
-    // after a restart the loop finds dead workers of running jobs again).
-    struct LostRank {
-      uint32_t rank = 0;
-      std::string cause;
-      bool avoid_node = false;  // Hand it to another worker than the one that ran it, if any.
-    };
-    std::vector<LostRank> lost_ranks;
-    // A lost server whose shards' backups take over (replication > 1) instead of a rollback;
-    // set with JOB_RECOVERING (not persisted: after a restart the job rolls back).
-    std::string promote_lost;
-    // (primary, backup) node ids: the primary's last status said it could not deliver copies
-    // to that backup; the control loop drops it from the map (not persisted: the next poll
-    // reports it again).
-    std::set<std::pair<std::string, std::string>> unreachable_backups;
-    // The map in force did not reach every server: the control loop sends it again.
-    bool resend_map = false;
-    // Ranks not yet told of the job's data shares (their UpdatePartition failed): BalanceData
-    // tells them again.
-    std::set<uint32_t> shares_unsent;
-    absl::Time replace_backups_after;  // After a failed try: not before this.
-    // Progress over time and events (Job.history): shown every published version of the job
-    // (Persist, ReportProgress). In memory only.
-    ProgressHistory history;
-  };
   // A call to make once a job has ended: stop a worker's task or drop a job on a server.
   struct Cleanup {
     bool drop_job = false;  // true: DropJob on a server; false: StopTask on a worker.
@@ -275,6 +237,19 @@ class Scheduler {
   void LoadJobsLocked(std::vector<StoredJob> stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds the scheduler's families to metrics_ (called once, by the constructor).
   void RegisterMetrics();
+
+  // A pass: one step of a loop, a method in a file of its own that looks at the job table
+  // under mu_ and makes its calls to other daemons outside it. The Scheduler keeps their order
+  // (DefinePasses, scheduler_loop.cc); RunPass times each run into
+  // pscluster_scheduler_pass_seconds{pass="NAME"}.
+  struct Pass {
+    const char* name = "";
+    void (Scheduler::*run)() = nullptr;
+    Histogram* seconds = nullptr;  // Owned by metrics_.
+  };
+  // Fills control_passes_, poll_pass_ and moves_pass_ (called once, by the constructor).
+  void DefinePasses();
+  void RunPass(const Pass& pass);
   void Loop();
   void PollLoop();
   void ControlPass();
@@ -360,6 +335,8 @@ class Scheduler {
   // shares for running jobs whose ranks are out of balance (data_balance.h); every rank gets its
   // new partition (a larger or smaller part and batch) from its next batch on.
   void BalanceData();
+  // Places the queued jobs that are due: plans under the lock, calls the nodes outside it.
+  void PlaceJobs();
   std::vector<PlacementWork> PlaceQueuedJobs();
   void ExecutePlacement(const PlacementWork& work);
   // Before a placement calls anyone: if a chosen worker still runs the task of a job that has
@@ -374,6 +351,8 @@ class Scheduler {
   // rank was handed over while the worker was cut off): queues a StopTask for it.
   void StopUnwantedTasks(const v1::HeartbeatRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
   void MoveLoop();
+  // The moves thread's pass (RunMoves() runs it, timed).
+  void CarryOutMoves();
   // Queues the moves the rebalancer picks for running jobs from their servers' shard loads.
   void Rebalance();
   // Moves the queued shard move of `job_id`: map 1 gives the target a live copy, map 2 (once
@@ -410,18 +389,8 @@ class Scheduler {
                          v1::ShardMove* queued)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Under mu_.
-  JobRecord* FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job, or NOT_FOUND naming the job_id field: the answer of every RPC about an unknown job.
-  absl::StatusOr<JobRecord*> FindJobOrError(const std::string& job_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the job (and `map`, if given) before anything about it is published. A failure, or
-  // a store already failed, returns the sticky store error: the caller must then not send what
-  // it was about to send.
-  [[nodiscard]] absl::Status Persist(JobRecord& rec, const v1::ShardMap* map = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records a failed write as the sticky store error.
-  void StoreFailed(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The table's listener: the first failed write of a run of failures (job_table.h).
+  void OnStoreFailed(const absl::Status& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A registry call's failure: a store failure becomes the sticky store error (returned).
   absl::Status RegistryError(const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
   // With the store failed: when due, writes every node again and, if that works, reloads the
@@ -461,22 +430,24 @@ class Scheduler {
   const absl::Time started_;
 
   absl::Mutex loop_mu_;  // One RunOnce() at a time.
+  // The control loop's passes in the order ControlPass runs them; the poll and moves threads'.
+  std::vector<Pass> control_passes_;
+  Pass poll_pass_;
+  Pass moves_pass_;
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // Job ids, oldest first.
-  absl::flat_hash_map<std::string, std::string> by_token_ ABSL_GUARDED_BY(mu_);
+  // The jobs and their persistence; its error() is the sticky store error (store_status()).
+  JobTable jobs_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const Quotas> quotas_ ABSL_GUARDED_BY(mu_);
   std::deque<Cleanup> cleanups_ ABSL_GUARDED_BY(mu_);
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
-  bool verify_tasks_ ABSL_GUARDED_BY(mu_) = false;
-  bool view_ = false;  // CreateView(): restored quietly, nothing queued.  // Restored running jobs: VerifyTasks...().
+  bool verify_tasks_ ABSL_GUARDED_BY(mu_) = false;  // Restored running jobs: VerifyTasks...().
+  bool view_ = false;  // CreateView(): restored quietly, nothing queued.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loop_;
   std::thread poll_loop_;
   std::thread move_loop_;
   bool moves_wanted_ ABSL_GUARDED_BY(mu_) = false;  // MoveShard queued one: RunMoves now.
-  absl::Status store_error_ ABSL_GUARDED_BY(mu_);   // Sticky: see store_status().
   absl::Time next_store_retry_ ABSL_GUARDED_BY(mu_);
   std::function<void(bool)> serving_changed_;
   Counter* store_failures_ = nullptr;

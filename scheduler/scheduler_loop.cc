@@ -54,8 +54,8 @@ void Scheduler::Stop() {
   if (move_loop_.joinable()) move_loop_.join();
   // Progress reported since the last write.
   absl::MutexLock l(&mu_);
-  for (auto& [id, rec] : jobs_) {
-    if (rec.progress_dirty && !Persist(rec).ok()) break;  // The store failed: logged.
+  for (JobRecord& rec : jobs_) {
+    if (rec.progress_dirty && !jobs_.Persist(rec).ok()) break;  // The store failed: logged.
   }
 }
 
@@ -79,13 +79,50 @@ void Scheduler::PollLoop() {
       auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
       if (mu_.AwaitWithTimeout(absl::Condition(&stop), options_.status_poll_interval / 2)) return;
     }
-    PollServers();
+    RunPass(poll_pass_);
   }
 }
 
 void Scheduler::RunOnce() {
   ControlPass();
-  PollServers();
+  RunPass(poll_pass_);
+}
+
+void Scheduler::DefinePasses() {
+  // The order matters: lost nodes are found before their ranks are handed over and their jobs
+  // recovered; recoveries queue jobs that placement then places; nodes that a cleanup frees
+  // are seen by the next pass's placement.
+  control_passes_ = {
+      {"leases", &Scheduler::CheckLeases},                 // scheduler_loop.cc
+      {"verify_tasks", &Scheduler::VerifyTasksAfterRestart},  // handover_pass.cc
+      {"hand_over", &Scheduler::HandOverRanks},            // handover_pass.cc
+      {"drop_unreachable_backups", &Scheduler::DropUnreachableBackups},  // backup_passes.cc
+      {"replace_backups", &Scheduler::ReplaceBackups},     // backup_passes.cc
+      {"recover", &Scheduler::RecoverJobs},                // recovery_pass.cc
+      {"place", &Scheduler::PlaceJobs},                    // placement_pass.cc
+      {"rejoin", &Scheduler::RejoinRanks},                 // rejoin_pass.cc
+      {"balance_data", &Scheduler::BalanceData},           // data_balance_pass.cc
+      {"cleanups", &Scheduler::RunCleanups},               // scheduler_loop.cc
+      {"persist_progress", &Scheduler::PersistProgress},   // scheduler_loop.cc
+  };
+  poll_pass_ = {"poll_servers", &Scheduler::PollServers};  // scheduler_loop.cc
+  moves_pass_ = {"moves", &Scheduler::CarryOutMoves};      // shard_move.cc, elastic.cc
+  auto timed = [this](Pass& p) {
+    p.seconds = metrics_.AddHistogram(
+        "pscluster_scheduler_pass_seconds",
+        "Time each run of a scheduler pass took, calls to other daemons included (the control "
+        "loop's passes, the status polls, the moves).",
+        absl::StrCat("pass=\"", p.name, "\""));
+  };
+  for (Pass& p : control_passes_) timed(p);
+  timed(poll_pass_);
+  timed(moves_pass_);
+}
+
+void Scheduler::RunPass(const Pass& pass) {
+  const absl::Time start = absl::Now();  // Real time, even under a test's fake clock.
+  (this->*pass.run)();
+  pass.seconds->ObserveSeconds(absl::Now() - start);
 }
 
 void Scheduler::ControlPass() {
@@ -93,20 +130,10 @@ void Scheduler::ControlPass() {
   // A failed write stops the pass where it happened, and every pass after it until the store
   // works again: nothing that was not written is published.
   if (!StoreWorks()) return;
-  auto works = [this] { return store_status().ok(); };
-  CheckLeases();
-  if (works()) VerifyTasksAfterRestart();
-  if (works()) HandOverRanks();
-  if (works()) DropUnreachableBackups();
-  if (works()) ReplaceBackups();
-  if (works()) RecoverJobs();
-  if (works()) {
-    for (const PlacementWork& w : PlaceQueuedJobs()) ExecutePlacement(w);
+  for (const Pass& p : control_passes_) {
+    if (!store_status().ok()) return;
+    RunPass(p);
   }
-  if (works()) RejoinRanks();
-  if (works()) BalanceData();
-  if (works()) RunCleanups();
-  if (works()) PersistProgress();
 }
 
 void Scheduler::CheckLeases() {
@@ -133,8 +160,8 @@ void Scheduler::PollServers() {
     absl::MutexLock l(&mu_);
     // A quota on server memory needs every running job's memory.
     const bool memory = quotas_ != nullptr && quotas_->limits_memory();
-    for (const std::string& id : order_) {
-      JobRecord& rec = jobs_[id];
+    for (JobRecord& rec : jobs_) {
+      const std::string& id = rec.job.job_id();
       if (rec.job.state() != v1::JOB_RUNNING) continue;
       // Who is waited for (BSP, SSP); whether primaries reach their backups (replicas).
       if (rec.job.spec().consistency().mode() == v1::ConsistencySpec::ASP &&
@@ -173,7 +200,7 @@ void Scheduler::PollServers() {
     }
     if (!any) return;
     absl::MutexLock l(&mu_);
-    JobRecord* rec = FindJob(p.job_id);
+    JobRecord* rec = jobs_.Find(p.job_id);
     if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING) return;
     for (const auto& [primary, address] : unreachable) {
       for (const v1::ServerEndpoint& ep : rec->shard_map.servers()) {
@@ -195,7 +222,7 @@ void Scheduler::RunCleanups() {
     while (!cleanups_.empty()) {
       Cleanup c = std::move(cleanups_.front());
       cleanups_.pop_front();
-      const JobRecord* rec = FindJob(c.job_id);
+      const JobRecord* rec = jobs_.Find(c.job_id);
       // A job placed again since holds these nodes anew: leave them alone. A stale copy or
       // task is left alone only if the job holds that very node again.
       if (rec != nullptr && HoldsResources(rec->job.state())) {
@@ -259,9 +286,9 @@ bool Scheduler::WorkerStillRuns(const std::vector<std::string>& workers,
 void Scheduler::PersistProgress() {
   absl::Time now = clock_->Now();
   absl::MutexLock l(&mu_);
-  for (auto& [id, rec] : jobs_) {
+  for (JobRecord& rec : jobs_) {
     if (rec.progress_dirty && now - rec.last_persist >= options_.progress_persist_interval &&
-        !Persist(rec).ok()) {
+        !jobs_.Persist(rec).ok()) {
       return;  // The store failed (logged); progress is written again once it works.
     }
   }

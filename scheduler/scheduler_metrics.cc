@@ -66,7 +66,7 @@ void Scheduler::RegisterMetrics() {
     }
     {
       absl::MutexLock l(&mu_);
-      for (const auto& [id, rec] : jobs_) jobs[JobStateName(rec.job.state())]++;
+      for (const JobRecord& rec : jobs_) jobs[JobStateName(rec.job.state())]++;
     }
     std::vector<Sample> out;
     for (const auto& [state, n] : jobs) {
@@ -95,8 +95,9 @@ void Scheduler::RegisterMetrics() {
     metrics_.AddGaugeCallback(name, help, [this, field = field] {
       std::vector<Sample> out;
       absl::MutexLock l(&mu_);
-      for (const std::string& id : order_) {
-        const v1::Job& job = jobs_.at(id).job;
+      for (const JobRecord& each : jobs_) {
+        const std::string& id = each.job.job_id();
+        const v1::Job& job = each.job;
         if (job.state() != v1::JOB_RUNNING) continue;
         out.push_back({absl::StrCat("job=\"", Escape(id), "\",name=\"", Escape(job.spec().name()),
                                     "\""),
@@ -151,7 +152,7 @@ void Scheduler::RegisterMetrics() {
       "1 while the scheduler's store takes writes; 0 after a write failed, until it works again.",
       [this] {
         absl::MutexLock l(&mu_);
-        return std::vector<Sample>{{"", store_error_.ok() ? 1.0 : 0.0}};
+        return std::vector<Sample>{{"", jobs_.error().ok() ? 1.0 : 0.0}};
       });
   metrics_.AddGaugeCallback("pscluster_scheduler_info", "The scheduler's version.", [this] {
     return std::vector<Sample>{{absl::StrCat("version=\"", Escape(options_.version), "\""), 1}};

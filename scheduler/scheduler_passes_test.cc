@@ -351,5 +351,31 @@ TEST_F(SchedulerPassesTest, AnIdentityWhoseJobsHoldItsServerMemoryQuotaIsRefused
   EXPECT_THAT(SubmitAs("alice"), IsOk());
 }
 
+// The Scheduler keeps the order of its passes: every run of each is timed under its name, the
+// control loop's in the order they run (their families render in the order they were added).
+TEST_F(SchedulerPassesTest, EveryPassIsTimedUnderItsNameInItsOrder) {
+  AddCluster(2, 2);
+  std::string id;
+  v1::Job job;
+  ASSERT_NO_FATAL_FAILURE(StartJob(&id, &job));
+  sched_->RunOnce();
+  sched_->RunMoves();
+  const std::string text = sched_->RenderMetrics();
+  const std::vector<std::string> control = {
+      "leases", "verify_tasks", "hand_over", "drop_unreachable_backups", "replace_backups",
+      "recover", "place", "rejoin", "balance_data", "cleanups", "persist_progress"};
+  size_t last = 0;
+  for (const std::string& name : control) {
+    const std::string line =
+        absl::StrCat("pscluster_scheduler_pass_seconds_count{pass=\"", name, "\"} 2\n");
+    size_t at = text.find(line);
+    ASSERT_NE(at, std::string::npos) << line << " not in\n" << text;
+    EXPECT_GT(at, last) << name << " is out of order";
+    last = at;
+  }
+  EXPECT_THAT(text, HasSubstr("pscluster_scheduler_pass_seconds_count{pass=\"poll_servers\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("pscluster_scheduler_pass_seconds_count{pass=\"moves\"} 1\n"));
+}
+
 }  // namespace
 }  // namespace pscluster::scheduler

@@ -127,7 +127,7 @@ absl::Status Scheduler::QueueMove(JobRecord& rec, uint32_t shard, const std::str
   auto* moves = rec.job.mutable_moves();
   *moves->Add() = move;
   if (moves->size() > kMovesKept) moves->DeleteSubrange(0, moves->size() - kMovesKept);
-  if (absl::Status p = Persist(rec); !p.ok()) return p;
+  if (absl::Status p = jobs_.Persist(rec); !p.ok()) return p;
   moves_wanted_ = true;
   *queued = move;
   return absl::OkStatus();
@@ -138,8 +138,8 @@ absl::Status Scheduler::MoveShard(const v1::MoveShardRequest& req, v1::MoveShard
   if (req.to().empty()) return absl::InvalidArgumentError("to: the target server's node id is required");
   if (req.reason().size() > 4096) return absl::InvalidArgumentError("reason: longer than 4096 bytes");
   absl::MutexLock l(&mu_);
-  if (!store_error_.ok()) return store_error_;
-  absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+  if (!jobs_.error().ok()) return jobs_.error();
+  absl::StatusOr<JobRecord*> found = jobs_.FindOrError(req.job_id());
   if (!found.ok()) return found.status();
   JobRecord* rec = *found;
   absl::Status s = QueueMove(*rec, req.shard(), req.from(), req.to(),
@@ -171,12 +171,14 @@ void Scheduler::MoveLoop() {
   }
 }
 
-void Scheduler::RunMoves() {
+void Scheduler::RunMoves() { RunPass(moves_pass_); }
+
+void Scheduler::CarryOutMoves() {
   bool rebalance = false;
   {
     absl::MutexLock l(&mu_);
     moves_wanted_ = false;
-    if (!store_error_.ok()) return;  // Nothing moves until the store works again.
+    if (!jobs_.error().ok()) return;  // Nothing moves until the store works again.
     if (options_.rebalance_every > absl::ZeroDuration() && clock_->Now() >= next_rebalance_) {
       // The first look waits a whole period: loads need a few heartbeats to mean anything.
       if (next_rebalance_ != absl::Time()) rebalance = true;
@@ -188,8 +190,9 @@ void Scheduler::RunMoves() {
   std::vector<std::string> queued;
   {
     absl::MutexLock l(&mu_);
-    for (const std::string& id : order_) {
-      const v1::Job& job = jobs_[id].job;
+    for (const JobRecord& each : jobs_) {
+      const std::string& id = each.job.job_id();
+      const v1::Job& job = each.job;
       // (A COPYING one is not under way: this thread carries moves out one at a time.)
       if (!job.moves().empty() && (job.moves().rbegin()->state() == v1::MOVE_QUEUED ||
                                    job.moves().rbegin()->state() == v1::MOVE_COPYING)) {
@@ -212,8 +215,8 @@ void Scheduler::Rebalance() {
     }
   }
   absl::MutexLock l(&mu_);
-  for (const std::string& id : order_) {
-    JobRecord& rec = jobs_[id];
+  for (JobRecord& rec : jobs_) {
+    const std::string& id = rec.job.job_id();
     const v1::Job& job = rec.job;
     // A change of the job's servers under way decides where its shards go meanwhile. A job with
     // replicas moves a primary to a server holding no copy of that shard (PickShardMove), which
@@ -256,14 +259,14 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
   absl::flat_hash_map<std::string, std::string> address;
   // Updates the job's last move (if it is still this one) and persists.
   auto record = [&](const std::function<void(v1::ShardMove*)>& edit) {
-    JobRecord* rec = FindJob(job_id);
+    JobRecord* rec = jobs_.Find(job_id);
     if (rec == nullptr || rec->job.moves().empty()) return;
     v1::ShardMove* last = rec->job.mutable_moves(rec->job.moves_size() - 1);
     if (last->requested_unix_ms() != move.requested_unix_ms() || last->shard() != move.shard()) {
       return;
     }
     edit(last);
-    if (!Persist(*rec).ok()) return;  // The store failed (logged): nothing more is sent.
+    if (!jobs_.Persist(*rec).ok()) return;  // The store failed (logged): nothing more is sent.
   };
   auto give_up = [&](const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     record([&](v1::ShardMove* m) {
@@ -272,7 +275,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
       m->set_finished_unix_ms(absl::ToUnixMillis(clock_->Now()));
     });
     moves_failed_->Add();
-    if (JobRecord* rec = FindJob(job_id); rec != nullptr) {
+    if (JobRecord* rec = jobs_.Find(job_id); rec != nullptr) {
       v1::ShardMove failed = move;
       failed.set_result(why);
       CountElasticMove(*rec, failed, /*done=*/false);
@@ -294,7 +297,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
     bool holds = false;
     {
       absl::MutexLock l(&mu_);
-      JobRecord* rec = FindJob(job_id);
+      JobRecord* rec = jobs_.Find(job_id);
       if (rec == nullptr || rec->job.moves().empty()) return;
       peek = *rec->job.moves().rbegin();
       spec = rec->job.spec();
@@ -322,7 +325,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
   }
   {
     absl::MutexLock l(&mu_);
-    JobRecord* rec = FindJob(job_id);
+    JobRecord* rec = jobs_.Find(job_id);
     if (rec == nullptr || rec->job.moves().empty()) return;
     move = *rec->job.moves().rbegin();
     // COPYING here: a move the scheduler was carrying out when it stopped (the servers kept
@@ -386,7 +389,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
       AssignmentOf(copying, move.shard())->add_backups(move.to());
       rec->shard_map = copying;
       rec->job.set_shard_map_epoch(copying.epoch());
-      if (!Persist(*rec, &copying).ok()) return;  // Not written: not sent either.
+      if (!jobs_.Persist(*rec, &copying).ok()) return;  // Not written: not sent either.
       record([&](v1::ShardMove* m) { m->set_state(v1::MOVE_COPYING); });
     }
   }
@@ -469,7 +472,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
                       job_id, move.shard());
           return;
         }
-        JobRecord* rec = FindJob(job_id);
+        JobRecord* rec = jobs_.Find(job_id);
         if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING ||
             rec->shard_map.epoch() != copying.epoch()) {
           s = absl::AbortedError("the job stopped running or its shard map changed meanwhile");
@@ -504,7 +507,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
     backups->erase(std::remove(backups->begin(), backups->end(), move.to()), backups->end());
     {
       absl::MutexLock l(&mu_);
-      JobRecord* rec = FindJob(job_id);
+      JobRecord* rec = jobs_.Find(job_id);
       if (rec == nullptr || rec->shard_map.epoch() != copying.epoch()) {
         // Another change of the map (a recovery) took over: it decides where the shard lives.
         give_up(s.ok() ? "the job's shard map changed meanwhile" : std::string(s.message()));
@@ -520,7 +523,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
       }
       rec->shard_map = next;
       rec->job.set_shard_map_epoch(next.epoch());
-      if (!Persist(*rec, &next).ok()) return;  // Not written: not sent either.
+      if (!jobs_.Persist(*rec, &next).ok()) return;  // Not written: not sent either.
       if (!running) {
         // A recovery started meanwhile: it sends its own maps, made from this one (the shard
         // where it was, without the copy).
@@ -571,7 +574,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
           if (caught_up) break;
           {
             absl::MutexLock l(&mu_);
-            JobRecord* rec = FindJob(job_id);
+            JobRecord* rec = jobs_.Find(job_id);
             if (stopping_ || rec == nullptr || rec->job.state() != v1::JOB_RUNNING ||
                 rec->shard_map.epoch() != next.epoch()) {
               break;  // Whatever changed decides about the copies now.
@@ -588,7 +591,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
     }
   }
   absl::MutexLock l(&mu_);
-  JobRecord* rec = FindJob(job_id);
+  JobRecord* rec = jobs_.Find(job_id);
   if (!switched.ok() && rec != nullptr && rec->job.state() == v1::JOB_RUNNING &&
       rec->shard_map.epoch() == next.epoch()) {
     // Some server could not take the map: the job cannot go on with two views of the shard.
@@ -615,7 +618,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
     rec->job.set_shard_moves(rec->job.shard_moves() + 1);
     CountElasticMove(*rec, move, /*done=*/true);
     if (rec->job.elastic().active()) moves_wanted_ = true;  // Its next step right away.
-    if (!Persist(*rec).ok()) return;  // The store failed (logged).
+    if (!jobs_.Persist(*rec).ok()) return;  // The store failed (logged).
   }
   moves_done_->Add();
   Log()->info("job {}: shard {}{} moved from {} to {} (map epoch {}; copy caught up in {:.0f} ms, "

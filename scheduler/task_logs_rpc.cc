@@ -17,7 +17,7 @@ absl::Status Scheduler::GetTaskLogs(const v1::TaskLogsRequest& req, v1::TaskLogs
   std::string worker;
   {
     absl::MutexLock l(&mu_);
-    absl::StatusOr<JobRecord*> found = FindJobOrError(req.job_id());
+    absl::StatusOr<JobRecord*> found = jobs_.FindOrError(req.job_id());
     if (!found.ok()) return found.status();
     JobRecord* rec = *found;
     const v1::Job& job = rec->job;
