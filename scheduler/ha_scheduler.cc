@@ -105,12 +105,9 @@ class HaScheduler::FollowerService final
                            absl::ToChronoMilliseconds(owner_->daemon_options_.rpc_timeout));
     const auto& md = ctx->client_metadata();
     auto it = md.find("authorization");
-    if (it != md.end()) {
-      call->ctx.AddMetadata("authorization", std::string(it->second.data(), it->second.size()));
-    } else if (!owner_->daemon_options_.credential.empty()) {
-      call->ctx.AddMetadata("authorization",
-                            absl::StrCat("Bearer ", owner_->daemon_options_.credential));
-    }
+    const std::string authorization = owner_->LeaderAuthorization(
+        it == md.end() ? "" : std::string(it->second.data(), it->second.size()));
+    if (!authorization.empty()) call->ctx.AddMetadata("authorization", authorization);
     const std::string leader = owner_->election_->leader();
     call->stub->async()->ClusterStatus(
         &call->ctx, &req, resp, [call, done = std::move(done), leader](grpc::Status s) {
@@ -149,6 +146,46 @@ class HaScheduler::FollowerService final
 
   HaScheduler* const owner_;
 };
+
+// A follower's status page (--http_listen): the leader's ClusterStatus, asked as
+// ForwardClusterStatus does, and shard maps from the follower's view of etcd.
+class HaScheduler::FollowerStatusSource final : public StatusSource {
+ public:
+  explicit FollowerStatusSource(HaScheduler* owner) : owner_(owner) {}
+
+  absl::Status ClusterStatus(const v1::ClusterStatusRequest& req, v1::ClusterStatusResponse* resp,
+                             const std::string& authorization) const override {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = owner_->LeaderChannel();
+    if (!channel.ok()) return channel.status();
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     absl::ToChronoMilliseconds(owner_->daemon_options_.rpc_timeout));
+    const std::string leader_authorization = owner_->LeaderAuthorization(authorization);
+    if (!leader_authorization.empty()) ctx.AddMetadata("authorization", leader_authorization);
+    const std::string leader = owner_->election_->leader();
+    grpc::Status s = v1::Scheduler::NewStub(*channel)->ClusterStatus(&ctx, req, resp);
+    if (s.ok()) return absl::OkStatus();
+    absl::Status st = FromGrpcStatus(s);
+    return absl::Status(st.code(), absl::StrCat("ClusterStatus forwarded to the leader at ",
+                                                leader, ": ", st.message()));
+  }
+
+  absl::Status GetShardMap(const v1::GetShardMapRequest& req, v1::ShardMap* resp,
+                           const std::string&) const override {
+    absl::StatusOr<std::shared_ptr<View>> view = owner_->CurrentView();
+    if (!view.ok()) return view.status();
+    return (*view)->scheduler->GetShardMap(req, resp);
+  }
+
+ private:
+  HaScheduler* const owner_;
+};
+
+std::string HaScheduler::LeaderAuthorization(const std::string& caller) const {
+  if (!caller.empty()) return caller;
+  if (daemon_options_.credential.empty()) return "";
+  return absl::StrCat("Bearer ", daemon_options_.credential);
+}
 
 std::string HaScheduler::NotLeaderMessage() const {
   if (!ready_.HasBeenNotified()) {
@@ -276,6 +313,25 @@ absl::Status HaScheduler::StartFollowerServer() {
     absl::MutexLock l(&mu_);
     follower_metrics_server_ = std::move(*metrics);
   }
+  if (!daemon_options_.http_address.empty()) {
+    // The same page as the leader's, its data asked of the leader.
+    follower_status_ = std::make_unique<StatusHttp>(std::make_unique<FollowerStatusSource>(this),
+                                                    authz_->enabled() ? authz_.get() : nullptr);
+    HttpServerOptions http_options;
+    http_options.address = daemon_options_.http_address;
+    http_options.flag = "--http_listen";
+    StatusHttp* page = follower_status_.get();
+    auto http = HttpServer::Start(http_options,
+                                  [page](const HttpRequest& req) { return page->Handle(req); });
+    if (!http.ok()) {
+      server->Shutdown();
+      absl::MutexLock l(&mu_);
+      follower_metrics_server_.reset();
+      return http.status();
+    }
+    absl::MutexLock l(&mu_);
+    follower_http_ = std::move(*http);
+  }
   if (address_.empty()) {
     std::string host = listen.substr(0, listen.rfind(':'));
     if (host == "0.0.0.0" || host == "[::]" || host == "::" || host.empty()) host = "127.0.0.1";
@@ -292,11 +348,18 @@ int HaScheduler::metrics_port() const {
   return follower_metrics_server_ != nullptr ? follower_metrics_server_->port() : 0;
 }
 
+int HaScheduler::http_port() const {
+  absl::MutexLock l(&mu_);
+  if (daemon_ != nullptr) return daemon_->http_port();
+  return follower_http_ != nullptr ? follower_http_->port() : 0;
+}
+
 void HaScheduler::StopFollowerServer() {
   {
-    // The port is the leader's daemon's next (same --metrics_listen).
+    // The ports are the leader's daemon's next (same --metrics_listen, --http_listen).
     absl::MutexLock l(&mu_);
     follower_metrics_server_.reset();
+    follower_http_.reset();
   }
   if (follower_server_ == nullptr) return;
   follower_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));

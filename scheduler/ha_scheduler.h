@@ -32,6 +32,7 @@
 #include "scheduler/etcd_store.h"
 #include "scheduler/leader_election.h"
 #include "scheduler/scheduler_daemon.h"
+#include "scheduler/status_http.h"
 
 namespace pscluster::scheduler {
 
@@ -67,17 +68,26 @@ class HaScheduler {
   // following, the follower's own (pscluster_scheduler_leading 0), so that every scheduler
   // answers a scrape.
   int metrics_port() const;
+  // The port of the status page (--http_listen; 0 = none): the leading scheduler's, or while
+  // following, the follower's own, whose data the leader answers (ClusterStatus, with the
+  // caller's token) and the follower's view of etcd (shard maps).
+  int http_port() const;
   // SIGHUP: rereads the token and quota files of a leading scheduler (a follower reads them when
   // it takes over).
   absl::Status Reload();
 
  private:
   class FollowerService;
+  class FollowerStatusSource;
   struct View;
   // How old a follower's view of etcd may be when it answers a read.
   static constexpr absl::Duration kViewMaxAge = absl::Seconds(1);
 
   HaScheduler() = default;
+  // The Authorization metadata of a call a follower makes to the leader for a caller: the
+  // caller's own (`caller`, the header it sent; the schedulers share one token file), else this
+  // scheduler's --credential_file token ("" = none).
+  std::string LeaderAuthorization(const std::string& caller) const;
   // A follower's answer to a call it does not serve.
   std::string NotLeaderMessage() const;
   // The follower's view of etcd, read again when older than kViewMaxAge.
@@ -108,6 +118,9 @@ class HaScheduler {
   // own there).
   MetricsRegistry follower_metrics_;
   std::unique_ptr<MetricsHttpServer> follower_metrics_server_ ABSL_GUARDED_BY(mu_);
+  // A follower's status page (on --http_listen while it follows).
+  std::unique_ptr<StatusHttp> follower_status_;
+  std::unique_ptr<HttpServer> follower_http_ ABSL_GUARDED_BY(mu_);
   absl::Notification stop_;
   std::thread thread_;
   mutable absl::Mutex mu_;

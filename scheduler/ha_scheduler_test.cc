@@ -47,6 +47,7 @@ class HaSchedulerTest : public ::testing::Test {
     SchedulerDaemonOptions d;
     d.listen_address = "127.0.0.1:0";
     d.metrics_address = "127.0.0.1:0";
+    d.http_address = "127.0.0.1:0";
     HaOptions ha;
     ha.etcd_endpoints = etcd_->endpoints();
     ha.lease_seconds = 2;
@@ -125,6 +126,20 @@ TEST_F(HaSchedulerTest, AFollowerServesReadsFromEtcdAndRefusesTheRestNamingTheLe
     EXPECT_THAT(s.error_message(), HasSubstr("has no shard map yet"));
   }
   EXPECT_EQ(Get(to_follower.get(), "job-999", &job).code(), absl::StatusCode::kNotFound);
+
+  // The status page too: the follower serves it, the nodes and jobs asked of the leader.
+  ASSERT_NE(follower->http_port(), 0);
+  ASSERT_NE(follower->http_port(), leader->http_port());
+  EXPECT_THAT(HttpGet(follower->http_port(), "/"), HasSubstr("Content-Type: text/html"));
+  const std::string jobs = HttpGet(follower->http_port(), "/api/jobs");
+  EXPECT_THAT(jobs, HasSubstr("200 OK"));
+  EXPECT_THAT(jobs, HasSubstr(absl::StrCat("\"job_id\":\"", id, "\"")));
+  EXPECT_THAT(jobs, HasSubstr("\"state\":\"JOB_QUEUED\""));
+  EXPECT_THAT(HttpGet(follower->http_port(), absl::StrCat("/api/jobs/", id)),
+              HasSubstr("\"name\":\"test-job\""));
+  EXPECT_THAT(HttpGet(follower->http_port(), "/api/jobs/job-999"), HasSubstr("404"));
+  EXPECT_THAT(HttpGet(leader->http_port(), "/api/jobs"),
+              HasSubstr(absl::StrCat("\"job_id\":\"", id, "\"")));
 
   // Everything else: UNAVAILABLE naming the leader, and nothing changes.
   const std::string names_leader = absl::StrCat("the leader is at ", leader->address());

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
+#include "common/testing/http_get.h"
 #include "common/testing/status_matchers.h"
 #include "common/testing/wait_for.h"
 #include "common/token_file.h"
@@ -27,6 +28,7 @@
 namespace pscluster::scheduler {
 namespace {
 
+using ::pscluster::testing::HttpGet;
 using ::pscluster::testing::IsOk;
 using ::pscluster::testing::WaitFor;
 using ::testing::HasSubstr;
@@ -83,6 +85,7 @@ class HaTlsTest : public ::testing::Test {
     d.tls.key = Cert("node.key");
     d.tls.ca = Cert("ca.pem");
     d.token_file = dir_ + "/tokens";
+    d.http_address = "127.0.0.1:0";
     HaOptions ha;
     ha.etcd_endpoints = etcd_->endpoints();
     ha.lease_seconds = 2;
@@ -203,6 +206,12 @@ TEST_F(HaTlsTest, SchedulersInTlsWithTokensElectOneLeaderThroughTlsEtcd) {
   EXPECT_EQ(status.jobs(0).job_id(), id);
   s = Status(Stub(*b, "").get(), &status);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  // Its status page likewise: the caller's token checked here, then by the leader.
+  ASSERT_NE(b->http_port(), 0);
+  EXPECT_THAT(HttpGet(b->http_port(), "/api/jobs"), HasSubstr("401"));
+  EXPECT_THAT(HttpGet(b->http_port(), "/api/jobs", "not-a-token"), HasSubstr("401"));
+  EXPECT_THAT(HttpGet(b->http_port(), "/api/jobs", kViewerToken),
+              HasSubstr(absl::StrCat("\"job_id\":\"", id, "\"")));
 
   // The leader goes: the follower takes over with the job it reads back from etcd.
   a->Shutdown();

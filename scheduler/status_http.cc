@@ -81,7 +81,27 @@ HttpResponse ErrorResponse(const absl::Status& s) {
   return r;
 }
 
+// The scheduler's own handlers (the caller was checked by Handle()).
+class SchedulerStatusSource final : public StatusSource {
+ public:
+  explicit SchedulerStatusSource(Scheduler* scheduler) : scheduler_(scheduler) {}
+  absl::Status ClusterStatus(const v1::ClusterStatusRequest& req, v1::ClusterStatusResponse* resp,
+                             const std::string&) const override {
+    return scheduler_->ClusterStatus(req, resp);
+  }
+  absl::Status GetShardMap(const v1::GetShardMapRequest& req, v1::ShardMap* resp,
+                           const std::string&) const override {
+    return scheduler_->GetShardMap(req, resp);
+  }
+
+ private:
+  Scheduler* const scheduler_;
+};
+
 }  // namespace
+
+StatusHttp::StatusHttp(Scheduler* scheduler, const Authorizer* authz)
+    : source_(std::make_unique<SchedulerStatusSource>(scheduler)), authz_(authz) {}
 
 HttpResponse StatusHttp::Handle(const HttpRequest& req) const {
   if (req.path == "/" || req.path == "/index.html") {
@@ -99,25 +119,25 @@ HttpResponse StatusHttp::Handle(const HttpRequest& req) const {
     r.body = "not found: the status page is at /\n";
     return r;
   }
+  auto header = req.headers.find("authorization");
+  const std::string authorization = header == req.headers.end() ? "" : header->second;
   if (authz_ != nullptr) {
-    auto it = req.headers.find("authorization");
-    absl::Status s = authz_->CheckBearer(it == req.headers.end() ? "" : it->second,
-                                         "pscluster.v1.Scheduler.ClusterStatus");
+    absl::Status s = authz_->CheckBearer(authorization, "pscluster.v1.Scheduler.ClusterStatus");
     if (!s.ok()) return ErrorResponse(s);
   }
-  if (req.path == "/api/jobs") return Jobs();
-  if (req.path == "/api/nodes") return Nodes();
+  if (req.path == "/api/jobs") return Jobs(authorization);
+  if (req.path == "/api/nodes") return Nodes(authorization);
   constexpr absl::string_view kJob = "/api/jobs/";
   if (absl::StartsWith(req.path, kJob) && req.path.size() > kJob.size()) {
-    return Job(req.path.substr(kJob.size()));
+    return Job(req.path.substr(kJob.size()), authorization);
   }
   return ErrorResponse(absl::NotFoundError(
       absl::StrCat("no endpoint ", req.path, " (try /api/jobs, /api/jobs/JOB, /api/nodes)")));
 }
 
-HttpResponse StatusHttp::Jobs() const {
+HttpResponse StatusHttp::Jobs(const std::string& authorization) const {
   v1::ClusterStatusResponse st;
-  absl::Status s = scheduler_->ClusterStatus(v1::ClusterStatusRequest(), &st);
+  absl::Status s = source_->ClusterStatus(v1::ClusterStatusRequest(), &st, authorization);
   if (!s.ok()) return ErrorResponse(s);
   v1::ClusterStatusResponse jobs;
   *jobs.mutable_jobs() = std::move(*st.mutable_jobs());
@@ -126,9 +146,9 @@ HttpResponse StatusHttp::Jobs() const {
   return JsonResponse(200, Json(jobs));
 }
 
-HttpResponse StatusHttp::Nodes() const {
+HttpResponse StatusHttp::Nodes(const std::string& authorization) const {
   v1::ClusterStatusResponse st;
-  absl::Status s = scheduler_->ClusterStatus(v1::ClusterStatusRequest(), &st);
+  absl::Status s = source_->ClusterStatus(v1::ClusterStatusRequest(), &st, authorization);
   if (!s.ok()) return ErrorResponse(s);
   v1::ClusterStatusResponse nodes;
   *nodes.mutable_nodes() = std::move(*st.mutable_nodes());
@@ -137,12 +157,13 @@ HttpResponse StatusHttp::Nodes() const {
   return JsonResponse(200, Json(nodes));
 }
 
-HttpResponse StatusHttp::Job(const std::string& job_id) const {
+HttpResponse StatusHttp::Job(const std::string& job_id,
+                             const std::string& authorization) const {
   v1::ClusterStatusRequest req;
   req.set_job_id(job_id);
   req.set_include_history(true);
   v1::ClusterStatusResponse st;
-  absl::Status s = scheduler_->ClusterStatus(req, &st);
+  absl::Status s = source_->ClusterStatus(req, &st, authorization);
   if (!s.ok()) return ErrorResponse(s);
   if (st.jobs_size() != 1) {
     return ErrorResponse(absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'")));
@@ -151,7 +172,7 @@ HttpResponse StatusHttp::Job(const std::string& job_id) const {
   v1::GetShardMapRequest map_req;
   map_req.set_job_id(job_id);
   v1::ShardMap map;
-  if (scheduler_->GetShardMap(map_req, &map).ok()) {
+  if (source_->GetShardMap(map_req, &map, authorization).ok()) {
     absl::StrAppend(&body, ", \"shard_map\": ", Json(map));
   }
   v1::ClusterStatusResponse rest;  // Shard loads and nodes, as the proto maps them.

@@ -9,7 +9,7 @@
 
 namespace pscluster::testing {
 
-std::string HttpGet(int port, const std::string& path) {
+std::string HttpGet(int port, const std::string& path, const std::string& bearer_token) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return "";
   sockaddr_in addr{};
@@ -18,7 +18,9 @@ std::string HttpGet(int port, const std::string& path) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string out;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: x\r\n\r\n");
+    const std::string auth =
+        bearer_token.empty() ? "" : absl::StrCat("Authorization: Bearer ", bearer_token, "\r\n");
+    const std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: x\r\n", auth, "\r\n");
     if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
       char buf[4096];
       ssize_t n;

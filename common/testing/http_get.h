@@ -6,9 +6,9 @@
 
 namespace pscluster::testing {
 
-// The whole response (status line, headers, body) of GET `path` from 127.0.0.1:`port`; "" on any
-// error.
-std::string HttpGet(int port, const std::string& path);
+// The whole response (status line, headers, body) of GET `path` from 127.0.0.1:`port`, with
+// `bearer_token` in an Authorization header when given; "" on any error.
+std::string HttpGet(int port, const std::string& path, const std::string& bearer_token = "");
 
 }  // namespace pscluster::testing
 
