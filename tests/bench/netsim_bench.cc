@@ -3,10 +3,13 @@
 // beside it, in the same run, a raw TCP echo through the same links, and both again over
 // loopback inside one host (no shaping) as the baseline. Reports throughput (payload bits each
 // way per round) against the link rate, the TCP echo and loopback — ratios, not timed
-// assertions. Needs root.
+// assertions. Then (--two_by_two) 2 ps_servers x 2 clients, each on a host of its own (one job,
+// its shards split over both servers; the second client a process of this binary on its host):
+// the aggregate push-pull of both clients against a 1 x 1 measured right before it in each run.
+// Needs root.
 //
 //   bazel run -c opt //tests/bench:netsim_bench -- [--rates=10gbit,1gbit,100mbit]
-//       [--sizes=4194304,67108864] [--runs=3] [--min_run_sec=1] [--out=FILE]
+//       [--sizes=4194304,67108864] [--runs=3] [--min_run_sec=1] [--two_by_two] [--out=FILE]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -40,6 +43,15 @@ ABSL_FLAG(std::string, out, "", "also write the report (markdown) to this file")
 ABSL_FLAG(std::string, server_binary, "", "ps_server to launch (default: from the runfiles)");
 ABSL_FLAG(std::string, serve_echo, "", "internal: run a TCP echo server on this host");
 ABSL_FLAG(std::string, port_file, "", "internal: port file of --serve_echo");
+ABSL_FLAG(bool, two_by_two, true,
+          "also measure 2 ps_servers x 2 clients, each on a host of its own, against 1 x 1");
+ABSL_FLAG(std::string, pushpull_client, "",
+          "internal: the second client of the 2 x 2: push-pull rounds against these servers");
+ABSL_FLAG(std::string, job, "", "internal: the job of --pushpull_client");
+ABSL_FLAG(int64_t, bytes, 0, "internal: the payload of --pushpull_client");
+ABSL_FLAG(std::string, sync_dir, "",
+          "internal: --pushpull_client runs window N once sync_dir/go.N exists and writes "
+          "'rounds seconds' to sync_dir/result.N");
 
 namespace pscluster::bench {
 namespace {
@@ -117,9 +129,10 @@ struct PsPair {
   int64_t step = 0;
 };
 
-PsPair MakePair(const std::string& address, size_t bytes) {
-  static int seq = 0;
-  const std::string job = absl::StrCat("netsim", seq++);
+// A client of `job` over the servers at `addresses` (its 16 virtual shards alternate between
+// them), as worker `rank` of `workers`; rank 0 declares the tables.
+PsPair MakeClient(const std::string& job, const std::vector<std::string>& addresses,
+                  size_t bytes, uint32_t rank, uint32_t workers) {
   const uint64_t elems = bytes / 4;
   v1::TableSpec t;
   t.set_name("t");
@@ -135,21 +148,26 @@ PsPair MakePair(const std::string& address, size_t bytes) {
   for (uint32_t s = 0; s < 16; ++s) {
     auto* a = m.add_assignments();
     a->set_shard(s);
-    a->set_primary("s0");
+    a->set_primary(absl::StrCat("s", s % addresses.size()));
   }
-  auto* e = m.add_servers();
-  e->set_node_id("s0");
-  e->set_address(address);
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    auto* e = m.add_servers();
+    e->set_node_id(absl::StrCat("s", i));
+    e->set_address(addresses[i]);
+  }
   PsClientOptions o;
   o.job_id = job;
+  o.worker = rank;
   o.call_timeout = absl::Seconds(300);
   o.data_transport = DataTransport::kTcp;  // The same path over loopback and over the links.
   auto c = PsClient::Create(o, m, {t});
   Check(c.status(), "client");
-  Check((*c)->InstallShardMap(), "install shard map");
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  Check((*c)->CreateTables(asp, 1), "create tables");
+  if (rank == 0) {
+    Check((*c)->InstallShardMap(), "install shard map");
+    v1::ConsistencySpec asp;
+    asp.set_mode(v1::ConsistencySpec::ASP);
+    Check((*c)->CreateTables(asp, workers), "create tables");
+  }
   PsPair p;
   p.client = std::move(*c);
   p.grad.assign(elems, 1e-3f);
@@ -157,9 +175,106 @@ PsPair MakePair(const std::string& address, size_t bytes) {
   return p;
 }
 
+PsPair MakePair(const std::string& address, size_t bytes) {
+  static int seq = 0;
+  return MakeClient(absl::StrCat("netsim", seq++), {address}, bytes, 0, 1);
+}
+
 struct Result {
   double echo = 0, pushpull = 0;  // Seconds per round, medians.
 };
+
+// Push-pull rounds of `p` for about --min_run_sec; returns {rounds, seconds}.
+std::pair<int, double> PushPullWindow(PsPair& p) {
+  const absl::Time t0 = absl::Now();
+  int n = 0;
+  while (n < 2 || absl::Now() - t0 < absl::Seconds(absl::GetFlag(FLAGS_min_run_sec))) {
+    Check(p.client->PushPull(p.step++, {{{"t", p.grad.data()}}, {}}, {{{"t", p.vals.data()}}, {}}),
+          "push-pull");
+    ++n;
+  }
+  return {n, absl::ToDoubleSeconds(absl::Now() - t0)};
+}
+
+// The 2 x 2's second client (--pushpull_client, in its own host): rank 1 of --job. Says it is
+// ready through --port_file, then runs one window per go.N file the parent makes.
+int RunPushPullClient() {
+  const std::vector<std::string> addresses =
+      absl::StrSplit(absl::GetFlag(FLAGS_pushpull_client), ',');
+  const std::string dir = absl::GetFlag(FLAGS_sync_dir);
+  PsPair p = MakeClient(absl::GetFlag(FLAGS_job), addresses, absl::GetFlag(FLAGS_bytes), 1, 2);
+  for (int i = 0; i < 2; ++i) {  // Connections made, buffers touched.
+    Check(p.client->PushPull(p.step++, {{{"t", p.grad.data()}}, {}}, {{{"t", p.vals.data()}}, {}}),
+          "warm-up push-pull");
+  }
+  Check(WriteFileAtomically(absl::GetFlag(FLAGS_port_file), "ready\n"), "--port_file");
+  for (int run = 0; run <= absl::GetFlag(FLAGS_runs); ++run) {
+    const std::string go = absl::StrCat(dir, "/go.", run);
+    while (access(go.c_str(), F_OK) != 0) absl::SleepFor(absl::Microseconds(200));
+    const auto [n, sec] = PushPullWindow(p);
+    Check(WriteFileAtomically(absl::StrCat(dir, "/result.", run), absl::StrCat(n, " ", sec, "\n")),
+          "result file");
+  }
+  return 0;
+}
+
+struct ScaleResult {
+  double one = 0;        // 1 x 1 push-pull, seconds per round (median).
+  double aggregate = 0;  // 2 x 2: payload bytes per second each way, both clients (median).
+  double ratio = 0;      // Median over runs of (2 x 2 aggregate) / (1 x 1 of the same run).
+};
+
+// 2 x 2 on the links: this process (on "client") and a child on "client2" push-pull one job whose
+// shards alternate between the servers on "server" and "server2"; each run measures this
+// process's 1 x 1 against the first server (its own job) right before.
+ScaleResult MeasureTwoByTwo(netsim::Network& net, const std::string& ps_a, const std::string& ps_b,
+                            size_t bytes, const std::string& tmp) {
+  static int seq = 0;
+  const std::string job = absl::StrCat("netsim2x2-", seq);
+  const std::string dir = absl::StrCat(tmp, "/2x2-", seq++);
+  Check(MakeDirs(dir), "2x2 dir");
+  PsPair one = MakePair(ps_a, bytes);
+  PsPair mine = MakeClient(job, {ps_a, ps_b}, bytes, 0, 2);
+  std::vector<std::string> argv = net.Command(
+      "client2",
+      {self_path, "--pushpull_client=" + ps_a + "," + ps_b, "--job=" + job,
+       absl::StrCat("--bytes=", bytes), absl::StrCat("--runs=", absl::GetFlag(FLAGS_runs)),
+       absl::StrCat("--min_run_sec=", absl::GetFlag(FLAGS_min_run_sec)), "--sync_dir=" + dir});
+  ChildProcess other(argv[0], {argv.begin() + 1, argv.end()}, dir + "/ready");
+  Check(other.Address(absl::Seconds(60)).status(), "the second client on host client2");
+  for (int i = 0; i < 2; ++i) PushPullWindow(one);
+  std::vector<double> ones, aggregates, ratios;
+  for (int run = 0; run <= absl::GetFlag(FLAGS_runs); ++run) {  // Run 0 warms up.
+    const auto [n1, s1] = PushPullWindow(one);
+    Check(WriteFileAtomically(absl::StrCat(dir, "/go.", run), "go\n"), "go file");
+    const auto [n2, s2] = PushPullWindow(mine);
+    absl::StatusOr<std::string> theirs;
+    const std::string result = absl::StrCat(dir, "/result.", run);
+    for (int i = 0; i < 60000; ++i) {
+      theirs = ReadFile(result);
+      if (theirs.ok()) break;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    Check(theirs.status(), "the second client's result");
+    const std::vector<std::string> parts = absl::StrSplit(*theirs, absl::ByAnyChar(" \n"),
+                                                          absl::SkipEmpty());
+    int n3 = 0;
+    double s3 = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &n3) || !absl::SimpleAtod(parts[1], &s3) ||
+        s3 <= 0) {
+      Check(absl::DataLossError(absl::StrCat(result, ": '", *theirs, "'")), "result file");
+    }
+    if (run == 0) continue;
+    const double one_rate = bytes * n1 / s1;
+    const double aggregate = bytes * n2 / s2 + bytes * n3 / s3;
+    ones.push_back(s1 / n1);
+    aggregates.push_back(aggregate);
+    ratios.push_back(aggregate / one_rate);
+  }
+  Check(one.client->DropJob(), "drop job");
+  Check(mine.client->DropJob(), "drop job");
+  return {Median(ones), Median(aggregates), Median(ratios)};
+}
 
 // Echo and push-pull, interleaved run by run (a run 0 warms both up).
 Result Measure(const std::string& echo_addr, const std::string& ps_addr, size_t bytes) {
@@ -262,6 +377,40 @@ int Main(netsim::Network& net, const std::vector<std::string>& rates,
                         absl::StrFormat("%.2f", lo.pushpull / r.pushpull), " |"));
     }
   }
+  if (absl::GetFlag(FLAGS_two_by_two)) {
+    const std::string server2_ip = net.host("server2")->address;
+    std::vector<std::string> remote_ps2 =
+        net.Command("server2", {server_bin, "--log_level=warn", "--listen=" + server2_ip + ":0"});
+    ChildProcess ps_remote2(remote_ps2[0], {remote_ps2.begin() + 1, remote_ps2.end()},
+                            tmp + "/ps_remote2.port");
+    auto a_ps_remote2 = ps_remote2.Address();
+    Check(a_ps_remote2.status(), "ps_server on the server2 host");
+    line("");
+    line(absl::StrCat(
+        "2 ps_servers x 2 clients, each on a host of its own (one job, its 16 virtual shards "
+        "alternating between the servers; the second client is a process on host client2), "
+        "every link at the rate shown. Aggregate = payload bytes each way per second summed over "
+        "both clients; 1 x 1 = one client of the first server alone, measured right before in "
+        "each run. Median of ", absl::GetFlag(FLAGS_runs), " runs."));
+    line("");
+    line("| payload | link | 1 x 1 push-pull Mbit/s | 2 x 2 aggregate Mbit/s | 2 x 2 / 1 x 1 (same "
+         "runs) | 2 x 2 aggregate / link rate |");
+    line("|---|---|---|---|---|---|");
+    for (size_t b : sizes) {
+      for (const std::string& rate : rates) {
+        for (const char* h : {"client", "client2", "server", "server2"}) {
+          Check(net.SetRate(h, rate), absl::StrCat("shape ", h, "'s link"));
+        }
+        const double bits = *netsim::ParseRate(rate);
+        Progress(absl::StrCat(Size(b), " 2 x 2 over ", rate, " links"));
+        const ScaleResult r = MeasureTwoByTwo(net, *a_ps_remote, *a_ps_remote2, b, tmp);
+        line(absl::StrCat("| ", Size(b), " | ", rate, " | ", Mbits(b, r.one), " | ",
+                          absl::StrFormat("%.0f", r.aggregate * 8 / 1e6), " | ",
+                          absl::StrFormat("%.2f", r.ratio), " | ",
+                          absl::StrFormat("%.2f", r.aggregate * 8 / bits), " |"));
+      }
+    }
+  }
   if (!absl::GetFlag(FLAGS_out).empty())
     Check(WriteFileAtomically(absl::GetFlag(FLAGS_out), out), "--out");
   return 0;
@@ -278,6 +427,11 @@ int main(int argc, char** argv) {
   if (!absl::GetFlag(FLAGS_serve_echo).empty()) {
     return pscluster::bench::ServeEchoOn(absl::GetFlag(FLAGS_serve_echo),
                                          absl::GetFlag(FLAGS_port_file));
+  }
+  if (!absl::GetFlag(FLAGS_pushpull_client).empty()) {
+    signal(SIGPIPE, SIG_IGN);
+    (void)pscluster::SetLogLevel("warn");
+    return pscluster::bench::RunPushPullClient();
   }
   std::vector<std::string> rates =
       absl::StrSplit(absl::GetFlag(FLAGS_rates), ',', absl::SkipEmpty());
@@ -303,7 +457,12 @@ int main(int argc, char** argv) {
     fprintf(stderr, "netsim_bench: %s\n", net.status().ToString().c_str());
     return 1;
   }
-  for (const char* host : {"client", "server"}) {
+  std::vector<std::string> hosts = {"client", "server"};
+  if (absl::GetFlag(FLAGS_two_by_two)) {
+    hosts.push_back("client2");
+    hosts.push_back("server2");
+  }
+  for (const std::string& host : hosts) {
     auto h = (*net)->AddHost(host, rates.empty() ? "" : rates[0]);
     if (!h.ok()) {
       fprintf(stderr, "netsim_bench: %s\n", h.status().ToString().c_str());
