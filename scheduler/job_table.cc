@@ -58,7 +58,7 @@ absl::Status JobTable::Persist(JobRecord& rec, const v1::ShardMap* map) {
   if (!error_.ok()) return error_;
   absl::Status s = store_->PutJob(rec.job, rec.client_token, map, rec.owner);
   if (!s.ok()) {
-    Log()->error("saving job {}: {}", rec.job.job_id(), s);
+    Logger("scheduler")->error("saving job {}: {}", rec.job.job_id(), s);
     Fail(s);
     return error_;
   }

@@ -279,7 +279,7 @@ void Scheduler::ExecuteMove(const std::string& job_id) {
       v1::ShardMove failed = move;
       failed.set_result(why);
       CountElasticMove(*rec, failed, /*done=*/false);
-      (void)Persist(*rec);  // A failure is the sticky store error (logged).
+      (void)jobs_.Persist(*rec);  // A failure is the sticky store error (logged).
       moves_wanted_ = true;  // A change's next step.
     }
     Log()->warn("job {}: move of shard {} from {} to {} given up: {}", job_id, move.shard(),
