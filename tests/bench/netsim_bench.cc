@@ -30,6 +30,7 @@
 #include "absl/time/clock.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
+#include "common/sharding.h"
 #include "server/client/ps_client.h"
 #include "tests/bench/ps_bench_baselines.h"
 #include "tests/bench/ps_bench_process.h"
@@ -129,26 +130,45 @@ struct PsPair {
   int64_t step = 0;
 };
 
-// A client of `job` over the servers at `addresses` (its 16 virtual shards alternate between
-// them), as worker `rank` of `workers`; rank 0 declares the tables.
+// A client of `job` over the servers at `addresses`, as worker `rank` of `workers`; rank 0
+// declares the tables. The table's blocks (`block_elems`; 0 = tensor/8, 256 KiB .. 4 MiB) are
+// spread over the servers so that each holds as many as the hashing of blocks to shards allows.
 PsPair MakeClient(const std::string& job, const std::vector<std::string>& addresses,
-                  size_t bytes, uint32_t rank, uint32_t workers) {
+                  size_t bytes, uint32_t rank, uint32_t workers, uint64_t block_elems = 0) {
   const uint64_t elems = bytes / 4;
+  if (block_elems == 0) block_elems = std::clamp<uint64_t>(elems / 8, 1 << 16, 1 << 20);
   v1::TableSpec t;
   t.set_name("t");
   t.set_kind(v1::DENSE);
   t.mutable_shape()->add_dims(elems);
-  t.set_block_elems(std::clamp<uint64_t>(elems / 8, 1 << 16, 1 << 20));
+  t.set_block_elems(block_elems);
   t.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
   t.mutable_optimizer()->set_learning_rate(1e-6f);
   v1::ShardMap m;
   m.set_job_id(job);
   m.set_epoch(1);
   m.set_num_virtual_shards(16);
+  // Blocks per virtual shard; then the shards, most blocks first, each to the server holding
+  // the fewest blocks so far.
+  std::vector<uint64_t> blocks_in(16, 0);
+  for (uint64_t b = 0; b < NumBlocks(elems, block_elems); ++b) {
+    ++blocks_in[ShardOfBlock(TableHash("t"), b, 16)];
+  }
+  std::vector<uint32_t> shards(16);
+  for (uint32_t s = 0; s < 16; ++s) shards[s] = s;
+  std::stable_sort(shards.begin(), shards.end(),
+                   [&](uint32_t x, uint32_t y) { return blocks_in[x] > blocks_in[y]; });
+  std::vector<uint64_t> held(addresses.size(), 0);
+  std::vector<size_t> server_of(16, 0);
+  for (uint32_t s : shards) {
+    const size_t least = std::min_element(held.begin(), held.end()) - held.begin();
+    server_of[s] = least;
+    held[least] += blocks_in[s];
+  }
   for (uint32_t s = 0; s < 16; ++s) {
     auto* a = m.add_assignments();
     a->set_shard(s);
-    a->set_primary(absl::StrCat("s", s % addresses.size()));
+    a->set_primary(absl::StrCat("s", server_of[s]));
   }
   for (size_t i = 0; i < addresses.size(); ++i) {
     auto* e = m.add_servers();
@@ -175,9 +195,15 @@ PsPair MakeClient(const std::string& job, const std::vector<std::string>& addres
   return p;
 }
 
-PsPair MakePair(const std::string& address, size_t bytes) {
+PsPair MakePair(const std::string& address, size_t bytes, uint64_t block_elems = 0) {
   static int seq = 0;
-  return MakeClient(absl::StrCat("netsim", seq++), {address}, bytes, 0, 1);
+  return MakeClient(absl::StrCat("netsim", seq++), {address}, bytes, 0, 1, block_elems);
+}
+
+// The 2 x 2's blocks: 16 per table (at least 16 KiB, at most 4 MiB), so that even a small payload
+// splits between the two servers.
+uint64_t TwoByTwoBlockElems(size_t bytes) {
+  return std::clamp<uint64_t>(bytes / 4 / 16, 1 << 12, 1 << 20);
 }
 
 struct Result {
@@ -202,7 +228,9 @@ int RunPushPullClient() {
   const std::vector<std::string> addresses =
       absl::StrSplit(absl::GetFlag(FLAGS_pushpull_client), ',');
   const std::string dir = absl::GetFlag(FLAGS_sync_dir);
-  PsPair p = MakeClient(absl::GetFlag(FLAGS_job), addresses, absl::GetFlag(FLAGS_bytes), 1, 2);
+  const size_t bytes = absl::GetFlag(FLAGS_bytes);
+  PsPair p = MakeClient(absl::GetFlag(FLAGS_job), addresses, bytes, 1, 2,
+                        TwoByTwoBlockElems(bytes));
   for (int i = 0; i < 2; ++i) {  // Connections made, buffers touched.
     Check(p.client->PushPull(p.step++, {{{"t", p.grad.data()}}, {}}, {{{"t", p.vals.data()}}, {}}),
           "warm-up push-pull");
@@ -233,8 +261,8 @@ ScaleResult MeasureTwoByTwo(netsim::Network& net, const std::string& ps_a, const
   const std::string job = absl::StrCat("netsim2x2-", seq);
   const std::string dir = absl::StrCat(tmp, "/2x2-", seq++);
   Check(MakeDirs(dir), "2x2 dir");
-  PsPair one = MakePair(ps_a, bytes);
-  PsPair mine = MakeClient(job, {ps_a, ps_b}, bytes, 0, 2);
+  PsPair one = MakePair(ps_a, bytes, TwoByTwoBlockElems(bytes));
+  PsPair mine = MakeClient(job, {ps_a, ps_b}, bytes, 0, 2, TwoByTwoBlockElems(bytes));
   std::vector<std::string> argv = net.Command(
       "client2",
       {self_path, "--pushpull_client=" + ps_a + "," + ps_b, "--job=" + job,
@@ -387,11 +415,11 @@ int Main(netsim::Network& net, const std::vector<std::string>& rates,
     Check(a_ps_remote2.status(), "ps_server on the server2 host");
     line("");
     line(absl::StrCat(
-        "2 ps_servers x 2 clients, each on a host of its own (one job, its 16 virtual shards "
-        "alternating between the servers; the second client is a process on host client2), "
+        "2 ps_servers x 2 clients, each on a host of its own (one job, its table in 16 blocks "
+        "spread evenly over the servers; the second client is a process on host client2), "
         "every link at the rate shown. Aggregate = payload bytes each way per second summed over "
-        "both clients; 1 x 1 = one client of the first server alone, measured right before in "
-        "each run. Median of ", absl::GetFlag(FLAGS_runs), " runs."));
+        "both clients; 1 x 1 = one client of the first server alone (same block size), measured "
+        "right before in each run. Median of ", absl::GetFlag(FLAGS_runs), " runs."));
     line("");
     line("| payload | link | 1 x 1 push-pull Mbit/s | 2 x 2 aggregate Mbit/s | 2 x 2 / 1 x 1 (same "
          "runs) | 2 x 2 aggregate / link rate |");
