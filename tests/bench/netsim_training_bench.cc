@@ -1,9 +1,11 @@
 // Fashion-MNIST MLP training over shaped links (tests/netsim): the real scheduler, one ps_server
 // and one ps_worker, each on a host of its own whose link is shaped to --rate; the same job is
 // trained with each compression in turn (float32, fp16 transport, top-k 1% with error feedback,
-// int8 with error feedback) in the same run, and its training throughput (samples/s, from the
-// scheduler's progress while the job runs: steps × batch over the time between the first and last
-// progress seen) and final test accuracy reported, with the ratios against float32. Needs root.
+// int8 with error feedback, top-k 1% with fp16 transport) in the same run, and its training
+// throughput (samples/s, from the scheduler's progress while the job runs: steps × batch over the
+// time between the first and last progress seen) and final test accuracy reported, with the
+// ratios against float32; then the same model trained in this process with no parameter server
+// (tests/bench/one_process_training.h), and fp32's ratio to it. Needs root.
 //
 //   bazel run -c opt //tests/bench:netsim_training_bench -- [--rate=1gbit] [--epochs=1]
 //       [--hidden=512,256] [--batch=128] [--out=FILE]      (as root)
@@ -19,7 +21,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/atomic_file.h"
+#include "scheduler/job_yaml.h"
+#include "tests/bench/one_process_training.h"
 #include "tests/netsim/netsim_cluster.h"
+#include "worker/data/fashion_mnist.h"
 
 ABSL_FLAG(std::string, rate, "1gbit", "every host's link rate");
 ABSL_FLAG(int, epochs, 1, "epochs per job");
@@ -112,6 +117,9 @@ int Main() {
       {"fp16", "{transport: fp16}"},
       {"topk1", "{topk_ratio: 0.01}"},
       {"int8", "{quantize: int8}"},
+      // Top-k pushes in fp16 and fp16 pulls: the pull of the whole model, which the top-k row
+      // sends in float32, halves too.
+      {"topk1-fp16", "{topk_ratio: 0.01, transport: fp16}"},
   };
   std::string report = absl::StrFormat(
       "Fashion-MNIST MLP (hidden %s, batch %d, %d epoch(s), momentum SGD), 1 server x 1 worker, "
@@ -133,6 +141,21 @@ int Main() {
     std::fprintf(stderr, "%s: %.0f samples/s, test accuracy %.4f\n", v.name, r.samples_per_sec,
                  r.test_accuracy);
   }
+  // The same job's model trained in this process, with no parameter server and no network (the
+  // CPU backend with all cores, as ps_worker's default), after the cluster's runs.
+  auto spec = scheduler::LoadJobYaml(JobYaml("one-process", variants[0]), "netsim_training_bench");
+  auto fm = spec.ok() ? data::LoadFashionMnist("") : absl::StatusOr<data::FashionMnist>(spec.status());
+  auto one = fm.ok() ? bench::TrainInOneProcess(*spec, *fm, 0)
+                     : absl::StatusOr<bench::OneProcessResult>(fm.status());
+  if (!one.ok()) {
+    std::fprintf(stderr, "one process: %s\n", one.status().ToString().c_str());
+    return 1;
+  }
+  absl::StrAppendFormat(&report, "| one process (no PS, no network) | %.0f | %.2fx | %.4f |\n",
+                        one->samples_per_sec, one->samples_per_sec / base, one->test_accuracy);
+  absl::StrAppendFormat(&report,
+                        "\nfp32 through 1 server x 1 worker over %s links / one process: %.2f\n",
+                        o.rate, base / one->samples_per_sec);
   std::printf("%s", report.c_str());
   if (!absl::GetFlag(FLAGS_out).empty()) {
     absl::Status st = WriteFileAtomically(absl::GetFlag(FLAGS_out), report);

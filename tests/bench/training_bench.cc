@@ -26,16 +26,11 @@
 #include "common/atomic_file.h"
 #include "common/channel.h"
 #include "common/logging.h"
-#include "kernels/create_backend.h"
-#include "kernels/models/create_model.h"
-#include "kernels/models/host_init.h"
 #include "proto/ps.grpc.pb.h"
 #include "scheduler/psctl/subprocess.h"
-#include "server/optimizer.h"
 #include "tests/bench/cpu_usage.h"
-#include "worker/batcher.h"
+#include "tests/bench/one_process_training.h"
 #include "worker/data/fashion_mnist.h"
-#include "worker/data/partition.h"
 #include "worker/standalone.h"
 #include "worker/trainer.h"
 
@@ -136,77 +131,14 @@ v1::DataPlaneTimes ServerTimes(const std::string& address) {
 
 // The model trained in this process: batch -> TrainStep -> Adam on host buffers.
 absl::StatusOr<Row> SingleProcess(const data::FashionMnist& fm, bench::CpuSampler& sampler) {
-  v1::JobSpec spec = Spec();
-  kernels::BackendOptions bo;
-  bo.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
-  auto backend = kernels::CreateBackend("cpu", bo);
-  if (!backend.ok()) return backend.status();
-  v1::ModelSpec ms = spec.model();
-  ms.set_input_dim(784);
-  ms.set_num_classes(10);
-  auto model = kernels::CreateModel(ms, backend->get(), {spec.seed()});
-  if (!model.ok()) return model.status();
-  auto opt = ResolveOptimizer(spec.optimizer(), "optimizer");
-  if (!opt.ok()) return opt.status();
-  kernels::HostParams params(**model);
-  const auto& infos = (*model)->params();
-  std::vector<std::vector<float>> slots(infos.size());
-  for (size_t i = 0; i < infos.size(); ++i) {
-    size_t n = infos[i].num_elements();
-    slots[i].resize(n * opt->num_slots());
-    InitSlots(*opt, slots[i].data(), n);
-  }
-  worker::Batcher batcher(&fm.train);
-  auto part = data::PartitionExamples(fm.train.n, spec.seed(), {0, 1, 0, 0});
-  const int64_t batch = spec.batch_size();
-  const int64_t steps = fm.train.n / batch;
-  std::vector<int64_t> ids(batch);
-  int64_t t = 0;
-  absl::Duration compute;
-  absl::Time start = absl::Now();
-  for (uint32_t e = 0; e < spec.epochs(); ++e) {
-    auto order = data::EpochOrder(*part, spec.seed(), e, 0);
-    for (int64_t s = 0; s < steps; ++s) {
-      std::copy(order.begin() + s * batch, order.begin() + (s + 1) * batch, ids.begin());
-      kernels::Batch b = batcher.Make(ids);
-      auto values = params.Gather(std::vector<std::vector<uint64_t>>(infos.size()));
-      if (!values.ok()) return values.status();
-      kernels::Gradients grads = params.GradientBuffers();
-      kernels::StepResult r;
-      absl::Time c0 = absl::Now();
-      absl::Status st = (*model)->TrainStep(b, *values, grads, &r);
-      if (!st.ok()) return st;
-      compute += absl::Now() - c0;
-      ++t;
-      for (size_t i = 0; i < infos.size(); ++i) {
-        size_t n = infos[i].num_elements();
-        float* s0 = opt->num_slots() > 0 ? slots[i].data() : nullptr;
-        float* s1 = opt->num_slots() > 1 ? slots[i].data() + n : nullptr;
-        ApplyUpdate(*opt, t, n, grads.values[i].data(), params.dense(i).data(), s0, s1);
-      }
-    }
-  }
-  const absl::Time end = absl::Now();
-  double secs = absl::ToDoubleSeconds(end - start);
+  auto r = bench::TrainInOneProcess(Spec(), fm, absl::GetFlag(FLAGS_cpu_threads));
+  if (!r.ok()) return r.status();
   Row row;
   row.name = "single process (no PS)";
-  row.samples_per_sec = t * batch / secs;
-  SetCpu(sampler, start, end, t * batch, &row);
-  row.compute = absl::ToDoubleSeconds(compute) / t;
-  // Test accuracy of the trained model, for comparison with the cluster runs.
-  worker::Batcher test(&fm.test);
-  auto values = params.Gather(std::vector<std::vector<uint64_t>>(infos.size()));
-  if (!values.ok()) return values.status();
-  int64_t correct = 0;
-  for (int64_t start = 0; start < fm.test.n; start += 1000) {
-    std::vector<int64_t> ids(std::min<int64_t>(1000, fm.test.n - start));
-    std::iota(ids.begin(), ids.end(), start);
-    kernels::StepResult r;
-    absl::Status st = (*model)->Evaluate(test.Make(ids), *values, &r);
-    if (!st.ok()) return st;
-    correct += r.correct;
-  }
-  row.accuracy = static_cast<double>(correct) / fm.test.n;
+  row.samples_per_sec = r->samples_per_sec;
+  SetCpu(sampler, r->start, r->end, r->samples, &row);
+  row.compute = r->compute_sec_per_step;
+  row.accuracy = r->test_accuracy;
   return row;
 }
 
