@@ -149,7 +149,9 @@ TEST(E2eUpSecuredTest, ADetachedLocalClusterIsSecuredAndPsctlUsesItsToken) {
   grpc::Status as_worker_cert = ListJobsWithoutToken(scheduler, CertOf(creds, "worker"));
   EXPECT_EQ(as_worker_cert.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(as_worker_cert.error_message(), HasSubstr("needs role"));
-  EXPECT_TRUE(ServerStatusWithoutToken(server, CertOf(creds, "worker")).ok());
+  grpc::Status as_worker_on_server = ServerStatusWithoutToken(server, CertOf(creds, "worker"));
+  EXPECT_TRUE(as_worker_on_server.ok())
+      << as_worker_on_server.error_code() << ": " << as_worker_on_server.error_message();
   // A worker's certificate cannot drop a job on a server (role scheduler).
   v1::DropJobRequest drop;
   drop.set_job_id("job-1");
