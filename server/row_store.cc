@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/table.h"
@@ -102,9 +103,18 @@ absl::StatusOr<std::unique_ptr<RowStore>> RowStore::Open(const std::string& path
   o.max_open_files = 256;
   // Rows are float32 weights and optimizer state: compression costs CPU and saves little.
   o.compression = rocksdb::kNoCompression;
-  o.write_buffer_size = 128 << 20;
+  // A row that misses memory is looked up in the memtable first, and every spill and every row
+  // coming back inserts into it: a smaller memtable (32 MiB, was 128) keeps those skiplist
+  // searches short, and a bloom filter over its whole keys lets a lookup of a row that is not
+  // there skip the search. Hot rows read back from the files come from a block cache of their
+  // own (32 MiB) instead of a pread each. Measured in docs/benchmarks.md ("A memory cap with a
+  // disk tier"): 1.5x the traffic, 2.4x the fill, 59 MiB less peak memory at 10^6 keys.
+  o.write_buffer_size = 32 << 20;
+  o.memtable_whole_key_filtering = true;
+  o.memtable_prefix_bloom_size_ratio = 0.1;
   rocksdb::BlockBasedTableOptions t;
   t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  t.block_cache = rocksdb::NewLRUCache(32 << 20);
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   (void)rocksdb::DestroyDB(path, o);  // Rows of an earlier run are not this table's.
   rocksdb::DB* db = nullptr;
