@@ -133,8 +133,12 @@ TEST(E2eLeaveTest, ARankThatLeftRejoinsWhenAWorkerComesBack) {
   const std::string id = "job-1";
   std::string dead;
   v1::Job seen;
-  ASSERT_NO_FATAL_FAILURE(
-      KillARankUntilItLeaves(c, "regrows", 6, c.dir() + "/model.safetensors", 1, &dead, &seen));
+  // Long enough that the rank remaining alone is still training when the new worker has
+  // registered (on a quiet machine it runs about a thousand steps a second; the worker takes
+  // about one to start): a rank that rejoined at the last step would train none.
+  constexpr int kRejoinEpochs = 16;
+  ASSERT_NO_FATAL_FAILURE(KillARankUntilItLeaves(c, "regrows", kRejoinEpochs,
+                                                 c.dir() + "/model.safetensors", 1, &dead, &seen));
   const int64_t left_at = seen.recovery().left(0).step();
 
   auto back = c.StartWorker("worker-9", c.scheduler_address());
@@ -154,7 +158,7 @@ TEST(E2eLeaveTest, ARankThatLeftRejoinsWhenAWorkerComesBack) {
   ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
   ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
   EXPECT_EQ(done->recovery().recoveries(), 0u);
-  EXPECT_EQ(done->progress().step(), 6 * 300);
+  EXPECT_EQ(done->progress().step(), kRejoinEpochs * 300);
   EXPECT_TRUE(done->progress().workers(1).done());
   EXPECT_FALSE(done->progress().workers(1).left());
   EXPECT_GE(done->progress().test_accuracy(), 0.84);
