@@ -111,16 +111,22 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// Seconds per round: rounds repeated for at least --min_run_sec (2 at least).
+// Rounds repeated for at least --min_run_sec (2 at least): {rounds, seconds}; TimeRounds gives the
+// seconds per round.
 template <typename F>
-double TimeRounds(F round) {
+std::pair<int, double> Rounds(F round) {
   const absl::Time t0 = absl::Now();
   int n = 0;
   while (n < 2 || absl::Now() - t0 < absl::Seconds(absl::GetFlag(FLAGS_min_run_sec))) {
     round();
     ++n;
   }
-  return absl::ToDoubleSeconds(absl::Now() - t0) / n;
+  return {n, absl::ToDoubleSeconds(absl::Now() - t0)};
+}
+template <typename F>
+double TimeRounds(F round) {
+  const auto [n, sec] = Rounds(round);
+  return sec / n;
 }
 
 // One client of one ps_server, a dense table of `bytes`, over the TCP data port.
@@ -211,15 +217,12 @@ struct Result {
 };
 
 // Push-pull rounds of `p` for about --min_run_sec; returns {rounds, seconds}.
+void PushPullOnce(PsPair& p) {
+  Check(p.client->PushPull(p.step++, {{{"t", p.grad.data()}}, {}}, {{{"t", p.vals.data()}}, {}}),
+        "push-pull");
+}
 std::pair<int, double> PushPullWindow(PsPair& p) {
-  const absl::Time t0 = absl::Now();
-  int n = 0;
-  while (n < 2 || absl::Now() - t0 < absl::Seconds(absl::GetFlag(FLAGS_min_run_sec))) {
-    Check(p.client->PushPull(p.step++, {{{"t", p.grad.data()}}, {}}, {{{"t", p.vals.data()}}, {}}),
-          "push-pull");
-    ++n;
-  }
-  return {n, absl::ToDoubleSeconds(absl::Now() - t0)};
+  return Rounds([&] { PushPullOnce(p); });
 }
 
 // The 2 x 2's second client (--pushpull_client, in its own host): rank 1 of --job. Says it is
@@ -231,10 +234,7 @@ int RunPushPullClient() {
   const size_t bytes = absl::GetFlag(FLAGS_bytes);
   PsPair p = MakeClient(absl::GetFlag(FLAGS_job), addresses, bytes, 1, 2,
                         TwoByTwoBlockElems(bytes));
-  for (int i = 0; i < 2; ++i) {  // Connections made, buffers touched.
-    Check(p.client->PushPull(p.step++, {{{"t", p.grad.data()}}, {}}, {{{"t", p.vals.data()}}, {}}),
-          "warm-up push-pull");
-  }
+  for (int i = 0; i < 2; ++i) PushPullOnce(p);  // Connections made, buffers touched.
   Check(WriteFileAtomically(absl::GetFlag(FLAGS_port_file), "ready\n"), "--port_file");
   for (int run = 0; run <= absl::GetFlag(FLAGS_runs); ++run) {
     const std::string go = absl::StrCat(dir, "/go.", run);
@@ -312,11 +312,7 @@ Result Measure(const std::string& echo_addr, const std::string& ps_addr, size_t 
   std::vector<double> e, pp;
   for (int run = 0; run <= absl::GetFlag(FLAGS_runs); ++run) {
     const double te = TimeRounds([&] { Check((*echo)->Round(bytes).status(), "echo round"); });
-    const double tp = TimeRounds([&] {
-      Check(
-          p.client->PushPull(p.step++, {{{"t", p.grad.data()}}, {}}, {{{"t", p.vals.data()}}, {}}),
-          "push-pull");
-    });
+    const double tp = TimeRounds([&] { PushPullOnce(p); });
     if (run == 0) continue;
     e.push_back(te);
     pp.push_back(tp);
