@@ -5,16 +5,27 @@
 // of the same share of the job's examples per step). Ranks that could not be told are told again
 // at the next pass; a task started later (a hand-over, a rejoin) gets the recorded shares.
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <optional>
+#include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "scheduler/job_state.h"
+#include "scheduler/membership.h"
 #include "scheduler/parallel.h"
 #include "scheduler/pass_helpers.h"
-#include "scheduler/scheduler.h"
+#include "scheduler/passes.h"
+#include "scheduler/progress.h"
+#include "scheduler/recovery.h"
 
 namespace pscluster::scheduler {
 namespace {
@@ -28,10 +39,20 @@ std::string Percentages(const google::protobuf::RepeatedField<uint32_t>& shares)
   return absl::StrJoin(out, " / ");
 }
 
+class DataBalancePass final : public Pass {
+ public:
+  explicit DataBalancePass(SchedulerCore& core) : core_(core) {}
+  const char* name() const override { return "balance_data"; }
+  void Run() override;
+
+ private:
+  SchedulerCore& core_;
+};
+
 }  // namespace
 
-void Scheduler::BalanceData() {
-  if (options_.data_balance.every <= absl::ZeroDuration()) return;
+void DataBalancePass::Run() {
+  if (core_.options().data_balance.every <= absl::ZeroDuration()) return;
   struct Work {
     std::string job_id;
     uint32_t num_workers = 0;
@@ -40,10 +61,10 @@ void Scheduler::BalanceData() {
   };
   std::vector<Work> work;
   {
-    absl::MutexLock l(&mu_);
-    const int64_t now_ms = absl::ToUnixMillis(clock_->Now());
-    const int64_t every_ms = absl::ToInt64Milliseconds(options_.data_balance.every);
-    for (JobRecord& rec : jobs_) {
+    absl::MutexLock l(&core_.mu());
+    const int64_t now_ms = absl::ToUnixMillis(core_.clock().Now());
+    const int64_t every_ms = absl::ToInt64Milliseconds(core_.options().data_balance.every);
+    for (JobRecord& rec : core_.jobs()) {
       const std::string& id = rec.job.job_id();
       v1::Job& job = rec.job;
       const uint32_t n = job.spec().num_workers();
@@ -70,14 +91,14 @@ void Scheduler::BalanceData() {
         }
         std::vector<uint32_t> current(r.data_shares().begin(), r.data_shares().end());
         std::optional<std::vector<uint32_t>> next;
-        if (rates.size() == n) next = PickDataShares(rates, current, options_.data_balance);
+        if (rates.size() == n) next = PickDataShares(rates, current, core_.options().data_balance);
         if (next.has_value()) {
           r.clear_data_shares();
           for (uint32_t s : *next) r.add_data_shares(s);
           r.set_rebalances(r.rebalances() + 1);
           r.set_balanced_unix_ms(now_ms);
-          if (!jobs_.Persist(rec).ok()) break;  // Not written: not sent either.
-          data_rebalances_->Add();
+          if (!core_.jobs().Persist(rec).ok()) break;  // Not written: not sent either.
+          core_.counters().data_rebalances->Add();
           std::vector<std::string> rate_text;
           for (double v : rates) rate_text.push_back(absl::StrFormat("%.0f", v));
           Log()->info("job {}: data shares now {} (compute rates {} examples/s)", id,
@@ -92,7 +113,7 @@ void Scheduler::BalanceData() {
       w.recovery = r;
       for (uint32_t q : ranks) {
         if (job.workers(q).empty()) continue;  // Left the job meanwhile.
-        auto node = registry_.Get(job.workers(q));
+        auto node = core_.registry().Get(job.workers(q));
         if (!node.has_value()) {
           rec.shares_unsent.insert(q);
           continue;
@@ -105,11 +126,11 @@ void Scheduler::BalanceData() {
   for (const Work& w : work) {
     std::vector<absl::Status> told(w.tell.size());
     ParallelFor(w.tell.size(), [&](size_t i) {
-      told[i] = rpc_->UpdatePartition(
+      told[i] = core_.rpc().UpdatePartition(
           w.tell[i].second, PartitionUpdate(w.job_id, w.recovery, w.tell[i].first, w.num_workers));
     });
-    absl::MutexLock l(&mu_);
-    JobRecord* rec = jobs_.Find(w.job_id);
+    absl::MutexLock l(&core_.mu());
+    JobRecord* rec = core_.jobs().Find(w.job_id);
     if (rec == nullptr || rec->job.state() != v1::JOB_RUNNING) continue;
     for (size_t i = 0; i < w.tell.size(); ++i) {
       const uint32_t q = w.tell[i].first;
@@ -117,11 +138,16 @@ void Scheduler::BalanceData() {
       // A task replaced meanwhile started with the recorded shares; this one must hear again.
       if (RankAttempt(rec->job.recovery(), q) != RankAttempt(w.recovery, q)) continue;
       rec->shares_unsent.insert(q);
-      Log()->warn("job {}: rank {} was not told of its data share (told again at the next "
-                  "pass): {}",
-                  w.job_id, q, told[i].message());
+      Log()->warn(
+          "job {}: rank {} was not told of its data share (told again at the next "
+          "pass): {}",
+          w.job_id, q, told[i].message());
     }
   }
+}
+
+std::unique_ptr<Pass> MakeDataBalancePass(SchedulerCore& core) {
+  return std::make_unique<DataBalancePass>(core);
 }
 
 }  // namespace pscluster::scheduler

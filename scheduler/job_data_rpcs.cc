@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/path_root.h"
 #include "scheduler/job_state.h"
+#include "scheduler/membership.h"
 #include "scheduler/pass_helpers.h"
 #include "scheduler/scheduler.h"
 
@@ -15,14 +16,14 @@ absl::Status Scheduler::CheckpointJob(const v1::CheckpointJobRequest& req,
   std::vector<v1::ServerEndpoint> servers;
   std::string dir = req.dir();
   {
-    absl::MutexLock l(&mu_);
-    absl::StatusOr<JobRecord*> found = jobs_.FindOrError(req.job_id());
+    absl::MutexLock l(&core_.mu());
+    absl::StatusOr<JobRecord*> found = core_.jobs().FindOrError(req.job_id());
     if (!found.ok()) return found.status();
     JobRecord* rec = *found;
     if (rec->job.state() != v1::JOB_RUNNING) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", req.job_id(), " is ", v1::JobState_Name(rec->job.state()),
-          ": only a running job's servers hold its state"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", req.job_id(), " is ", v1::JobState_Name(rec->job.state()),
+                       ": only a running job's servers hold its state"));
     }
     if (dir.empty()) dir = rec->job.spec().checkpoint_dir();
     if (dir.empty()) {
@@ -32,12 +33,12 @@ absl::Status Scheduler::CheckpointJob(const v1::CheckpointJobRequest& req,
     }
     servers.assign(rec->shard_map.servers().begin(), rec->shard_map.servers().end());
   }
-  absl::Status in_root = CheckUnderRoot(dir, options_.checkpoint_root,
+  absl::Status in_root = CheckUnderRoot(dir, core_.options().checkpoint_root,
                                         req.dir().empty() ? "checkpoint_dir" : "dir");
   if (!in_root.ok()) return in_root;
   // Outside the lock: each server writes its file (the same call the periodic checkpoints make).
   for (const v1::ServerEndpoint& ep : servers) {
-    auto written = rpc_->Checkpoint(ep.address(), req.job_id(), dir);
+    auto written = core_.rpc().Checkpoint(ep.address(), req.job_id(), dir);
     if (!written.ok()) {
       return absl::Status(written.status().code(),
                           absl::StrCat("server ", ep.node_id(), " (", ep.address(),
@@ -64,8 +65,8 @@ absl::Status Scheduler::ExportJob(const v1::ExportJobRequest& req, v1::ExportJob
   v1::ExportModelRequest call;
   std::string worker;
   {
-    absl::MutexLock l(&mu_);
-    absl::StatusOr<JobRecord*> found = jobs_.FindOrError(req.job_id());
+    absl::MutexLock l(&core_.mu());
+    absl::StatusOr<JobRecord*> found = core_.jobs().FindOrError(req.job_id());
     if (!found.ok()) return found.status();
     JobRecord* rec = *found;
     const v1::Job& job = rec->job;
@@ -78,9 +79,9 @@ absl::Status Scheduler::ExportJob(const v1::ExportJobRequest& req, v1::ExportJob
     }
     std::string path = req.path().empty() ? job.spec().export_path() : req.path();
     if (path.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", req.job_id(), " has no export_path: name a file (psctl export ", req.job_id(),
-          " --to PATH)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", req.job_id(), " has no export_path: name a file (psctl export ",
+                       req.job_id(), " --to PATH)"));
     }
     const uint32_t lead = LeadRank(job.recovery(), job.progress().workers_size());
     if (lead >= static_cast<uint32_t>(job.workers_size())) {
@@ -93,17 +94,17 @@ absl::Status Scheduler::ExportJob(const v1::ExportJobRequest& req, v1::ExportJob
     call.set_attempt(RankAttempt(job.recovery(), lead));
     call.set_path(path);
   }
-  std::optional<v1::NodeStatus> node = registry_.Get(worker);
+  std::optional<v1::NodeStatus> node = core_.registry().Get(worker);
   if (!node.has_value() || node->state() != v1::NODE_ALIVE) {
-    return absl::UnavailableError(
-        absl::StrCat("the job's lead worker ", worker, " is not alive; try again after its recovery"));
+    return absl::UnavailableError(absl::StrCat("the job's lead worker ", worker,
+                                               " is not alive; try again after its recovery"));
   }
   // Outside the lock: the worker pulls the model from the servers and writes it.
-  auto written = rpc_->ExportModel(node->info().address(), call, kExportTimeout);
+  auto written = core_.rpc().ExportModel(node->info().address(), call, kExportTimeout);
   if (!written.ok()) {
     return absl::Status(written.status().code(),
-                        absl::StrCat("worker ", worker, " (", node->info().address(), "): ",
-                                     written.status().message()));
+                        absl::StrCat("worker ", worker, " (", node->info().address(),
+                                     "): ", written.status().message()));
   }
   resp->set_path(written->path());
   resp->set_bytes(written->bytes());

@@ -12,13 +12,13 @@ namespace pscluster::scheduler {
 
 absl::Status Scheduler::RegisterNode(const v1::RegisterNodeRequest& req,
                                      v1::RegisterNodeResponse* resp) {
-  if (absl::Status s = store_status(); !s.ok()) return s;
-  auto reg = registry_.Register(req.node());
-  if (!reg.ok()) return RegistryError(reg.status());
-  registrations_->Add();
+  if (absl::Status s = core_.store_status(); !s.ok()) return s;
+  auto reg = core_.registry().Register(req.node());
+  if (!reg.ok()) return core_.RegistryError(reg.status());
+  core_.counters().registrations->Add();
   resp->set_node_id(reg->node_id);
-  resp->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
-  resp->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(registry_.heartbeat_interval()));
+  resp->set_lease_ms(absl::ToInt64Milliseconds(core_.registry().lease()));
+  resp->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(core_.registry().heartbeat_interval()));
   const char* role = req.node().role() == v1::ROLE_SERVER ? "server" : "worker";
   if (reg->is_new) {
     Log()->info("{} {} registered from {}", role, reg->node_id, req.node().address());
@@ -26,14 +26,14 @@ absl::Status Scheduler::RegisterNode(const v1::RegisterNodeRequest& req,
     Log()->info("{} {} registered again from {}{}", role, reg->node_id, req.node().address(),
                 reg->restarted ? " (a new process)" : "");
   }
-  absl::MutexLock l(&mu_);
+  absl::MutexLock l(&core_.mu());
   if (reg->restarted) {
-    FailJobsOnNode(reg->node_id, "restarted (a new process registered) and lost its work");
+    core_.FailJobsOnNode(reg->node_id, "restarted (a new process registered) and lost its work");
   } else if (!reg->is_new && req.node().role() == v1::ROLE_SERVER) {
     // The same process back after its lease lapsed (paused, cut off): its jobs moved away
     // meanwhile, but it may still hold their tables. Drop the copies it should not have.
-    const absl::Time now = clock_->Now();
-    for (const JobRecord& each : jobs_) {
+    const absl::Time now = core_.clock().Now();
+    for (const JobRecord& each : core_.jobs()) {
       const std::string& id = each.job.job_id();
       const v1::Job& job = each.job;
       if (IsTerminal(job.state()) &&
@@ -51,33 +51,34 @@ absl::Status Scheduler::RegisterNode(const v1::RegisterNodeRequest& req,
       c.job_id = id;
       c.reason = "a copy left behind while the server was away";
       c.not_before = absl::InfinitePast();
-      cleanups_.push_back(std::move(c));
+      core_.cleanups().push_back(std::move(c));
     }
   }
-  Wake();
+  core_.Wake();
   return absl::OkStatus();
 }
 
 absl::Status Scheduler::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
-  absl::Status s = registry_.Heartbeat(req);
+  absl::Status s = core_.registry().Heartbeat(req);
   if (!s.ok()) return s;
-  heartbeats_->Add();
-  resp->set_lease_ms(absl::ToInt64Milliseconds(registry_.lease()));
+  core_.counters().heartbeats->Add();
+  resp->set_lease_ms(absl::ToInt64Milliseconds(core_.registry().lease()));
   if (!req.tasks().empty()) StopUnwantedTasks(req);
   return absl::OkStatus();
 }
 
 void Scheduler::StopUnwantedTasks(const v1::HeartbeatRequest& req) {
-  absl::MutexLock l(&mu_);
+  absl::MutexLock l(&core_.mu());
   for (const v1::WorkerTaskLoad& task : req.tasks()) {
-    const JobRecord* rec = jobs_.Find(task.job_id());
+    const JobRecord* rec = core_.jobs().Find(task.job_id());
     const bool wanted = rec != nullptr && HoldsResources(rec->job.state()) &&
                         static_cast<int>(task.rank()) < rec->job.workers_size() &&
                         rec->job.workers(static_cast<int>(task.rank())) == req.node_id();
     if (wanted) continue;
-    const bool queued = std::any_of(cleanups_.begin(), cleanups_.end(), [&](const Cleanup& c) {
-      return !c.drop_job && c.node_id == req.node_id() && c.job_id == task.job_id();
-    });
+    const bool queued =
+        std::any_of(core_.cleanups().begin(), core_.cleanups().end(), [&](const Cleanup& c) {
+          return !c.drop_job && c.node_id == req.node_id() && c.job_id == task.job_id();
+        });
     if (queued) continue;
     // A task the scheduler no longer wants (its rank was handed over while its worker was cut
     // off, or its job ended meanwhile): stopped, unless the job gives this worker a rank again.
@@ -92,18 +93,18 @@ void Scheduler::StopUnwantedTasks(const v1::HeartbeatRequest& req) {
     c.stale_copy = true;
     Log()->info("{} still runs a task of job {} rank {}: stopping it ({})", req.node_id(),
                 task.job_id(), task.rank(), c.reason);
-    cleanups_.push_back(std::move(c));
-    Wake();
+    core_.cleanups().push_back(std::move(c));
+    core_.Wake();
   }
 }
 
 absl::Status Scheduler::Deregister(const v1::DeregisterRequest& req) {
-  if (absl::Status s = store_status(); !s.ok()) return s;
-  absl::Status s = registry_.Deregister(req.node_id());
-  if (!s.ok()) return RegistryError(s);
+  if (absl::Status s = core_.store_status(); !s.ok()) return s;
+  absl::Status s = core_.registry().Deregister(req.node_id());
+  if (!s.ok()) return core_.RegistryError(s);
   Log()->info("{} left the cluster", req.node_id());
-  absl::MutexLock l(&mu_);
-  FailJobsOnNode(req.node_id(), "left the cluster (deregistered)");
+  absl::MutexLock l(&core_.mu());
+  core_.FailJobsOnNode(req.node_id(), "left the cluster (deregistered)");
   return absl::OkStatus();
 }
 

@@ -1,7 +1,9 @@
-// Small helpers shared by the scheduler's passes (internal to //scheduler:scheduler_lib).
+// Small helpers shared by the scheduler's core, its passes and its handlers (internal to
+// //scheduler).
 #ifndef PSCLUSTER_SCHEDULER_PASS_HELPERS_H_
 #define PSCLUSTER_SCHEDULER_PASS_HELPERS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -38,6 +40,27 @@ inline bool IsLive(const v1::NodeStatus& n) {
 inline bool WorkerFitsJob(const v1::NodeInfo& worker, const v1::JobSpec& spec) {
   return worker.capacity().gpus() >= spec.gpus_per_worker() &&
          (!spec.has_entrypoint() || worker.allow_entrypoints());
+}
+
+// The reason of every move an elastic change (scale, drain) queues starts with this.
+inline constexpr char kElasticReason[] = "elastic: ";
+
+// Whether `node` is among `servers` (a shard's backups, a job's servers).
+inline bool Holds(const google::protobuf::RepeatedPtrField<std::string>& servers,
+                  const std::string& node) {
+  return std::find(servers.begin(), servers.end(), node) != servers.end();
+}
+
+inline bool Contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// `shard`'s assignment in `map`, or nullptr.
+inline v1::ShardAssignment* AssignmentOf(v1::ShardMap& map, uint32_t shard) {
+  for (auto& a : *map.mutable_assignments()) {
+    if (a.shard() == shard) return &a;
+  }
+  return nullptr;
 }
 
 // Calls `call` on every server of `map` at once; returns each one's clock (-1 where it failed),

@@ -1,9 +1,15 @@
-// The rejoin pass: ranks that left a running job come back on idle workers, at the slowest
-// clock of the ranks training, and the rank that adopted their data gives it back.
+// The rejoin pass: ranks that left a running job come back on idle workers (while no job waits
+// in the queue), at the slowest clock of the ranks training, and the rank that adopted their
+// data gives it back.
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,13 +17,26 @@
 #include "scheduler/membership.h"
 #include "scheduler/parallel.h"
 #include "scheduler/pass_helpers.h"
+#include "scheduler/passes.h"
 #include "scheduler/progress.h"
 #include "scheduler/recovery.h"
-#include "scheduler/scheduler.h"
 
 namespace pscluster::scheduler {
+namespace {
 
-void Scheduler::RejoinRanks() {
+class RejoinPass final : public Pass {
+ public:
+  explicit RejoinPass(SchedulerCore& core) : core_(core) {}
+  const char* name() const override { return "rejoin"; }
+  void Run() override;
+
+ private:
+  SchedulerCore& core_;
+};
+
+}  // namespace
+
+void RejoinPass::Run() {
   struct Work {
     std::string job_id;
     uint32_t rank = 0;
@@ -31,24 +50,24 @@ void Scheduler::RejoinRanks() {
   };
   {
     // Only while no job waits in the queue: queued jobs get idle workers first.
-    absl::MutexLock l(&mu_);
+    absl::MutexLock l(&core_.mu());
     bool any = false;
-    for (const JobRecord& rec : jobs_) {
+    for (const JobRecord& rec : core_.jobs()) {
       if (rec.job.state() == v1::JOB_QUEUED) return;
       any = any || (rec.job.state() == v1::JOB_RUNNING && !rec.job.recovery().left().empty());
     }
     if (!any) return;
   }
-  const std::vector<v1::NodeStatus> nodes = registry_.Snapshot();
+  const std::vector<v1::NodeStatus> nodes = core_.registry().Snapshot();
   std::vector<Work> work;
   {
-    absl::MutexLock l(&mu_);
+    absl::MutexLock l(&core_.mu());
     absl::flat_hash_set<std::string> busy;
-    for (const JobRecord& rec : jobs_) {
+    for (const JobRecord& rec : core_.jobs()) {
       if (!HoldsResources(rec.job.state())) continue;
       for (const std::string& w : rec.job.workers()) busy.insert(w);
     }
-    for (JobRecord& rec : jobs_) {
+    for (JobRecord& rec : core_.jobs()) {
       const std::string& id = rec.job.job_id();
       v1::Job& job = rec.job;
       if (job.state() != v1::JOB_RUNNING || job.recovery().left().empty()) continue;
@@ -82,7 +101,7 @@ void Scheduler::RejoinRanks() {
         p->set_test_accuracy(-1);  // Its evaluation from before it left is stale.
         p->set_test_loss(-1);
       }
-      if (!jobs_.Persist(rec).ok()) break;  // Not written: not sent either.
+      if (!core_.jobs().Persist(rec).ok()) break;  // Not written: not sent either.
       w.job_id = id;
       w.rank = back.rank();
       w.adopter = back.adopted_by();
@@ -103,8 +122,8 @@ void Scheduler::RejoinRanks() {
     std::vector<int64_t> clocks = ClockOnEveryServer(
         w.map,
         [&](const v1::ServerEndpoint& ep) {
-          return rpc_->RejoinJob(ep.address(), w.job_id, w.rank,
-                                 RankAttempt(w.recovery, w.rank));
+          return core_.rpc().RejoinJob(ep.address(), w.job_id, w.rank,
+                                       RankAttempt(w.recovery, w.rank));
         },
         &why);
     const int64_t start = clocks.empty() ? 0 : *std::min_element(clocks.begin(), clocks.end());
@@ -113,7 +132,7 @@ void Scheduler::RejoinRanks() {
     if (why.empty()) {
       v1::JobRecovery at = w.recovery;
       at.set_start_step(start);
-      absl::Status s = rpc_->AssignTask(
+      absl::Status s = core_.rpc().AssignTask(
           w.spare_address, TaskFor(w.job_id, w.spec, w.map, w.rank, w.num_workers, at));
       if (!s.ok()) why = absl::StrCat("worker ", w.spare, ": ", s.message());
     }
@@ -121,8 +140,8 @@ void Scheduler::RejoinRanks() {
       const uint32_t lead = LeadRank(w.recovery, w.num_workers);
       std::vector<std::pair<uint32_t, std::string>> tell;
       {
-        absl::MutexLock l(&mu_);
-        JobRecord* rec = jobs_.Find(w.job_id);
+        absl::MutexLock l(&core_.mu());
+        JobRecord* rec = core_.jobs().Find(w.job_id);
         for (int q = 0; rec != nullptr && q < rec->job.workers_size(); ++q) {
           const std::string& node = rec->job.workers(q);
           if (node.empty() || static_cast<uint32_t>(q) == w.rank) continue;
@@ -130,12 +149,12 @@ void Scheduler::RejoinRanks() {
               !w.spec.consistency().aggregate()) {
             continue;
           }
-          auto n = registry_.Get(node);
+          auto n = core_.registry().Get(node);
           if (n.has_value()) tell.emplace_back(q, n->info().address());
         }
       }
       ParallelFor(tell.size(), [&](size_t i) {
-        absl::Status s = rpc_->UpdatePartition(
+        absl::Status s = core_.rpc().UpdatePartition(
             tell[i].second, PartitionUpdate(w.job_id, w.recovery, tell[i].first, w.num_workers));
         if (!s.ok()) {
           Log()->warn("job {}: rank {} was not told of its new data partition: {}", w.job_id,
@@ -145,8 +164,8 @@ void Scheduler::RejoinRanks() {
     }
     bool undo = false;
     {
-      absl::MutexLock l(&mu_);
-      JobRecord* rec = jobs_.Find(w.job_id);
+      absl::MutexLock l(&core_.mu());
+      JobRecord* rec = core_.jobs().Find(w.job_id);
       const bool current = rec != nullptr && rec->job.state() == v1::JOB_RUNNING &&
                            static_cast<int>(w.rank) < rec->job.workers_size() &&
                            rec->job.workers(w.rank) == w.spare;
@@ -154,20 +173,25 @@ void Scheduler::RejoinRanks() {
         undo = why.empty();
       } else if (!why.empty()) {
         // Some servers may have let it in already: a rollback puts every server and rank in step.
-        StartRecovery(*rec, absl::StrCat("rank ", w.rank, " could not rejoin the job on ",
-                                         w.spare, " (", why, ")"));
+        core_.StartRecovery(*rec, absl::StrCat("rank ", w.rank, " could not rejoin the job on ",
+                                               w.spare, " (", why, ")"));
       } else {
-        rejoins_->Add();
+        core_.counters().rejoins->Add();
         v1::JobRecovery* r = rec->job.mutable_recovery();
         r->set_rejoins(r->rejoins() + 1);
-        if (!jobs_.Persist(*rec).ok()) continue;
-        Log()->warn("job {}: rank {} rejoined the job on {} at step {} (it had left; an idle "
-                    "worker is back)",
-                    w.job_id, w.rank, w.spare, start);
+        if (!core_.jobs().Persist(*rec).ok()) continue;
+        Log()->warn(
+            "job {}: rank {} rejoined the job on {} at step {} (it had left; an idle "
+            "worker is back)",
+            w.job_id, w.rank, w.spare, start);
       }
     }
-    if (undo) (void)rpc_->StopTask(w.spare_address, w.job_id, "the job changed meanwhile");
+    if (undo) (void)core_.rpc().StopTask(w.spare_address, w.job_id, "the job changed meanwhile");
   }
+}
+
+std::unique_ptr<Pass> MakeRejoinPass(SchedulerCore& core) {
+  return std::make_unique<RejoinPass>(core);
 }
 
 }  // namespace pscluster::scheduler

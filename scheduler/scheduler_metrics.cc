@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "scheduler/job_state.h"
-#include "scheduler/scheduler.h"
+#include "scheduler/scheduler_core.h"
 
 namespace pscluster::scheduler {
 namespace {
@@ -40,7 +40,7 @@ const char* StateName(v1::NodeState s) {
 
 }  // namespace
 
-void Scheduler::RegisterMetrics() {
+void SchedulerCore::RegisterMetrics() {
   metrics_.AddGaugeCallback(
       "pscluster_scheduler_nodes", "Registered nodes by role and liveness.", [this] {
         std::map<std::pair<std::string, std::string>, int> nodes;
@@ -48,8 +48,7 @@ void Scheduler::RegisterMetrics() {
           for (const char* state : {"alive", "suspect", "dead", "left"}) nodes[{role, state}] = 0;
         }
         for (const v1::NodeStatus& n : registry_.Snapshot()) {
-          nodes[{n.info().role() == v1::ROLE_SERVER ? "server" : "worker",
-                 StateName(n.state())}]++;
+          nodes[{n.info().role() == v1::ROLE_SERVER ? "server" : "worker", StateName(n.state())}]++;
         }
         std::vector<Sample> out;
         for (const auto& [k, v] : nodes) {
@@ -99,51 +98,52 @@ void Scheduler::RegisterMetrics() {
         const std::string& id = each.job.job_id();
         const v1::Job& job = each.job;
         if (job.state() != v1::JOB_RUNNING) continue;
-        out.push_back({absl::StrCat("job=\"", Escape(id), "\",name=\"", Escape(job.spec().name()),
-                                    "\""),
-                       field(job.progress())});
+        out.push_back(
+            {absl::StrCat("job=\"", Escape(id), "\",name=\"", Escape(job.spec().name()), "\""),
+             field(job.progress())});
       }
       return out;
     });
   }
 
   const char* kCalls = "Calls accepted since the scheduler started.";
-  heartbeats_ = metrics_.AddCounter("pscluster_scheduler_heartbeats_total", kCalls);
-  registrations_ = metrics_.AddCounter("pscluster_scheduler_registrations_total", kCalls);
-  submissions_ = metrics_.AddCounter("pscluster_scheduler_jobs_submitted_total", kCalls);
-  progress_reports_ = metrics_.AddCounter("pscluster_scheduler_progress_reports_total", kCalls);
-  recoveries_ = metrics_.AddCounter(
-      "pscluster_scheduler_job_recoveries_total",
-      "Jobs rolled back to a checkpoint and placed again after losing a node.");
-  handovers_ = metrics_.AddCounter(
-      "pscluster_scheduler_rank_handovers_total",
-      "Ranks of lost workers given to another worker with no rollback.");
-  promotions_ = metrics_.AddCounter(
+  counters_.heartbeats = metrics_.AddCounter("pscluster_scheduler_heartbeats_total", kCalls);
+  counters_.registrations = metrics_.AddCounter("pscluster_scheduler_registrations_total", kCalls);
+  counters_.submissions = metrics_.AddCounter("pscluster_scheduler_jobs_submitted_total", kCalls);
+  counters_.progress_reports =
+      metrics_.AddCounter("pscluster_scheduler_progress_reports_total", kCalls);
+  counters_.recoveries =
+      metrics_.AddCounter("pscluster_scheduler_job_recoveries_total",
+                          "Jobs rolled back to a checkpoint and placed again after losing a node.");
+  counters_.handovers =
+      metrics_.AddCounter("pscluster_scheduler_rank_handovers_total",
+                          "Ranks of lost workers given to another worker with no rollback.");
+  counters_.promotions = metrics_.AddCounter(
       "pscluster_scheduler_backup_promotions_total",
       "Lost servers whose shards' backups took over with no rollback (replication > 1).");
-  leaves_ = metrics_.AddCounter(
+  counters_.leaves = metrics_.AddCounter(
       "pscluster_scheduler_rank_leaves_total",
       "Ranks that left their job (worker lost, no idle worker to take the rank): the job went on "
       "with fewer workers and no rollback.");
-  rejoins_ = metrics_.AddCounter(
+  counters_.rejoins = metrics_.AddCounter(
       "pscluster_scheduler_rank_rejoins_total",
       "Ranks that had left their job and came back on an idle worker, with no rollback.");
-  backups_dropped_ = metrics_.AddCounter(
+  counters_.backups_dropped = metrics_.AddCounter(
       "pscluster_scheduler_unreachable_backups_dropped_total",
       "Backups dropped from a job's shard map because their primary could not reach them.");
-  backups_replaced_ = metrics_.AddCounter(
+  counters_.backups_replaced = metrics_.AddCounter(
       "pscluster_scheduler_backups_replaced_total",
       "Maps that gave shards a new live backup in place of one dropped as unreachable.");
-  data_rebalances_ = metrics_.AddCounter(
+  counters_.data_rebalances = metrics_.AddCounter(
       "pscluster_scheduler_data_rebalances_total",
       "Times a job's data shares changed to follow its ranks' compute rates (balance_data).");
-  moves_done_ = metrics_.AddCounter(
+  counters_.moves_done = metrics_.AddCounter(
       "pscluster_scheduler_shard_moves_total",
       "Virtual shards moved live to another server (MoveShard and the rebalancer).");
-  moves_failed_ = metrics_.AddCounter(
-      "pscluster_scheduler_shard_moves_failed_total",
-      "Live shard moves given up (the shard stayed on its server).");
-  store_failures_ = metrics_.AddCounter(
+  counters_.moves_failed =
+      metrics_.AddCounter("pscluster_scheduler_shard_moves_failed_total",
+                          "Live shard moves given up (the shard stayed on its server).");
+  counters_.store_failures = metrics_.AddCounter(
       "pscluster_scheduler_store_failures_total",
       "Writes to the scheduler's store that failed (each makes the scheduler stop publishing "
       "changes until the store works again).");

@@ -1,7 +1,8 @@
 // The scheduler's passes without sockets: the Scheduler driven by RunOnce() on a FakeClock
 // against FakeClusterRpc (testing/fake_cluster_rpc.h), a real SQLite store in the test's
 // directory, and nodes registered by name only. Each test reads the calls the passes made, in
-// order, and injects failures per node and per call.
+// order, and injects failures per node and per call. PassAloneTest makes a pass over a core of
+// its own (passes.h), with no Scheduler at all.
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -13,7 +14,9 @@
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/passes.h"
 #include "scheduler/placement.h"
+#include "scheduler/scheduler_core.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/store.h"
 #include "scheduler/testing/fake_cluster_rpc.h"
@@ -375,6 +378,68 @@ TEST_F(SchedulerPassesTest, EveryPassIsTimedUnderItsNameInItsOrder) {
   }
   EXPECT_THAT(text, HasSubstr("pscluster_scheduler_pass_seconds_count{pass=\"poll_servers\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("pscluster_scheduler_pass_seconds_count{pass=\"moves\"} 1\n"));
+}
+
+// A pass is an object over a SchedulerCore of its own: the cleanup pass, with no Scheduler, a
+// real SQLite store, a FakeClock and a FakeClusterRpc. It stops the worker's task before it
+// drops the job on the server whatever the order the cleanups were queued in, and a DropJob
+// that fails is tried again after a second of the core's clock, not before.
+TEST(PassAloneTest, CleanupPassRunsOverACoreOfItsOwn) {
+  const std::string db = std::string(std::getenv("TEST_TMPDIR")) + "/pass_alone.db";
+  std::remove(db.c_str());
+  auto store = Store::Open(StoreOptions{db, false});
+  ASSERT_THAT(store, IsOk());
+  FakeClock clock;
+  FakeClusterRpc rpc;
+  CapacityPlacement placement;
+  SchedulerOptions options;
+  SchedulerCore core(options, store->get(), &clock, &rpc, &placement, /*view=*/false);
+  ASSERT_THAT(core.Restore(), IsOk());
+  std::vector<std::string> ids;
+  for (const auto& [role, address] : {std::pair{v1::ROLE_SERVER, "10.0.0.1:7000"},
+                                      std::pair{v1::ROLE_WORKER, "10.0.0.2:7000"}}) {
+    v1::NodeInfo info;
+    info.set_role(role);
+    info.set_address(address);
+    info.set_pid(4242);
+    auto reg = core.registry().Register(info);
+    ASSERT_THAT(reg, IsOk());
+    ids.push_back(reg->node_id);
+  }
+  std::unique_ptr<Pass> cleanups = MakeCleanupPass(core);
+  EXPECT_STREQ(cleanups->name(), "cleanups");
+  {
+    absl::MutexLock l(&core.mu());
+    Cleanup drop;
+    drop.drop_job = true;
+    drop.node_id = ids[0];
+    drop.job_id = "job-7";
+    drop.reason = "cancelled";
+    drop.not_before = absl::InfinitePast();
+    Cleanup stop = drop;
+    stop.drop_job = false;
+    stop.node_id = ids[1];
+    core.cleanups().push_back(drop);  // The drop first in the queue.
+    core.cleanups().push_back(stop);
+  }
+  rpc.FailNext("10.0.0.1:7000", "DropJob", absl::UnavailableError("connection reset"));
+  cleanups->Run();
+  const std::vector<FakeClusterRpc::Call> calls = rpc.calls();
+  std::vector<std::string> methods;
+  for (const auto& c : calls) {
+    if (c.method == "StopTask" || c.method == "DropJob") methods.push_back(c.method);
+  }
+  EXPECT_THAT(methods, ::testing::ElementsAre("StopTask", "DropJob"));
+  // The failed DropJob waits a second of the core's clock.
+  clock.Advance(absl::Milliseconds(900));
+  cleanups->Run();
+  EXPECT_THAT(rpc.CallsOf("DropJob"), SizeIs(1));
+  clock.Advance(absl::Milliseconds(200));
+  cleanups->Run();
+  EXPECT_THAT(rpc.CallsOf("DropJob"), SizeIs(2));
+  EXPECT_THAT(rpc.CallsOf("StopTask"), SizeIs(1));
+  absl::MutexLock l(&core.mu());
+  EXPECT_THAT(core.cleanups(), IsEmpty());
 }
 
 }  // namespace

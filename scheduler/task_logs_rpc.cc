@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "scheduler/job_state.h"
+#include "scheduler/membership.h"
 #include "scheduler/pass_helpers.h"
 #include "scheduler/scheduler.h"
 
@@ -16,8 +17,8 @@ absl::Status Scheduler::GetTaskLogs(const v1::TaskLogsRequest& req, v1::TaskLogs
   }
   std::string worker;
   {
-    absl::MutexLock l(&mu_);
-    absl::StatusOr<JobRecord*> found = jobs_.FindOrError(req.job_id());
+    absl::MutexLock l(&core_.mu());
+    absl::StatusOr<JobRecord*> found = core_.jobs().FindOrError(req.job_id());
     if (!found.ok()) return found.status();
     JobRecord* rec = *found;
     const v1::Job& job = rec->job;
@@ -27,8 +28,8 @@ absl::Status Scheduler::GetTaskLogs(const v1::TaskLogsRequest& req, v1::TaskLogs
     }
     if (req.rank() >= job.spec().num_workers()) {
       return absl::NotFoundError(absl::StrCat("rank: ", req.rank(), " is not a rank of job ",
-                                              req.job_id(), " (it has ",
-                                              job.spec().num_workers(), ")"));
+                                              req.job_id(), " (it has ", job.spec().num_workers(),
+                                              ")"));
     }
     if (req.rank() >= static_cast<uint32_t>(job.workers_size())) {
       return absl::NotFoundError(absl::StrCat("job ", req.job_id(), " rank ", req.rank(),
@@ -37,18 +38,18 @@ absl::Status Scheduler::GetTaskLogs(const v1::TaskLogsRequest& req, v1::TaskLogs
     }
     worker = job.workers(req.rank());
   }
-  std::optional<v1::NodeStatus> node = registry_.Get(worker);
+  std::optional<v1::NodeStatus> node = core_.registry().Get(worker);
   if (!node.has_value() || !IsLive(*node)) {
     return absl::UnavailableError(absl::StrCat("worker ", worker, " of job ", req.job_id(),
                                                " rank ", req.rank(),
                                                " is not alive: its lines are out of reach"));
   }
   // Outside the lock: a short call to the worker (the scheduler's RPC timeout).
-  auto got = rpc_->GetTaskLogs(node->info().address(), req);
+  auto got = core_.rpc().GetTaskLogs(node->info().address(), req);
   if (!got.ok()) {
     return absl::Status(got.status().code(),
-                        absl::StrCat("worker ", worker, " (", node->info().address(), "): ",
-                                     got.status().message()));
+                        absl::StrCat("worker ", worker, " (", node->info().address(),
+                                     "): ", got.status().message()));
   }
   *resp = std::move(*got);
   resp->set_worker(worker);
