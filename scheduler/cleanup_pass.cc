@@ -2,24 +2,16 @@
 // the stale copies and tasks the handlers find): every StopTask first, then every DropJob, each
 // server waiting while the job's workers still stop their tasks (up to task_stop_grace).
 #include <algorithm>
-#include <functional>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "scheduler/job_state.h"
-#include "scheduler/membership.h"
 #include "scheduler/parallel.h"
 #include "scheduler/pass_helpers.h"
 #include "scheduler/passes.h"
-#include "scheduler/progress.h"
-#include "scheduler/recovery.h"
 
 namespace pscluster::scheduler {
 namespace {

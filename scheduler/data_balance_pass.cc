@@ -5,7 +5,6 @@
 // of the same share of the job's examples per step). Ranks that could not be told are told again
 // at the next pass; a task started later (a hand-over, a rejoin) gets the recorded shares.
 #include <algorithm>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -13,19 +12,13 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/logging.h"
-#include "scheduler/job_state.h"
 #include "scheduler/membership.h"
 #include "scheduler/parallel.h"
 #include "scheduler/pass_helpers.h"
 #include "scheduler/passes.h"
-#include "scheduler/progress.h"
-#include "scheduler/recovery.h"
 
 namespace pscluster::scheduler {
 namespace {

@@ -15,11 +15,8 @@
 //   4. otherwise the change is done.
 // A third failed move, or the job leaving RUNNING, ends the change (the job keeps the servers
 // it has then; the rebalancer, if on, carries on from there by load).
-#include <algorithm>
-#include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,14 +25,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/logging.h"
 #include "scheduler/job_state.h"
-#include "scheduler/membership.h"
 #include "scheduler/parallel.h"
 #include "scheduler/pass_helpers.h"
 #include "scheduler/passes.h"
-#include "scheduler/progress.h"
-#include "scheduler/recovery.h"
 
 namespace pscluster::scheduler {
 namespace {

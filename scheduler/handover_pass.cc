@@ -2,10 +2,8 @@
 // clocks on the servers, or leaves the job (its data adopted by another rank), or the job rolls
 // back when neither can be done.
 #include <algorithm>
-#include <functional>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,14 +11,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "scheduler/job_state.h"
 #include "scheduler/membership.h"
 #include "scheduler/parallel.h"
 #include "scheduler/pass_helpers.h"
 #include "scheduler/passes.h"
 #include "scheduler/progress.h"
-#include "scheduler/recovery.h"
 
 namespace pscluster::scheduler {
 namespace {

@@ -2,9 +2,7 @@
 // to the servers and the tasks to the workers; a refused or failed placement is rolled back and
 // retried later, or fails the job after max_placement_attempts.
 #include <algorithm>
-#include <functional>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>

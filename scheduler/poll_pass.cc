@@ -1,25 +1,17 @@
 // The poll pass (its own thread, every status_poll_interval / 2): the servers of running jobs
 // are asked for their Status: who a waiting step waits for (BSP, SSP), which backups a primary
 // cannot reach (replicas), and the bytes the job holds (quotas on server memory).
-#include <algorithm>
-#include <functional>
 #include <memory>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "scheduler/job_state.h"
-#include "scheduler/membership.h"
 #include "scheduler/parallel.h"
 #include "scheduler/pass_helpers.h"
 #include "scheduler/passes.h"
 #include "scheduler/progress.h"
-#include "scheduler/recovery.h"
 
 namespace pscluster::scheduler {
 namespace {

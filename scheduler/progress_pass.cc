@@ -1,24 +1,12 @@
 // The progress pass: what workers reported since a job was last written goes to the store, at
 // most every progress_persist_interval per job (a restart loses at most that much progress).
-#include <algorithm>
-#include <functional>
 #include <memory>
-#include <set>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "scheduler/job_state.h"
-#include "scheduler/membership.h"
-#include "scheduler/parallel.h"
 #include "scheduler/pass_helpers.h"
 #include "scheduler/passes.h"
-#include "scheduler/progress.h"
-#include "scheduler/recovery.h"
 
 namespace pscluster::scheduler {
 namespace {

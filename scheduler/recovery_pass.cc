@@ -2,9 +2,7 @@
 // promoted (replication > 1: no rollback), or the job dropped and rolled back to its newest
 // complete checkpoint and queued again for the placement pass.
 #include <algorithm>
-#include <functional>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,13 +10,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "scheduler/job_state.h"
 #include "scheduler/membership.h"
 #include "scheduler/parallel.h"
 #include "scheduler/pass_helpers.h"
 #include "scheduler/passes.h"
-#include "scheduler/progress.h"
 #include "scheduler/recovery.h"
 
 namespace pscluster::scheduler {

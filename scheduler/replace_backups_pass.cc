@@ -1,24 +1,17 @@
 // The replace-backups pass: shards that lost a backup to the drop-backups pass get a new one,
 // live, on another live server of the job's map that their primary has not been cut from (none:
 // they go on with a copy fewer); a map that did not reach every server is taken back out.
-#include <algorithm>
-#include <functional>
 #include <memory>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "scheduler/job_state.h"
-#include "scheduler/membership.h"
 #include "scheduler/parallel.h"
 #include "scheduler/pass_helpers.h"
 #include "scheduler/passes.h"
-#include "scheduler/progress.h"
 #include "scheduler/recovery.h"
 
 namespace pscluster::scheduler {

@@ -1,25 +1,15 @@
 // The verify-tasks pass: once after a restart (past the start-up grace), the workers of running
 // jobs are asked whether they still run their tasks; a rank whose worker does not (a task handed
 // out just before the scheduler died, or one that ended unseen) is lost and handed over.
-#include <algorithm>
-#include <functional>
 #include <memory>
-#include <set>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "scheduler/job_state.h"
 #include "scheduler/membership.h"
 #include "scheduler/parallel.h"
 #include "scheduler/pass_helpers.h"
 #include "scheduler/passes.h"
-#include "scheduler/progress.h"
-#include "scheduler/recovery.h"
 
 namespace pscluster::scheduler {
 namespace {
