@@ -58,6 +58,8 @@ const std::vector<std::pair<std::string, RoleSet>>& Table() {
        kRead | Role::kScheduler | Role::kWorker | Role::kServer},
       {"pscluster.v1.ParameterServer.FenceWorker", kScheduler},
       {"pscluster.v1.ParameterServer.Replicate", kServer},
+      // A lead worker exporting a model over the user's keys asks which keys hold rows.
+      {"pscluster.v1.ParameterServer.ListKeys", kWorker},
       // WorkerControl: the scheduler drives the tasks.
       {"pscluster.v1.WorkerControl.AssignTask", kScheduler},
       {"pscluster.v1.WorkerControl.StopTask", kScheduler},

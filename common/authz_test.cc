@@ -67,6 +67,7 @@ const std::map<std::string, std::string>& Expected() {
       {"pscluster.v1.ParameterServer.Status", "admin viewer scheduler worker server"},
       {"pscluster.v1.ParameterServer.FenceWorker", "scheduler"},
       {"pscluster.v1.ParameterServer.Replicate", "server"},
+      {"pscluster.v1.ParameterServer.ListKeys", "worker"},
       {"pscluster.v1.WorkerControl.AssignTask", "scheduler"},
       {"pscluster.v1.WorkerControl.StopTask", "scheduler"},
       {"pscluster.v1.WorkerControl.UpdateShardMap", "scheduler"},

@@ -283,8 +283,13 @@ absl::string_view SafetensorsDTypeName(v1::DataType dtype) {
   return "";
 }
 
-absl::StatusOr<std::string> EncodeSafetensors(const std::vector<SafetensorsTensor>& tensors,
-                                              const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The 8-byte length and the JSON header of `entries` (in that order in the data section), padded
+// so that the data starts 8-byte aligned; *data_bytes: the data section's size.
+absl::StatusOr<std::string> EncodeHeader(const std::vector<SafetensorsWriter::Entry>& entries,
+                                         const std::map<std::string, std::string>& metadata,
+                                         uint64_t* data_bytes) {
   std::string header = "{";
   std::set<std::string> names;
   uint64_t offset = 0;
@@ -302,7 +307,7 @@ absl::StatusOr<std::string> EncodeSafetensors(const std::vector<SafetensorsTenso
     header.push_back('}');
     first = false;
   }
-  for (const auto& t : tensors) {
+  for (const auto& t : entries) {
     if (t.name.empty() || t.name == "__metadata__") {
       return absl::InvalidArgumentError(absl::StrCat("safetensors: bad tensor name '", t.name, "'"));
     }
@@ -315,10 +320,9 @@ absl::StatusOr<std::string> EncodeSafetensors(const std::vector<SafetensorsTenso
                                                      "' has an unsupported dtype"));
     }
     uint64_t bytes = 0;
-    if (!ByteSize(t.shape, DTypeSize(t.dtype), &bytes) || bytes != t.data.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("safetensors: tensor '", t.name, "' has ",
-                                                     t.data.size(), " bytes, its shape needs ",
-                                                     bytes));
+    if (!ByteSize(t.shape, DTypeSize(t.dtype), &bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors: tensor '", t.name, "' has a shape too large to store"));
     }
     if (!first) header.push_back(',');
     first = false;
@@ -334,11 +338,35 @@ absl::StatusOr<std::string> EncodeSafetensors(const std::vector<SafetensorsTenso
   // Pad with spaces so the data section starts 8-byte aligned (as the reference writer does).
   while ((header.size() % 8) != 0) header.push_back(' ');
   std::string out;
-  out.reserve(8 + header.size() + offset);
+  out.reserve(8 + header.size());
   uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
   out.append(header);
-  for (const auto& t : tensors) out.append(t.data.data(), t.data.size());
+  *data_bytes = offset;
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> EncodeSafetensors(const std::vector<SafetensorsTensor>& tensors,
+                                              const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsWriter::Entry> entries;
+  entries.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    uint64_t bytes = 0;
+    if (ByteSize(t.shape, DTypeSize(t.dtype), &bytes) && bytes != t.data.size() &&
+        !SafetensorsDTypeName(t.dtype).empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("safetensors: tensor '", t.name, "' has ",
+                                                     t.data.size(), " bytes, its shape needs ",
+                                                     bytes));
+    }
+    entries.push_back({t.name, t.dtype, t.shape});
+  }
+  uint64_t data_bytes = 0;
+  auto out = EncodeHeader(entries, metadata, &data_bytes);
+  if (!out.ok()) return out.status();
+  out->reserve(out->size() + data_bytes);
+  for (const auto& t : tensors) out->append(t.data.data(), t.data.size());
   return out;
 }
 
@@ -351,6 +379,47 @@ absl::StatusOr<uint64_t> WriteSafetensors(const std::string& path,
   absl::Status s = WriteFileAtomically(fs, path, *bytes);
   if (!s.ok()) return s;
   return static_cast<uint64_t>(bytes->size());
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
+    const std::string& path, const std::vector<Entry>& entries,
+    const std::map<std::string, std::string>& metadata, FileSystem* fs) {
+  uint64_t data_bytes = 0;
+  auto header = EncodeHeader(entries, metadata, &data_bytes);
+  if (!header.ok()) return header.status();
+  auto file = AtomicFileWriter::Create(fs, path);
+  if (!file.ok()) return file.status();
+  std::unique_ptr<SafetensorsWriter> w(new SafetensorsWriter());
+  w->path_ = path;
+  w->file_ = std::move(*file);
+  w->remaining_ = data_bytes;
+  w->written_ = header->size();
+  absl::Status s = w->file_->Append(*header);
+  if (!s.ok()) return s;
+  return w;
+}
+
+absl::Status SafetensorsWriter::Append(absl::string_view bytes) {
+  if (bytes.size() > remaining_) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": ", bytes.size(),
+                                                   " bytes appended where the tensors declared ",
+                                                   remaining_, " more"));
+  }
+  absl::Status s = file_->Append(bytes);
+  if (!s.ok()) return s;
+  remaining_ -= bytes.size();
+  written_ += bytes.size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> SafetensorsWriter::Finish() {
+  if (remaining_ != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path_, ": ", remaining_, " bytes of the declared tensors were never appended"));
+  }
+  absl::Status s = file_->Commit();
+  if (!s.ok()) return s;
+  return written_;
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, absl::string_view source) {

@@ -11,12 +11,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/atomic_file.h"
 #include "common/file_system.h"
 #include "proto/common.pb.h"
 
@@ -44,6 +46,35 @@ absl::StatusOr<uint64_t> WriteSafetensors(const std::string& path,
                                           const std::vector<SafetensorsTensor>& tensors,
                                           const std::map<std::string, std::string>& metadata = {},
                                           FileSystem* fs = FileSystem::Default());
+
+// A safetensors file written as its tensors' bytes come (a model larger than one buffer): the
+// entries (names, dtypes, shapes) are declared first, then their bytes appended in that order in
+// as many pieces as wanted, then Finish. Crash-safe as WriteFileAtomically: the file appears
+// whole at Finish or not at all (a writer destroyed unfinished leaves the old file).
+class SafetensorsWriter {
+ public:
+  struct Entry {
+    std::string name;
+    v1::DataType dtype = v1::DT_FLOAT32;
+    std::vector<uint64_t> shape;
+  };
+  // INVALID_ARGUMENT names the entry with a bad name, dtype or shape, or a duplicated name.
+  static absl::StatusOr<std::unique_ptr<SafetensorsWriter>> Create(
+      const std::string& path, const std::vector<Entry>& entries,
+      const std::map<std::string, std::string>& metadata = {},
+      FileSystem* fs = FileSystem::Default());
+  // INVALID_ARGUMENT past the declared bytes.
+  absl::Status Append(absl::string_view bytes);
+  // FAILED_PRECONDITION while declared bytes are missing. Returns the file's size.
+  absl::StatusOr<uint64_t> Finish();
+
+ private:
+  SafetensorsWriter() = default;
+  std::string path_;
+  std::unique_ptr<AtomicFileWriter> file_;
+  uint64_t remaining_ = 0;
+  uint64_t written_ = 0;
+};
 
 // A parsed safetensors file; owns its bytes.
 class SafetensorsFile {

@@ -115,8 +115,6 @@ void CheckGraph(const v1::JobSpec& spec, Checker& c) {
   RequireOk(kernels::PlanGraph(m, /*data_known=*/false).status(), c);
   c.Require(data::IsStreamed(spec.dataset()), "model.kind",
             "a graph model reads the user's files (dataset.format), not a built-in data set");
-  c.Require(spec.export_path().empty(), "export_path",
-            "exporting a graph model is not supported yet; leave export_path empty");
 }
 
 void CheckModel(const v1::JobSpec& spec, Checker& c) {

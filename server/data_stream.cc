@@ -229,30 +229,9 @@ absl::Status DataStream::CheckCallAuth(const std::string& job, uint32_t worker) 
   if (!verified_job_.empty() && job == verified_job_ && worker == call_auth_.claim.worker) {
     return absl::OkStatus();
   }
-  if (handler_->DataSecret(job).empty()) return absl::OkStatus();
-  absl::Status st;
-  if (!call_auth_.present) {
-    st = absl::UnauthenticatedError(absl::StrCat(
-        "job ", job, " takes data over gRPC only from calls that prove its data secret (",
-        kGrpcDataAuthKey, " metadata)"));
-  } else if (!call_auth_.malformed.ok()) {
-    st = absl::UnauthenticatedError(call_auth_.malformed.message());
-  } else if (worker != call_auth_.claim.worker) {
-    st = absl::PermissionDeniedError(absl::StrCat("this call proves worker ",
-                                                  call_auth_.claim.worker, " of job ", job,
-                                                  ", not worker ", worker));
-  }
-  if (!st.ok()) {
-    Logger("server")->warn("gRPC data call {} refused: {}", call_auth_.peer, st.message());
-    return st;
-  }
-  // Checks the proof and the attempt's fencing, and logs a refusal.
-  DataAuth hello{job, call_auth_.claim.worker, call_auth_.claim.attempt, ""};
-  absl::StatusOr<bool> ok = handler_->AuthenticateData(hello, call_auth_.claim.proof,
-                                                       kGrpcDataNonce, true, call_auth_.peer);
-  if (!ok.ok()) return ok.status();
-  verified_job_ = job;
-  return absl::OkStatus();
+  absl::Status st = handler_->CheckGrpcDataProof(job, worker, call_auth_);
+  if (st.ok() && !handler_->DataSecret(job).empty()) verified_job_ = job;
+  return st;
 }
 
 absl::Status DataStream::CheckSocketAuth(const v1::PushChunk& chunk) const {

@@ -74,12 +74,7 @@ class DataStream : public std::enable_shared_from_this<DataStream> {
   // common/data_auth.h). A job with a data secret takes chunks and pulls over gRPC only from a
   // call whose proof holds for that job, the chunk's worker and an attempt not fenced off; jobs
   // without one (standalone servers) take any call the token check let through.
-  struct CallAuth {
-    bool present = false;             // The metadata was sent.
-    absl::Status malformed;           // Sent but unparsable.
-    GrpcDataClaim claim;
-    std::string peer;
-  };
+  using CallAuth = PsHandler::GrpcDataProof;
   // Call before reading (or the pull) starts.
   void SetCallAuth(CallAuth auth);
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,79 @@ TEST(DiskTierTest, ACappedServerMatchesAnUncappedOneAndCheckpointsBothTiers) {
   v1::ServerStatus fst;
   ASSERT_TRUE(fresh.server(0)->handler()->Status(v1::ServerStatusRequest(), &fst).ok());
   EXPECT_EQ(fst.jobs(0).tables(0).rows(), t.rows());
+}
+
+// ListKeys (what an export over the user's keys writes): two capped servers list, between them,
+// every key that was pushed and no other, once each and in order, whether its row is in memory
+// or on disk; pages of a few keys (the server's `limit`) give the same keys.
+TEST(DiskTierTest, EveryPushedKeyIsListedOnceFromBothTiersOfEveryServer) {
+  const v1::TableSpec emb =
+      SparseSpec("emb", kWidth, kKeys, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.05f));
+  PsServerOptions o;
+  o.memory_bytes = 150 * kWidth * 2 * sizeof(float);
+  o.spill_dir = TempDir() + "/list";
+  ASSERT_EQ(std::system(("mkdir -p " + o.spill_dir).c_str()), 0);
+  InProcessCluster capped(2, o);
+  ASSERT_TRUE(capped.status().ok()) << capped.status();
+  (void)Train(capped, emb);
+  std::vector<uint64_t> pushed;
+  std::vector<bool> seen(kKeys);
+  for (int step = 0; step < kSteps; ++step) {
+    for (uint64_t k : StepKeys(step)) seen[k] = true;
+  }
+  for (uint64_t k = 0; k < kKeys; ++k) {
+    if (seen[k]) pushed.push_back(k);
+  }
+  ASSERT_LT(pushed.size(), kKeys);  // Some keys were never pushed: they have no row.
+  auto client = capped.Client("job", {emb});
+  ASSERT_TRUE(client.ok());
+  auto listed = (*client)->ListKeys("emb", kKeys);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(*listed, pushed);
+  uint64_t on_disk = 0, listed_here = 0;
+  for (int i = 0; i < 2; ++i) {
+    v1::ServerStatus st;
+    ASSERT_TRUE(capped.server(i)->handler()->Status(v1::ServerStatusRequest(), &st).ok());
+    on_disk += st.jobs(0).tables(0).rows_on_disk();
+    // Pages of 7 keys from this server, asked directly.
+    v1::ListKeysRequest req;
+    req.set_job_id("job");
+    req.set_table("emb");
+    req.set_limit(7);
+    req.set_epoch((*client)->shard_map().epoch());
+    uint64_t previous = 0;
+    bool first = true;
+    for (bool more = true; more;) {
+      v1::ListKeysResponse resp;
+      absl::Status s =
+          capped.server(i)->handler()->ListKeys(req, &resp, PsHandler::GrpcDataProof());
+      ASSERT_TRUE(s.ok()) << s;
+      const size_t n = resp.keys().size() / 8;
+      ASSERT_LE(n, 7u);
+      for (size_t j = 0; j < n; ++j) {
+        uint64_t k;
+        std::memcpy(&k, resp.keys().data() + 8 * j, 8);
+        EXPECT_TRUE(first || k > previous) << "server " << i << " key " << k;
+        previous = k;
+        first = false;
+        ++listed_here;
+      }
+      more = resp.more();
+      if (more) req.set_start(previous + 1);
+    }
+    EXPECT_EQ(st.jobs(0).tables(0).rows(), listed_here) << "server " << i;
+    listed_here = 0;
+  }
+  EXPECT_GT(on_disk, 0u) << "the cap put rows on disk";
+  // A caller routing by an older map is told to refresh it.
+  v1::ListKeysRequest stale;
+  stale.set_job_id("job");
+  stale.set_table("emb");
+  stale.set_epoch(0);
+  v1::ListKeysResponse resp;
+  absl::Status s = capped.server(0)->handler()->ListKeys(stale, &resp, PsHandler::GrpcDataProof());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(resp.keys().empty());
 }
 
 TEST(DiskTierTest, ASpillDirThatIsNotAWritableDirectoryStopsTheServer) {

@@ -310,6 +310,12 @@ class Job {
   void RewindClocks(int64_t step);
   // Safetensors bytes of the named tables (all dense ones when empty). Returns tensor count.
   absl::StatusOr<std::pair<std::string, uint32_t>> Export(const std::vector<std::string>& tables);
+  // The keys >= start of sparse table `table` that hold a row in the shards this server is
+  // primary of, increasing, at most `limit` into *keys; returns whether more remain. Holds the
+  // job's state exclusively meanwhile (as a checkpoint does). NOT_FOUND names an unknown table,
+  // INVALID_ARGUMENT a dense one; a stale epoch is FAILED_PRECONDITION (CheckEpoch).
+  absl::StatusOr<bool> ListKeys(const std::string& table, uint64_t epoch, uint64_t start,
+                                size_t limit, std::vector<uint64_t>* keys);
 
   void NoteCheckpoint(const std::string& path, absl::Time when);
 

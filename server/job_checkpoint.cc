@@ -520,6 +520,25 @@ absl::StatusOr<std::pair<std::string, uint32_t>> Job::Export(
   return std::make_pair(std::move(*bytes), static_cast<uint32_t>(tensors.size()));
 }
 
+absl::StatusOr<bool> Job::ListKeys(const std::string& table, uint64_t epoch, uint64_t start,
+                                   size_t limit, std::vector<uint64_t>* keys) {
+  if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
+  absl::MutexLock l(&state_mu_);  // Exclusive: no row moves between the tiers meanwhile.
+  absl::Status e = CheckEpoch(epoch, "epoch");
+  if (!e.ok()) return e;
+  auto it = table_index_.find(table);
+  if (it == table_index_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("table: unknown table '", table, "' in job '", id(), "'"));
+  }
+  const TableState& t = tables_[it->second];
+  if (t.sparse == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table: '", table, "' is a dense table; only a sparse table's keys are listed"));
+  }
+  return t.sparse->ListKeys(start, limit, held_, keys);
+}
+
 void Job::NoteCheckpoint(const std::string& path, absl::Time when) {
   absl::MutexLock c(&clock_mu_);
   last_checkpoint_ = path;

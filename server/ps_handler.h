@@ -138,6 +138,24 @@ class PsHandler {
   absl::StatusOr<bool> AuthenticateData(const DataAuth& hello, const std::string& proof,
                                         const std::string& nonce, bool proof_required,
                                         const std::string& peer) const;
+  // A gRPC call's proof of its job's data secret (the kGrpcDataAuthKey metadata, see
+  // common/data_auth.h).
+  struct GrpcDataProof {
+    bool present = false;    // The metadata was sent.
+    absl::Status malformed;  // Sent but unparsable.
+    GrpcDataClaim claim;
+    std::string peer;
+  };
+  // OK for a job without a data secret (standalone servers: the token check let the call
+  // through), or when `proof` holds for `job`, `worker` and an attempt not fenced off; else
+  // UNAUTHENTICATED (no or malformed proof) or PERMISSION_DENIED (another worker, a wrong proof),
+  // logged with the peer.
+  absl::Status CheckGrpcDataProof(const std::string& job, uint32_t worker,
+                                  const GrpcDataProof& proof) const;
+  // A page of a sparse table's keys held here as primary (ps.proto ListKeys); `proof` is the
+  // call's, checked as a gRPC pull's.
+  absl::Status ListKeys(const v1::ListKeysRequest& req, v1::ListKeysResponse* resp,
+                        const GrpcDataProof& proof);
 
   // ---- Data plane.
 

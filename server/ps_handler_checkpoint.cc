@@ -174,4 +174,27 @@ absl::Status PsHandler::Export(const v1::ExportRequest& req, v1::ExportResponse*
   return absl::OkStatus();
 }
 
+absl::Status PsHandler::ListKeys(const v1::ListKeysRequest& req, v1::ListKeysResponse* resp,
+                                 const GrpcDataProof& proof) {
+  constexpr uint32_t kDefaultPage = 65536;
+  constexpr uint32_t kMaxPage = 1u << 20;
+  if (req.table().empty()) return absl::InvalidArgumentError("table: required");
+  if (req.limit() > kMaxPage) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("limit: ", req.limit(), " is over the page limit of ", kMaxPage, " keys"));
+  }
+  auto job = FindJob(req.job_id(), "job_id");
+  if (!job.ok()) return job.status();
+  absl::Status allowed = CheckGrpcDataProof(req.job_id(), req.worker(), proof);
+  if (!allowed.ok()) return allowed;
+  std::vector<uint64_t> keys;
+  auto more = (*job)->ListKeys(req.table(), req.epoch(), req.start(),
+                               req.limit() == 0 ? kDefaultPage : req.limit(), &keys);
+  if (!more.ok()) return more.status();
+  resp->set_keys(
+      std::string(reinterpret_cast<const char*>(keys.data()), keys.size() * sizeof(uint64_t)));
+  resp->set_more(*more);
+  return absl::OkStatus();
+}
+
 }  // namespace pscluster

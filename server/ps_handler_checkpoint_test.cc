@@ -1,6 +1,9 @@
 // PsHandler's checkpoints, restores and exports with a fake clock: bit-for-bit restores, damaged
 // files refused, periodic checkpoints (testing/handler_fixture.h).
+#include <cstring>
+#include <functional>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
@@ -365,6 +368,79 @@ TEST_F(CheckpointTest, ExportsDenseTablesAsSafetensors) {
   absl::Status s = h_->Export(req, &resp);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(s.message().find("tables[1]"), std::string::npos);
+}
+
+// ListKeys: the keys pushed (never one only read), increasing, a page at a time; every bad
+// request refused with its code and field; a job with a data secret answers only a call that
+// proves it, for the worker it names.
+TEST_F(CheckpointTest, ListKeysGivesThePushedKeysAndRefusesBadRequests) {
+  Train(0, 2);
+  ASSERT_TRUE(Pull("j", 0, 2, {Rows("emb", {5, 77})}).ok());  // Read only: no rows.
+  auto list = [&](v1::ListKeysRequest req, const PsHandler::GrpcDataProof& proof = {}) {
+    v1::ListKeysResponse resp;
+    absl::Status s = h_->ListKeys(req, &resp, proof);
+    std::vector<uint64_t> keys(resp.keys().size() / 8);
+    std::memcpy(keys.data(), resp.keys().data(), keys.size() * 8);
+    return std::make_tuple(s, keys, resp.more());
+  };
+  v1::ListKeysRequest req;
+  req.set_job_id("j");
+  req.set_table("emb");
+  auto [s, keys, more] = list(req);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(keys, (std::vector<uint64_t>{0, 1, 7, 8, 1000}));
+  EXPECT_FALSE(more);
+  req.set_limit(2);
+  req.set_start(2);
+  std::tie(s, keys, more) = list(req);
+  EXPECT_EQ(keys, (std::vector<uint64_t>{7, 8}));
+  EXPECT_TRUE(more);
+  req.set_start(9);
+  std::tie(s, keys, more) = list(req);
+  EXPECT_EQ(keys, (std::vector<uint64_t>{1000}));
+  EXPECT_FALSE(more);
+
+  auto refused = [&](const std::function<void(v1::ListKeysRequest*)>& edit, absl::StatusCode code,
+                     const std::string& text) {
+    v1::ListKeysRequest bad;
+    bad.set_job_id("j");
+    bad.set_table("emb");
+    edit(&bad);
+    auto [st, k, m] = list(bad);
+    EXPECT_EQ(st.code(), code) << st;
+    EXPECT_NE(st.message().find(text), absl::string_view::npos) << st;
+    EXPECT_TRUE(k.empty());
+  };
+  refused([](v1::ListKeysRequest* r) { r->set_job_id("nope"); }, absl::StatusCode::kNotFound,
+          "job_id");
+  refused([](v1::ListKeysRequest* r) { r->set_table(""); }, absl::StatusCode::kInvalidArgument,
+          "table: required");
+  refused([](v1::ListKeysRequest* r) { r->set_table("x"); }, absl::StatusCode::kNotFound,
+          "table: unknown table 'x'");
+  refused([](v1::ListKeysRequest* r) { r->set_table("adam"); }, absl::StatusCode::kInvalidArgument,
+          "'adam' is a dense table");
+  refused([](v1::ListKeysRequest* r) { r->set_limit(2000000); }, absl::StatusCode::kInvalidArgument,
+          "limit: 2000000");
+
+  // A data secret: no proof, a proof for another worker or a wrong one are refused.
+  const std::string secret(kDataSecretBytes, 's');
+  ASSERT_TRUE(h_->SetDataSecret("j", secret).ok());
+  std::tie(s, keys, more) = list(req);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  PsHandler::GrpcDataProof proof;
+  proof.present = true;
+  proof.claim.worker = 1;
+  proof.claim.proof = DataAuthProof(secret, kGrpcDataNonce, "j", 1, 0);
+  std::tie(s, keys, more) = list(req, proof);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;  // req.worker is 0.
+  req.set_worker(1);
+  proof.claim.proof = DataAuthProof("another secret of 32 bytes......", kGrpcDataNonce, "j", 1, 0);
+  std::tie(s, keys, more) = list(req, proof);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  proof.claim.proof = DataAuthProof(secret, kGrpcDataNonce, "j", 1, 0);
+  std::tie(s, keys, more) = list(req, proof);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(keys, (std::vector<uint64_t>{1000}));
 }
 
 TEST_F(HandlerTest, WritesPeriodicCheckpointsAndKeepsTheNewest) {

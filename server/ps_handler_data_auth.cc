@@ -68,4 +68,29 @@ absl::StatusOr<bool> PsHandler::AuthenticateData(const DataAuth& hello, const st
   return true;
 }
 
+absl::Status PsHandler::CheckGrpcDataProof(const std::string& job, uint32_t worker,
+                                           const GrpcDataProof& proof) const {
+  if (DataSecret(job).empty()) return absl::OkStatus();
+  absl::Status st;
+  if (!proof.present) {
+    st = absl::UnauthenticatedError(absl::StrCat(
+        "job ", job, " takes data over gRPC only from calls that prove its data secret (",
+        kGrpcDataAuthKey, " metadata)"));
+  } else if (!proof.malformed.ok()) {
+    st = absl::UnauthenticatedError(proof.malformed.message());
+  } else if (worker != proof.claim.worker) {
+    st = absl::PermissionDeniedError(absl::StrCat("this call proves worker ", proof.claim.worker,
+                                                  " of job ", job, ", not worker ", worker));
+  }
+  if (!st.ok()) {
+    Logger("server")->warn("gRPC data call {} refused: {}", proof.peer, st.message());
+    return st;
+  }
+  // Checks the proof and the attempt's fencing, and logs a refusal.
+  DataAuth hello{job, proof.claim.worker, proof.claim.attempt, ""};
+  absl::StatusOr<bool> ok =
+      AuthenticateData(hello, proof.claim.proof, kGrpcDataNonce, true, proof.peer);
+  return ok.status();
+}
+
 }  // namespace pscluster

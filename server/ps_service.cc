@@ -130,6 +130,14 @@ PsService::PsService(PsHandler* handler, Executor* data_executor, Executor* cont
   // On threads of their own, never data threads: two servers backing each other up wait for
   // their copies from their data threads, and each one's copies must still get applied.
   Unary("Replicate", &PsHandler::Replicate, replica_);
+  // With the call's proof of its job's data secret, as a gRPC pull.
+  Serve<v1::ListKeysRequest, v1::ListKeysResponse>(
+      "ListKeys", [this](grpc::CallbackServerContext* ctx, const v1::ListKeysRequest& req,
+                         v1::ListKeysResponse* resp, Done done) {
+        control_->Post([this, &req, resp, proof = CallAuthOf(ctx), done = std::move(done)] {
+          done(handler_->ListKeys(req, resp, proof));
+        });
+      });
   CheckEveryUnaryMethodServed();
 }
 

@@ -166,4 +166,12 @@ void RowStore::ForEach(absl::FunctionRef<void(uint64_t, absl::string_view)> f) {
   }
 }
 
+void RowStore::ForEachFrom(uint64_t start, absl::FunctionRef<bool(uint64_t, absl::string_view)> f) {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  const std::string from = KeyBytes(start);
+  for (it->Seek(rocksdb::Slice(from.data(), from.size())); it->Valid(); it->Next()) {
+    if (!f(KeyOf(it->key()), absl::string_view(it->value().data(), it->value().size()))) return;
+  }
+}
+
 }  // namespace pscluster

@@ -40,6 +40,9 @@ class RowStore {
   absl::Status Delete(uint64_t key);
   // Visits every row in ascending key order.
   void ForEach(absl::FunctionRef<void(uint64_t key, absl::string_view value)> f);
+  // Visits the rows of keys >= start in ascending key order while f returns true.
+  void ForEachFrom(uint64_t start,
+                   absl::FunctionRef<bool(uint64_t key, absl::string_view value)> f);
   const std::string& path() const { return path_; }
 
   // Removes the databases directly under `spill_dir` that no live process holds open (RocksDB

@@ -195,6 +195,11 @@ class SparseTable {
   void DropUnheld(const std::vector<bool>& held, MemoryBudget* budget);
   // Drops rows whose shard is in `shards` (exclusive access; used by restore).
   void DropShards(const std::vector<bool>& shards, MemoryBudget* budget);
+  // The keys >= start of the rows held here in shards `held` (in memory and on the disk tier;
+  // rows that expired are not), increasing, at most `limit` of them into *keys (replaced).
+  // Returns whether keys above the last one remain (exclusive access).
+  bool ListKeys(uint64_t start, size_t limit, const std::vector<bool>& held,
+                std::vector<uint64_t>* keys);
   // Every row as (key, updates, [weights | slots]) sorted by key (exclusive access).
   void ForEachRowSorted(absl::FunctionRef<void(uint64_t key, int64_t updates, const float* row)> f);
   // The same with the step of each row's last push (0 without expiry).

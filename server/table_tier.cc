@@ -1,4 +1,5 @@
-// SparseTable's disk tier (see table.h): spilling cold rows to a RowStore and reading them back.
+// SparseTable's disk tier (see table.h): spilling cold rows to a RowStore and reading them back;
+// listing the keys held in both tiers.
 #include <algorithm>
 #include <cstring>
 
@@ -114,6 +115,55 @@ absl::Status SparseTable::Reserve(uint64_t bytes, MemoryBudget* budget, uint64_t
   return short_of_memory(absl::StrCat(
       " even with every other row of the table spilled to ", spill_path_,
       " (the rows of one push must fit in memory together: raise --memory_bytes)"));
+}
+
+bool SparseTable::ListKeys(uint64_t start, size_t limit, const std::vector<bool>& held,
+                           std::vector<uint64_t>* keys) {
+  keys->clear();
+  if (limit == 0) return false;
+  const int64_t step = max_step_.load(std::memory_order_relaxed);
+  const int64_t now_ms = policy_.expires() ? NowMs() : 0;
+  auto wanted = [&](uint64_t key, int64_t last_step, int64_t last_ms) {
+    if (key < start) return false;
+    const uint32_t shard = ShardOf(key);
+    if (shard >= held.size() || !held[shard]) return false;
+    return !(policy_.expires() && policy_.Expired(last_step, last_ms, step, now_ms));
+  };
+  // One more than the page: whether more remain. A key lives in one tier only.
+  const size_t want = limit + 1;
+  for (int s = 0; s < kStripes; ++s) {
+    Stripe* st = &stripes_[s];
+    absl::MutexLock l(&st->mu);
+    for (const auto& [key, id] : st->index) {
+      if (tiered() && !st->live[id]) continue;
+      if (wanted(key, has_meta() ? st->last_step[id] : 0, has_meta() ? st->last_ms[id] : 0)) {
+        keys->push_back(key);
+      }
+    }
+    // Keep the page's smallest keys only, so memory follows the page, not the table.
+    if (keys->size() > 2 * want) {
+      std::nth_element(keys->begin(), keys->begin() + want, keys->end());
+      keys->resize(want);
+    }
+  }
+  RowStore* store = store_ptr_.load(std::memory_order_acquire);
+  if (store != nullptr && rows_on_disk_.load(std::memory_order_relaxed) > 0) {
+    size_t on_disk = 0;  // Ascending: the first `want` wanted ones are all the page can use.
+    store->ForEachFrom(start, [&](uint64_t key, absl::string_view v) {
+      if (v.size() < 24) return true;
+      int64_t last_step, last_ms;
+      std::memcpy(&last_step, v.data() + 8, 8);
+      std::memcpy(&last_ms, v.data() + 16, 8);
+      if (!wanted(key, last_step, last_ms)) return true;
+      keys->push_back(key);
+      return ++on_disk < want;
+    });
+  }
+  std::sort(keys->begin(), keys->end());
+  keys->erase(std::unique(keys->begin(), keys->end()), keys->end());
+  const bool more = keys->size() > limit;
+  if (more) keys->resize(limit);
+  return more;
 }
 
 }  // namespace pscluster

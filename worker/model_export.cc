@@ -1,6 +1,9 @@
 #include "worker/model_export.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/atomic_file.h"
 #include "common/path_root.h"
 #include "common/safetensors.h"
@@ -103,6 +106,71 @@ absl::StatusOr<uint64_t> ExportParams(const std::vector<kernels::ParamInfo>& par
                         absl::StrCat("path: ", written.status().message()));
   }
   return static_cast<uint64_t>(*written);
+}
+
+absl::StatusOr<uint64_t> ExportListed(const std::vector<kernels::ParamInfo>& params,
+                                      ParamClient* client, int64_t clock, const std::string& path,
+                                      const std::map<std::string, std::string>& metadata,
+                                      FileSystem* fs, absl::string_view field,
+                                      size_t rows_per_pull) {
+  auto named = [&](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat(field, ": ", s.message()));
+  };
+  rows_per_pull = std::max<size_t>(1, rows_per_pull);
+  // 1. The keys of every sparse table, so that the header can give every tensor's shape.
+  std::vector<std::vector<uint64_t>> keys(params.size());
+  std::vector<SafetensorsWriter::Entry> entries;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const kernels::ParamInfo& p = params[i];
+    if (!p.sparse) {
+      entries.push_back({p.name, v1::DT_FLOAT32, {p.shape.begin(), p.shape.end()}});
+      continue;
+    }
+    auto listed = client->ListKeys(p.name, kMaxListedKeys);
+    if (!listed.ok()) return named(listed.status());
+    keys[i] = std::move(*listed);
+    entries.push_back({p.name + ".keys", v1::DT_UINT64, {keys[i].size()}});
+    entries.push_back(
+        {p.name, v1::DT_FLOAT32, {keys[i].size(), static_cast<uint64_t>(p.row_width)}});
+  }
+  auto writer = SafetensorsWriter::Create(path, entries, metadata, fs);
+  if (!writer.ok()) return named(writer.status());
+  // 2. The values in the header's order, pulled at `clock` a table or a batch of rows at a time.
+  std::vector<float> values;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const kernels::ParamInfo& p = params[i];
+    absl::Status s;
+    if (!p.sparse) {
+      values.resize(static_cast<size_t>(p.num_elements()));
+      PullTargets targets;
+      targets.dense.push_back({p.name, values.data()});
+      s = client->Pull(clock, targets);
+      if (!s.ok()) return s;
+      s = (*writer)->Append(absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                              values.size() * sizeof(float)));
+      if (!s.ok()) return named(s);
+      continue;
+    }
+    const std::vector<uint64_t>& k = keys[i];
+    s = (*writer)->Append(
+        absl::string_view(reinterpret_cast<const char*>(k.data()), k.size() * sizeof(uint64_t)));
+    if (!s.ok()) return named(s);
+    const size_t width = static_cast<size_t>(p.row_width);
+    for (size_t at = 0; at < k.size(); at += rows_per_pull) {
+      const size_t n = std::min(rows_per_pull, k.size() - at);
+      values.resize(n * width);
+      PullTargets targets;
+      targets.sparse.push_back({p.name, absl::MakeConstSpan(k.data() + at, n), values.data()});
+      s = client->Pull(clock, targets);
+      if (!s.ok()) return s;
+      s = (*writer)->Append(absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                              values.size() * sizeof(float)));
+      if (!s.ok()) return named(s);
+    }
+  }
+  auto written = (*writer)->Finish();
+  if (!written.ok()) return named(written.status());
+  return *written;
 }
 
 }  // namespace pscluster::worker

@@ -1,6 +1,6 @@
 // The model as the servers hold it at a clock, written as a safetensors file: dense parameters
 // by their shape, sparse ones as `NAME.keys` (uint64) and `NAME` (rows x width) over the keys
-// given.
+// given, or over the keys the servers hold rows for (ExportListed).
 #ifndef PSCLUSTER_WORKER_MODEL_EXPORT_H_
 #define PSCLUSTER_WORKER_MODEL_EXPORT_H_
 
@@ -45,6 +45,23 @@ absl::StatusOr<uint64_t> ExportParams(const std::vector<kernels::ParamInfo>& par
                                       const std::string& path,
                                       const std::map<std::string, std::string>& metadata,
                                       FileSystem* fs = FileSystem::Default());
+
+// The keys one sparse table may list for an export (their 8 bytes each are held while it
+// writes).
+inline constexpr uint64_t kMaxListedKeys = uint64_t{1} << 27;
+
+// Writes every parameter at `clock` to `path` with `metadata`, each sparse one at the keys its
+// servers hold a row for (ParamClient::ListKeys, listed first; a key never pushed, or not
+// admitted, has no row and is not written): what a model over the user's keys (kind graph)
+// exports. Streams: the file is written as the values arrive, a dense table or `rows_per_pull`
+// rows at a time, so memory follows the largest dense table and the keys, not the model.
+// Errors name `field` (export_path, or path for an export on demand); crash-safe as ExportModel.
+absl::StatusOr<uint64_t> ExportListed(const std::vector<kernels::ParamInfo>& params,
+                                      ParamClient* client, int64_t clock, const std::string& path,
+                                      const std::map<std::string, std::string>& metadata,
+                                      FileSystem* fs = FileSystem::Default(),
+                                      absl::string_view field = "export_path",
+                                      size_t rows_per_pull = 65536);
 
 }  // namespace pscluster::worker
 

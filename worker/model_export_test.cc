@@ -89,6 +89,23 @@ class ExportParamsTest : public ::testing::Test {
     std::vector<float> g(6, 1.f), rg(4, 1.f);
     return client_->Push(0, {{{"w", g.data()}}, {{"emb", keys_, rg.data()}}});
   }
+  // The keys the servers hold listed, two rows a pull.
+  absl::Status ExportAtListed(int64_t clock) {
+    return ExportListed(params_, client_.get(), clock, kPath, {{"step", "x"}}, &fs_, "export_path",
+                        /*rows_per_pull=*/2)
+        .status();
+  }
+  std::vector<float> Floats(const SafetensorsFile& file, const std::string& name) {
+    const SafetensorsFile::Entry* e = file.Find(name);
+    if (e == nullptr) {
+      ADD_FAILURE() << "no tensor " << name;
+      return {};
+    }
+    EXPECT_EQ(e->dtype, v1::DT_FLOAT32) << name;
+    std::vector<float> out(file.Data(*e).size() / sizeof(float));
+    std::memcpy(out.data(), file.Data(*e).data(), out.size() * sizeof(float));
+    return out;
+  }
 
   static constexpr char kPath[] = "/models/job-1.safetensors";
   std::vector<kernels::ParamInfo> params_;
@@ -159,6 +176,73 @@ TEST_F(ExportParamsTest, AFailedWriteIsReportedWithThePathAndLeavesTheOldFile) {
   EXPECT_THAT(ExportDirReady("/models/new/m.safetensors", "", "export_path", &fs_),
               StatusIs(absl::StatusCode::kPermissionDenied,
                        HasSubstr("export_path: /models/new: mkdir")));
+}
+
+// A model over the user's keys: each sparse table at the keys its servers hold a row for (three
+// pushed, one only read, which has none), in increasing order, each row as the store holds it;
+// the rows pulled and written two at a time.
+TEST_F(ExportParamsTest, AListedExportWritesEverySparseTableAtTheKeysWithARow) {
+  std::vector<float> g(6, 1.f), rg(6, 1.f), read(2);
+  const std::vector<uint64_t> pushed = {21, 3, 8};
+  ASSERT_THAT(client_->Push(0, {{{"w", g.data()}}, {{"emb", pushed, rg.data()}}}), IsOk());
+  const std::vector<uint64_t> only_read = {40};
+  ASSERT_THAT(client_->Pull(1, {{}, {{"emb", only_read, read.data()}}}), IsOk());
+  ASSERT_THAT(ExportAtListed(1), IsOk());
+  auto bytes = fs_.ReadFile(kPath);
+  ASSERT_THAT(bytes, IsOk());
+  auto file = SafetensorsFile::Parse(*bytes, kPath);
+  ASSERT_THAT(file, IsOk());
+  EXPECT_EQ(Floats(*file, "w"), store_->Dense("w"));
+  const SafetensorsFile::Entry* k = file->Find("emb.keys");
+  ASSERT_NE(k, nullptr);
+  ASSERT_EQ(k->dtype, v1::DT_UINT64);
+  std::vector<uint64_t> keys(file->Data(*k).size() / sizeof(uint64_t));
+  std::memcpy(keys.data(), file->Data(*k).data(), keys.size() * sizeof(uint64_t));
+  EXPECT_EQ(keys, (std::vector<uint64_t>{3, 8, 21}));
+  EXPECT_EQ(file->Find("emb")->shape, (std::vector<uint64_t>{3, 2}));
+  const std::vector<float> rows = Floats(*file, "emb");
+  ASSERT_EQ(rows.size(), 6u);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto held = store_->Row("emb", keys[i]);
+    ASSERT_TRUE(held.has_value()) << keys[i];
+    EXPECT_EQ(std::vector<float>(rows.begin() + 2 * i, rows.begin() + 2 * i + 2), *held) << keys[i];
+  }
+  EXPECT_EQ(file->metadata().at("step"), "x");
+}
+
+// Written as it streams, the listed export is still all or nothing: a crash anywhere leaves the
+// older export or the new one, whole.
+TEST_F(ExportParamsTest, ACrashAnywhereInAListedExportLeavesTheOldFileOrTheNewOneWhole) {
+  ASSERT_THAT(Train(), IsOk());
+  ASSERT_THAT(ExportAtListed(0), IsOk());
+  auto old_bytes = fs_.ReadFile(kPath);
+  ASSERT_THAT(old_bytes, IsOk());
+  ASSERT_THAT(Train(), IsOk());
+  const int before = fs_.ops();
+  ASSERT_THAT(ExportAtListed(1), IsOk());
+  const int ops = fs_.ops() - before;
+  auto new_bytes = fs_.ReadFile(kPath);
+  ASSERT_THAT(new_bytes, IsOk());
+  ASSERT_NE(*new_bytes, *old_bytes);
+  for (int k = 0; k < ops; ++k) {
+    ASSERT_THAT(WriteFileAtomically(&fs_, kPath, *old_bytes), IsOk());
+    fs_.CrashAfter(k);
+    EXPECT_FALSE(ExportAtListed(1).ok()) << "crash after " << k;
+    fs_.Crash();
+    auto after = fs_.ReadFile(kPath);
+    ASSERT_THAT(after, IsOk()) << "crash after " << k;
+    EXPECT_TRUE(*after == *old_bytes || *after == *new_bytes) << "crash after " << k;
+    EXPECT_THAT(SafetensorsFile::Parse(*after, kPath), IsOk());
+    EXPECT_THAT(fs_.Files(), ::testing::ElementsAre(kPath)) << "crash after " << k;
+  }
+  // A failed write names the field and leaves the old file.
+  ASSERT_THAT(WriteFileAtomically(&fs_, kPath, *old_bytes), IsOk());
+  fs_.FailNext(::pscluster::testing::FaultInjectionFileSystem::Op::kSync,
+               absl::ResourceExhaustedError("fsync /models: No space left on device"));
+  EXPECT_THAT(ExportAtListed(1), StatusIs(absl::StatusCode::kResourceExhausted,
+                                          AllOf(StartsWith("export_path: /models/job-1"),
+                                                HasSubstr("No space left"))));
+  EXPECT_EQ(fs_.ReadFile(kPath).value(), old_bytes.value());
 }
 
 }  // namespace

@@ -80,6 +80,9 @@ struct Trainer::ExportContext {
   std::vector<v1::TableSpec> tables;
   std::vector<kernels::ParamInfo> params;
   std::vector<uint64_t> sparse_keys;
+  // The sparse tables are written at the keys the servers list (a graph model over the user's
+  // keys) instead of sparse_keys.
+  bool list_keys = false;
   std::string model_kind;
 };
 
@@ -176,7 +179,7 @@ absl::StatusOr<TaskRunner::ExportFn> Trainer::PrepareExport(const std::string& p
   }
   std::shared_ptr<const ExportContext> ctx = export_ctx_;
   for (const kernels::ParamInfo& p : ctx->params) {
-    if (p.sparse && ctx->sparse_keys.empty()) {
+    if (p.sparse && ctx->sparse_keys.empty() && !ctx->list_keys) {
       return absl::FailedPreconditionError(absl::StrCat(
           "job ", task_.job_id(), ": sparse table ", p.name,
           " has no keys to export (only sparse_linear jobs submitted with an export_path "
@@ -197,7 +200,9 @@ absl::StatusOr<TaskRunner::ExportFn> Trainer::PrepareExport(const std::string& p
                                                {"producer", "pscluster"}};
     // At this rank's step: the pull waits until every rank has pushed it.
     auto written =
-        ExportParams(ctx->params, client->get(), step, ctx->sparse_keys, path, meta, ctx->fs);
+        ctx->list_keys
+            ? ExportListed(ctx->params, client->get(), step, path, meta, ctx->fs, "path")
+            : ExportParams(ctx->params, client->get(), step, ctx->sparse_keys, path, meta, ctx->fs);
     if (!written.ok()) return written.status();
     Logger("worker")->info("job {}: model at step {} exported on demand to {} ({} bytes)", job_id,
                            step, path, *written);
@@ -367,6 +372,7 @@ absl::Status Trainer::RunImpl(State* st) {
     ctx->tables = st->tables;
     ctx->params = st->model->params();
     ctx->sparse_keys = export_keys;
+    ctx->list_keys = model_spec.kind() == "graph";
     ctx->model_kind = model_spec.kind();
     absl::MutexLock l(&mu_);
     client_ = st->client.get();
@@ -452,7 +458,9 @@ absl::Status Trainer::RunImpl(State* st) {
   if (!trained.ok()) return trained;
 
   // Export (the lead rank): the model as the servers hold it once every worker has pushed every
-  // step; the sparse tables at every feature key the training set uses.
+  // step; the sparse tables at every feature key the training set uses (a built-in set), the
+  // data's whole key space (sparse_linear on the user's data) or the keys the servers hold rows
+  // for (graph).
   std::string export_path;
   if (lead() && !spec.export_path().empty()) {
     absl::Status ds =
@@ -463,9 +471,13 @@ absl::Status Trainer::RunImpl(State* st) {
                                                {"steps", absl::StrCat(schedule.total_steps)},
                                                {"producer", "pscluster"}};
     ParamSlot slot;
-    auto written = ExportModel(*st->model, st->backend.get(), st->client.get(),
-                               schedule.total_steps, export_keys, spec.export_path(), meta, &slot,
-                               options_.export_fs);
+    // A graph model's sparse tables are keyed by the user's data: at the keys the servers hold.
+    auto written =
+        model_spec.kind() == "graph"
+            ? ExportListed(st->model->params(), st->client.get(), schedule.total_steps,
+                           spec.export_path(), meta, options_.export_fs)
+            : ExportModel(*st->model, st->backend.get(), st->client.get(), schedule.total_steps,
+                          export_keys, spec.export_path(), meta, &slot, options_.export_fs);
     if (!written.ok()) return written.status();
     export_path = spec.export_path();
     reporter.SetExportPath(export_path);

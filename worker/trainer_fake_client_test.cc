@@ -2,15 +2,27 @@
 // in order, pulls at the right clocks, learning through the servers' update rules, the export
 // written from what the store holds, and what the task does when a call fails, when it is
 // cancelled while a pull waits, and when its shard map changes.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <random>
+#include <string>
 #include <thread>
+#include <tuple>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/safetensors.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/create_backend.h"
+#include "kernels/models/create_model.h"
 #include "server/client/testing/fake_param_client.h"
+#include "worker/streamed_data.h"
 #include "worker/trainer.h"
 
 namespace pscluster::worker {
@@ -217,6 +229,141 @@ TEST_F(TrainerFakeClientTest, ANewerShardMapReachesTheClientWhileAPullWaits) {
   t.join();
   EXPECT_THAT(ran, IsOk());
   EXPECT_EQ(PushedSteps(), Range(kSteps));
+}
+
+// Criteo lines whose label is 1 exactly when C2 is one of a few values or I1 is large.
+std::string CriteoLines(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> value(0, 9), dense(0, 20);
+  std::string text;
+  for (int i = 0; i < n; ++i) {
+    const int c2 = value(rng), i1 = value(rng) < 2 ? 50 + 4 * value(rng) : value(rng) % 3;
+    absl::StrAppend(&text, (c2 < 3 || i1 >= 50) ? 1 : 0, "\t", i1);
+    for (int d = 1; d < 13; ++d) absl::StrAppend(&text, "\t", dense(rng));
+    for (int f = 0; f < 26; ++f) {
+      absl::StrAppend(&text, "\t", absl::StrFormat("%08x", f == 1 ? c2 : value(rng)));
+    }
+    absl::StrAppend(&text, "\n");
+  }
+  return text;
+}
+
+// A wide & deep layer graph on the user's Criteo files, exported at the end: each sparse table
+// at exactly the keys the store holds rows for, with their rows, the dense tables whole; and the
+// file alone is the model: evaluated from it, the test set scores what the task reported.
+TEST_F(TrainerFakeClientTest, AGraphModelIsExportedAtTheKeysItTrainedAndScoresFromTheFileAlone) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/graph";
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  for (const auto& [name, n, seed] :
+       {std::tuple<const char*, int, int>{"train.tsv", 4000, 1}, {"test.tsv", 500, 2}}) {
+    std::FILE* f = std::fopen((dir + "/" + name).c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    const std::string text = CriteoLines(n, seed);
+    ASSERT_EQ(std::fwrite(text.data(), 1, text.size(), f), text.size());
+    std::fclose(f);
+  }
+  v1::AssignTaskRequest task = Task(v1::ConsistencySpec::BSP);
+  v1::JobSpec* spec = task.mutable_spec();
+  v1::ModelSpec* m = spec->mutable_model();
+  m->Clear();
+  m->set_kind("graph");
+  auto layer = [&](const char* name, const char* type, std::vector<std::string> inputs) {
+    v1::LayerSpec* l = m->add_layers();
+    l->set_name(name);
+    l->set_type(type);
+    for (auto& i : inputs) l->add_inputs(i);
+    return l;
+  };
+  layer("dense", "dense_input", {});
+  layer("cat", "categorical_input", {});
+  layer("wide", "linear", {"cat"});
+  layer("emb", "embedding", {"cat"})->set_width(4);
+  layer("deep_in", "concat", {"dense", "emb"});
+  v1::LayerSpec* deep = layer("deep", "mlp", {"deep_in"});
+  deep->add_widths(16);
+  deep->add_widths(1);
+  layer("logit", "add", {"wide", "deep"});
+  layer("head", "sigmoid", {"logit"});
+  v1::DatasetSpec* d = spec->mutable_dataset();
+  d->Clear();
+  d->set_format("criteo");
+  d->set_train(dir + "/train.tsv");
+  d->set_test(dir + "/test.tsv");
+  d->set_hash_buckets(1000);
+  d->set_dense_transform("log1p");
+  spec->mutable_optimizer()->set_kind(v1::OptimizerSpec::ADAGRAD);
+  spec->mutable_optimizer()->set_learning_rate(0.1f);
+  spec->set_batch_size(50);
+  spec->set_epochs(4);
+  const std::string export_path = dir + "/model.safetensors";
+  spec->set_export_path(export_path);
+  auto trainer = Make(task);
+  ASSERT_NE(trainer, nullptr);
+  ASSERT_THAT(trainer->Run(), IsOk());
+  const double accuracy = trainer->result().test_accuracy;
+  EXPECT_GT(accuracy, 0.95);
+
+  // The model as the worker built it, to read the file by.
+  auto data = OpenStreamedData(*spec);
+  ASSERT_THAT(data, IsOk());
+  const v1::ModelSpec model_spec =
+      CompleteStreamedModelSpec(spec->model(), (*data)->dataset->schema());
+  auto backend = kernels::CreateBackend("cpu", kernels::BackendOptions());
+  ASSERT_THAT(backend, IsOk());
+  auto model = kernels::CreateModel(model_spec, backend->get());
+  ASSERT_THAT(model, IsOk());
+  const std::vector<kernels::ParamInfo>& params = (*model)->params();
+  auto file = SafetensorsFile::Read(export_path);
+  ASSERT_THAT(file, IsOk());
+  kernels::ParamValues values;
+  std::vector<std::vector<float>> floats(params.size());
+  std::vector<std::vector<uint64_t>> keys(params.size());
+  int sparse = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const kernels::ParamInfo& p = params[i];
+    const SafetensorsFile::Entry* e = file->Find(p.name);
+    ASSERT_NE(e, nullptr) << p.name;
+    floats[i].resize(file->Data(*e).size() / sizeof(float));
+    std::memcpy(floats[i].data(), file->Data(*e).data(), floats[i].size() * sizeof(float));
+    if (!p.sparse) {
+      EXPECT_EQ(floats[i], store_->Dense(p.name)) << p.name;
+    } else {
+      ++sparse;
+      const SafetensorsFile::Entry* k = file->Find(p.name + ".keys");
+      ASSERT_NE(k, nullptr) << p.name;
+      keys[i].resize(file->Data(*k).size() / sizeof(uint64_t));
+      std::memcpy(keys[i].data(), file->Data(*k).data(), keys[i].size() * sizeof(uint64_t));
+      EXPECT_EQ(keys[i].size(), store_->rows(p.name)) << p.name;
+      EXPECT_FALSE(keys[i].empty()) << p.name;
+      EXPECT_TRUE(std::is_sorted(keys[i].begin(), keys[i].end())) << p.name;
+      ASSERT_EQ(floats[i].size(), keys[i].size() * p.row_width) << p.name;
+      for (size_t r = 0; r < keys[i].size(); ++r) {
+        auto held = store_->Row(p.name, keys[i][r]);
+        ASSERT_TRUE(held.has_value()) << p.name << " key " << keys[i][r];
+        ASSERT_EQ(*held, std::vector<float>(floats[i].begin() + r * p.row_width,
+                                            floats[i].begin() + (r + 1) * p.row_width))
+            << p.name << " key " << keys[i][r];
+      }
+    }
+    values.values.push_back(floats[i]);
+    values.keys.push_back(keys[i]);
+  }
+  EXPECT_EQ(sparse, 27);  // 26 fields' embeddings and the wide part.
+  // Every key of the test lines was trained (ten values per field), so the file holds the model.
+  StreamedTestSource test(data->get());
+  ASSERT_THAT(test.Start(), IsOk());
+  int64_t correct = 0, seen = 0;
+  for (;;) {
+    auto b = test.Next(100);
+    ASSERT_THAT(b, IsOk());
+    if (b->num_examples == 0) break;
+    kernels::StepResult r;
+    ASSERT_THAT((*model)->Evaluate(*b, values, &r), IsOk());
+    correct += r.correct;
+    seen += r.examples;
+  }
+  ASSERT_EQ(seen, 500);
+  EXPECT_NEAR(static_cast<double>(correct) / seen, accuracy, 1e-9);
 }
 
 TEST_F(TrainerFakeClientTest, ATrainerWithoutAClientFactoryIsRefused) {

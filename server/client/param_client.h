@@ -97,6 +97,12 @@ class ParamClient {
   virtual absl::Status PushPull(int64_t step, const PushSources& sources,
                                 const PullTargets& targets) = 0;
 
+  // The keys of sparse table `table` that hold a row on the servers (in memory or on a disk
+  // tier), increasing: what an export over the user's keys writes. RESOURCE_EXHAUSTED naming
+  // the table and `max_keys` when there are more.
+  virtual absl::StatusOr<std::vector<uint64_t>> ListKeys(const std::string& table,
+                                                         uint64_t max_keys) = 0;
+
   // Fails every call in flight, and every later one, with CANCELLED. Irreversible.
   virtual void Cancel() = 0;
 

@@ -1,11 +1,13 @@
 #include "server/client/ps_client.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/data_auth.h"
 #include "common/logging.h"
 #include "server/client/ps_client_impl.h"
 
@@ -396,6 +398,73 @@ absl::Status PsClient::InstallShardMap() {
     if (!st.ok()) return st;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint64_t>> PsClient::ListKeys(const std::string& table,
+                                                         uint64_t max_keys) {
+  const ClientTable* t = impl_->Find(table, "table");
+  if (t == nullptr || t->dense) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table: '", table, "' is not a sparse table of job ", impl_->options.job_id));
+  }
+  const PsClientOptions& o = impl_->options;
+  const std::string proof =
+      GrpcDataAuthValue(DataAuth{o.job_id, o.worker, o.attempt, o.data_secret});
+  const absl::Time deadline = absl::Now() + o.call_timeout;
+  absl::Duration backoff = o.retry_backoff;
+  while (true) {
+    auto r = impl_->current();
+    std::vector<uint64_t> keys;
+    absl::Status st;
+    // Each server lists the shards it is primary of: every key once.
+    for (size_t i = 0; i < r->servers.size() && st.ok(); ++i) {
+      v1::ListKeysRequest req;
+      req.set_job_id(o.job_id);
+      req.set_table(table);
+      req.set_epoch(r->map.epoch());
+      req.set_worker(o.worker);
+      for (bool more = true; more && st.ok();) {
+        if (impl_->cancelled.load()) return impl_->CancelledStatus();
+        auto ctx = CallContext(deadline - absl::Now(), o.channel);
+        if (!proof.empty()) ctx->AddMetadata(kGrpcDataAuthKey, proof);
+        v1::ListKeysResponse resp;
+        st = FromGrpcStatus(r->servers[i]->stub->ListKeys(ctx.get(), req, &resp),
+                            absl::StrCat("server ", r->map.servers(i).node_id(), " (",
+                                         r->servers[i]->address, ")"));
+        if (!st.ok()) break;
+        const size_t n = resp.keys().size() / sizeof(uint64_t);
+        if (resp.keys().size() % sizeof(uint64_t) != 0 || (resp.more() && n == 0) ||
+            keys.size() + n > max_keys) {
+          if (keys.size() + n > max_keys) {
+            return absl::ResourceExhaustedError(absl::StrCat("table '", table, "' holds more than ",
+                                                             max_keys, " keys on its servers"));
+          }
+          return absl::InternalError(
+              absl::StrCat("server ", r->map.servers(i).node_id(), ": a malformed page of keys"));
+        }
+        const size_t at = keys.size();
+        keys.resize(at + n);
+        std::memcpy(keys.data() + at, resp.keys().data(), n * sizeof(uint64_t));
+        more = resp.more();
+        if (more) req.set_start(keys.back() + 1);
+      }
+    }
+    if (st.ok()) {
+      std::sort(keys.begin(), keys.end());
+      return keys;
+    }
+    // A stale map: refresh and list again; a server restarting: retry with backoff.
+    if (!IsRetryable(st) || absl::Now() + backoff >= deadline) return st;
+    impl_->retries.fetch_add(1);
+    if (st.code() == absl::StatusCode::kFailedPrecondition) {
+      if (!o.refresh_shard_map) return st;
+      absl::Status rs = impl_->Refresh(st);
+      if (!rs.ok()) return rs;
+      if (impl_->current()->map.epoch() > r->map.epoch()) continue;
+    }
+    impl_->Backoff(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
 }
 
 absl::StatusOr<std::vector<v1::ServerStatus>> PsClient::ServerStatuses() {

@@ -127,6 +127,11 @@ class PsClient final : public ParamClient {
   absl::Status PushPull(int64_t step, const PushSources& sources,
                         const PullTargets& targets) override;
 
+  // Every server of the map pages through its keys of `table` (ListKeys: the shards it is
+  // primary of); a stale map is refreshed and the listing started again.
+  absl::StatusOr<std::vector<uint64_t>> ListKeys(const std::string& table,
+                                                 uint64_t max_keys) override;
+
   // Status of every server, in map order.
   absl::StatusOr<std::vector<v1::ServerStatus>> ServerStatuses();
   // A checkpoint on every server (into `dir`, or the job's configured directory).

@@ -54,7 +54,7 @@ TEST(ControlPlaneFuzzTest, RandomControlCallsGetAStatusAndLeaveOtherJobsAlone) {
       [&](int i, grpc::ClientContext* ctx, std::string* rpc) {
     grpc::Status st;
     if (i % 20 == 0) (void)(*fz)->CreateTables(asp, 2);  // Back after a DropJob, with state.
-    switch (fuzz.Pick(9)) {
+    switch (fuzz.Pick(10)) {
       case 0: {
         *rpc = "CreateTables";
         v1::CreateTablesRequest req;
@@ -119,6 +119,14 @@ TEST(ControlPlaneFuzzTest, RandomControlCallsGetAStatusAndLeaveOtherJobsAlone) {
         fuzz.Fill(&req);
         v1::ReplicateResponse resp;
         st = stub->Replicate(ctx, req, &resp);
+        break;
+      }
+      case 8: {
+        *rpc = "ListKeys";
+        v1::ListKeysRequest req;
+        fuzz.Fill(&req);
+        v1::ListKeysResponse resp;
+        st = stub->ListKeys(ctx, req, &resp);
         break;
       }
       default: {

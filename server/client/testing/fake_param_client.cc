@@ -306,6 +306,25 @@ absl::Status FakeParameterStore::DoPush(uint32_t worker, int64_t step, uint64_t 
 // ---------------------------------------------------------------------------------------------
 // FakeParamClient
 
+absl::StatusOr<std::vector<uint64_t>> FakeParameterStore::DoListKeys(const std::string& table,
+                                                                     uint64_t max_keys) const {
+  absl::MutexLock l(&mu_);
+  if (!created_) return absl::FailedPreconditionError("no tables yet (CreateTables first)");
+  auto it = tables_.find(table);
+  if (it == tables_.end() || it->second.spec.kind() != v1::SPARSE) {
+    return absl::InvalidArgumentError(absl::StrCat("table: '", table, "' is not a sparse table"));
+  }
+  if (it->second.rows.size() > max_keys) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("table '", table, "' holds more than ", max_keys, " keys"));
+  }
+  std::vector<uint64_t> keys;
+  keys.reserve(it->second.rows.size());
+  for (const auto& [key, row] : it->second.rows) keys.push_back(key);
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
 FakeParamClient::FakeParamClient(std::shared_ptr<FakeParameterStore> store, uint32_t worker,
                                  v1::ShardMap map, std::vector<v1::TableSpec> tables)
     : store_(std::move(store)), worker_(worker), tables_(std::move(tables)),
@@ -392,6 +411,12 @@ absl::Status FakeParamClient::PushPull(int64_t step, const PushSources& sources,
   s = store_->DoPull(*this, step + 1, targets);
   if (s.ok()) ++calls_;
   return s;
+}
+
+absl::StatusOr<std::vector<uint64_t>> FakeParamClient::ListKeys(const std::string& table,
+                                                                uint64_t max_keys) {
+  if (cancelled()) return absl::CancelledError("cancelled");
+  return store_->DoListKeys(table, max_keys);
 }
 
 void FakeParamClient::Cancel() {

@@ -28,6 +28,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/client/param_client.h"
@@ -109,6 +110,8 @@ class FakeParameterStore {
   absl::Status DoPull(const FakeParamClient& client, int64_t clock, const PullTargets& targets);
   absl::Status DoPush(uint32_t worker, int64_t step, uint64_t seq, bool end_of_step,
                       const PushSources& sources);
+  absl::StatusOr<std::vector<uint64_t>> DoListKeys(const std::string& table,
+                                                   uint64_t max_keys) const;
   void Wake();  // A client was cancelled: held pulls look again.
 
   absl::Status CheckTargets(const PullTargets& targets) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -150,6 +153,10 @@ class FakeParamClient final : public ParamClient {
   absl::Status Push(int64_t step, const PushSources& sources, bool end_of_step) override;
   absl::Status PushPull(int64_t step, const PushSources& sources,
                         const PullTargets& targets) override;
+  // The keys with a stored row, as the servers list them (FAILED_PRECONDITION before
+  // CreateTables; INVALID_ARGUMENT for a table that is not a sparse table of the store).
+  absl::StatusOr<std::vector<uint64_t>> ListKeys(const std::string& table,
+                                                 uint64_t max_keys) override;
   void Cancel() override;
   Stats stats() const override;
 
