@@ -429,6 +429,44 @@ batch_size: 8
               StatusIs(kInvalid, StartsWith("j.yaml:4: model.key_space:")));
   EXPECT_THAT(LoadJobYaml(Replace(good, "kind: graph", "kind: sparse_linear"), "j.yaml"),
               StatusIs(kInvalid, StartsWith("j.yaml:4: model.layers:")));
+  // conv2d, mlp names and init_stddev: checked as the other keys.
+  EXPECT_THAT(LoadJobYaml(Replace(good, "{name: deep_in, type: concat, inputs: [dense, emb]}",
+                                  "{name: deep_in, type: conv2d, inputs: [dense]}"),
+                          "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:9: model.layers[4].channels:"),
+                                       HasSubstr("channels in [1, 4096]"))));
+  EXPECT_THAT(LoadJobYaml(Replace(good, "{name: deep_in, type: concat, inputs: [dense, emb]}",
+                                  "{name: deep_in, type: conv2d, inputs: [dense], channels: 4, "
+                                  "kernel: 4}"),
+                          "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:9: model.layers[4].kernel:"),
+                                       HasSubstr("must be odd"))));
+  EXPECT_THAT(LoadJobYaml(Replace(good, "{name: deep_in, type: concat, inputs: [dense, emb]}",
+                                  "{name: deep_in, type: conv2d, inputs: [emb], channels: 4}"),
+                          "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:9: model.layers[4].inputs:"),
+                                       HasSubstr("reads a dense_input or a conv2d"))));
+  EXPECT_THAT(LoadJobYaml(Replace(good, "{name: deep_in, type: concat, inputs: [dense, emb]}",
+                                  "{name: image, type: conv2d, inputs: [dense], channels: 4}\n"
+                                  "    - {name: deep_in, type: concat, inputs: [image, emb]}"),
+                          "j.yaml"),
+              IsOk());
+  EXPECT_THAT(
+      LoadJobYaml(Replace(good, "widths: [16, 1]}", "widths: [16, 1], names: [a]}"), "j.yaml"),
+      StatusIs(kInvalid, AllOf(StartsWith("j.yaml:10: model.layers[5].names:"),
+                               HasSubstr("1 names for 2 widths"))));
+  EXPECT_THAT(
+      LoadJobYaml(Replace(good, "widths: [16, 1]}", "widths: [16, 1], channels: 2}"), "j.yaml"),
+      StatusIs(kInvalid, AllOf(StartsWith("j.yaml:10: model.layers[5].channels:"),
+                               HasSubstr("does not apply to a mlp layer"))));
+  EXPECT_THAT(LoadJobYaml(Replace(good, "widths: [16, 1]}", "widths: [16, 1], init_stddev: 0.1}"),
+                          "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:10: model.layers[5].init_stddev:")));
+  EXPECT_THAT(LoadJobYaml(Replace(good, "width: 8}", "width: 8, init_stddev: -1}"), "j.yaml"),
+              StatusIs(kInvalid, AllOf(StartsWith("j.yaml:8: model.layers[3].init_stddev:"),
+                                       HasSubstr("must be in [0, 10]"))));
+  EXPECT_THAT(LoadJobYaml(Replace(good, "width: 8}", "width: 8, init_stddev: 0.05}"), "j.yaml"),
+              IsOk());
 }
 
 // What the servers limit is refused at submission, from the same constants (common/limits.h):

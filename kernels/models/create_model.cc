@@ -6,103 +6,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "kernels/models/graph_model.h"
-#include "kernels/models/sequential_model.h"
 #include "kernels/status_macros.h"
 
 namespace pscluster::kernels {
 namespace {
 
-using v1::InitializerSpec;
-
-constexpr int64_t kMaxWidth = int64_t{1} << 20;         // Any one layer width or class count.
-constexpr int64_t kMaxParamElements = int64_t{1} << 31;  // Per dense table.
+constexpr int64_t kMaxWidth = int64_t{1} << 20;          // Any one layer width or class count.
 constexpr int64_t kKernel = 5;                           // CNN convolutions: 5x5, padding 2.
 
 absl::Status Invalid(const std::string& what) { return absl::InvalidArgumentError(what); }
-
-// Collects parameters and layers while a model is being described.
-class Builder {
- public:
-  Builder(const ModelOptions& options, Activation activation)
-      : options_(options), activation_(activation) {}
-
-  ModelConfig& config() { return config_; }
-  Activation activation() const { return activation_; }
-
-  int Dense(const std::string& name, std::vector<int64_t> shape, InitializerSpec::Kind rule,
-            int64_t fan_in, int64_t fan_out) {
-    ParamInfo p;
-    p.name = name;
-    p.shape = std::move(shape);
-    p.init_rule = rule;
-    p.fan_in = fan_in;
-    p.fan_out = fan_out;
-    p.init.set_seed(options_.seed);
-    switch (rule) {
-      case InitializerSpec::GLOROT_UNIFORM: {
-        const double limit = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
-        p.init.set_kind(InitializerSpec::UNIFORM);
-        p.init.set_low(static_cast<float>(-limit));
-        p.init.set_high(static_cast<float>(limit));
-        break;
-      }
-      case InitializerSpec::HE_NORMAL:
-        p.init.set_kind(InitializerSpec::NORMAL);
-        p.init.set_mean(0.0f);
-        p.init.set_stddev(static_cast<float>(std::sqrt(2.0 / static_cast<double>(fan_in))));
-        break;
-      default:
-        p.init.set_kind(InitializerSpec::ZEROS);
-        break;
-    }
-    config_.params.push_back(std::move(p));
-    return static_cast<int>(config_.params.size()) - 1;
-  }
-
-  int Bias(const std::string& name, int64_t width) {
-    return Dense(name, {width}, InitializerSpec::ZEROS, 0, 0);
-  }
-
-  int Sparse(const std::string& name, int64_t width, uint64_t key_space, float stddev) {
-    ParamInfo p;
-    p.name = name;
-    p.sparse = true;
-    p.row_width = width;
-    p.key_space = key_space;
-    p.init.set_seed(options_.seed);
-    if (stddev > 0) {
-      p.init_rule = InitializerSpec::NORMAL;
-      p.init.set_kind(InitializerSpec::NORMAL);
-      p.init.set_mean(0.0f);
-      p.init.set_stddev(stddev);
-    } else {
-      p.init_rule = InitializerSpec::ZEROS;
-      p.init.set_kind(InitializerSpec::ZEROS);
-    }
-    config_.params.push_back(std::move(p));
-    return static_cast<int>(config_.params.size()) - 1;
-  }
-
-  // A fully connected layer `name` (weight + bias); hidden layers get He initialisation and the
-  // activation, the output layer Glorot.
-  void FullyConnected(const std::string& name, int64_t in, int64_t out, bool hidden) {
-    const int w = Dense(name + "/weight", {in, out},
-                        hidden ? InitializerSpec::HE_NORMAL : InitializerSpec::GLOROT_UNIFORM, in,
-                        out);
-    const int b = Bias(name + "/bias", out);
-    config_.layers.push_back(MakeDenseLayer(in, out, w, b));
-    if (hidden) config_.layers.push_back(MakeActivationLayer(out, activation_));
-  }
-
-  const ModelOptions& options() const { return options_; }
-
- private:
-  const ModelOptions options_;
-  const Activation activation_;
-  ModelConfig config_;
-};
 
 absl::Status CheckWidth(const char* field, int64_t v) {
   if (v < 1 || v > kMaxWidth) {
@@ -121,26 +34,53 @@ absl::Status CheckHidden(const v1::ModelSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status BuildSoftmax(const v1::ModelSpec& spec, Builder* b) {
+v1::LayerSpec* AddLayer(v1::ModelSpec* g, const std::string& name, const std::string& type,
+                        std::vector<std::string> inputs = {}) {
+  v1::LayerSpec* l = g->add_layers();
+  l->set_name(name);
+  l->set_type(type);
+  for (std::string& in : inputs) l->add_inputs(std::move(in));
+  return l;
+}
+
+// An mlp layer of `widths` whose tables are `names[i]/weight` and `/bias`.
+void AddMlp(v1::ModelSpec* g, const std::string& input, const v1::ModelSpec& spec,
+            const std::vector<std::pair<std::string, int64_t>>& layers) {
+  v1::LayerSpec* mlp = AddLayer(g, "layers", "mlp", {input});
+  for (const auto& [name, width] : layers) {
+    mlp->add_widths(static_cast<uint32_t>(width));
+    mlp->add_names(name);
+  }
+  mlp->set_activation(spec.activation());
+}
+
+// The hidden layers fc1..fcL of `spec.hidden`, then `out` of num_classes.
+std::vector<std::pair<std::string, int64_t>> HiddenThenOut(const v1::ModelSpec& spec) {
+  std::vector<std::pair<std::string, int64_t>> layers;
+  for (int i = 0; i < spec.hidden_size(); ++i) {
+    layers.emplace_back(absl::StrCat("fc", i + 1), spec.hidden(i));
+  }
+  layers.emplace_back("out", spec.num_classes());
+  return layers;
+}
+
+absl::Status BuildSoftmax(const v1::ModelSpec& spec, v1::ModelSpec* g) {
   if (spec.hidden_size() > 0) return Invalid("model.hidden must be empty for kind 'softmax'");
-  b->FullyConnected("linear", spec.input_dim(), spec.num_classes(), /*hidden=*/false);
+  AddLayer(g, "input", "dense_input");
+  AddMlp(g, "input", spec, {{"linear", spec.num_classes()}});
   return absl::OkStatus();
 }
 
-absl::Status BuildMlp(const v1::ModelSpec& spec, Builder* b) {
+absl::Status BuildMlp(const v1::ModelSpec& spec, v1::ModelSpec* g) {
   if (spec.hidden_size() == 0) {
     return Invalid("model.hidden must list at least one layer width for kind 'mlp'");
   }
-  int64_t in = spec.input_dim();
-  for (int i = 0; i < spec.hidden_size(); ++i) {
-    b->FullyConnected(absl::StrCat("fc", i + 1), in, spec.hidden(i), /*hidden=*/true);
-    in = spec.hidden(i);
-  }
-  b->FullyConnected("out", in, spec.num_classes(), /*hidden=*/false);
+  AddLayer(g, "input", "dense_input");
+  AddMlp(g, "input", spec, HiddenThenOut(spec));
   return absl::OkStatus();
 }
 
-absl::Status BuildCnn(const v1::ModelSpec& spec, Backend* backend, Builder* b) {
+absl::Status BuildCnn(const v1::ModelSpec& spec, v1::ModelSpec* g) {
   const int64_t side = static_cast<int64_t>(std::llround(std::sqrt(double(spec.input_dim()))));
   if (side * side != spec.input_dim() || side % 4 != 0) {
     return Invalid(absl::StrCat("model.input_dim = ", spec.input_dim(),
@@ -165,56 +105,42 @@ absl::Status BuildCnn(const v1::ModelSpec& spec, Backend* backend, Builder* b) {
     return Invalid("model.hidden must have at most one entry (the fc1 width) for kind 'cnn'");
   }
   const int64_t fc = spec.hidden_size() == 1 ? spec.hidden(0) : 128;
-  size_t chunk = b->options().conv_chunk_bytes;
-  if (chunk == 0) chunk = backend->kind() == DeviceKind::kCpu ? size_t{4} << 20 : size_t{256} << 20;
-
-  int64_t h = side, in_c = 1;
+  AddLayer(g, "image", "dense_input");
+  std::string in = "image";
   for (int i = 0; i < 2; ++i) {
     const std::string name = absl::StrCat("conv", i + 1);
-    const int64_t out_c = channels[i];
-    const int w = b->Dense(name + "/weight", {out_c, kKernel, kKernel, in_c},
-                           InitializerSpec::HE_NORMAL, kKernel * kKernel * in_c,
-                           kKernel * kKernel * out_c);
-    const int bias = b->Bias(name + "/bias", out_c);
-    ModelConfig& c = b->config();
-    c.layers.push_back(MakeConvLayer(h, h, in_c, out_c, kKernel, kKernel / 2, w, bias, chunk));
-    c.layers.push_back(MakeActivationLayer(h * h * out_c, b->activation()));
-    c.layers.push_back(MakeMaxPoolLayer(h, h, out_c, 2));
-    h /= 2;
-    in_c = out_c;
+    v1::LayerSpec* conv = AddLayer(g, name, "conv2d", {in});
+    conv->set_channels(static_cast<uint32_t>(channels[i]));
+    conv->set_kernel(kKernel);
+    conv->set_pool(2);
+    conv->set_activation(spec.activation());
+    in = name;
   }
-  b->FullyConnected("fc1", h * h * in_c, fc, /*hidden=*/true);
-  b->FullyConnected("out", fc, spec.num_classes(), /*hidden=*/false);
+  AddMlp(g, in, spec, {{"fc1", fc}, {"out", spec.num_classes()}});
   return absl::OkStatus();
 }
 
-absl::Status BuildSparse(const v1::ModelSpec& spec, Builder* b) {
-  const int64_t classes = spec.num_classes();
-  const uint64_t key_space = spec.input_dim();
-  ModelConfig& c = b->config();
-  c.input_kind = InputKind::kSparse;
-  c.input_dim = 0;
+absl::Status BuildSparse(const v1::ModelSpec& spec, v1::ModelSpec* g) {
+  // The keys are the model's input: input_dim (when > 0) bounds them.
+  g->set_input_dim(0);
+  g->set_key_space(spec.input_dim());
+  AddLayer(g, "keys", "categorical_input");
   if (spec.embedding_dim() == 0) {
     if (spec.hidden_size() > 0) {
       return Invalid("model.hidden needs model.embedding_dim > 0 for kind 'sparse_linear'");
     }
-    const int table = b->Sparse("sparse/weight", classes, key_space, 0.0f);
-    const int bias = b->Bias("sparse/bias", classes);
-    c.layers.push_back(MakeEmbeddingBagLayer(classes, table, bias));
+    // A hashed linear model: sparse/weight (rows of num_classes, zeros) summed over the
+    // example's weighted keys, + sparse/bias; its sum is the logits.
+    AddLayer(g, "sparse", "linear", {"keys"})->set_width(spec.num_classes());
     return absl::OkStatus();
   }
   const int64_t e = spec.embedding_dim();
   KERNELS_RETURN_IF_ERROR(CheckWidth("embedding_dim", e));
-  const int table = b->Sparse("embedding/weight", e, key_space,
-                              static_cast<float>(1.0 / std::sqrt(static_cast<double>(e))));
-  const int bias = b->Bias("embedding/bias", e);
-  c.layers.push_back(MakeEmbeddingBagLayer(e, table, bias));
-  int64_t in = e;
-  for (int i = 0; i < spec.hidden_size(); ++i) {
-    b->FullyConnected(absl::StrCat("fc", i + 1), in, spec.hidden(i), /*hidden=*/true);
-    in = spec.hidden(i);
-  }
-  b->FullyConnected("out", in, classes, /*hidden=*/false);
+  // The weighted sum of embedding/weight rows, + embedding/bias, into the head mlp.
+  v1::LayerSpec* emb = AddLayer(g, "embedding", "linear", {"keys"});
+  emb->set_width(static_cast<uint32_t>(e));
+  emb->set_init_stddev(static_cast<float>(1.0 / std::sqrt(static_cast<double>(e))));
+  AddMlp(g, "embedding", spec, HiddenThenOut(spec));
   return absl::OkStatus();
 }
 
@@ -224,19 +150,14 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const v1::ModelSpec& spec, Ba
                                                    const ModelOptions& options) {
   if (backend == nullptr) return Invalid("CreateModel: backend is null");
   if (spec.kind() == "graph") {
-    auto graph = GraphModel::Create(spec, backend, options.seed);
+    auto graph = GraphModel::Create(spec, backend, options.seed, "graph", options.conv_chunk_bytes);
     if (!graph.ok()) return graph.status();
     return std::unique_ptr<Model>(std::move(*graph));
   }
   if (spec.layers_size() > 0 || spec.input_fields_size() > 0 || spec.key_space() != 0) {
     return Invalid(absl::StrCat("model.layers applies only to kind 'graph', not '", spec.kind(), "'"));
   }
-  Activation activation;
-  if (spec.activation().empty() || spec.activation() == "relu") {
-    activation = Activation::kRelu;
-  } else if (spec.activation() == "gelu") {
-    activation = Activation::kGelu;
-  } else {
+  if (!spec.activation().empty() && spec.activation() != "relu" && spec.activation() != "gelu") {
     return Invalid(absl::StrCat("model.activation '", spec.activation(),
                                 "' is not one of relu, gelu"));
   }
@@ -260,26 +181,25 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const v1::ModelSpec& spec, Ba
                                 kind, "'"));
   }
 
-  Builder b(options, activation);
-  b.config().kind = kind;
-  b.config().input_dim = spec.input_dim();
-  b.config().num_classes = spec.num_classes();
+  // The preset's layers (create_model.h), built as any graph.
+  v1::ModelSpec g;
+  g.set_kind("graph");
+  g.set_input_dim(spec.input_dim());
+  g.set_num_classes(spec.num_classes());
   if (kind == "softmax") {
-    KERNELS_RETURN_IF_ERROR(BuildSoftmax(spec, &b));
+    KERNELS_RETURN_IF_ERROR(BuildSoftmax(spec, &g));
   } else if (kind == "mlp") {
-    KERNELS_RETURN_IF_ERROR(BuildMlp(spec, &b));
+    KERNELS_RETURN_IF_ERROR(BuildMlp(spec, &g));
   } else if (kind == "cnn") {
-    KERNELS_RETURN_IF_ERROR(BuildCnn(spec, backend, &b));
+    KERNELS_RETURN_IF_ERROR(BuildCnn(spec, &g));
   } else {
-    KERNELS_RETURN_IF_ERROR(BuildSparse(spec, &b));
+    KERNELS_RETURN_IF_ERROR(BuildSparse(spec, &g));
   }
-  for (const ParamInfo& p : b.config().params) {
-    if (!p.sparse && p.num_elements() >= kMaxParamElements) {
-      return Invalid(absl::StrCat("parameter ", p.name, " would have ", p.num_elements(),
-                                  " elements; at most 2^31 - 1 per table"));
-    }
-  }
-  return std::unique_ptr<Model>(new SequentialModel(backend, std::move(b.config())));
+  const std::string logits = g.layers(g.layers_size() - 1).name();
+  AddLayer(&g, "head", "softmax", {logits});
+  auto model = GraphModel::Create(g, backend, options.seed, kind, options.conv_chunk_bytes);
+  if (!model.ok()) return model.status();
+  return std::unique_ptr<Model>(std::move(*model));
 }
 
 }  // namespace pscluster::kernels

@@ -1,18 +1,23 @@
-// Builds a Model from a job's ModelSpec (proto/job.proto).
+// Builds a Model from a job's ModelSpec (proto/job.proto): kind "graph" from its layers
+// (graph_spec.h, graph_model.h), and each named kind as a preset of the same graph, built by
+// the same GraphModel (the tables keep the names below; W: [in, out] row-major, b: [out]):
 //
-//   kind            layers and parameter tables (W: [in, out] row-major, b: [out])
-//   "softmax"       linear/weight [input_dim, C], linear/bias [C]
-//   "mlp"           fc1..fcL (hidden widths, each followed by the activation), then out
-//   "cnn"           28x28x1 images (input_dim = s*s, s a multiple of 4): conv1 5x5 pad 2 ->
-//                   act -> maxpool 2 -> conv2 5x5 pad 2 -> act -> maxpool 2 -> fc1 (hidden[0],
-//                   default 128) -> act -> out. conv_channels default {16, 32}. Activations are
-//                   NHWC; conv weights are [out_channels, 5, 5, in_channels].
-//   "sparse_linear" embedding_dim == 0: sparse/weight (sparse, row width C) summed over the
-//                   example's weighted features, + sparse/bias [C]: a hashed linear model.
-//                   embedding_dim E > 0: embedding/weight (sparse, width E) bag + embedding/bias
-//                   [E], then fc1..fcL over the hidden widths (each with the activation), then
-//                   out. input_dim, when > 0, is the key space (feature ids must be below it).
-//   "graph"         the layers of ModelSpec.layers (graph_spec.h, graph_model.h).
+//   kind            layers of the graph (then a softmax head over num_classes logits)
+//   "softmax"       dense_input -> mlp widths [C], names [linear]: linear/weight [input_dim, C],
+//                   linear/bias [C]
+//   "mlp"           dense_input -> mlp widths [hidden..., C], names [fc1..fcL, out], the
+//                   activation after each hidden layer
+//   "cnn"           dense_input (28x28x1 images: input_dim = s*s, s a multiple of 4) -> conv2d
+//                   conv1 (5x5, conv_channels[0], default 16, activation, max-pool 2) -> conv2d
+//                   conv2 (conv_channels[1], default 32) -> mlp widths [hidden[0] (default
+//                   128), C], names [fc1, out]. Activations are NHWC; conv weights are
+//                   [out_channels, 5, 5, in_channels].
+//   "sparse_linear" categorical_input (the example's weighted features, keys below input_dim
+//                   when > 0) -> embedding_dim == 0: linear `sparse` of width C (sparse/weight,
+//                   rows of C, zeros; sparse/bias [C]): a hashed linear model.
+//                   embedding_dim E > 0: linear `embedding` of width E (embedding/weight rows
+//                   of E, normal with stddev 1/sqrt(E); embedding/bias [E]) -> mlp widths
+//                   [hidden..., C], names [fc1..fcL, out].
 //
 // activation: "relu" (default) or "gelu" (exact erf form). num_classes must be >= 2 and
 // input_dim >= 1 for dense models (the worker fills both from the data set when the job leaves

@@ -47,16 +47,21 @@ bool IsHead(NodeType t) { return t == NodeType::kSoftmax || t == NodeType::kSigm
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GraphModel>> GraphModel::Create(const v1::ModelSpec& spec,
-                                                              Backend* backend, uint64_t seed) {
+                                                               Backend* backend, uint64_t seed,
+                                                               const std::string& kind,
+                                                               size_t conv_chunk_bytes) {
   if (backend == nullptr) return Invalid("GraphModel: backend is null");
   auto plan = PlanGraph(spec, /*data_known=*/true);
   if (!plan.ok()) return plan.status();
-  std::unique_ptr<GraphModel> model(new GraphModel(backend, spec, std::move(*plan)));
-  KERNELS_RETURN_IF_ERROR(model->Build(seed));
+  std::unique_ptr<GraphModel> model(new GraphModel(backend, spec, std::move(*plan), kind));
+  KERNELS_RETURN_IF_ERROR(model->Build(seed, conv_chunk_bytes));
   return model;
 }
 
-absl::Status GraphModel::Build(uint64_t seed) {
+absl::Status GraphModel::Build(uint64_t seed, size_t conv_chunk_bytes) {
+  if (conv_chunk_bytes == 0) {
+    conv_chunk_bytes = backend_->kind() == DeviceKind::kCpu ? size_t{4} << 20 : size_t{256} << 20;
+  }
   const std::vector<GraphNode>& nodes = plan_.nodes;
   const GraphNode& head = nodes.back();
   num_classes_ = head.type == NodeType::kSigmoid ? 2 : spec_.num_classes();
@@ -78,20 +83,22 @@ absl::Status GraphModel::Build(uint64_t seed) {
     p.row_width = t.width;
     p.key_space = t.key_space;
     p.init.set_seed(seed);
-    if (t.zero_init) {
+    if (t.zero_init && t.init_stddev == 0) {
       p.init_rule = InitializerSpec::ZEROS;
       p.init.set_kind(InitializerSpec::ZEROS);
     } else {
       p.init_rule = InitializerSpec::NORMAL;
       p.init.set_kind(InitializerSpec::NORMAL);
       p.init.set_mean(0.0f);
-      p.init.set_stddev(static_cast<float>(0.1 / std::sqrt(static_cast<double>(t.width))));
+      p.init.set_stddev(t.init_stddev > 0
+                            ? t.init_stddev
+                            : static_cast<float>(0.1 / std::sqrt(static_cast<double>(t.width))));
     }
     table_param_.push_back(static_cast<int>(params_.size()));
     params_.push_back(std::move(p));
   }
   linear_bias_.assign(nodes.size(), -1);
-  mlps_.resize(nodes.size());
+  stacks_.resize(nodes.size());
   for (size_t k = 0; k < nodes.size(); ++k) {
     const GraphNode& n = nodes[k];
     const v1::LayerSpec& l = spec_.layers(static_cast<int>(k));
@@ -99,15 +106,40 @@ absl::Status GraphModel::Build(uint64_t seed) {
       linear_bias_[k] = static_cast<int>(params_.size());
       params_.push_back(DenseParam(n.name + "/bias", {n.width}, InitializerSpec::ZEROS, 0, 0, seed));
     }
+    const Activation f = l.activation() == "gelu" ? Activation::kGelu : Activation::kRelu;
+    if (n.type == NodeType::kConv2d) {
+      // Convolution, activation, max-pooling; weights [out_c, k, k, in_c], He-initialised.
+      Stack& m = stacks_[k];
+      const GraphNode& in = nodes[n.inputs[0]];
+      const int64_t kernel = l.kernel() == 0 ? 5 : l.kernel();
+      const int64_t pool = l.pool() == 0 ? 2 : l.pool();
+      const int64_t side = in.side, in_c = in.channels, out_c = n.channels;
+      const int w = static_cast<int>(params_.size());
+      params_.push_back(DenseParam(n.name + "/weight", {out_c, kernel, kernel, in_c},
+                                   InitializerSpec::HE_NORMAL, kernel * kernel * in_c,
+                                   kernel * kernel * out_c, seed));
+      params_.push_back(DenseParam(n.name + "/bias", {out_c}, InitializerSpec::ZEROS, 0, 0, seed));
+      const int64_t conv_out = side * side * out_c;
+      m.layers.push_back(
+          MakeConvLayer(side, side, in_c, out_c, kernel, kernel / 2, w, w + 1, conv_chunk_bytes));
+      m.widths.push_back(conv_out);
+      m.layers.push_back(MakeActivationLayer(conv_out, f));
+      m.widths.push_back(conv_out);
+      if (pool > 1) {
+        m.layers.push_back(MakeMaxPoolLayer(side, side, out_c, pool));
+        m.widths.push_back(n.features());
+      }
+      m.max_width = std::max(in.features(), conv_out);
+    }
     if (n.type == NodeType::kMlp) {
-      Mlp& m = mlps_[k];
-      const Activation f = l.activation() == "gelu" ? Activation::kGelu : Activation::kRelu;
+      Stack& m = stacks_[k];
       int64_t in = nodes[n.inputs[0]].features();
       m.max_width = in;
       for (int j = 0; j < l.widths_size(); ++j) {
         const int64_t out = l.widths(j);
         const bool act = j + 1 < l.widths_size() || l.output_activation();
-        const std::string name = absl::StrCat(n.name, "/fc", j + 1);
+        const std::string name =
+            l.names_size() > 0 ? l.names(j) : absl::StrCat(n.name, "/fc", j + 1);
         const int w = static_cast<int>(params_.size());
         params_.push_back(DenseParam(name + "/weight", {in, out},
                                      act ? InitializerSpec::HE_NORMAL : InitializerSpec::GLOROT_UNIFORM,
@@ -369,7 +401,7 @@ absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, cons
   auto floats = [&](int64_t per_example) { return AlignUp(sizeof(float) * n * per_example); };
   size_t bytes = 0;
   std::vector<size_t> out_off(count, 0), grad_off(count, 0);
-  std::vector<std::vector<size_t>> mlp_off(count);
+  std::vector<std::vector<size_t>> mlp_off(count), scratch_off(count);
   std::vector<size_t> mlp_grad_off(count, 0);
   int64_t max_features = 1;
   for (size_t k = 0; k < count; ++k) {
@@ -382,11 +414,15 @@ absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, cons
       grad_off[k] = bytes;
       bytes += floats(node.features());
     }
-    if (node.type == NodeType::kMlp) {
-      const Mlp& m = mlps_[k];
+    if (node.type == NodeType::kMlp || node.type == NodeType::kConv2d) {
+      const Stack& m = stacks_[k];
       for (size_t j = 0; j + 1 < m.layers.size(); ++j) {
         mlp_off[k].push_back(bytes);
         bytes += floats(m.widths[j]);
+      }
+      for (const auto& layer : m.layers) {
+        scratch_off[k].push_back(bytes);
+        bytes += AlignUp(layer->ScratchBytes(n));
       }
       mlp_grad_off[k] = bytes;
       bytes += 2 * floats(m.max_width);
@@ -420,8 +456,10 @@ absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, cons
   }
   for (int slot : grad_slots) ctx.grads.push_back(static_cast<float*>(io_.device(slot)));
   auto mlp_act = [&](int k, size_t j) {
-    return j + 1 == mlps_[k].layers.size() ? out(k) : reinterpret_cast<float*>(ws + mlp_off[k][j]);
+    return j + 1 == stacks_[k].layers.size() ? out(k)
+                                             : reinterpret_cast<float*>(ws + mlp_off[k][j]);
   };
+  auto scratch = [&](int k, size_t j) { return static_cast<void*>(ws + scratch_off[k][j]); };
 
   // ---- Forward. ----
   Backend* be = backend_;
@@ -466,11 +504,12 @@ absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, cons
         }
         break;
       }
-      case NodeType::kMlp: {
-        const Mlp& m = mlps_[k];
+      case NodeType::kMlp:
+      case NodeType::kConv2d: {
+        const Stack& m = stacks_[k];
         const float* in = out(node.inputs[0]);
         for (size_t j = 0; j < m.layers.size(); ++j) {
-          KERNELS_RETURN_IF_ERROR(m.layers[j]->Forward(ctx, in, mlp_act(k, j), nullptr));
+          KERNELS_RETURN_IF_ERROR(m.layers[j]->Forward(ctx, in, mlp_act(k, j), scratch(k, j)));
           in = mlp_act(k, j);
         }
         break;
@@ -566,8 +605,9 @@ absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, cons
         }
         break;
       }
-      case NodeType::kMlp: {
-        const Mlp& m = mlps_[k];
+      case NodeType::kMlp:
+      case NodeType::kConv2d: {
+        const Stack& m = stacks_[k];
         const int in_node = node.inputs[0];
         float* ping[2] = {reinterpret_cast<float*>(ws + mlp_grad_off[k]),
                           reinterpret_cast<float*>(ws + mlp_grad_off[k] + floats(m.max_width))};
@@ -575,7 +615,8 @@ absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, cons
         for (size_t j = m.layers.size(); j-- > 0;) {
           float* din = j > 0 ? ping[j % 2] : (needs_grad(in_node) ? tmp : nullptr);
           const float* in = j == 0 ? out(in_node) : mlp_act(k, j - 1);
-          KERNELS_RETURN_IF_ERROR(m.layers[j]->Backward(ctx, in, mlp_act(k, j), dout, din, nullptr));
+          KERNELS_RETURN_IF_ERROR(
+              m.layers[j]->Backward(ctx, in, mlp_act(k, j), dout, din, scratch(k, j)));
           dout = din;
         }
         if (needs_grad(in_node)) {

@@ -29,8 +29,12 @@ class GraphModel final : public Model {
  public:
   // INVALID_ARGUMENT "model.layers[i].key: ..." when the graph does not fit the spec's data.
   // REQUIRES: backend outlives the model.
+  // `kind`: what kind() reports (a preset's name, create_model.h). `conv_chunk_bytes`: the
+  // largest im2col matrix a conv2d layer builds at once (0 = 4 MiB on the CPU, 256 MiB on CUDA).
   static absl::StatusOr<std::unique_ptr<GraphModel>> Create(const v1::ModelSpec& spec,
-                                                            Backend* backend, uint64_t seed);
+                                                            Backend* backend, uint64_t seed,
+                                                            const std::string& kind = "graph",
+                                                            size_t conv_chunk_bytes = 0);
 
   const std::string& kind() const override { return kind_; }
   // Reads both kinds of input; kSparse when it reads categorical keys at all.
@@ -65,17 +69,22 @@ class GraphModel final : public Model {
     const int32_t* d_rows = nullptr;
     const float* d_weights = nullptr;
   };
-  struct Mlp {
+  // The layers an mlp or a conv2d node runs, one after the other.
+  struct Stack {
     std::vector<std::unique_ptr<Layer>> layers;
     std::vector<int64_t> widths;  // Each sublayer's output features.
-    int64_t max_width = 0;
+    int64_t max_width = 0;        // The input's features, or the widest sublayer's.
   };
 
-  GraphModel(Backend* backend, const v1::ModelSpec& spec, GraphPlan plan)
-      : backend_(backend), spec_(spec), plan_(std::move(plan)), io_(backend),
+  GraphModel(Backend* backend, const v1::ModelSpec& spec, GraphPlan plan, std::string kind)
+      : backend_(backend),
+        spec_(spec),
+        plan_(std::move(plan)),
+        kind_(std::move(kind)),
+        io_(backend),
         workspace_(backend) {}
 
-  absl::Status Build(uint64_t seed);
+  absl::Status Build(uint64_t seed, size_t conv_chunk_bytes);
   absl::Status ValidateBatch(const Batch& batch) const;
   absl::Status ValidateParams(const ParamValues& params, const Gradients* grads) const;
   // Calls f(key position in batch.keys, weight) for the entries of bag `b`'s example i (field
@@ -90,7 +99,7 @@ class GraphModel final : public Model {
   Backend* const backend_;
   const v1::ModelSpec spec_;
   const GraphPlan plan_;
-  const std::string kind_ = "graph";
+  const std::string kind_;
   InputKind input_kind_ = InputKind::kDense;
   int64_t input_dim_ = 0;
   int64_t num_classes_ = 2;
@@ -99,7 +108,7 @@ class GraphModel final : public Model {
   std::vector<ParamInfo> params_;
   std::vector<int> table_param_;  // Plan table -> parameter index.
   std::vector<int> linear_bias_;  // Per node: the linear layer's bias parameter (else -1).
-  std::vector<Mlp> mlps_;         // Per node (empty for other types).
+  std::vector<Stack> stacks_;     // Per node (empty but for mlp and conv2d).
   std::vector<Bags> bags_;
 
   StepIO io_;

@@ -1,6 +1,7 @@
 #include "kernels/models/graph_spec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 #include <utility>
@@ -25,6 +26,7 @@ const std::map<std::string, NodeType>& Types() {
       {"linear", NodeType::kLinear},
       {"concat", NodeType::kConcat},
       {"mlp", NodeType::kMlp},
+      {"conv2d", NodeType::kConv2d},
       {"fm", NodeType::kFm},
       {"dot_interaction", NodeType::kDotInteraction},
       {"add", NodeType::kAdd},
@@ -111,7 +113,16 @@ class Planner {
     };
     if (l.width() != 0 && t != NodeType::kEmbedding && t != NodeType::kLinear) return refuse("width");
     if (l.widths_size() > 0 && t != NodeType::kMlp) return refuse("widths");
-    if (!l.activation().empty() && t != NodeType::kMlp) return refuse("activation");
+    if (l.names_size() > 0 && t != NodeType::kMlp) return refuse("names");
+    if (!l.activation().empty() && t != NodeType::kMlp && t != NodeType::kConv2d) {
+      return refuse("activation");
+    }
+    if (l.channels() != 0 && t != NodeType::kConv2d) return refuse("channels");
+    if (l.kernel() != 0 && t != NodeType::kConv2d) return refuse("kernel");
+    if (l.pool() != 0 && t != NodeType::kConv2d) return refuse("pool");
+    if (l.init_stddev() != 0 && t != NodeType::kEmbedding && t != NodeType::kLinear) {
+      return refuse("init_stddev");
+    }
     if (l.output_activation() && t != NodeType::kMlp) return refuse("output_activation");
     if (!l.table().empty() && t != NodeType::kEmbedding) return refuse("table");
     if (!l.combiner().empty() && t != NodeType::kEmbedding && t != NodeType::kLinear) {
@@ -234,18 +245,20 @@ class Planner {
       } else {
         shared_[l.table()] = static_cast<int>(plan_.tables.size());
         node.tables.push_back(static_cast<int>(plan_.tables.size()));
-        plan_.tables.push_back({l.table(), node.width, known_ ? spec_.key_space() : 0, false});
+        plan_.tables.push_back(
+            {l.table(), node.width, known_ ? spec_.key_space() : 0, false, l.init_stddev()});
       }
     } else if (known_) {
       if (in.multi_valued) {
         node.tables.push_back(static_cast<int>(plan_.tables.size()));
-        plan_.tables.push_back({l.name() + "/features", node.width, spec_.key_space(), false});
+        plan_.tables.push_back(
+            {l.name() + "/features", node.width, spec_.key_space(), false, l.init_stddev()});
       } else {
         for (int f : in.fields) {
           const v1::InputField& field = spec_.input_fields(f);
           node.tables.push_back(static_cast<int>(plan_.tables.size()));
-          plan_.tables.push_back(
-              {absl::StrCat(l.name(), "/", TableSafe(field.name())), node.width, field.size(), false});
+          plan_.tables.push_back({absl::StrCat(l.name(), "/", TableSafe(field.name())), node.width,
+                                  field.size(), false, l.init_stddev()});
         }
       }
     }
@@ -253,6 +266,44 @@ class Planner {
       node.width = node.features();
       node.vectors = 1;
     }
+    return absl::OkStatus();
+  }
+
+  absl::Status Conv2d(int i, const v1::LayerSpec& l, const GraphNode& in, GraphNode& node) {
+    if (in.type != NodeType::kDenseInput && in.type != NodeType::kConv2d) {
+      return Error(
+          At(i, "inputs"),
+          absl::StrCat("a conv2d layer reads a dense_input or a conv2d, not '", in.name, "'"));
+    }
+    if (l.channels() < 1 || l.channels() > 4096) {
+      return Error(At(i, "channels"),
+                   absl::StrCat("a conv2d needs channels in [1, 4096] (got ", l.channels(), ")"));
+    }
+    const int64_t kernel = l.kernel() == 0 ? 5 : l.kernel();
+    if (kernel % 2 == 0 || kernel > 15) {
+      return Error(At(i, "kernel"), absl::StrCat("must be odd and at most 15 (got ", kernel, ")"));
+    }
+    const int64_t pool = l.pool() == 0 ? 2 : l.pool();
+    if (pool > 16) return Error(At(i, "pool"), absl::StrCat("must be at most 16 (got ", pool, ")"));
+    if (!l.activation().empty() && l.activation() != "relu" && l.activation() != "gelu") {
+      return Error(At(i, "activation"),
+                   absl::StrCat("must be relu or gelu (got '", l.activation(), "')"));
+    }
+    node.vectors = 1;
+    node.width = -1;
+    if (!known_) return absl::OkStatus();
+    if (in.side == 0) {
+      return Error(At(i, "inputs"), absl::StrCat("'", in.name, "' is not a square image (its ",
+                                                 in.features(), " features are no side^2)"));
+    }
+    if (in.side % pool != 0) {
+      return Error(At(i, "pool"),
+                   absl::StrCat("the ", in.side, "x", in.side, " image of '", in.name,
+                                "' does not divide into ", pool, "x", pool, " windows"));
+    }
+    node.side = in.side / pool;
+    node.channels = l.channels();
+    node.width = node.side * node.side * node.channels;
     return absl::OkStatus();
   }
 
@@ -287,6 +338,9 @@ class Planner {
       return Error(At(i, "type"), "the last layer must be the head: softmax or sigmoid");
     }
     if (absl::Status s = OnlyKeys(i, l, node.type); !s.ok()) return s;
+    if (!(std::isfinite(l.init_stddev()) && l.init_stddev() >= 0 && l.init_stddev() <= 10)) {
+      return Error(At(i, "init_stddev"), "must be in [0, 10]");
+    }
     if (absl::Status s = Inputs(i, l, node); !s.ok()) return s;
     auto input = [&](int j) -> const GraphNode& { return plan_.nodes[node.inputs[j]]; };
     switch (node.type) {
@@ -295,6 +349,13 @@ class Planner {
         node.width = known_ ? static_cast<int64_t>(spec_.input_dim()) : -1;
         if (known_ && node.width < 1) {
           return Error(At(i, "type"), "the data has no dense features for a dense_input");
+        }
+        if (known_) {
+          const int64_t side = static_cast<int64_t>(std::llround(std::sqrt(double(node.width))));
+          if (side * side == node.width) {
+            node.side = side;
+            node.channels = 1;
+          }
         }
         break;
       case NodeType::kCategoricalInput: {
@@ -316,7 +377,8 @@ class Planner {
         node.vectors = 1;
         node.width = w;
         node.tables.push_back(static_cast<int>(plan_.tables.size()));
-        plan_.tables.push_back({l.name() + "/weight", w, known_ ? spec_.key_space() : 0, true});
+        plan_.tables.push_back(
+            {l.name() + "/weight", w, known_ ? spec_.key_space() : 0, true, l.init_stddev()});
         break;
       }
       case NodeType::kConcat: {
@@ -351,11 +413,26 @@ class Planner {
         if (!l.activation().empty() && l.activation() != "relu" && l.activation() != "gelu") {
           return Error(At(i, "activation"), absl::StrCat("must be relu or gelu (got '", l.activation(), "')"));
         }
+        if (l.names_size() > 0 && l.names_size() != l.widths_size()) {
+          return Error(At(i, "names"), absl::StrCat("gives ", l.names_size(), " names for ",
+                                                    l.widths_size(), " widths (one each)"));
+        }
+        for (int j = 0; j < l.names_size(); ++j) {
+          if (!PlainName(l.names(j))) {
+            return Error(absl::StrCat(At(i, "names"), "[", j, "]"),
+                         "must be 1-64 characters of A-Z a-z 0-9 _ -");
+          }
+        }
         if (known_ && input(0).features() < 1) {
           return Error(At(i, "inputs"), absl::StrCat("'", input(0).name, "' has no features"));
         }
         node.vectors = 1;
         node.width = l.widths(l.widths_size() - 1);
+        break;
+      }
+      case NodeType::kConv2d: {
+        absl::Status s = Conv2d(i, l, input(0), node);
+        if (!s.ok()) return s;
         break;
       }
       case NodeType::kFm:

@@ -18,9 +18,14 @@
 //                      "<layer>/bias". Output [batch, width].
 //   concat             the inputs side by side; vectors of one width stay vectors
 //                      ([batch, V1 + V2, w]), else [batch, total features].
-//   mlp                fully connected layers "<layer>/fc<i>/{weight,bias}" of `widths`, each but
-//                      the last followed by `activation` (relu or gelu; the last too with
-//                      output_activation). Output [batch, widths.back()].
+//   mlp                fully connected layers "<layer>/fc<i>/{weight,bias}" (or "<names[i]>/...")
+//                      of `widths`, each but the last followed by `activation` (relu or gelu; the
+//                      last too with output_activation). Output [batch, widths.back()].
+//   conv2d             a 2-D convolution "<layer>/{weight,bias}" of a square image (a
+//                      dense_input of side^2 features, one channel, or a conv2d's output) to
+//                      `channels`, a `kernel` x `kernel` kernel (odd, default 5) with zero padding,
+//                      then `activation`, then max-pooling `pool` x `pool` (default 2; 1 = none).
+//                      Output [batch, side/pool * side/pool * channels] (NHWC).
 //   fm                 factorization-machine pairwise term over the input's vectors: [batch, 1].
 //   dot_interaction    DLRM's pairwise dot products of the input's vectors: [batch, V (V - 1) / 2].
 //   add                elementwise sum of inputs of equal size.
@@ -46,6 +51,7 @@ enum class NodeType {
   kLinear,
   kConcat,
   kMlp,
+  kConv2d,
   kFm,
   kDotInteraction,
   kAdd,
@@ -59,6 +65,7 @@ struct GraphTable {
   int64_t width = 0;
   uint64_t key_space = 0;  // Keys (after rebasing) are below it; 0 = any.
   bool zero_init = false;  // linear: zeros; embedding: normal.
+  float init_stddev = 0;   // > 0: normal with this stddev (LayerSpec.init_stddev).
 };
 
 struct GraphNode {
@@ -76,6 +83,10 @@ struct GraphNode {
   std::vector<int> tables;
   bool shared_table = false;
   bool mean = false;  // Combiner.
+  // An image (dense_input when its features are a square, conv2d): side x side x channels,
+  // NHWC. 0: not an image.
+  int64_t side = 0;
+  int64_t channels = 0;
   int64_t features() const { return vectors < 0 || width < 0 ? -1 : vectors * width; }
 };
 

@@ -178,36 +178,6 @@ class MaxPoolLayer final : public Layer {
   PoolGeometry geometry_;
 };
 
-class EmbeddingBagLayer final : public Layer {
- public:
-  EmbeddingBagLayer(int64_t width, int table, int bias)
-      : width_(width), table_(table), bias_(bias) {}
-  int64_t in_features() const override { return 0; }
-  int64_t out_features() const override { return width_; }
-
-  absl::Status Forward(const LayerContext& ctx, const float*, float* out, void*) override {
-    const SparseInput& s = ctx.sparse;
-    KERNELS_RETURN_IF_ERROR(ctx.backend->EmbeddingBagForward(
-        ctx.n, width_, s.nnz, s.offsets, s.rows, s.weights, ctx.params[table_],
-        ctx.sparse_rows[table_], out));
-    return ctx.backend->AddBias(ctx.n, width_, out, ctx.params[bias_], out);
-  }
-  absl::Status Backward(const LayerContext& ctx, const float*, const float*, const float* dout,
-                        float*, void*) override {
-    if (ctx.grads.empty()) return absl::OkStatus();
-    const SparseInput& s = ctx.sparse;
-    const int64_t rows = ctx.sparse_rows[table_];
-    KERNELS_RETURN_IF_ERROR(ctx.backend->Fill(rows * width_, 0.0f, ctx.grads[table_]));
-    KERNELS_RETURN_IF_ERROR(ctx.backend->EmbeddingBagBackward(
-        ctx.n, width_, s.nnz, s.offsets, s.rows, s.weights, dout, rows, ctx.grads[table_]));
-    return ctx.backend->ColumnSum(ctx.n, width_, dout, false, ctx.grads[bias_]);
-  }
-
- private:
-  const int64_t width_;
-  const int table_, bias_;
-};
-
 }  // namespace
 
 std::unique_ptr<Layer> MakeDenseLayer(int64_t in, int64_t out, int weight, int bias) {
@@ -228,10 +198,6 @@ std::unique_ptr<Layer> MakeConvLayer(int64_t height, int64_t width, int64_t in_c
 std::unique_ptr<Layer> MakeMaxPoolLayer(int64_t height, int64_t width, int64_t channels,
                                         int64_t window) {
   return std::make_unique<MaxPoolLayer>(height, width, channels, window);
-}
-
-std::unique_ptr<Layer> MakeEmbeddingBagLayer(int64_t width, int table, int bias) {
-  return std::make_unique<EmbeddingBagLayer>(width, table, bias);
 }
 
 }  // namespace pscluster::kernels

@@ -1,6 +1,6 @@
-// The layers the models are stacks of. Each maps a [n, in_features] tensor to
-// [n, out_features] on the backend, reading its parameters and writing its gradients through
-// device pointers the model supplies (see sequential_model.h).
+// The layers a graph model's mlp and conv2d nodes are stacks of (graph_model.h). Each maps a
+// [n, in_features] tensor to [n, out_features] on the backend, reading its parameters and
+// writing its gradients through device pointers the model supplies.
 #ifndef PSCLUSTER_KERNELS_MODELS_LAYERS_H_
 #define PSCLUSTER_KERNELS_MODELS_LAYERS_H_
 
@@ -13,15 +13,6 @@
 
 namespace pscluster::kernels {
 
-// A batch's sparse input on the device: CSR offsets rebased to 0 (n + 1), and per entry the row
-// of the sparse table it reads (its key's position in the step's key list) and its weight.
-struct SparseInput {
-  const int32_t* offsets = nullptr;
-  const int32_t* rows = nullptr;
-  const float* weights = nullptr;
-  int64_t nnz = 0;
-};
-
 // What a layer sees during one step. Pointers index like Model::params().
 struct LayerContext {
   Backend* backend = nullptr;
@@ -29,13 +20,12 @@ struct LayerContext {
   std::vector<const float*> params;    // Device pointers to parameter values.
   std::vector<float*> grads;           // Device pointers to gradients (empty when evaluating).
   std::vector<int64_t> sparse_rows;    // Rows supplied per sparse parameter (0 for dense).
-  SparseInput sparse;                  // The batch's sparse input (sparse models).
 };
 
 class Layer {
  public:
   virtual ~Layer() = default;
-  virtual int64_t in_features() const = 0;   // Per example (0: reads the sparse input).
+  virtual int64_t in_features() const = 0;   // Per example.
   virtual int64_t out_features() const = 0;  // Per example.
   // Device scratch this layer keeps from forward to backward for n examples.
   virtual size_t ScratchBytes(int64_t n) const { return 0; }
@@ -62,10 +52,6 @@ std::unique_ptr<Layer> MakeConvLayer(int64_t height, int64_t width, int64_t in_c
 // Non-overlapping max-pooling `window` x `window` over NHWC [height, width, channels].
 std::unique_ptr<Layer> MakeMaxPoolLayer(int64_t height, int64_t width, int64_t channels,
                                         int64_t window);
-
-// The first layer of sparse models: y[i] = sum over example i's entries of weight * row + b,
-// rows from sparse parameter `table` (width floats each), b [width] from dense param `bias`.
-std::unique_ptr<Layer> MakeEmbeddingBagLayer(int64_t width, int table, int bias);
 
 }  // namespace pscluster::kernels
 

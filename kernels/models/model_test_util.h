@@ -135,6 +135,32 @@ inline v1::ModelSpec LrGraph(uint64_t key_space) {
   return s;
 }
 
+// Two conv2d layers over a side x side image (3x3 kernels; the first without pooling, the second
+// with 2x2), then an mlp with named tables, over `classes` classes.
+inline v1::ModelSpec ConvGraph(uint32_t side, uint32_t classes, const std::string& activation) {
+  v1::ModelSpec s;
+  SetGraphData(&s, side * side, 0, 0, 0);
+  s.set_num_classes(classes);
+  AddLayer(&s, "image", "dense_input");
+  v1::LayerSpec* a = AddLayer(&s, "a", "conv2d", {"image"});
+  a->set_channels(2);
+  a->set_kernel(3);
+  a->set_pool(1);
+  a->set_activation(activation);
+  v1::LayerSpec* b = AddLayer(&s, "b", "conv2d", {"a"});
+  b->set_channels(3);
+  b->set_kernel(3);
+  b->set_activation(activation);
+  v1::LayerSpec* top = AddLayer(&s, "top", "mlp", {"b"});
+  top->add_widths(5);
+  top->add_widths(classes);
+  top->add_names("hidden");
+  top->add_names("logits");
+  top->set_activation(activation);
+  AddLayer(&s, "head", "softmax", {"top"});
+  return s;
+}
+
 // A factorization machine: linear + pairwise term over per-field embeddings.
 inline v1::ModelSpec FmGraph(int fields, uint64_t field_size, uint32_t width) {
   v1::ModelSpec s;
