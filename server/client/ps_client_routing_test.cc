@@ -57,7 +57,9 @@ class PsClientRoutingTest : public ::testing::Test {
     EXPECT_TRUE(c.ok()) << c.status();
     if (!c.ok()) return nullptr;
     EXPECT_TRUE((*c)->CreateTables(testing::Mode(v1::ConsistencySpec::BSP), 1).ok());
-    if (install) EXPECT_TRUE((*c)->InstallShardMap().ok());
+    if (install) {
+      EXPECT_TRUE((*c)->InstallShardMap().ok());
+    }
     return std::move(*c);
   }
 

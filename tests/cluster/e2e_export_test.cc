@@ -3,7 +3,11 @@
 // trains on; a path the lead worker cannot write is refused naming it.
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cstring>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/safetensors.h"
@@ -73,6 +77,69 @@ TEST(E2eExportTest, ARunningJobIsExportedOnDemandAndTrainsOn) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("/proc/no-such-dir"));
   EXPECT_EQ(c.Psctl({"cancel", "job-1"}).exit_code, 0);
+}
+
+// A layer graph over the user's LibSVM files (logistic regression: categorical_input -> linear
+// -> sigmoid), trained by two workers over two servers with an export_path: the file holds the
+// wide part's table at exactly the keys the training file's lines use (their 1-based indices
+// less one), listed from both servers with the job's data proof, each key once and in order,
+// and none that only the test file has (reads create no rows).
+TEST(E2eExportTest, AGraphJobIsExportedAtExactlyTheKeysItsTrainingLinesUse) {
+  auto cluster = E2eCluster::Start("export-graph");
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  E2eCluster& c = **cluster;
+  std::string train, test;
+  std::set<uint64_t> train_keys;
+  for (int i = 0; i < 400; ++i) {
+    // Two even indices in 2..60 per line, increasing; the label follows index 2.
+    const int a = 2 * (1 + i % 30), b = 2 * (1 + (i * 7 + 3) % 30);
+    const int lo = std::min(a, b), hi = a == b ? a + 2 : std::max(a, b);
+    absl::StrAppend(&train, (lo == 2 || i % 5 == 0) ? 1 : 0, " ", lo, ":1 ", hi, ":1\n");
+    train_keys.insert(lo - 1);
+    train_keys.insert(hi - 1);
+  }
+  // The test lines also use odd indices, which no training line has.
+  for (int i = 0; i < 100; ++i) {
+    absl::StrAppend(&test, i % 2, " ", 2 * (1 + i % 30), ":1 ", 63 + 2 * (i % 5), ":1\n");
+  }
+  const std::string export_path = c.dir() + "/graph/lr.safetensors";
+  const std::string job = absl::StrCat(R"(name: graph-export
+model:
+  kind: graph
+  layers:
+    - {name: keys, type: categorical_input}
+    - {name: wide, type: linear, inputs: [keys]}
+    - {name: head, type: sigmoid, inputs: [wide]}
+dataset:
+  format: libsvm
+  train: )", c.WriteFile("train.svm", train), R"(
+  test: )", c.WriteFile("test.svm", test), R"(
+optimizer: {kind: adagrad, learning_rate: 0.1}
+consistency: {mode: bsp}
+num_servers: 2
+num_workers: 2
+epochs: 2
+batch_size: 20
+export_path: )", export_path, "\n");
+  CommandResult submit =
+      c.Psctl({"submit", c.WriteFile("graph.yaml", job), "--wait"}, absl::Seconds(120));
+  ASSERT_EQ(submit.exit_code, 0) << submit.output << c.LogTails();
+  auto done = c.GetJob("job-1");
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason();
+  EXPECT_EQ(done->export_path(), export_path);
+  auto file = SafetensorsFile::Read(export_path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const SafetensorsFile::Entry* keys = file->Find("wide/weight.keys");
+  ASSERT_NE(keys, nullptr);
+  std::vector<uint64_t> exported(file->Data(*keys).size() / sizeof(uint64_t));
+  std::memcpy(exported.data(), file->Data(*keys).data(), exported.size() * sizeof(uint64_t));
+  EXPECT_EQ(exported, std::vector<uint64_t>(train_keys.begin(), train_keys.end()));
+  const SafetensorsFile::Entry* rows = file->Find("wide/weight");
+  ASSERT_NE(rows, nullptr);
+  EXPECT_EQ(rows->shape, (std::vector<uint64_t>{train_keys.size(), 1}));
+  ASSERT_NE(file->Find("wide/bias"), nullptr);
+  EXPECT_EQ(file->metadata().at("model"), "graph");
 }
 
 }  // namespace
