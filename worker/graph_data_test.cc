@@ -19,30 +19,10 @@
 namespace pscluster::worker {
 namespace {
 
-// Criteo lines whose label is 1 exactly when C2 is one of a few values (the wide part learns it)
-// or I1 is large (the mlp does).
-std::string CriteoLines(int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> value(0, 9), dense(0, 20);
-  std::string text;
-  for (int i = 0; i < n; ++i) {
-    // I1 is small (0-2) or large (50-90): apart after log1p.
-    const int c2 = value(rng), i1 = value(rng) < 2 ? 50 + 4 * value(rng) : value(rng) % 3;
-    const int label = (c2 < 3 || i1 >= 50) ? 1 : 0;
-    absl::StrAppend(&text, label, "\t", i1);
-    for (int d = 1; d < 13; ++d) absl::StrAppend(&text, "\t", dense(rng));
-    for (int f = 0; f < 26; ++f) {
-      absl::StrAppend(&text, "\t", absl::StrFormat("%08x", f == 1 ? c2 : value(rng)));
-    }
-    absl::StrAppend(&text, "\n");
-  }
-  return text;
-}
-
 TEST(GraphDataTest, AWideAndDeepGraphTrainsOnCriteoFiles) {
   const std::string dir = data::testing::NewTempDir("graph");
-  data::testing::WriteText(dir + "/train.tsv", CriteoLines(4000, 1));
-  data::testing::WriteText(dir + "/test.tsv", CriteoLines(500, 2));
+  data::testing::WriteText(dir + "/train.tsv", data::testing::PlantedCriteoLines(4000, 1));
+  data::testing::WriteText(dir + "/test.tsv", data::testing::PlantedCriteoLines(500, 2));
   v1::JobSpec spec;
   spec.set_seed(5);
   v1::ModelSpec* m = spec.mutable_model();

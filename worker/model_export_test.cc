@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -107,6 +108,35 @@ class ExportParamsTest : public ::testing::Test {
     return out;
   }
 
+  // Writes an export over an older one with `export_at` (at clock 1), crashed after each of its
+  // file-system steps in turn: the older export or the new one is left, whole, never a file cut
+  // short, and no temporary file.
+  void CrashAtEveryStep(const std::function<absl::Status(int64_t clock)>& export_at) {
+    ASSERT_THAT(Train(), IsOk());
+    ASSERT_THAT(export_at(0), IsOk());
+    auto old_bytes = fs_.ReadFile(kPath);
+    ASSERT_THAT(old_bytes, IsOk());
+    ASSERT_THAT(Train(), IsOk());
+    const int before = fs_.ops();
+    ASSERT_THAT(export_at(1), IsOk());
+    const int ops = fs_.ops() - before;
+    auto new_bytes = fs_.ReadFile(kPath);
+    ASSERT_THAT(new_bytes, IsOk());
+    ASSERT_NE(*new_bytes, *old_bytes);
+    for (int k = 0; k < ops; ++k) {
+      ASSERT_THAT(WriteFileAtomically(&fs_, kPath, *old_bytes), IsOk());
+      fs_.CrashAfter(k);
+      EXPECT_FALSE(export_at(1).ok()) << "crash after " << k;
+      fs_.Crash();
+      auto after = fs_.ReadFile(kPath);
+      ASSERT_THAT(after, IsOk()) << "crash after " << k;
+      EXPECT_TRUE(*after == *old_bytes || *after == *new_bytes) << "crash after " << k;
+      EXPECT_THAT(SafetensorsFile::Parse(*after, kPath), IsOk());
+      EXPECT_THAT(fs_.Files(), ::testing::ElementsAre(kPath)) << "crash after " << k;
+    }
+    ASSERT_THAT(WriteFileAtomically(&fs_, kPath, *old_bytes), IsOk());
+  }
+
   static constexpr char kPath[] = "/models/job-1.safetensors";
   std::vector<kernels::ParamInfo> params_;
   std::vector<uint64_t> keys_ = {3, 8};
@@ -137,27 +167,7 @@ TEST_F(ExportParamsTest, TheFileHoldsWhatTheServersHoldAtThatClock) {
 // write, fsync, close, the rename, the directory's sync) leaves the older export or the new one,
 // whole, never a file cut short.
 TEST_F(ExportParamsTest, ACrashAnywhereInAnExportLeavesTheOldFileOrTheNewOneWhole) {
-  ASSERT_THAT(Export(0), IsOk());
-  auto old_bytes = fs_.ReadFile(kPath);
-  ASSERT_THAT(old_bytes, IsOk());
-  ASSERT_THAT(Train(), IsOk());
-  const int before = fs_.ops();
-  ASSERT_THAT(Export(1), IsOk());
-  const int ops = fs_.ops() - before;
-  auto new_bytes = fs_.ReadFile(kPath);
-  ASSERT_THAT(new_bytes, IsOk());
-  ASSERT_NE(*new_bytes, *old_bytes);
-  for (int k = 0; k < ops; ++k) {
-    ASSERT_THAT(WriteFileAtomically(&fs_, kPath, *old_bytes), IsOk());
-    fs_.CrashAfter(k);
-    EXPECT_FALSE(Export(1).ok()) << "crash after " << k;
-    fs_.Crash();
-    auto after = fs_.ReadFile(kPath);
-    ASSERT_THAT(after, IsOk()) << "crash after " << k;
-    EXPECT_TRUE(*after == *old_bytes || *after == *new_bytes) << "crash after " << k;
-    EXPECT_THAT(SafetensorsFile::Parse(*after, kPath), IsOk());
-    EXPECT_THAT(fs_.Files(), ::testing::ElementsAre(kPath)) << "crash after " << k;
-  }
+  CrashAtEveryStep([&](int64_t clock) { return Export(clock); });
 }
 
 TEST_F(ExportParamsTest, AFailedWriteIsReportedWithThePathAndLeavesTheOldFile) {
@@ -213,30 +223,10 @@ TEST_F(ExportParamsTest, AListedExportWritesEverySparseTableAtTheKeysWithARow) {
 // Written as it streams, the listed export is still all or nothing: a crash anywhere leaves the
 // older export or the new one, whole.
 TEST_F(ExportParamsTest, ACrashAnywhereInAListedExportLeavesTheOldFileOrTheNewOneWhole) {
-  ASSERT_THAT(Train(), IsOk());
-  ASSERT_THAT(ExportAtListed(0), IsOk());
+  CrashAtEveryStep([&](int64_t clock) { return ExportAtListed(clock); });
   auto old_bytes = fs_.ReadFile(kPath);
   ASSERT_THAT(old_bytes, IsOk());
-  ASSERT_THAT(Train(), IsOk());
-  const int before = fs_.ops();
-  ASSERT_THAT(ExportAtListed(1), IsOk());
-  const int ops = fs_.ops() - before;
-  auto new_bytes = fs_.ReadFile(kPath);
-  ASSERT_THAT(new_bytes, IsOk());
-  ASSERT_NE(*new_bytes, *old_bytes);
-  for (int k = 0; k < ops; ++k) {
-    ASSERT_THAT(WriteFileAtomically(&fs_, kPath, *old_bytes), IsOk());
-    fs_.CrashAfter(k);
-    EXPECT_FALSE(ExportAtListed(1).ok()) << "crash after " << k;
-    fs_.Crash();
-    auto after = fs_.ReadFile(kPath);
-    ASSERT_THAT(after, IsOk()) << "crash after " << k;
-    EXPECT_TRUE(*after == *old_bytes || *after == *new_bytes) << "crash after " << k;
-    EXPECT_THAT(SafetensorsFile::Parse(*after, kPath), IsOk());
-    EXPECT_THAT(fs_.Files(), ::testing::ElementsAre(kPath)) << "crash after " << k;
-  }
   // A failed write names the field and leaves the old file.
-  ASSERT_THAT(WriteFileAtomically(&fs_, kPath, *old_bytes), IsOk());
   fs_.FailNext(::pscluster::testing::FaultInjectionFileSystem::Op::kSync,
                absl::ResourceExhaustedError("fsync /models: No space left on device"));
   EXPECT_THAT(ExportAtListed(1), StatusIs(absl::StatusCode::kResourceExhausted,

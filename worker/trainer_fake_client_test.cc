@@ -3,18 +3,14 @@
 // written from what the store holds, and what the task does when a call fails, when it is
 // cancelled while a pull waits, and when its shard map changes.
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/safetensors.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -22,6 +18,7 @@
 #include "kernels/create_backend.h"
 #include "kernels/models/create_model.h"
 #include "server/client/testing/fake_param_client.h"
+#include "worker/data/test_files.h"
 #include "worker/streamed_data.h"
 #include "worker/trainer.h"
 
@@ -231,37 +228,13 @@ TEST_F(TrainerFakeClientTest, ANewerShardMapReachesTheClientWhileAPullWaits) {
   EXPECT_EQ(PushedSteps(), Range(kSteps));
 }
 
-// Criteo lines whose label is 1 exactly when C2 is one of a few values or I1 is large.
-std::string CriteoLines(int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> value(0, 9), dense(0, 20);
-  std::string text;
-  for (int i = 0; i < n; ++i) {
-    const int c2 = value(rng), i1 = value(rng) < 2 ? 50 + 4 * value(rng) : value(rng) % 3;
-    absl::StrAppend(&text, (c2 < 3 || i1 >= 50) ? 1 : 0, "\t", i1);
-    for (int d = 1; d < 13; ++d) absl::StrAppend(&text, "\t", dense(rng));
-    for (int f = 0; f < 26; ++f) {
-      absl::StrAppend(&text, "\t", absl::StrFormat("%08x", f == 1 ? c2 : value(rng)));
-    }
-    absl::StrAppend(&text, "\n");
-  }
-  return text;
-}
-
 // A wide & deep layer graph on the user's Criteo files, exported at the end: each sparse table
 // at exactly the keys the store holds rows for, with their rows, the dense tables whole; and the
 // file alone is the model: evaluated from it, the test set scores what the task reported.
 TEST_F(TrainerFakeClientTest, AGraphModelIsExportedAtTheKeysItTrainedAndScoresFromTheFileAlone) {
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/graph";
-  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
-  for (const auto& [name, n, seed] :
-       {std::tuple<const char*, int, int>{"train.tsv", 4000, 1}, {"test.tsv", 500, 2}}) {
-    std::FILE* f = std::fopen((dir + "/" + name).c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    const std::string text = CriteoLines(n, seed);
-    ASSERT_EQ(std::fwrite(text.data(), 1, text.size(), f), text.size());
-    std::fclose(f);
-  }
+  const std::string dir = data::testing::NewTempDir("graph");
+  data::testing::WriteText(dir + "/train.tsv", data::testing::PlantedCriteoLines(4000, 1));
+  data::testing::WriteText(dir + "/test.tsv", data::testing::PlantedCriteoLines(500, 2));
   v1::AssignTaskRequest task = Task(v1::ConsistencySpec::BSP);
   v1::JobSpec* spec = task.mutable_spec();
   v1::ModelSpec* m = spec->mutable_model();

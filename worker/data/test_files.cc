@@ -1,5 +1,7 @@
 #include "worker/data/test_files.h"
 
+#include <random>
+
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -65,6 +67,24 @@ void WriteGzip(const std::string& path, absl::string_view text, int members) {
     }
     if (gzclose(f) != Z_OK) Die(absl::StrCat("cannot close ", path));
   }
+}
+
+std::string PlantedCriteoLines(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> value(0, 9), dense(0, 20);
+  std::string text;
+  for (int i = 0; i < n; ++i) {
+    // I1 is small (0-2) or large (50-90): apart after log1p.
+    const int c2 = value(rng), i1 = value(rng) < 2 ? 50 + 4 * value(rng) : value(rng) % 3;
+    const int label = (c2 < 3 || i1 >= 50) ? 1 : 0;
+    absl::StrAppend(&text, label, "\t", i1);
+    for (int d = 1; d < 13; ++d) absl::StrAppend(&text, "\t", dense(rng));
+    for (int f = 0; f < 26; ++f) {
+      absl::StrAppend(&text, "\t", absl::StrFormat("%08x", f == 1 ? c2 : value(rng)));
+    }
+    absl::StrAppend(&text, "\n");
+  }
+  return text;
 }
 
 std::vector<std::string> SplitLines(absl::string_view text) {

@@ -25,6 +25,12 @@ std::string NewTempDir(const std::string& name);
 void WriteText(const std::string& path, absl::string_view text);
 void WriteGzip(const std::string& path, absl::string_view text, int members = 1);
 
+// `n` Criteo lines (label, 13 integer features, 26 hex categorical values) drawn with `seed`,
+// whose label is 1 exactly when C2 is one of three of its ten values or I1 is large (50 or
+// more; the other I1 values are 0-2): what a wide part and an mlp can each learn. Every field
+// takes ten values, so a few hundred lines use every key.
+std::string PlantedCriteoLines(int n, uint64_t seed);
+
 // The lines of `text` as a LineReader returns them: split at '\n', a '\r' before it dropped, no
 // line after a final newline.
 std::vector<std::string> SplitLines(absl::string_view text);
