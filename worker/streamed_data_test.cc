@@ -221,6 +221,36 @@ TEST_F(StreamedDataTest, APartHandedOverIsReadInTheSameEpoch) {
   EXPECT_EQ(seen.size(), 2000u) << "both parts read in the epoch";
 }
 
+// Data balancing gives the ranks shares of the set (3 : 1 here, the faster rank the larger):
+// each reads its share's part of the user's files with a batch sized to match, and the two
+// still cover the set once per epoch, as with equal parts.
+TEST_F(StreamedDataTest, SharesSizeEachRanksPartAndTheRanksStillCoverTheSetOnce) {
+  auto d = Open(Spec());
+  ASSERT_NE(d, nullptr);
+  const Schedule sch = ScheduleFor(d->train_lines, 2, 100, 1);
+  ASSERT_EQ(sch.steps_per_epoch, 10);
+  std::vector<uint64_t> keys;
+  int64_t examples[2] = {0, 0};
+  for (uint32_t r = 0; r < 2; ++r) {
+    data::PartitionSpec part = Part(r, 2);
+    part.shares = {3, 1};
+    auto s = StreamedTrainSource::Create(d.get(), part, 100, sch.steps_per_epoch);
+    ASSERT_TRUE(s.ok()) << s.status();
+    examples[r] = (*s)->examples();
+    EXPECT_EQ((*s)->batch(), r == 0 ? 150 : 50) << "rank " << r;
+    for (int64_t n = 0; n < sch.steps_per_epoch; ++n) {
+      auto b = (*s)->BatchFor(n);
+      ASSERT_TRUE(b.ok()) << b.status();
+      for (uint64_t k : Keys(*b)) keys.push_back(k);
+    }
+  }
+  EXPECT_EQ(examples[0], 1500);
+  EXPECT_EQ(examples[1], 500);
+  std::sort(keys.begin(), keys.end());
+  ASSERT_EQ(keys.size(), 2000u);
+  for (uint64_t i = 0; i < 2000; ++i) ASSERT_EQ(keys[i], 1000 + i) << "each line once";
+}
+
 TEST_F(StreamedDataTest, TheTestSetIsReadInFileOrderEachPass) {
   auto d = Open(Spec());
   ASSERT_NE(d, nullptr);
