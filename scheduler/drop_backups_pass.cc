@@ -75,7 +75,9 @@ void DropUnreachableBackupsPass::Run() {
       rec.unreachable_backups.clear();
       if (dropped.empty() && !rec.resend_map) continue;
       if (!dropped.empty()) {
-        next.set_epoch(next.epoch() + 1);
+        absl::StatusOr<uint64_t> epoch = core_.NextEpoch(rec, next.epoch());
+        if (!epoch.ok()) break;  // The store failed: nothing is sent.
+        next.set_epoch(*epoch);
         // Servers no assignment names any more leave the map.
         absl::flat_hash_set<std::string> named;
         for (const v1::ShardAssignment& a : next.assignments()) {

@@ -228,7 +228,9 @@ void ElasticPass::RemoveServerFromJob(const std::string& job_id, const std::stri
       }
     }
     next = rec->shard_map;
-    next.set_epoch(next.epoch() + 1);
+    absl::StatusOr<uint64_t> epoch = core_.NextEpoch(*rec, next.epoch());
+    if (!epoch.ok()) return;  // The store failed: nothing is sent.
+    next.set_epoch(*epoch);
     auto* servers = next.mutable_servers();
     servers->erase(
         std::remove_if(servers->begin(), servers->end(),

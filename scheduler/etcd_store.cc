@@ -56,7 +56,7 @@ absl::Status EtcdStore::NotLeader(absl::string_view what) const {
 
 absl::Status EtcdStore::FencedTxn(const std::vector<std::pair<std::string, int64_t>>& expect,
                                   std::vector<etcdserverpb::RequestOp> ops,
-                                  absl::string_view what) {
+                                  absl::string_view what, int64_t* revision) {
   if (deposed_.load()) return NotLeader(what);
   etcdserverpb::TxnRequest txn;
   etcdserverpb::Compare* lead = txn.add_compare();
@@ -78,7 +78,10 @@ absl::Status EtcdStore::FencedTxn(const std::vector<std::pair<std::string, int64
     return absl::Status(resp.status().code(),
                         absl::StrCat("cannot ", what, ": ", resp.status().message()));
   }
-  if (resp->succeeded()) return absl::OkStatus();
+  if (resp->succeeded()) {
+    if (revision != nullptr) *revision = resp->header().revision();
+    return absl::OkStatus();
+  }
   const etcdserverpb::RangeResponse& r = resp->responses(0).response_range();
   if (r.kvs_size() == 0 || r.kvs(0).create_revision() != term_) {
     deposed_.store(true);
@@ -111,6 +114,14 @@ absl::StatusOr<uint64_t> EtcdStore::NextId(absl::string_view counter) {
   }
   return absl::UnavailableError(absl::StrCat("scheduler state in ", path_, ": counter ", counter,
                                              " keeps changing under this scheduler"));
+}
+
+absl::StatusOr<uint64_t> EtcdStore::NextEpoch(absl::string_view job_id, uint64_t current) {
+  int64_t revision = 0;
+  absl::Status s = FencedTxn({}, {PutOp(absl::StrCat(prefix_, "epochs/", job_id), "")},
+                             absl::StrCat("take a shard-map epoch for job ", job_id), &revision);
+  if (!s.ok()) return s;
+  return std::max<uint64_t>(current + 1, static_cast<uint64_t>(revision));
 }
 
 absl::StatusOr<std::string> EtcdStore::ClusterKey() {

@@ -40,6 +40,10 @@ class EtcdStore final : public Store {
   void Depose();
 
   absl::StatusOr<uint64_t> NextId(absl::string_view counter) override;
+  // The revision of a fenced write of `<prefix>epochs/<job_id>`: a number no earlier write in
+  // etcd has (so above every epoch this or an earlier leader gave), and that a deposed leader
+  // cannot get (its write fails). At least current + 1.
+  absl::StatusOr<uint64_t> NextEpoch(absl::string_view job_id, uint64_t current) override;
   absl::StatusOr<std::string> ClusterKey() override;
   absl::Status PutNode(const v1::NodeStatus& node) override;
   absl::StatusOr<std::vector<v1::NodeStatus>> LoadNodes() override;
@@ -52,8 +56,10 @@ class EtcdStore final : public Store {
   // Applies `ops` if the election key has this term and each (key, mod revision) in `expect`
   // still holds (mod revision 0 = the key does not exist). ABORTED when an `expect` failed (the
   // caller reads again), FAILED_PRECONDITION when the leadership is gone.
+  // *revision (when given): the revision the applied transaction created.
   absl::Status FencedTxn(const std::vector<std::pair<std::string, int64_t>>& expect,
-                         std::vector<etcdserverpb::RequestOp> ops, absl::string_view what);
+                         std::vector<etcdserverpb::RequestOp> ops, absl::string_view what,
+                         int64_t* revision = nullptr);
   absl::Status NotLeader(absl::string_view what) const;
 
   std::unique_ptr<EtcdClient> own_;

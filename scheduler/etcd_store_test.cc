@@ -176,6 +176,47 @@ TEST_F(EtcdStoreTest, ADeposedLeadersWritesFailAndChangeNothing) {
   EXPECT_THAT(store_b.NextId("job"), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
+// Shard-map epochs come from etcd revisions: each is the revision of the fenced write that took
+// it (the mod revision of <prefix>epochs/<job>), above the epoch it follows and above every
+// revision before it, whichever leader took it; a deposed leader gets none.
+TEST_F(EtcdStoreTest, ShardMapEpochsAreRevisionsOfFencedWrites) {
+  StartEtcd(1);
+  LeaderElection a(client_.get(), Candidate("a"));
+  const int64_t term_a = Win(a);
+  EtcdStore store_a(client_.get(), "/t/", "/t/leader", term_a);
+  ASSERT_THAT(store_a.PutJob(MakeJob("job-1", 100, v1::JOB_RUNNING), ""), IsOk());
+  auto first = store_a.NextEpoch("job-1", 0);
+  ASSERT_THAT(first, IsOk());
+  EXPECT_GT(*first, static_cast<uint64_t>(term_a));  // Written after the election.
+  auto kv = client_->Get("/t/epochs/job-1");
+  ASSERT_THAT(kv, IsOk());
+  EXPECT_EQ(static_cast<uint64_t>(kv->mod_revision()), *first);
+  // Other writes move etcd's revision on; the next epoch is above all of them.
+  ASSERT_THAT(store_a.NextId("job"), IsOk());
+  auto second = store_a.NextEpoch("job-1", *first);
+  ASSERT_THAT(second, IsOk());
+  EXPECT_GT(*second, *first + 1);
+  EXPECT_EQ(static_cast<uint64_t>(client_->Get("/t/epochs/job-1")->mod_revision()), *second);
+  // An epoch already above etcd's revision (a map from before the store moved to etcd) is
+  // followed by a higher one.
+  auto high = store_a.NextEpoch("job-2", 1000000);
+  ASSERT_THAT(high, IsOk());
+  EXPECT_EQ(*high, 1000001u);
+
+  // a is deposed and b leads: a takes no epoch, b's are above a's.
+  a.Resign();
+  LeaderElection b(client_.get(), Candidate("b"));
+  const int64_t term_b = Win(b);
+  EXPECT_THAT(store_a.NextEpoch("job-1", *second),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no longer leads")));
+  EXPECT_EQ(static_cast<uint64_t>(client_->Get("/t/epochs/job-1")->mod_revision()), *second);
+  EtcdStore store_b(client_.get(), "/t/", "/t/leader", term_b);
+  auto third = store_b.NextEpoch("job-1", *second);
+  ASSERT_THAT(third, IsOk());
+  EXPECT_GT(*third, static_cast<uint64_t>(term_b));
+  EXPECT_GT(*third, *second);
+}
+
 TEST_F(EtcdStoreTest, ACandidateTakesOverOnlyOnceTheLeadersLeaseLapses) {
   StartEtcd(1);
   LeaderElection a(client_.get(), Candidate("a"));

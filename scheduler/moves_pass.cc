@@ -285,7 +285,9 @@ void MovesPass::ExecuteMove(const std::string& job_id) {
         address[move.to()] = ep->address();
         rec->job.add_servers(move.to());
       }
-      copying.set_epoch(before.epoch() + 1);
+      absl::StatusOr<uint64_t> epoch = core_.NextEpoch(*rec, before.epoch());
+      if (!epoch.ok()) return;  // The store failed: nothing is sent.
+      copying.set_epoch(*epoch);
       AssignmentOf(copying, move.shard())->add_backups(move.to());
       rec->shard_map = copying;
       rec->job.set_shard_map_epoch(copying.epoch());
@@ -401,7 +403,6 @@ void MovesPass::ExecuteMove(const std::string& job_id) {
     t1 = absl::Now();
     // Map 2 switches the primary; or, when the copy could not be made, one that drops it.
     next = copying;
-    next.set_epoch(copying.epoch() + 1);
     v1::ShardAssignment* a = AssignmentOf(next, move.shard());
     // The copy leaves the backups; kept (below), it takes `from`'s place.
     auto* backups = a->mutable_backups();
@@ -422,6 +423,9 @@ void MovesPass::ExecuteMove(const std::string& job_id) {
           std::replace(backups->begin(), backups->end(), move.from(), move.to());
         }
       }
+      absl::StatusOr<uint64_t> epoch = core_.NextEpoch(*rec, copying.epoch());
+      if (!epoch.ok()) return;  // The store failed: nothing is sent.
+      next.set_epoch(*epoch);
       rec->shard_map = next;
       rec->job.set_shard_map_epoch(next.epoch());
       if (!core_.jobs().Persist(*rec, &next).ok()) return;  // Not written: not sent either.

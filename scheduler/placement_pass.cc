@@ -145,13 +145,15 @@ std::vector<PlacementPass::PlacementWork> PlacementPass::PlaceQueuedJobs() {
       }
       continue;
     }
+    absl::StatusOr<uint64_t> next_epoch = core_.NextEpoch(rec, rec.shard_map.epoch());
+    if (!next_epoch.ok()) break;  // The store failed: nothing is placed.
+    const uint64_t epoch = *next_epoch;
     job.set_state(v1::JOB_PLACING);
     job.clear_reason();
     job.clear_servers();
     job.clear_workers();
     for (const std::string& s : placed->servers) job.add_servers(s);
     for (const std::string& w : placed->workers) job.add_workers(w);
-    uint64_t epoch = std::max<uint64_t>(1, rec.shard_map.epoch() + 1);
     placed->shard_map.set_epoch(epoch);
     job.set_shard_map_epoch(epoch);
     int64_t rolled_back = job.progress().rolled_back_to_step();

@@ -135,7 +135,9 @@ void RecoveryPass::Run() {
     r->clear_restore_from();
     for (v1::RestoreFile& f : point->files) *r->add_restore_from() = std::move(f);
     v1::Rollback* rb = r->add_rollbacks();
-    rb->set_epoch(w.epoch + 1);  // The next placement's epoch.
+    // Every map after the rollback has at least this epoch (the next placement's, or an etcd
+    // revision above it), every map before it less.
+    rb->set_epoch(w.epoch + 1);
     rb->set_step(point->step);
     r->set_recovered_unix_ms(UnixMs(core_.clock().Now()));
     job.mutable_progress()->set_rolled_back_to_step(point->step);
@@ -199,14 +201,21 @@ bool RecoveryPass::PromoteBackupsOf(const std::string& job_id, std::string* why)
       return false;
     }
   }
-  // Each map is written before any server has it, so that no later map reuses its epoch.
-  auto record = [&](const v1::ShardMap& m) -> bool {
+  // Each map gets its epoch and is written before any server has it, so that no later map
+  // reuses its epoch.
+  auto record = [&](v1::ShardMap& m) -> bool {
     absl::MutexLock l(&core_.mu());
     JobRecord* rec = core_.jobs().Find(job_id);
     if (rec == nullptr || rec->job.state() != v1::JOB_RECOVERING) {
       *why = "the job changed meanwhile";
       return false;
     }
+    absl::StatusOr<uint64_t> epoch = core_.NextEpoch(*rec, rec->shard_map.epoch());
+    if (!epoch.ok()) {
+      *why = std::string(epoch.status().message());
+      return false;
+    }
+    m.set_epoch(*epoch);
     rec->shard_map = m;
     rec->job.set_shard_map_epoch(m.epoch());
     absl::Status s = core_.jobs().Persist(*rec, &m);

@@ -57,6 +57,9 @@ void ReplaceBackupsPass::Run() {
       std::optional<v1::ShardMap> after =
           AddBackups(rec.shard_map, spec.replication(), candidates, cut);
       if (!after.has_value()) continue;
+      absl::StatusOr<uint64_t> epoch = core_.NextEpoch(rec, rec.shard_map.epoch());
+      if (!epoch.ok()) break;  // The store failed: nothing is sent.
+      after->set_epoch(*epoch);
       Work w{id, rec.shard_map, *after};
       rec.shard_map = *after;
       rec.job.set_shard_map_epoch(after->epoch());
@@ -106,7 +109,9 @@ void ReplaceBackupsPass::Run() {
     // A server that missed the map would take it later without its seed: take the new copies
     // back out instead (a map without them, sent again until every server has it).
     v1::ShardMap undo = w.before;
-    undo.set_epoch(w.after.epoch() + 1);
+    absl::StatusOr<uint64_t> epoch = core_.NextEpoch(*rec, w.after.epoch());
+    if (!epoch.ok()) continue;  // The store failed: nothing is sent.
+    undo.set_epoch(*epoch);
     rec->shard_map = undo;
     rec->job.set_shard_map_epoch(undo.epoch());
     if (!core_.jobs().Persist(*rec, &undo).ok()) continue;  // Not written: not sent either.

@@ -404,6 +404,16 @@ absl::Status SchedulerCore::QueueMove(JobRecord& rec, uint32_t shard, const std:
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> SchedulerCore::NextEpoch(const JobRecord& rec, uint64_t current) {
+  if (!jobs_.error().ok()) return jobs_.error();
+  absl::StatusOr<uint64_t> epoch = store_->NextEpoch(rec.job.job_id(), current);
+  if (!epoch.ok()) {
+    jobs_.Fail(epoch.status());
+    return jobs_.error();
+  }
+  return *epoch;
+}
+
 void SchedulerCore::CountElasticMove(JobRecord& rec, const v1::ShardMove& move, bool done) {
   if (!rec.job.has_elastic()) return;  // Never scaled nor drained: nothing to count.
   v1::ElasticChange* c = rec.job.mutable_elastic();

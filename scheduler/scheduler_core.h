@@ -222,6 +222,10 @@ class SchedulerCore {
   absl::Status QueueMove(JobRecord& rec, uint32_t shard, const std::string& from,
                          const std::string& to, const std::string& reason, v1::ShardMove* queued)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The epoch of `rec`'s next shard map, above `current` (Store::NextEpoch: current + 1, or an
+  // etcd revision). A failure is the sticky store error (returned): the map must not be sent.
+  absl::StatusOr<uint64_t> NextEpoch(const JobRecord& rec, uint64_t current)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a finished move in the job's active change (a third failure stops the change).
   void CountElasticMove(JobRecord& rec, const v1::ShardMove& move, bool done)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

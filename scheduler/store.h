@@ -48,6 +48,13 @@ class Store {
   // Next value of a named counter (1, 2, 3, ...), durable across restarts.
   virtual absl::StatusOr<uint64_t> NextId(absl::string_view counter) = 0;
 
+  // The epoch of a job's next shard map, above `current` (the map in force): here current + 1;
+  // the etcd store (etcd_store.h) takes it from an etcd revision. A write for a store that needs
+  // one: a failure is the store's, as any write's.
+  virtual absl::StatusOr<uint64_t> NextEpoch(absl::string_view job_id, uint64_t current) {
+    return current + 1;
+  }
+
   // The cluster's secret key: 32 random bytes made on the first call, the same ever after
   // (restarts included). Each job's data secret is derived from it (common/data_auth.h).
   virtual absl::StatusOr<std::string> ClusterKey() = 0;

@@ -29,6 +29,10 @@ class FailingStore final : public Store {
     if (absl::Status s = Refuse(); !s.ok()) return s;
     return real_->NextId(counter);
   }
+  absl::StatusOr<uint64_t> NextEpoch(absl::string_view job_id, uint64_t current) override {
+    if (absl::Status s = Refuse(); !s.ok()) return s;
+    return real_->NextEpoch(job_id, current);
+  }
   absl::StatusOr<std::string> ClusterKey() override {
     if (absl::Status s = Refuse(); !s.ok()) return s;
     return real_->ClusterKey();

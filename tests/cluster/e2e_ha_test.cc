@@ -15,6 +15,7 @@
 #include "common/atomic_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/etcd_client.h"
 #include "scheduler/psctl/client.h"
 #include "scheduler/testing/etcd_cluster.h"
 #include "tests/cluster/e2e_cluster.h"
@@ -119,6 +120,16 @@ TEST(E2eHaTest, TheLeadingSchedulerKilledMidJobAnotherTakesOverAndTheJobSucceeds
     return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= 40;
   })) << seen.DebugString() << Tails(all);
   const int64_t step_at_kill = seen.progress().step();
+  // Its shard map's epoch is an etcd revision: that of the fenced write that took it (a counter
+  // would say 1).
+  {
+    auto etcd_client = scheduler::EtcdClient::Connect((*etcd)->endpoints(), absl::Seconds(5));
+    ASSERT_TRUE(etcd_client.ok()) << etcd_client.status();
+    auto kv = (*etcd_client)->Get("/pscluster/epochs/job-1");
+    ASSERT_TRUE(kv.ok()) << kv.status();
+    EXPECT_EQ(seen.shard_map_epoch(), static_cast<uint64_t>(kv->mod_revision()));
+    EXPECT_GT(seen.shard_map_epoch(), 1u);
+  }
   // The follower answers reads from etcd (psctl given its address alone).
   CommandResult from_follower =
       RunCommand(PsctlBinary(), {absl::StrCat("--scheduler=", follower.address), "jobs"});
