@@ -16,9 +16,12 @@
 //
 // With replicas (replication > 1) the job keeps its copies throughout: map 1 adds the target as
 // one more backup of the shard's primary, whichever copy moves. Moving a backup, map 2 puts the
-// target in its place; moving the primary, map 2 makes the target the primary and each other
-// backup takes a fresh copy, which the new primary seeds with a snapshot as the map takes effect
-// there (the move is done once those copies caught up).
+// target in its place; moving the primary, map 2 makes the target the primary, and each other
+// backup of the shard keeps the copy it holds: the old primary delivers everything it applied
+// to them before it answers map 2, they take the map next (their copy of the shard moves under
+// the new primary), and the new primary, taking it last, sends them its clocks and records of
+// applied chunks ahead of every update it applies (ReplicaSeed.held_from). No second copy
+// travels, and a loss of the new primary at any point promotes one of them.
 // Jobs that aggregate their pushes do not move (the buffered steps would need moving too).
 #include <algorithm>
 #include <functional>
@@ -437,15 +440,26 @@ void MovesPass::ExecuteMove(const std::string& job_id) {
       }
     }
   }
-  // Map 2, the primary first (the old one stops applying the shard and hands the copy everything
-  // it applied). With replicas, a backup kept under the shard's new primary copies it afresh:
-  // the new primary seeds it with a snapshot as the map takes effect there, so such backups take
-  // the map before it does (a snapshot sent to a server still at the older map would land in its
-  // old copy); then the rest.
+  // Map 2, the primary first (the old one stops applying the shard and hands the copy, and every
+  // backup that keeps its copy, everything it applied). With replicas, a backup kept under the
+  // shard's new primary takes the map before it does: the new primary's clocks (or, for a copy
+  // made anew, its snapshot), sent as the map takes effect there, must find the backup's copy
+  // under the new primary, not land in its old one; then the rest.
   std::vector<std::string> fresh, settled = {primary};
   for (const v1::ServerEndpoint& ep : next.servers()) {
     if (ep.node_id() == primary) continue;
     (NewlyBacked(copying, next, ep.node_id()).empty() ? settled : fresh).push_back(ep.node_id());
+  }
+  // A backup that keeps backing the moved shard under its new primary takes that copy from the
+  // one it holds under the old primary (which hands everything over to it before the backup
+  // gets the map): the new primary sends it its clocks, not a second snapshot, and the shard has
+  // its copies throughout.
+  std::vector<std::string> holding;
+  for (const v1::ServerEndpoint& ep : next.servers()) {
+    if (!move.backup() && s.ok() && ep.node_id() != move.to() &&
+        HeldBefore(copying, next, ep.node_id(), move.to()) == primary) {
+      holding.push_back(ep.node_id());
+    }
   }
   auto map2 = [&](v1::UpdateShardMapRequest* req) {
     req->set_seed_new_backups(true);
@@ -453,6 +467,13 @@ void MovesPass::ExecuteMove(const std::string& job_id) {
       v1::ReplicaSeed* seed = req->add_copy_from();
       seed->set_primary(p);
       seed->set_live(true);
+      if (p == move.to() &&
+          std::find(holding.begin(), holding.end(), req->self()) != holding.end()) {
+        seed->set_held_from(primary);
+      }
+    }
+    if (req->self() == primary || req->self() == move.to()) {
+      for (const std::string& h : holding) req->add_backups_holding_copies(h);
     }
   };
   absl::Status switched = install(next, primary, map2, {}, /*first_only=*/true);

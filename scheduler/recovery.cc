@@ -4,6 +4,7 @@
 #include <map>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -185,6 +186,27 @@ std::vector<std::string> NewlyBacked(const v1::ShardMap& before, const v1::Shard
     }
   }
   return out;
+}
+
+std::string HeldBefore(const v1::ShardMap& before, const v1::ShardMap& after,
+                       const std::string& server, const std::string& primary) {
+  auto backs = [&](const v1::ShardAssignment& a) {
+    return std::find(a.backups().begin(), a.backups().end(), server) != a.backups().end();
+  };
+  absl::flat_hash_map<uint32_t, std::string> backed;  // Shard -> its primary in `before`.
+  for (const v1::ShardAssignment& a : before.assignments()) {
+    if (backs(a)) backed[a.shard()] = a.primary();
+  }
+  std::string from;
+  for (const v1::ShardAssignment& a : after.assignments()) {
+    if (a.primary() != primary || !backs(a)) continue;
+    auto it = backed.find(a.shard());
+    if (it == backed.end()) return "";     // New to it: nothing held.
+    if (it->second == primary) continue;   // Backed under `primary` already.
+    if (!from.empty() && from != it->second) return "";
+    from = it->second;
+  }
+  return from;
 }
 
 absl::StatusOr<v1::ShardMap> PromoteBackups(const v1::ShardMap& map, const std::string& dead,

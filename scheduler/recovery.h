@@ -61,6 +61,12 @@ std::optional<v1::ShardMap> AddBackups(
 // (UpdateShardMapRequest.copy_from).
 std::vector<std::string> NewlyBacked(const v1::ShardMap& before, const v1::ShardMap& after,
                                      const std::string& server);
+// The previous primary under which `server` backed, in `before`, every shard it newly backs
+// under `primary` in `after` (shards whose primary moved to `primary`): its new copy can be
+// taken from the copy it holds (ReplicaSeed.held_from). Empty when there is none: a shard it
+// did not back before, or two previous primaries.
+std::string HeldBefore(const v1::ShardMap& before, const v1::ShardMap& after,
+                       const std::string& server, const std::string& primary);
 
 std::vector<std::string> RestoreFilesFor(
     const google::protobuf::RepeatedPtrField<v1::RestoreFile>& files, const v1::ShardMap& map,

@@ -251,6 +251,37 @@ TEST(PromoteBackupsTest, BackupsOfTheLostServerBecomePrimariesAndNothingIsAdded)
   EXPECT_THAT(std::string(none.status().message()), ::testing::HasSubstr("shard 1"));
 }
 
+TEST(HeldBeforeTest, ABackupHoldsTheCopyOfAShardWhosePrimaryMovedAndNoOther) {
+  // Shards 0-3: primary s{s % 3}, backup s{(s + 1) % 3}; s3 is spare.
+  v1::ShardMap before;
+  before.set_num_virtual_shards(4);
+  for (uint32_t s = 0; s < 4; ++s) {
+    auto* a = before.add_assignments();
+    a->set_shard(s);
+    a->set_primary(absl::StrCat("s", s % 3));
+    a->add_backups(absl::StrCat("s", (s + 1) % 3));
+  }
+  // Shard 0 (s0, backup s1) moves to s3: s1 keeps backing it, now under s3.
+  v1::ShardMap after = before;
+  after.mutable_assignments(0)->set_primary("s3");
+  EXPECT_EQ(HeldBefore(before, after, "s1", "s3"), "s0");
+  EXPECT_THAT(NewlyBacked(before, after, "s1"), ElementsAre("s3"));
+  // Nothing new to s1 under its other primaries, and s2 backs nothing of s3.
+  EXPECT_EQ(HeldBefore(before, after, "s1", "s0"), "");
+  EXPECT_EQ(HeldBefore(before, after, "s2", "s3"), "");
+  // A shard it did not back before (shard 2, s2's, also backed by s1 under s3): no copy held.
+  v1::ShardMap more = after;
+  more.mutable_assignments(2)->set_primary("s3");
+  more.mutable_assignments(2)->clear_backups();
+  more.mutable_assignments(2)->add_backups("s1");
+  EXPECT_EQ(HeldBefore(before, more, "s1", "s3"), "");
+  // Two shards from two previous primaries (s1 backed shard 2 of s2 too): not one copy to take
+  // them from.
+  before.mutable_assignments(2)->clear_backups();
+  before.mutable_assignments(2)->add_backups("s1");
+  EXPECT_EQ(HeldBefore(before, more, "s1", "s3"), "");
+}
+
 // The scan reads through the scheduler's file system. A server that crashes anywhere while it
 // writes a step's checkpoint (before or after the write, the fsync, the rename or the directory
 // sync of either server's file) leaves a recovery point that is whole: the step before, or the

@@ -257,7 +257,7 @@ class ReplicatedMoveTest : public ShardMoveTest {
   v1::ShardMap before_;
 };
 
-TEST_F(ReplicatedMoveTest, ThePrimaryMovesAndTheBackupCopiesTheNewPrimaryAfresh) {
+TEST_F(ReplicatedMoveTest, ThePrimaryMovesAndTheBackupKeepsTheCopyItHolds) {
   v1::ShardMove queued;
   ASSERT_THAT(MoveFrom("", spare_, &queued), IsOk());
   EXPECT_EQ(queued.from(), primary_);
@@ -275,8 +275,9 @@ TEST_F(ReplicatedMoveTest, ThePrimaryMovesAndTheBackupCopiesTheNewPrimaryAfresh)
   ASSERT_EQ(copy.copy_from_size(), 1);
   EXPECT_EQ(copy.copy_from(0).primary(), primary_);
   EXPECT_TRUE(SentAt(primary_, e1).seed_new_backups());
-  // Map 2: the target is the primary, the backup stays and copies it afresh (the new primary
-  // seeds it); the old primary holds nothing of the shard.
+  // Map 2: the target is the primary, the backup stays and keeps its copy of the shard (taken
+  // from the one it held under the old primary, which hands it everything first; the new
+  // primary sends it clocks, not a snapshot); the old primary holds nothing of the shard.
   const v1::ShardMap after = MapOf(id_);
   EXPECT_EQ(after.epoch(), e2);
   const v1::ShardAssignment& a = after.assignments(static_cast<int>(shard_));
@@ -286,9 +287,16 @@ TEST_F(ReplicatedMoveTest, ThePrimaryMovesAndTheBackupCopiesTheNewPrimaryAfresh)
   ASSERT_EQ(kept.copy_from_size(), 1);
   EXPECT_EQ(kept.copy_from(0).primary(), spare_);
   EXPECT_TRUE(kept.copy_from(0).live());
+  EXPECT_EQ(kept.copy_from(0).held_from(), primary_);
   EXPECT_TRUE(SentAt(spare_, e2).seed_new_backups());
   EXPECT_THAT(SentAt(spare_, e2).copy_from(), IsEmpty());
+  EXPECT_THAT(SentAt(spare_, e2).backups_holding_copies(), ElementsAre(backup_));
   EXPECT_THAT(SentAt(primary_, e2).copy_from(), IsEmpty());
+  EXPECT_THAT(SentAt(primary_, e2).backups_holding_copies(), ElementsAre(backup_));
+  // The order that makes it safe: the old primary, then the backup, then the new primary.
+  auto at = [&](const std::string& node) { return Node(node)->server()->UpdateOrder(e2); };
+  EXPECT_LT(at(primary_), at(backup_));
+  EXPECT_LT(at(backup_), at(spare_));
   for (int i = 0; i < after.assignments_size(); ++i) {
     if (after.assignments(i).shard() == shard_) continue;
     EXPECT_EQ(after.assignments(i).primary(), before_.assignments(i).primary());

@@ -34,9 +34,9 @@ void BackupQueue::Enqueue(v1::ReplicateRequest req, Payload values) {
     CompleteLocked(seq);  // Dropped: every later flush fails anyway.
     return;
   }
-  // End-of-step markers and snapshot parts wait for everything before them, and hold back
-  // everything after them.
-  const bool barrier = req.chunk().end_of_step() || req.seed_size() != 0;
+  // End-of-step markers, snapshot parts and a primary's clocks wait for everything before them,
+  // and hold back everything after them.
+  const bool barrier = req.chunk().end_of_step() || req.seed_size() != 0 || req.has_clocks();
   queue_.push_back(Item{seq, barrier, std::move(req), std::move(values)});
 }
 

@@ -153,6 +153,14 @@ absl::Status Job::SetShardsChanging(uint64_t epoch, std::vector<bool> held, MapC
     if (!snap.ok()) return snap.status();
     change.seed(*snap);
   }
+  if (change.clocks) {
+    ClockState state;
+    {
+      absl::MutexLock c(&clock_mu_);
+      state = ClockState{clocks_.clocks(), applied_.all(), clocks_.left()};
+    }
+    change.clocks(state);
+  }
   return absl::OkStatus();
 }
 

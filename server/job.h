@@ -147,6 +147,12 @@ class Job {
   // Blocks of newly held shards start from the initializer; blocks and rows of shards no longer
   // held are freed. RESOURCE_EXHAUSTED (and nothing changes) when new blocks do not fit.
   absl::Status SetShards(uint64_t epoch, std::vector<bool> held);
+  // Every worker's clock and the record of the chunks applied for its recent steps.
+  struct ClockState {
+    std::vector<int64_t> clocks;
+    std::vector<std::map<int64_t, absl::flat_hash_set<uint64_t>>> applied;
+    std::vector<bool> left;  // Workers that left the job (Leave).
+  };
   // What else changes with a newer map, atomically with it: no push or read is served between
   // the shards changing and these taking effect.
   struct MapChange {
@@ -164,6 +170,10 @@ class Job {
     // Called with a checkpoint of the job as the map takes effect (live copies' seeds), still
     // under the lock: what it queues goes ahead of every later chunk's copies. Empty: none.
     std::function<void(const CheckpointSnapshot&)> seed;
+    // Called, like `seed` and right after it, with the job's clocks and records of applied
+    // chunks as the map takes effect (after the adoptions): for new backups that hold their
+    // shards' copies already (ReplicaSeed.held_from). Empty: none.
+    std::function<void(const ClockState&)> clocks;
     std::string node_id;  // For the seed's header.
     // The virtual shards the seed must cover (those the new copies back); its dense blocks are
     // of these shards only. Empty: every shard held here.
@@ -274,13 +284,21 @@ class Job {
 
   // ---- Replication: a backup's copy of a primary's shards taking over on promotion.
 
-  // Every worker's clock and the record of the chunks applied for its recent steps.
-  struct ClockState {
-    std::vector<int64_t> clocks;
-    std::vector<std::map<int64_t, absl::flat_hash_set<uint64_t>>> applied;
-    std::vector<bool> left;  // Workers that left the job (Leave).
-  };
   ClockState GetClockState() const;
+  // A ClockState on the wire (ReplicateRequest.clocks), and back: INVALID_ARGUMENT names a rank
+  // outside the job's `num_workers`, a clock or step out of range, or a rank given twice.
+  static void ClocksToProto(const ClockState& state, v1::CopyClocks* out);
+  static absl::StatusOr<ClockState> ClocksFromProto(const v1::CopyClocks& in,
+                                                    uint32_t num_workers);
+  // A copy takes its primary's clocks and records of applied chunks as they are (the primary's
+  // CopyClocks, sent where its own snapshot would have gone): each rank's clock becomes the
+  // primary's, known from now on, and the record of applied chunks is replaced. Ranks that left
+  // stay as they are (FenceWorker reaches every copy).
+  void SetClockState(const ClockState& state);
+  // A checkpoint of `shards` only (a subset of those held; its dense blocks and sparse rows are
+  // theirs), for another copy on this server to take them over (ReplicaSeed.held_from).
+  absl::StatusOr<Snapshot> CheckpointShards(const std::string& node_id, int64_t now_unix_ms,
+                                            const std::vector<bool>& shards);
   // A copy: the primary applied the next chunk at shard-map epoch `epoch`. Before the first
   // chunk of each newer epoch the copy keeps its clock state, for ClockStateBefore. Call before
   // applying the chunk; chunks from one primary come in the order it applied them.

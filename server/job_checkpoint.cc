@@ -7,6 +7,7 @@
 #include "common/crc32c.h"
 #include "common/safetensors.h"
 #include "server/job.h"
+#include "server/validate.h"
 
 namespace pscluster {
 namespace {
@@ -387,6 +388,77 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::strin
 Job::ClockState Job::GetClockState() const {
   absl::MutexLock c(&clock_mu_);
   return ClockState{clocks_.clocks(), applied_.all(), clocks_.left()};
+}
+
+void Job::ClocksToProto(const ClockState& state, v1::CopyClocks* out) {
+  for (uint32_t w = 0; w < state.clocks.size(); ++w) {
+    v1::WorkerClock* c = out->add_clocks();
+    c->set_worker(w);
+    c->set_clock(state.clocks[w]);
+  }
+  for (uint32_t w = 0; w < state.applied.size(); ++w) {
+    for (const auto& [step, ids] : state.applied[w]) {
+      v1::AppliedChunks* a = out->add_applied();
+      a->set_worker(w);
+      a->set_step(step);
+      a->mutable_identities()->Reserve(static_cast<int>(ids.size()));
+      for (uint64_t id : ids) a->add_identities(id);
+    }
+  }
+}
+
+absl::StatusOr<Job::ClockState> Job::ClocksFromProto(const v1::CopyClocks& in,
+                                                     uint32_t num_workers) {
+  ClockState state;
+  state.clocks.assign(num_workers, 0);
+  state.applied.resize(num_workers);
+  std::vector<bool> seen(num_workers, false);
+  for (int i = 0; i < in.clocks_size(); ++i) {
+    const v1::WorkerClock& c = in.clocks(i);
+    if (c.worker() >= num_workers || seen[c.worker()]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "clocks.clocks[", i, "].worker: rank ", c.worker(),
+          c.worker() >= num_workers ? absl::StrCat(" is outside the job's ", num_workers,
+                                                   " workers")
+                                    : std::string(" is given twice")));
+    }
+    absl::Status st = CheckStep(c.clock(), absl::StrCat("clocks.clocks[", i, "].clock"));
+    if (!st.ok()) return st;
+    seen[c.worker()] = true;
+    state.clocks[c.worker()] = c.clock();
+  }
+  for (int i = 0; i < in.applied_size(); ++i) {
+    const v1::AppliedChunks& a = in.applied(i);
+    if (a.worker() >= num_workers) {
+      return absl::InvalidArgumentError(absl::StrCat("clocks.applied[", i, "].worker: rank ",
+                                                     a.worker(), " is outside the job's ",
+                                                     num_workers, " workers"));
+    }
+    absl::Status st = CheckStep(a.step(), absl::StrCat("clocks.applied[", i, "].step"));
+    if (!st.ok()) return st;
+    auto& ids = state.applied[a.worker()][a.step()];
+    ids.insert(a.identities().begin(), a.identities().end());
+  }
+  return state;
+}
+
+void Job::SetClockState(const ClockState& state) {
+  absl::MutexLock c(&clock_mu_);
+  clocks_.SetEach(state.clocks);
+  for (uint32_t w = 0; w < applied_.size(); ++w) {
+    applied_.Clear(w);
+    if (w < state.applied.size()) applied_.Join(w, state.applied[w], clocks_.clock(w));
+  }
+  gate_.Reset(clocks_.Min());
+  checkpointed_step_ = gate_.released();
+}
+
+absl::StatusOr<Job::Snapshot> Job::CheckpointShards(const std::string& node_id,
+                                                    int64_t now_unix_ms,
+                                                    const std::vector<bool>& shards) {
+  if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
+  absl::MutexLock l(&state_mu_);
+  return MakeCheckpointLocked(node_id, now_unix_ms, std::nullopt, &shards);
 }
 
 void Job::NoteSourceEpoch(uint64_t epoch) {

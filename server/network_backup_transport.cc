@@ -27,8 +27,8 @@ namespace {
 // own, as a worker's push with `replica_of`, its payload sent from the received frame without a
 // copy, in TLS when this server runs with TLS: its certificate is its client certificate) when
 // it offers one and this server sends no credential or the job has a
-// secret; else, and for snapshot parts, as Replicate calls (one channel per backup, kept),
-// which carry this server's credential.
+// secret; else, and for snapshot parts and clocks (ReplicateRequest.clocks), as Replicate
+// calls (one channel per backup, kept), which carry this server's credential.
 class NetworkBackupTransport final : public BackupTransport {
  public:
   using SecretOf = std::function<std::string(const std::string& job_id)>;
@@ -42,7 +42,7 @@ class NetworkBackupTransport final : public BackupTransport {
 
   absl::Status Send(const std::string& address, const v1::ReplicateRequest& req,
                     const Payload& values) override {
-    const bool seed = !req.seed().empty() || req.seed_size() != 0;
+    const bool seed = !req.seed().empty() || req.seed_size() != 0 || req.has_clocks();
     if (!seed) {
       auto conn = DataConnTo(address, req.chunk().tag().job_id());
       if (conn.ok() && *conn != nullptr) return ForwardOverTcp(**conn, address, req, values);

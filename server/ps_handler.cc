@@ -279,6 +279,15 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
           "copy_from: map epoch ", map.epoch(), " makes this server a backup of ", primary,
           " in the middle of job '", map.job_id(), "' but gives no checkpoint to start from"));
     }
+    if (seed->live() && !seed->held_from().empty()) {
+      // Its new shards are in a copy held here already: no snapshot travels.
+      std::shared_ptr<JobReplication::Seed> pending;
+      auto copy = CopyFromHeld(*job, old.get(), req, primary, shards, &pending);
+      if (!copy.ok()) return copy.status();
+      next->replicas[primary] = std::move(*copy);
+      next->seeds[primary] = std::move(pending);
+      continue;
+    }
     auto copy = seed->live()
                     ? NewCopy(*job, shards, map.epoch(), req.min_attempt())
                     : SeedReplica(*job, shards, map.epoch(), req.min_attempt(), primary,
@@ -301,10 +310,19 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
     }
   }
   StartQueues(next.get(), old.get());
+  // Backups (by address) that keep their copies of shards moving here or from here.
+  absl::flat_hash_set<std::string> holding;
+  for (const std::string& node : req.backups_holding_copies()) {
+    for (const auto& ep : map.servers()) {
+      if (ep.node_id() == node) holding.insert(ep.address());
+    }
+  }
   if (req.seed_new_backups()) {
     // Servers that back a shard of this one now and did not: each gets a snapshot taken as the
     // map takes effect, queued ahead of every chunk applied after it.
-    std::vector<std::shared_ptr<BackupQueue>> fresh;
+    // Those that hold their new shards' copies already (backups_holding_copies) get this
+    // server's clocks instead.
+    std::vector<std::shared_ptr<BackupQueue>> fresh, clocks_only;
     absl::flat_hash_set<std::string> fresh_addresses;
     for (size_t sh = 0; sh < next->backups.size(); ++sh) {
       for (const std::string& address : next->backups[sh]) {
@@ -313,10 +331,9 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
                              old->backups[sh].end();
         auto q = next->queues.find(address);
         if (had || q == next->queues.end()) continue;
-        fresh_addresses.insert(address);
-        if (std::find(fresh.begin(), fresh.end(), q->second) == fresh.end()) {
-          fresh.push_back(q->second);
-        }
+        auto& to = holding.contains(address) ? clocks_only : fresh;
+        if (std::find(to.begin(), to.end(), q->second) == to.end()) to.push_back(q->second);
+        if (!holding.contains(address)) fresh_addresses.insert(address);
       }
     }
     // The snapshot covers every shard those servers back from here (their copy is made anew,
@@ -344,6 +361,15 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
         }
       };
     }
+    if (!clocks_only.empty()) {
+      change.clocks = [clocks_only, self, job_id](const Job::ClockState& state) {
+        v1::ReplicateRequest part;
+        part.set_primary(self);
+        part.mutable_chunk()->mutable_tag()->set_job_id(job_id);
+        Job::ClocksToProto(state, part.mutable_clocks());
+        for (const auto& q : clocks_only) q->Enqueue(part);
+      };
+    }
   }
   change.forwarding = ForwardingOf(next);
   const size_t adopted = change.adopt.size();
@@ -356,14 +382,15 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
     Logger("server")->warn("job '{}': took over {} copied shard set(s) as their primary (map "
                            "epoch {})", map.job_id(), adopted, map.epoch());
   }
-  if (old != nullptr) SettleOldReplication(map, *old, *next);
+  absl::Status settled;
+  if (old != nullptr) settled = SettleOldReplication(map, *old, *next, holding);
   {
     absl::MutexLock l(&mu_);
     replication_[map.job_id()] = std::move(next);
   }
   job->FenceAll(req.min_attempt());
   resp->set_epoch(job->epoch());
-  return absl::OkStatus();
+  return settled;
 }
 
 absl::Status PsHandler::FenceWorker(const v1::FenceWorkerRequest& req,

@@ -15,11 +15,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -79,6 +81,15 @@ struct JobReplication {
     uint64_t size ABSL_GUARDED_BY(mu) = 0;      // Announced by the first part.
     bool done ABSL_GUARDED_BY(mu) = false;      // Loaded into the copy.
     std::vector<int64_t> clocks ABSL_GUARDED_BY(mu);  // Each worker's clock in the snapshot.
+    // ReplicaSeed.held_from: the copy's new shards as this server's copy of their previous
+    // primary held them when the map took effect here, and that copy's clocks before the map.
+    // Loaded with the primary's clocks when they arrive (ReplicateRequest.clocks), or with
+    // these clocks should this copy take over first. Updates of the copy's other shards are
+    // applied meanwhile.
+    std::optional<CheckpointSnapshot> held ABSL_GUARDED_BY(mu);
+    Job::ClockState held_before ABSL_GUARDED_BY(mu);
+    std::string held_from ABSL_GUARDED_BY(mu);  // For messages: "copy of X's shards".
+    bool from_held ABSL_GUARDED_BY(mu) = false;  // Made with held_from (waits for clocks).
   };
   std::map<std::string, std::shared_ptr<Seed>> seeds;
   // As primary: attached to the job (rep = this); see ForwardingState.
@@ -227,9 +238,11 @@ class PsHandler {
   // After `map` took effect on the job (replication `old` -> `next`): a backup that stays one of
   // the job's servers but backs fewer (or none) of this server's shards gets what was queued for
   // it before this returns; a copy kept for a primary's other shards drops the shards it no
-  // longer backs.
-  void SettleOldReplication(const v1::ShardMap& map, const Replication& old,
-                            const Replication& next);
+  // longer backs. UNAVAILABLE (after all that) when one of `holding` (addresses of backups that
+  // keep their copy of a shard that moved from here) could not be given everything.
+  absl::Status SettleOldReplication(const v1::ShardMap& map, const Replication& old,
+                                    const Replication& next,
+                                    const absl::flat_hash_set<std::string>& holding);
   // What `map` asks of `self` (replicas not created).
   static std::shared_ptr<Replication> PlanReplication(const v1::ShardMap& map,
                                                       const std::string& self);
@@ -261,6 +274,20 @@ class PsHandler {
                                          const v1::ReplicateRequest* seed_part);
   // A part of a live copy's snapshot (ReplicateRequest.seed); the last part loads it.
   absl::Status ReceiveSeed(const v1::ReplicateRequest& req, Job& copy, JobReplication::Seed& seed);
+  // A copy whose new shards this server held already (ReplicaSeed.held_from) takes them: their
+  // values from the seed's snapshot, and the primary's clocks `primary_clocks` (its CopyClocks,
+  // exactly), or, with none (this copy takes over before they came), its own clocks joined
+  // with those the old copy had before the map. Done once; a repeat changes nothing.
+  absl::Status LoadHeldCopy(Job& copy, JobReplication::Seed& seed,
+                            const Job::ClockState* primary_clocks);
+  // The copy that UpdateShardMap makes for `primary`'s shards `shards` from this server's copy of
+  // `seed.held_from()`'s (it already holds the new ones): the copy kept for `primary`'s other
+  // shards, or a new one; *made gets the pending seed.
+  absl::StatusOr<std::shared_ptr<Job>> CopyFromHeld(const Job& job, const Replication* old,
+                                                    const v1::UpdateShardMapRequest& req,
+                                                    const std::string& primary,
+                                                    const std::vector<bool>& shards,
+                                                    std::shared_ptr<JobReplication::Seed>* made);
   // Queues the chunk `job` just applied (then Ends applied.forwarding) for the backups of its shard (not a duplicate: its copy
   // went when it was applied, or a copy made since holds it), the step's end for every backup
   // server, and at a push's last chunk waits until they have it all. UNAVAILABLE naming the

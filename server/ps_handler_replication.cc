@@ -67,6 +67,11 @@ absl::Status PsHandler::CreateReplicas(const Job& job, const v1::UpdateShardMapR
   for (const auto& [primary, held] : rep->replica_shards) {
     auto seed = std::find_if(req.copy_from().begin(), req.copy_from().end(),
                              [&](const v1::ReplicaSeed& s) { return s.primary() == primary; });
+    if (seed != req.copy_from().end() && !seed->held_from().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "copy_from (", primary, ").held_from: job '", job.id(),
+          "' is new on this server, which holds no copy of ", seed->held_from(), "'s shards"));
+    }
     if (seed != req.copy_from().end() && seed->live()) {
       auto copy = NewCopy(job, held, req.map().epoch(), req.min_attempt());
       if (!copy.ok()) return copy.status();
@@ -152,8 +157,19 @@ absl::Status PsHandler::PlanAdoptions(const Job& job, const Replication& old,
     }
     if (!promoted) continue;  // Kept as it is, or dropped with the old replication.
     if (seed != old.seeds.end()) {
-      absl::MutexLock l(&seed->second->mu);
-      if (!seed->second->done) {
+      bool done = false, held = false;
+      {
+        absl::MutexLock l(&seed->second->mu);
+        done = seed->second->done;
+        held = seed->second->held.has_value();
+      }
+      if (!done && held) {
+        // Its primary's clocks never came, so that primary acknowledged nothing under its map
+        // (they are queued ahead of every update it applies, and a push is acknowledged only
+        // once its backups have everything queued): the copy held here is the whole shard.
+        absl::Status s = LoadHeldCopy(*copy, *seed->second, nullptr);
+        if (!s.ok()) return s;
+      } else if (!done) {
         return absl::FailedPreconditionError(absl::StrCat(
             "map: job '", job.id(), "': the copy of ", primary,
             "'s shards here has not received its snapshot yet and cannot take over"));
@@ -256,7 +272,7 @@ absl::Status PsHandler::ForwardToBackups(const Replication& rep, const v1::PushC
 }
 
 absl::Status PsHandler::Replicate(const v1::ReplicateRequest& req, v1::ReplicateResponse* resp) {
-  const bool seed_part = !req.seed().empty() || req.seed_size() != 0;
+  const bool seed_part = !req.seed().empty() || req.seed_size() != 0 || req.has_clocks();
   v1::PushChunk chunk = req.chunk();
   Payload values = Payload::FromString(std::move(*chunk.mutable_values()));
   chunk.clear_values();
@@ -286,8 +302,28 @@ absl::StatusOr<PushResult> PsHandler::ApplyToCopy(const std::string& primary,
   if (seed_part != nullptr) {
     if (seed == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "seed: the copy of job '", job_id, "' shards of '", primary,
-          "' here is not a live copy waiting for a snapshot"));
+          seed_part->has_clocks() ? "clocks" : "seed", ": the copy of job '", job_id,
+          "' shards of '", primary, "' here is not a live copy waiting for ",
+          seed_part->has_clocks() ? "its primary's clocks" : "a snapshot"));
+    }
+    bool held = false;
+    {
+      absl::MutexLock l(&seed->mu);
+      held = seed->from_held;
+    }
+    if (seed_part->has_clocks() != held) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          seed_part->has_clocks() ? "clocks" : "seed", ": the copy of job '", job_id,
+          "' shards of '", primary, "' here waits for ",
+          held ? "its primary's clocks (it holds the shards' values), not a snapshot"
+               : "a snapshot, not clocks alone"));
+    }
+    if (seed_part->has_clocks()) {
+      auto clocks = Job::ClocksFromProto(seed_part->clocks(), copy->config().num_workers);
+      if (!clocks.ok()) return clocks.status();
+      absl::Status s = LoadHeldCopy(*copy, *seed, &*clocks);
+      if (!s.ok()) return s;
+      return PushResult();
     }
     absl::Status s = ReceiveSeed(*seed_part, *copy, *seed);
     if (!s.ok()) return s;
@@ -295,7 +331,9 @@ absl::StatusOr<PushResult> PsHandler::ApplyToCopy(const std::string& primary,
   }
   if (seed != nullptr) {
     absl::MutexLock l(&seed->mu);
-    if (!seed->done) {
+    // A copy that takes its new shards from one held here applies the updates of its other
+    // shards until its primary's clocks come (none of the new shards' can come before them).
+    if (!seed->done && !seed->held.has_value()) {
       // The primary queued this chunk before the snapshot (its queue sends a snapshot only after
       // everything queued before it arrived): the snapshot holds it. This happens when a server
       // that already backed the primary's other shards copies them afresh (a shard of another
@@ -357,8 +395,105 @@ absl::Status PsHandler::ReceiveSeed(const v1::ReplicateRequest& req, Job& copy,
   return absl::OkStatus();
 }
 
-void PsHandler::SettleOldReplication(const v1::ShardMap& map, const Replication& old,
-                                     const Replication& next) {
+absl::StatusOr<std::shared_ptr<Job>> PsHandler::CopyFromHeld(
+    const Job& job, const Replication* old, const v1::UpdateShardMapRequest& req,
+    const std::string& primary, const std::vector<bool>& shards,
+    std::shared_ptr<JobReplication::Seed>* made) {
+  auto spec = std::find_if(req.copy_from().begin(), req.copy_from().end(),
+                           [&](const v1::ReplicaSeed& s) { return s.primary() == primary; });
+  const std::string& from = spec->held_from();
+  const std::string field = absl::StrCat("copy_from (", primary, ").held_from");
+  auto waiting = [&](const std::string& p) {
+    auto it = old->seeds.find(p);
+    if (it == old->seeds.end()) return false;
+    absl::MutexLock l(&it->second->mu);
+    return !it->second->done;
+  };
+  if (old == nullptr || old->replicas.count(from) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(field, ": this server holds no copy of job '",
+                                                      job.id(), "' shards of '", from, "'"));
+  }
+  if (waiting(from)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ": this server's copy of ", from, "'s shards has not received its snapshot yet"));
+  }
+  const std::shared_ptr<Job>& source = old->replicas.at(from);
+  const std::vector<bool>& in_source = old->replica_shards.at(from);
+  // The copy kept for the primary's other shards, if any: it goes on, with the new ones added.
+  std::shared_ptr<Job> kept;
+  const std::vector<bool>* had = nullptr;
+  if (auto it = old->replicas.find(primary); it != old->replicas.end()) {
+    if (waiting(primary)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          field, ": this server's copy of ", primary,
+          "'s shards has not received its snapshot yet"));
+    }
+    kept = it->second;
+    had = &old->replica_shards.at(primary);
+  }
+  std::vector<bool> fresh(shards.size(), false);
+  for (uint32_t sh = 0; sh < shards.size(); ++sh) {
+    fresh[sh] = shards[sh] && !(had != nullptr && sh < had->size() && (*had)[sh]);
+    if (fresh[sh] && !(sh < in_source.size() && in_source[sh])) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          field, ": virtual shard ", sh, ", which this server starts backing under ", primary,
+          ", is not in its copy of ", from, "'s shards"));
+    }
+  }
+  // The old primary handed everything over before this map reached this server: the values of
+  // those shards here are final.
+  auto snap = source->CheckpointShards(req.self(), absl::ToUnixMillis(clock_->Now()), fresh);
+  if (!snap.ok()) return snap.status();
+  auto seed = std::make_shared<JobReplication::Seed>();
+  {
+    absl::MutexLock l(&seed->mu);
+    seed->held = std::move(*snap);
+    seed->held_before = source->ClockStateBefore(req.map().epoch());
+    seed->held_from = from;
+    seed->from_held = true;
+  }
+  *made = std::move(seed);
+  if (kept != nullptr) return kept;  // Its shards grow with the map (SettleOldReplication).
+  auto copy = NewCopy(job, shards, req.map().epoch(), req.min_attempt());
+  // Its clocks are its primary's, which come with them (or, taking over first, those of the
+  // copy the shards came from).
+  if (copy.ok()) (*copy)->ClocksUnknown();
+  return copy;
+}
+
+absl::Status PsHandler::LoadHeldCopy(Job& copy, JobReplication::Seed& seed,
+                                     const Job::ClockState* primary_clocks) {
+  absl::MutexLock l(&seed.mu);
+  if (seed.done) return absl::OkStatus();  // A repeat.
+  if (!seed.held.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "clocks: the copy of job '", copy.id(), "' here holds no shards to take"));
+  }
+  const std::string from = absl::StrCat("copy of ", seed.held_from, "'s shards");
+  if (primary_clocks != nullptr) {
+    auto r = copy.Restore(seed.held->bytes, from, /*set_clocks=*/false);
+    if (!r.ok()) return r.status();
+    copy.SetClockState(*primary_clocks);
+  } else {
+    absl::Status s = copy.AdoptReplica(*seed.held, seed.held_before, from);
+    if (!s.ok()) return s;
+  }
+  Logger("server")->info("job '{}': copy took its new shards from the {} here ({}, {} bytes)",
+                         copy.id(), from,
+                         primary_clocks != nullptr ? "with its primary's clocks"
+                                                   : "taking over before its primary's clocks",
+                         seed.held->bytes.size());
+  seed.held.reset();
+  seed.held_before = Job::ClockState();
+  seed.clocks.clear();  // Exact clocks: caught up at once.
+  seed.done = true;
+  return absl::OkStatus();
+}
+
+absl::Status PsHandler::SettleOldReplication(const v1::ShardMap& map, const Replication& old,
+                                             const Replication& next,
+                                             const absl::flat_hash_set<std::string>& holding) {
+  absl::Status result;
   // A backup dropped from the map that stays one of the job's servers (a shard moved there,
   // or away from here) gets what was applied here before the change before this returns, so
   // that when it takes the copy over it has every chunk applied here (a lost server is not
@@ -386,6 +521,13 @@ void PsHandler::SettleOldReplication(const v1::ShardMap& map, const Replication&
     if (!f.ok()) {
       Logger("server")->warn("job '{}': copies to the dropped backup at {} not all delivered: "
                              "{}", map.job_id(), address, f.message());
+      if (holding.contains(address) && result.ok()) {
+        // It would take the shard over from a copy that lacks updates applied here.
+        result = absl::UnavailableError(absl::StrCat(
+            "map: job '", map.job_id(), "': the backup at ", address,
+            " keeps its copy of a shard that moved from here but did not receive everything "
+            "applied here: ", f.message()));
+      }
     }
   }
 
@@ -402,6 +544,7 @@ void PsHandler::SettleOldReplication(const v1::ShardMap& map, const Replication&
                              map.job_id(), primary, shrunk.message());
     }
   }
+  return result;
 }
 
 }  // namespace pscluster

@@ -74,6 +74,11 @@ void WorkerClocks::Set(uint32_t worker, int64_t clock) {
   if (worker < clocks_.size()) clocks_[worker] = clock;
 }
 
+void WorkerClocks::SetEach(const std::vector<int64_t>& clocks) {
+  for (uint32_t w = 0; w < clocks_.size() && w < clocks.size(); ++w) clocks_[w] = clocks[w];
+  unknown_.clear();
+}
+
 std::pair<int64_t, uint32_t> WorkerClocks::Fence(uint32_t worker, uint32_t attempt) {
   if (worker >= fences_.size()) return {-1, 0};
   fences_[worker] = std::max(fences_[worker], attempt);

@@ -57,6 +57,8 @@ class WorkerClocks {
   void SetAll(int64_t step);
   // One rank's clock, as a checkpoint recorded it (ignored for a rank outside the job).
   void Set(uint32_t worker, int64_t clock);
+  // Every rank's clock from `clocks` (ranks beyond it keep theirs); all become known.
+  void SetEach(const std::vector<int64_t>& clocks);
 
   // ---- Fencing (Tag.attempt).
 

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 
@@ -24,6 +26,8 @@ grpc::ServerUnaryReactor* FakeParameterServer::UpdateShardMap(
   absl::MutexLock l(&mu_);
   if (!fail_.ok()) return Done(ctx, fail_);
   updates_.push_back(*req);
+  static std::atomic<uint64_t> order{0};
+  update_order_.push_back(++order);
   resp->set_epoch(req->map().epoch());
   return Done(ctx, grpc::Status::OK);
 }
@@ -172,6 +176,14 @@ void FakeParameterServer::SetClocks(std::vector<int64_t> clocks) {
 std::vector<v1::UpdateShardMapRequest> FakeParameterServer::updates() const {
   absl::MutexLock l(&mu_);
   return updates_;
+}
+
+uint64_t FakeParameterServer::UpdateOrder(uint64_t epoch) const {
+  absl::MutexLock l(&mu_);
+  for (size_t i = 0; i < updates_.size(); ++i) {
+    if (updates_[i].map().epoch() == epoch) return update_order_[i];
+  }
+  return 0;
 }
 
 std::vector<v1::FenceWorkerRequest> FakeParameterServer::fences() const {

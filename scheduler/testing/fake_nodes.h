@@ -76,6 +76,9 @@ class FakeParameterServer final : public v1::ParameterServer::CallbackService {
   void SetAllCopiesCaughtUp(bool on);
 
   std::vector<v1::UpdateShardMapRequest> updates() const;
+  // When the map of `epoch` arrived, as a sequence number shared by every fake server of the
+  // process (later is larger); 0 when it did not.
+  uint64_t UpdateOrder(uint64_t epoch) const;
   std::vector<std::string> dropped() const;
   std::vector<v1::CreateTablesRequest> created() const;
   std::vector<v1::FenceWorkerRequest> fences() const;
@@ -91,6 +94,7 @@ class FakeParameterServer final : public v1::ParameterServer::CallbackService {
   bool copy_caught_up_ ABSL_GUARDED_BY(mu_) = false;
   bool all_caught_up_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<v1::UpdateShardMapRequest> updates_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> update_order_ ABSL_GUARDED_BY(mu_);  // Of each of updates_.
   std::vector<std::string> dropped_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::CreateTablesRequest> created_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::FenceWorkerRequest> fences_ ABSL_GUARDED_BY(mu_);

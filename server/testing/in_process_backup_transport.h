@@ -32,6 +32,18 @@ class InProcessBackupTransport final : public BackupTransport {
     auto it = delivered_.find(address);
     return it == delivered_.end() ? 0 : it->second;
   }
+  // Bytes of snapshots (ReplicateRequest.seed) and calls with a primary's clocks delivered to
+  // `address`.
+  uint64_t seed_bytes(const std::string& address) const {
+    absl::MutexLock l(&mu_);
+    auto it = seed_bytes_.find(address);
+    return it == seed_bytes_.end() ? 0 : it->second;
+  }
+  int clocks_delivered(const std::string& address) const {
+    absl::MutexLock l(&mu_);
+    auto it = clocks_.find(address);
+    return it == clocks_.end() ? 0 : it->second;
+  }
 
   absl::Status Send(const std::string& address, const v1::ReplicateRequest& req,
                     const Payload& values) override {
@@ -53,6 +65,8 @@ class InProcessBackupTransport final : public BackupTransport {
     if (s.ok()) {
       absl::MutexLock l(&mu_);
       ++delivered_[address];
+      seed_bytes_[address] += req.seed().size();
+      if (req.has_clocks()) ++clocks_[address];
     }
     return s;
   }
@@ -62,6 +76,8 @@ class InProcessBackupTransport final : public BackupTransport {
   std::map<std::string, PsHandler*> handlers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, absl::Status> failing_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> delivered_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> seed_bytes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> clocks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pscluster::testing

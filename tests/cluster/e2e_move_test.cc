@@ -3,7 +3,11 @@
 // becomes the shard's primary; the workers only refresh their shard map. The job succeeds with
 // every update applied exactly once, and the moved shard is served by its new primary.
 
+#include <signal.h>
+
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +20,7 @@
 namespace pscluster::testing {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 constexpr int kEpochs = 8;
@@ -63,6 +68,33 @@ v1::ShardMove WaitForRebalancerMove(E2eCluster& c, const std::string& id, absl::
   return found;
 }
 
+// The shard of job `id` with the most traffic, once the servers have reported some (up to 30 s).
+absl::StatusOr<uint32_t> BusiestShard(E2eCluster& c, const std::string& id) {
+  v1::ClusterStatusResponse status;
+  const bool reported = WaitFor(absl::Seconds(30), [&] {
+    auto st = c.ClusterStatus();
+    if (!st.ok()) return false;
+    status = *st;
+    for (const auto& l : st->shard_loads()) {
+      if (l.job_id() == id && l.load().bytes_per_sec() > 0) return true;
+    }
+    return false;
+  });
+  if (!reported) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("no shard load of ", id, " reported: ", status.DebugString()));
+  }
+  uint32_t shard = 0;
+  double hottest = -1;
+  for (const auto& l : status.shard_loads()) {
+    if (l.job_id() == id && l.load().bytes_per_sec() > hottest) {
+      hottest = l.load().bytes_per_sec();
+      shard = l.shard();
+    }
+  }
+  return shard;
+}
+
 // The job `id` succeeds with no rollback, at least one move, a trained model, and every update
 // applied once (its checkpoints under `ckpt`).
 void ExpectSucceededWithEveryUpdateOnce(E2eCluster& c, const std::string& id,
@@ -89,24 +121,9 @@ TEST(E2eMoveTest, AShardMovedWhileTheJobTrainsKeepsEveryUpdateExactlyOnce) {
   // The busiest shard moves to the other server.
   auto map = c.GetShardMap(id);
   ASSERT_TRUE(map.ok()) << map.status();
-  v1::ClusterStatusResponse status;
-  ASSERT_TRUE(WaitFor(absl::Seconds(30), [&] {
-    auto st = c.ClusterStatus();
-    if (!st.ok()) return false;
-    status = *st;
-    for (const auto& l : st->shard_loads()) {
-      if (l.job_id() == id && l.load().bytes_per_sec() > 0) return true;
-    }
-    return false;
-  })) << status.DebugString();
-  uint32_t shard = 0;
-  double hottest = -1;
-  for (const auto& l : status.shard_loads()) {
-    if (l.job_id() == id && l.load().bytes_per_sec() > hottest) {
-      hottest = l.load().bytes_per_sec();
-      shard = l.shard();
-    }
-  }
+  auto busiest = BusiestShard(c, id);
+  ASSERT_TRUE(busiest.ok()) << busiest.status();
+  const uint32_t shard = *busiest;
   const std::string from = map->assignments(static_cast<int>(shard)).primary();
   ASSERT_EQ(seen.servers_size(), 2);
   const std::string to = seen.servers(0) == from ? seen.servers(1) : seen.servers(0);
@@ -152,6 +169,84 @@ TEST(E2eMoveTest, AShardMovedWhileTheJobTrainsKeepsEveryUpdateExactlyOnce) {
   auto metrics = c.SchedulerMetrics();
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_THAT(*metrics, HasSubstr("pscluster_scheduler_shard_moves_total 1"));
+  if (HasFailure()) ADD_FAILURE() << c.LogTails(100);
+}
+
+// A replicated job (two copies of every shard on the job's two servers; a third server spare):
+// the busiest shard's primary moves to the spare, and the shard's backup keeps the copy it holds
+// (its old primary hands it everything, its new primary sends it clocks, not a snapshot). The new
+// primary is killed with SIGKILL right after: the backup takes the shard over, no rollback, and
+// every update is applied once.
+TEST(E2eMoveTest, ANewPrimaryKilledRightAfterAMoveIsReplacedByTheBackupThatKeptItsCopy) {
+  E2eClusterOptions o;
+  o.servers = 3;
+  auto cluster = E2eCluster::Start("move-kept-copy", o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  E2eCluster& c = **cluster;
+  const std::string ckpt = c.dir() + "/ckpt";
+  const std::string id = "job-1";
+  const std::string yaml =
+      absl::StrCat(FashionJobYaml("kept-copy", kEpochs, "", kHidden), "replication: 2\n",
+                   "checkpoint_every_steps: ", kCheckpointEvery, "\n", "checkpoint_dir: ", ckpt,
+                   "\n");
+  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  v1::Job seen;
+  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
+    auto j = c.GetJob(id);
+    if (j.ok()) seen = *j;
+    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= 150;
+  })) << seen.DebugString() << c.LogTails();
+  ASSERT_EQ(seen.servers_size(), 2);
+  auto busiest = BusiestShard(c, id);
+  ASSERT_TRUE(busiest.ok()) << busiest.status();
+  const uint32_t shard = *busiest;
+  auto map = c.GetShardMap(id);
+  ASSERT_TRUE(map.ok()) << map.status();
+  const v1::ShardAssignment& a = map->assignments(static_cast<int>(shard));
+  ASSERT_EQ(a.backups_size(), 1);
+  const std::string from = a.primary(), backup = a.backups(0);
+  std::string spare;
+  for (int i = 1; i <= 3; ++i) {
+    const std::string s = absl::StrCat("server-", i);
+    if (s != seen.servers(0) && s != seen.servers(1)) spare = s;
+  }
+  ASSERT_FALSE(spare.empty());
+
+  CommandResult moved =
+      c.Psctl({"move-shard", id, absl::StrCat(shard), spare}, absl::Seconds(90));
+  ASSERT_EQ(moved.exit_code, 0) << moved.output << c.LogTails();
+  EXPECT_THAT(moved.output, HasSubstr("done: copied in"));
+  auto after = c.GetShardMap(id);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->assignments(static_cast<int>(shard)).primary(), spare);
+  EXPECT_THAT(after->assignments(static_cast<int>(shard)).backups(), ElementsAre(backup));
+  // The backup holds the shard under its new primary, exact already.
+  auto st = c.ServerStatus(backup);
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(st->jobs_size(), 1);
+  bool held = false;
+  for (const v1::ReplicaOnServer& r : st->jobs(0).replicas()) {
+    if (r.primary() != spare) continue;
+    EXPECT_TRUE(r.caught_up());
+    held = std::find(r.shards().begin(), r.shards().end(), shard) != r.shards().end();
+  }
+  EXPECT_TRUE(held) << st->DebugString();
+  std::ifstream log(c.processes().LogFile(backup));
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("copy took its new shards from the copy of ", from,
+                                           "'s shards here (with its primary's clocks")));
+
+  ASSERT_TRUE(c.processes().Signal(spare, SIGKILL).ok()) << spare;
+  auto done = c.WaitForEnd(id, absl::Seconds(300));
+  ASSERT_TRUE(done.ok()) << done.status() << c.LogTails();
+  ASSERT_EQ(done->state(), v1::JOB_SUCCEEDED) << done->reason() << c.LogTails();
+  EXPECT_EQ(done->recovery().promotions(), 1u);
+  EXPECT_EQ(done->recovery().recoveries(), 0u) << "no rollback";
+  EXPECT_EQ(done->progress().rolled_back_to_step(), -1);
+  EXPECT_EQ(done->progress().step(), kEpochs * 300);
+  EXPECT_GE(done->progress().test_accuracy(), 0.8);
+  ExpectEveryUpdateAppliedOnce(ckpt + "/" + id, *done);
   if (HasFailure()) ADD_FAILURE() << c.LogTails(100);
 }
 
