@@ -5,9 +5,9 @@
 //   map 1: the target backs the shard with a live copy. The target takes the map first (its
 //          copy waits for a snapshot), then the primary, which snapshots its shards as the map
 //          takes effect there and forwards every update it applies from then on; then the rest.
-//   wait:  until the target's copy has its snapshot and every worker has completed a step on it
-//          since (ReplicaOnServer.caught_up): no round that began before the snapshot can come
-//          again.
+//   wait:  until the target's copy has its snapshot and its primary's clocks and records of
+//          applied chunks, sent right behind it (ReplicaOnServer.caught_up): it then drops
+//          exactly what the primary applied, a round that began before the snapshot included.
 //   map 2: the target is the shard's primary. The old primary takes it first (it stops applying
 //          the shard's chunks and hands the target everything it applied), then the rest; the
 //          target takes its copy over atomically with the map.
@@ -397,7 +397,7 @@ void MovesPass::ExecuteMove(const std::string& job_id) {
         s = absl::DeadlineExceededError(
             absl::StrCat("the copy on ", move.to(), " did not catch up within ",
                          absl::FormatDuration(core_.options().move_copy_timeout),
-                         st.ok() ? " (every worker must complete a step after the snapshot)"
+                         st.ok() ? " (it needs the primary's snapshot and clocks)"
                                  : absl::StrCat(": ", st.status().message())));
         break;
       }

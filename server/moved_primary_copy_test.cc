@@ -8,6 +8,7 @@
 //
 // Parameter `kept`: B backs T's own shards before the move too (its copy of T's shards goes on,
 // growing by the moved shard), or B starts backing T with the move (a new copy).
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/wait_for.h"
 #include "common/sharding.h"
 #include "gtest/gtest.h"
 #include "server/ps_handler.h"
@@ -368,6 +370,50 @@ TEST_P(MovedPrimaryCopyTest, AnOldPrimaryThatCannotHandItsUpdatesOverToTheKeptCo
   absl::Status s = MoveMap2(kP);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_NE(s.message().find("the backup at b:1 keeps its copy"), std::string::npos) << s;
+}
+
+// Map 1's live copy on T gets P's snapshot and then P's clocks and records of applied chunks:
+// it is caught up at once, and a chunk P applied before the snapshot, pushed again once T has
+// taken the shard over (P lost), is a duplicate there.
+TEST_P(MovedPrimaryCopyTest, ANewLiveCopyDropsExactlyWhatItsPrimaryAppliedBeforeItsSnapshot) {
+  for (int64_t step = 0; step < 3; ++step) Step(step, 1, kP, kT);
+  auto early = Push(kP, bx_, 3, 1, false);  // Part of step 3, before the snapshot.
+  ASSERT_TRUE(early.ok() && early->applied) << early.status();
+  MoveMap1();
+  EXPECT_TRUE(WaitFor(absl::Seconds(5), [&] {
+    auto copy = Replica(kT, Node(kP));
+    return copy.has_value() && copy->caught_up();
+  })) << "caught up without a further step";
+  EXPECT_GT(transport_[kP]->seed_bytes(kAddr[kT]), 0u);
+  EXPECT_EQ(transport_[kP]->clocks_delivered(kAddr[kT]), 1);
+  // P is lost: T takes the moved shard over, B the rest of P's shards.
+  for (auto& t : transport_) t->Fail(kAddr[kP], absl::UnavailableError("killed"));
+  v1::ShardMap promoted = Map1();
+  promoted.set_epoch(3);
+  for (auto& a : *promoted.mutable_assignments()) {
+    if (a.primary() != Node(kP)) continue;
+    a.set_primary(a.shard() == moved_ ? Node(kT) : Node(kB));
+    a.clear_backups();
+  }
+  for (auto& a : *promoted.mutable_assignments()) {
+    // Shards that P backed (B's) lose their backup.
+    auto* b = a.mutable_backups();
+    b->erase(std::remove(b->begin(), b->end(), Node(kP)), b->end());
+  }
+  promoted.mutable_servers()->DeleteSubrange(kP, 1);
+  for (int i : {kB, kT}) {
+    absl::Status s = Install(i, promoted, {});
+    ASSERT_TRUE(s.ok()) << "s" << i << ": " << s;
+  }
+  auto again = Push(kT, bx_, 3, 3, false, /*resent=*/true);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->duplicate) << "applied by P before the snapshot";
+  EndStep(kT, 3, 3);
+  auto o = Push(kB, bo_, 3, 3, false);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EndStep(kB, 3, 3);
+  RefEndStep(3);
+  ExpectAsReference({{bx_, kT}, {bo_, kB}}, 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(BackupOfTheTarget, MovedPrimaryCopyTest, ::testing::Bool(),

@@ -361,13 +361,20 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
         }
       };
     }
-    if (!clocks_only.empty()) {
-      change.clocks = [clocks_only, self, job_id](const Job::ClockState& state) {
+    // Every new copy gets the clocks and records of applied chunks as the map takes effect
+    // (after its snapshot, if any): a chunk applied here before the snapshot and pushed again
+    // after a takeover is then a duplicate there too.
+    std::vector<std::shared_ptr<BackupQueue>> clocked = clocks_only;
+    for (const auto& q : fresh) {
+      if (std::find(clocked.begin(), clocked.end(), q) == clocked.end()) clocked.push_back(q);
+    }
+    if (!clocked.empty()) {
+      change.clocks = [clocked, self, job_id](const Job::ClockState& state) {
         v1::ReplicateRequest part;
         part.set_primary(self);
         part.mutable_chunk()->mutable_tag()->set_job_id(job_id);
         Job::ClocksToProto(state, part.mutable_clocks());
-        for (const auto& q : clocks_only) q->Enqueue(part);
+        for (const auto& q : clocked) q->Enqueue(part);
       };
     }
   }

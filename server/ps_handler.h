@@ -80,7 +80,9 @@ struct JobReplication {
     std::string bytes ABSL_GUARDED_BY(mu);      // Received so far.
     uint64_t size ABSL_GUARDED_BY(mu) = 0;      // Announced by the first part.
     bool done ABSL_GUARDED_BY(mu) = false;      // Loaded into the copy.
-    std::vector<int64_t> clocks ABSL_GUARDED_BY(mu);  // Each worker's clock in the snapshot.
+    // Each worker's clock in the snapshot; caught up once each moved past it (cleared when
+    // the primary's clocks came: caught up at once).
+    std::vector<int64_t> clocks ABSL_GUARDED_BY(mu);
     // ReplicaSeed.held_from: the copy's new shards as this server's copy of their previous
     // primary held them when the map took effect here, and that copy's clocks before the map.
     // Loaded with the primary's clocks when they arrive (ReplicateRequest.clocks), or with
@@ -90,6 +92,10 @@ struct JobReplication {
     Job::ClockState held_before ABSL_GUARDED_BY(mu);
     std::string held_from ABSL_GUARDED_BY(mu);  // For messages: "copy of X's shards".
     bool from_held ABSL_GUARDED_BY(mu) = false;  // Made with held_from (waits for clocks).
+    // The primary's clocks and records of applied chunks arrived (ReplicateRequest.clocks, after
+    // the snapshot or in place of it): the copy drops exactly what its primary applied, so it is
+    // caught up at once.
+    bool exact ABSL_GUARDED_BY(mu) = false;
   };
   std::map<std::string, std::shared_ptr<Seed>> seeds;
   // As primary: attached to the job (rep = this); see ForwardingState.
@@ -280,6 +286,11 @@ class PsHandler {
   // with those the old copy had before the map. Done once; a repeat changes nothing.
   absl::Status LoadHeldCopy(Job& copy, JobReplication::Seed& seed,
                             const Job::ClockState* primary_clocks);
+  // A copy seeded by its primary's snapshot takes the primary's clocks and records of applied
+  // chunks sent right after it (ReplicateRequest.clocks). FAILED_PRECONDITION before the
+  // snapshot; a repeat changes nothing.
+  absl::Status TakeClocksAfterSnapshot(Job& copy, JobReplication::Seed& seed,
+                                       const Job::ClockState& primary_clocks);
   // The copy that UpdateShardMap makes for `primary`'s shards `shards` from this server's copy of
   // `seed.held_from()`'s (it already holds the new ones): the copy kept for `primary`'s other
   // shards, or a new one; *made gets the pending seed.

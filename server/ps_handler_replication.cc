@@ -311,17 +311,17 @@ absl::StatusOr<PushResult> PsHandler::ApplyToCopy(const std::string& primary,
       absl::MutexLock l(&seed->mu);
       held = seed->from_held;
     }
-    if (seed_part->has_clocks() != held) {
+    if (!seed_part->has_clocks() && held) {
       return absl::FailedPreconditionError(absl::StrCat(
-          seed_part->has_clocks() ? "clocks" : "seed", ": the copy of job '", job_id,
-          "' shards of '", primary, "' here waits for ",
-          held ? "its primary's clocks (it holds the shards' values), not a snapshot"
-               : "a snapshot, not clocks alone"));
+          "seed: the copy of job '", job_id, "' shards of '", primary,
+          "' here holds the shards' values already and waits for its primary's clocks, not a "
+          "snapshot"));
     }
     if (seed_part->has_clocks()) {
       auto clocks = Job::ClocksFromProto(seed_part->clocks(), copy->config().num_workers);
       if (!clocks.ok()) return clocks.status();
-      absl::Status s = LoadHeldCopy(*copy, *seed, &*clocks);
+      absl::Status s = held ? LoadHeldCopy(*copy, *seed, &*clocks)
+                            : TakeClocksAfterSnapshot(*copy, *seed, *clocks);
       if (!s.ok()) return s;
       return PushResult();
     }
@@ -461,6 +461,20 @@ absl::StatusOr<std::shared_ptr<Job>> PsHandler::CopyFromHeld(
   return copy;
 }
 
+absl::Status PsHandler::TakeClocksAfterSnapshot(Job& copy, JobReplication::Seed& seed,
+                                                const Job::ClockState& primary_clocks) {
+  absl::MutexLock l(&seed.mu);
+  if (!seed.done) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "clocks: the copy of job '", copy.id(), "' here has not received its snapshot yet"));
+  }
+  if (seed.exact) return absl::OkStatus();  // A repeat (nothing is sent after it until it lands).
+  copy.SetClockState(primary_clocks);
+  seed.clocks.clear();  // Exact: caught up at once.
+  seed.exact = true;
+  return absl::OkStatus();
+}
+
 absl::Status PsHandler::LoadHeldCopy(Job& copy, JobReplication::Seed& seed,
                                      const Job::ClockState* primary_clocks) {
   absl::MutexLock l(&seed.mu);
@@ -487,6 +501,7 @@ absl::Status PsHandler::LoadHeldCopy(Job& copy, JobReplication::Seed& seed,
   seed.held_before = Job::ClockState();
   seed.clocks.clear();  // Exact clocks: caught up at once.
   seed.done = true;
+  seed.exact = primary_clocks != nullptr;
   return absl::OkStatus();
 }
 
