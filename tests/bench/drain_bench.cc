@@ -2,8 +2,8 @@
 // 2 ps_server, 1 ps_worker on loopback, as the e2e tests start them). One job, a Fashion-MNIST
 // MLP 784-H-10 (H = --hidden; SGD, so the server holds the weights and nothing more) placed on
 // one server, trains under BSP with one worker; `psctl drain` moves every shard of it to the
-// other server with the live moves (a copy, forwarded updates, the switch once the worker has
-// completed a step on the copy), and the worker keeps training meanwhile.
+// other server with the live moves (a snapshot and the primary's clocks, forwarded updates, the
+// switch once the copy holds them), and the worker keeps training meanwhile.
 //
 // Prints the bytes the drained server held, the drain's wall time (psctl drain, start to
 // "drained"), the steps the job made meanwhile and, against the step time measured before the
