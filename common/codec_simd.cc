@@ -138,6 +138,46 @@ PSCLUSTER_AVX2_F16C void DequantizeInt8Group(const int8_t* q, size_t n, float sc
   for (; i < n; ++i) out[i] = static_cast<float>(q[i]) * scale;
 }
 
+PSCLUSTER_AVX2_F16C size_t CollectAbsKeysAtLeast(const float* x, size_t n, uint32_t t,
+                                                  uint32_t* out, size_t cap) {
+  // Keys are below 2^31, so a signed comparison with t - 1 orders them.
+  const __m256i abs = _mm256_set1_epi32(0x7fffffff);
+  const __m256i below = _mm256_set1_epi32(static_cast<int32_t>(t - 1));
+  size_t count = 0;
+  size_t i = 0;
+  auto take = [&](uint32_t mask, size_t base) {
+    while (mask != 0) {
+      if (count == cap) return false;
+      out[count++] = static_cast<uint32_t>(base + __builtin_ctz(mask));
+      mask &= mask - 1;
+    }
+    return true;
+  };
+  for (; i + 32 <= n; i += 32) {
+    __m256i k[4];
+    for (int j = 0; j < 4; ++j) {
+      k[j] = _mm256_cmpgt_epi32(
+          _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8 * j)),
+                           abs),
+          below);
+    }
+    const __m256i any = _mm256_or_si256(_mm256_or_si256(k[0], k[1]), _mm256_or_si256(k[2], k[3]));
+    if (_mm256_testz_si256(any, any)) continue;  // Most groups: nothing at or above t.
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t mask =
+          static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(k[j])));
+      if (!take(mask, i + 8 * j)) return cap + 1;
+    }
+  }
+  for (; i < n; ++i) {
+    if (AbsKey(x[i]) >= t) {
+      if (count == cap) return cap + 1;
+      out[count++] = static_cast<uint32_t>(i);
+    }
+  }
+  return count;
+}
+
 #else  // !__x86_64__
 
 bool CpuHasAvx2F16C() { return false; }
@@ -146,6 +186,9 @@ void HalfToFloats(const uint16_t*, size_t, float*) { __builtin_trap(); }
 uint32_t MaxAbsKey(const float*, size_t) { __builtin_trap(); }
 void QuantizeInt8Group(const float*, size_t, float, int8_t*) { __builtin_trap(); }
 void DequantizeInt8Group(const int8_t*, size_t, float, float*) { __builtin_trap(); }
+size_t CollectAbsKeysAtLeast(const float*, size_t, uint32_t, uint32_t*, size_t) {
+  __builtin_trap();
+}
 
 #endif
 

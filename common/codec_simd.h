@@ -28,6 +28,10 @@ uint32_t MaxAbsKey(const float* x, size_t n);
 void QuantizeInt8Group(const float* x, size_t n, float inv, int8_t* q);
 // out[i] = q[i] * scale.
 void DequantizeInt8Group(const int8_t* q, size_t n, float scale, float* out);
+// The indices i (ascending) of x[0, n) whose AbsKey is at least `t`, written to out[0, cap):
+// returns how many there are, or cap + 1 as soon as there are more than `cap` (out then holds
+// cap of them). REQUIRES: 0 < t <= 0x7fffffff; n < 2^32.
+size_t CollectAbsKeysAtLeast(const float* x, size_t n, uint32_t t, uint32_t* out, size_t cap);
 
 }  // namespace pscluster::codec_simd
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <numeric>
+#include <optional>
 
 #include "common/codec_simd.h"
 #include "common/half_bits.h"
@@ -20,7 +21,67 @@ uint64_t TopKCount(uint64_t n, float ratio) {
   return k >= static_cast<double>(n) ? n : static_cast<uint64_t>(k);
 }
 
+namespace {
+
+// SelectTopK's answer from a threshold guessed on a sample, when that works out (nullopt
+// otherwise: too few or too many elements at or above it). About 2k/n of an evenly spaced sample
+// of keys lie above the guess, so about 2k elements do: with high probability every one of the
+// k largest, and few more. Those candidates are collected in one vector pass, and the k-th
+// largest key among them is the k-th largest of all (at least k keys are at or above the guess,
+// so it is too): the same threshold, ties and order as the radix select. REQUIRES: 0 < k < n.
+std::optional<std::vector<uint32_t>> SelectTopKFromSample(const float* x, uint64_t n,
+                                                           uint64_t k) {
+  constexpr uint64_t kSample = 4096;
+  if (!codec_simd::CpuHasAvx2F16C() || n < 4 * kSample || k * 16 > n || n >= (uint64_t{1} << 32)) {
+    return std::nullopt;
+  }
+  std::vector<uint32_t> sample(kSample);
+  for (uint64_t j = 0; j < kSample; ++j) sample[j] = AbsKey(x[j * n / kSample]);
+  const uint64_t rank =
+      std::min<uint64_t>(kSample, 8 + (2 * k * kSample + n - 1) / n);  // 1-based.
+  std::nth_element(sample.begin(), sample.begin() + (rank - 1), sample.end(),
+                   std::greater<uint32_t>());
+  const uint32_t guess = sample[rank - 1];
+  if (guess == 0) return std::nullopt;  // Mostly zeros: every element would qualify.
+  const size_t cap = static_cast<size_t>(4 * k + 64);
+  std::vector<uint32_t> cand(cap);
+  const size_t found = codec_simd::CollectAbsKeysAtLeast(x, n, guess, cand.data(), cap);
+  if (found < k || found > cap) return std::nullopt;
+  cand.resize(found);
+  std::vector<uint32_t> keys(found);
+  for (size_t i = 0; i < found; ++i) keys[i] = AbsKey(x[cand[i]]);
+  std::vector<uint32_t> ranked = keys;
+  std::nth_element(ranked.begin(), ranked.begin() + (k - 1), ranked.end(),
+                   std::greater<uint32_t>());
+  const uint32_t threshold = ranked[k - 1];
+  uint64_t above = 0;
+  for (uint32_t key : keys) above += key > threshold;
+  uint64_t ties_left = k - above;
+  std::vector<uint32_t> idx;
+  idx.reserve(k);
+  for (size_t i = 0; i < found; ++i) {
+    if (keys[i] > threshold || (keys[i] == threshold && ties_left > 0 && ties_left--)) {
+      idx.push_back(cand[i]);
+    }
+  }
+  return idx;
+}
+
+}  // namespace
+
 std::vector<uint32_t> SelectTopK(const float* x, uint64_t n, uint64_t k) {
+  std::vector<uint32_t> idx;
+  if (k >= n) {
+    idx.resize(n);
+    std::iota(idx.begin(), idx.end(), 0u);
+    return idx;
+  }
+  if (k == 0) return idx;
+  if (auto fast = SelectTopKFromSample(x, n, k); fast.has_value()) return *std::move(fast);
+  return SelectTopKRadix(x, n, k);
+}
+
+std::vector<uint32_t> SelectTopKRadix(const float* x, uint64_t n, uint64_t k) {
   std::vector<uint32_t> idx;
   if (k >= n) {
     idx.resize(n);

@@ -19,8 +19,12 @@ inline constexpr uint32_t kInt8ScaleGroup = 256;
 uint64_t TopKCount(uint64_t n, float ratio);
 
 // Indices (ascending) of the `k` elements of x[0, n) of largest |x|; ties go to the lower index.
-// NaN ranks above every number. REQUIRES: k <= n.
+// NaN ranks above every number. REQUIRES: k <= n. Large x and small k take a threshold guessed
+// on a sample and one vector pass (with AVX2); otherwise, or when the guess does not hold, the
+// radix select below. Both give the same indices.
 std::vector<uint32_t> SelectTopK(const float* x, uint64_t n, uint64_t k);
+// The same by a radix select over the magnitudes' bits (three passes), for any x.
+std::vector<uint32_t> SelectTopKRadix(const float* x, uint64_t n, uint64_t k);
 
 // Number of scales for n values in groups of `group`.
 inline size_t NumScaleGroups(size_t n, size_t group) { return (n + group - 1) / group; }

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <random>
 
+#include "common/codec_simd.h"
 #include "common/compression_spec.h"
 #include "common/half_bits.h"
 #include "gmock/gmock.h"
@@ -90,6 +91,70 @@ TEST(SelectTopKTest, MatchesTheFullOrderOnTiesAndSpecialValues) {
   }
 }
 
+// Large blocks with few elements taken: the sampled threshold's path, whose answer must be the
+// radix select's and the full order's, for data it guesses well (smooth), data it guesses badly
+// (the large values bunched where the sample does not look, so it falls back), ties at the
+// threshold, zeros and special values.
+TEST(SelectTopKTest, TheSampledPathGivesTheSameIndicesAsTheFullOrder) {
+  std::mt19937 rng(41);
+  for (uint64_t n : {uint64_t{16384}, uint64_t{65536}, uint64_t{535818}}) {
+    std::vector<float> x(n);
+    for (int mode = 0; mode < 5; ++mode) {
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint32_t r = rng();
+        switch (mode) {
+          case 0:  // Smooth.
+            x[i] = std::normal_distribution<float>()(rng);
+            break;
+          case 1:  // Few distinct magnitudes: ties across the threshold.
+            x[i] = std::ldexp(static_cast<float>(r % 7), -3) * ((r & 8) ? -1.f : 1.f);
+            break;
+          case 2:  // Large values only between the sample's points.
+            x[i] = (i % 97 == 13) ? 100.f + (r % 1000) : 1e-3f * (r % 10);
+            break;
+          case 3:  // Mostly zero.
+            x[i] = (r % 500 == 0) ? static_cast<float>(r % 100) : ((r & 1) ? 0.f : -0.f);
+            break;
+          default: {  // Special values now and then.
+            const float special[] = {INFINITY, -INFINITY, NAN, -NAN};
+            x[i] = (r % 1000 == 0) ? special[(r >> 10) % 4]
+                                   : std::normal_distribution<float>()(rng);
+          }
+        }
+      }
+      for (uint64_t k : {uint64_t{1}, n / 1000, n / 100, n / 20}) {
+        const auto want = SelectTopKBySortingIndices(x.data(), n, k);
+        ASSERT_EQ(SelectTopK(x.data(), n, k), want) << "n=" << n << " k=" << k << " mode=" << mode;
+        ASSERT_EQ(SelectTopKRadix(x.data(), n, k), want) << "n=" << n << " k=" << k;
+      }
+    }
+  }
+}
+
+TEST(CodecSimdTest, CollectsTheIndicesOfKeysAtOrAboveTheThreshold) {
+  if (!codec_simd::CpuHasAvx2F16C()) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(5);
+  std::vector<float> x(1000 + 13);
+  for (float& v : x) v = std::normal_distribution<float>()(rng);
+  x[7] = NAN;
+  x[1000] = -INFINITY;
+  const uint32_t t = AbsKey(1.5f);
+  std::vector<uint32_t> want;
+  for (uint32_t i = 0; i < x.size(); ++i) {
+    if (AbsKey(x[i]) >= t) want.push_back(i);
+  }
+  std::vector<uint32_t> got(x.size());
+  ASSERT_EQ(codec_simd::CollectAbsKeysAtLeast(x.data(), x.size(), t, got.data(), got.size()),
+            want.size());
+  got.resize(want.size());
+  EXPECT_EQ(got, want);
+  // More than the room given: cap + 1, the first cap in out.
+  const size_t cap = want.size() / 2;
+  std::vector<uint32_t> some(cap);
+  EXPECT_EQ(codec_simd::CollectAbsKeysAtLeast(x.data(), x.size(), t, some.data(), cap), cap + 1);
+  EXPECT_TRUE(std::equal(some.begin(), some.end(), want.begin()));
+}
+
 TEST(QuantizeInt8Test, RoundTripIsWithinHalfAStepPerGroup) {
   std::mt19937 rng(3);
   std::normal_distribution<float> d(0.f, 0.01f);
@@ -149,6 +214,25 @@ TEST(CompressionSpecTest, SparseTablesAreNotCompressed) {
   EXPECT_THAT(st.message(), HasSubstr("tables[0].compression.topk_ratio: applies to dense tables"));
   t.set_kind(v1::DENSE);
   EXPECT_TRUE(CheckGradientCompression(t, "tables[0]").ok());
+}
+
+TEST(CompressionSpecTest, PullCompressionNeedsADenseTableOfModestBlocks) {
+  v1::TableSpec t;
+  t.set_name("w");
+  t.set_kind(v1::DENSE);
+  t.mutable_compression()->set_pull_topk_ratio(0.05f);
+  EXPECT_TRUE(CheckGradientCompression(t, "tables[0]").ok());
+  t.set_block_elems(kMaxPullViewBlockElems + 1);
+  EXPECT_THAT(CheckGradientCompression(t, "tables[0]").message(),
+              HasSubstr("tables[0].compression.pull_topk_ratio: needs blocks of at most 1048576"));
+  t.set_block_elems(0);
+  t.set_kind(v1::SPARSE);
+  EXPECT_THAT(CheckGradientCompression(t, "tables[0]").message(),
+              HasSubstr("tables[0].compression.pull_topk_ratio: applies to dense tables only"));
+  t.set_kind(v1::DENSE);
+  t.mutable_compression()->set_pull_topk_ratio(1.f);
+  EXPECT_THAT(CheckGradientCompression(t, "tables[0]").message(),
+              HasSubstr("tables[0].compression.pull_topk_ratio: must be in [0, 1)"));
 }
 
 }  // namespace

@@ -136,6 +136,13 @@ TEST(JobYamlTest, TableCompressionIsCheckedNamingTheKey) {
                                            "int8 needs float32 transport")));
   EXPECT_THAT(load("  fc1.weight: {quantize: int4}\n"),
               StatusIs(kInvalid, AllOf(HasSubstr("quantize"), HasSubstr("int8"))));
+  // Pull compression, with or without compressed pushes.
+  auto pulls = load("  \"*\": {topk_ratio: 0.01, pull_topk_ratio: 0.02, transport: fp16}\n");
+  ASSERT_TRUE(pulls.ok()) << pulls.status();
+  EXPECT_FLOAT_EQ(pulls->table_compression().at("*").pull_topk_ratio(), 0.02f);
+  EXPECT_THAT(load("  fc1.weight: {pull_topk_ratio: -0.5}\n"),
+              StatusIs(kInvalid, AllOf(HasSubstr("table_compression[fc1.weight].pull_topk_ratio:"),
+                                       HasSubstr("must be in [0, 1)"))));
 }
 
 // Options that nothing carries out yet are refused at submission, saying so, never accepted and

@@ -1,6 +1,7 @@
 #include "server/data_stream.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -36,6 +37,10 @@ struct DataStream::ReadItem {
   int64_t own_worker = -1;
   int64_t own_step = 0;
   int64_t early_min = -1;   // The clock such a read reflected when it was served early.
+  // Pull compression: the reader's rank and the view it holds of the block (PushChunk.pull_view;
+  // 0 = none asked for).
+  uint32_t worker = 0;
+  uint64_t pull_view = 0;
 };
 
 std::shared_ptr<DataStream> DataStream::Create(Mode mode, PsHandler* handler, Executor* executor,
@@ -301,6 +306,8 @@ void DataStream::ApplyOne(const std::shared_ptr<PushItem>& item) {
             read->plan = std::move(*plan);
             read->epoch = c.epoch();
             read->clock = c.pull_clock();
+            read->worker = c.tag().worker();
+            read->pull_view = c.pull_view();
             if (c.step_final() && !item->values.empty()) {
               read->own_worker = c.tag().worker();
               read->own_step = c.tag().step();
@@ -482,6 +489,10 @@ void DataStream::Produce(const std::shared_ptr<ReadItem>& item, SerialQueue::Don
     const SliceRef& s = item->plan.slices[item->slice];
     const uint64_t width = s.dense ? 1 : item->plan.job->table_width(s.table);
     uint64_t per_chunk = std::max<uint64_t>(width, options_.chunk_bytes / es / width * width);
+    // A whole block read against the worker's view (pull compression) goes in one chunk.
+    const bool view_read = s.dense && item->pull_view != 0 && item->next == 0 &&
+                           item->end == s.elems && s.elems > 0;
+    if (view_read) per_chunk = s.elems;
     uint64_t k = std::min<uint64_t>(per_chunk, item->end - item->next);
     const bool slice_done = item->next + k == item->end;
     const bool last_slice = item->slice + 1 == item->plan.slices.size();
@@ -494,7 +505,21 @@ void DataStream::Produce(const std::shared_ptr<ReadItem>& item, SerialQueue::Don
     chunk.set_last(item->round_last && slice_done && last_slice);
     std::vector<grpc::Slice> payload;
     const absl::Time t0 = absl::Now();
-    if (k > 0 && s.dense && dtype == v1::DT_FLOAT32) {
+    if (view_read) {
+      auto reply =
+          item->plan.job->ReadView(s, item->epoch, item->worker, item->pull_view, dtype);
+      if (!reply.ok()) {
+        Fail(reply.status());
+        break;
+      }
+      chunk.set_view(reply->view);
+      chunk.set_indices(std::move(reply->indices));
+      const size_t bytes = reply->values.size();
+      BufferPool::Buffer buf = pool_->Acquire(std::max<size_t>(bytes, 1));
+      std::memcpy(buf.data, reply->values.data(), bytes);
+      payload.push_back(pool_->ToSlice(buf, bytes));
+      handler_->CountBytesOut(bytes + chunk.indices().size());
+    } else if (k > 0 && s.dense && dtype == v1::DT_FLOAT32) {
       // Dense float32 weights go out as they are (copy-on-write keeps them unchanged).
       auto lent = item->plan.job->Lend(s, item->epoch, item->next, k);
       if (!lent.ok()) {

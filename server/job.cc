@@ -35,6 +35,7 @@ Job::Job(JobConfig config, MemoryBudget* budget, const Clock* clock, DataPlaneLi
       clocks_(config_.job_id, config_.num_workers),
       applied_(config_.num_workers),
       gate_(config_.consistency),
+      pull_views_(budget),
       shard_bytes_(new std::atomic<uint64_t>[config_.num_shards]),
       shard_requests_(new std::atomic<uint64_t>[config_.num_shards]) {
   for (uint32_t i = 0; i < config_.num_shards; ++i) {
@@ -191,6 +192,12 @@ absl::Status Job::SetShardsLocked(uint64_t epoch, std::vector<bool> held) {
   held_ = std::move(held);
   epoch_ = epoch;
   have_map_ = true;
+  // What workers hold of blocks that moved away is of no use here any more.
+  pull_views_.DropUnless([this](uint32_t table, uint64_t block)
+                             ABSL_NO_THREAD_SAFETY_ANALYSIS {  // state_mu_ is held.
+                               return table < tables_.size() && tables_[table].dense &&
+                                      tables_[table].dense->block(block) != nullptr;
+                             });
   return absl::OkStatus();
 }
 

@@ -39,6 +39,7 @@
 #include "server/memory_budget.h"
 #include "server/applied_record.h"
 #include "server/payload.h"
+#include "server/pull_views.h"
 #include "server/read_gate.h"
 #include "server/step_aggregator.h"
 #include "server/table.h"
@@ -254,6 +255,11 @@ class Job {
   // FAILED_PRECONDITION when the shard map moved past `epoch` meanwhile.
   absl::Status Read(const SliceRef& slice, uint64_t epoch, uint64_t first, uint64_t n,
                     v1::DataType dtype, char* out);
+  // A whole dense block for `worker`'s pull of a table with pull compression, the worker holding
+  // view `held` (PushChunk.pull_view): only what moved most since, or the whole block
+  // (PullViews::Encode). FAILED_PRECONDITION as Read. REQUIRES: slice.dense.
+  absl::StatusOr<PullViews::Reply> ReadView(const SliceRef& slice, uint64_t epoch,
+                                            uint32_t worker, uint64_t held, v1::DataType dtype);
   // Like Read for a dense slice in float32, but lends the weights instead of copying them.
   // REQUIRES: slice.dense.
   absl::StatusOr<LentBytes> Lend(const SliceRef& slice, uint64_t epoch, uint64_t first,
@@ -434,6 +440,7 @@ class Job {
   std::string last_checkpoint_ ABSL_GUARDED_BY(clock_mu_);
   absl::Time last_checkpoint_time_ ABSL_GUARDED_BY(clock_mu_) = absl::InfinitePast();
 
+  PullViews pull_views_;  // Pull compression: what each worker holds of each block.
   std::unique_ptr<std::atomic<uint64_t>[]> shard_bytes_;
   std::unique_ptr<std::atomic<uint64_t>[]> shard_requests_;
 };

@@ -215,6 +215,31 @@ absl::Status Job::Read(const SliceRef& s, uint64_t epoch, uint64_t first, uint64
   return absl::OkStatus();
 }
 
+absl::StatusOr<PullViews::Reply> Job::ReadView(const SliceRef& s, uint64_t epoch,
+                                                uint32_t worker, uint64_t held,
+                                                v1::DataType dtype) {
+  if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
+  absl::ReaderMutexLock l(&state_mu_);
+  absl::Status st = CheckEpoch(epoch, "epoch");
+  if (!st.ok()) return st;
+  const TableState& t = tables_[s.table];
+  DenseBlock* b = s.dense ? t.dense->block(s.block) : nullptr;
+  if (b == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "slice.block: block ", s.block, " is no longer held here (epoch ", epoch_, ")"));
+  }
+  thread_local std::vector<float> weights;
+  weights.resize(s.elems);
+  t.dense->Read(b, 0, s.elems, v1::DT_FLOAT32, reinterpret_cast<char*>(weights.data()));
+  const float ratio = t.info->spec.compression().pull_topk_ratio();
+  // A view asked of a table without pull compression: a plain pull (and no view kept).
+  PullViews::Reply reply =
+      pull_views_.Encode(worker, s.table, s.block, ratio > 0 ? held : 0, weights.data(),
+                         s.elems, TransportType(dtype), ratio);
+  CountShard(t.dense->ShardOf(s.block), reply.values.size() + reply.indices.size());
+  return reply;
+}
+
 absl::StatusOr<LentBytes> Job::Lend(const SliceRef& s, uint64_t epoch, uint64_t first,
                                     uint64_t n) {
   if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));

@@ -72,7 +72,8 @@ absl::StatusOr<std::vector<v1::TableSpec>> TableSpecsFor(const kernels::Model& m
         t.optimizer().lr_decay_steps() == 0) {
       t.mutable_optimizer()->set_lr_decay_steps(static_cast<uint64_t>(total_steps));
     }
-    // The table's own entry, else "*" (whose top-k / int8 applies to dense tables only).
+    // The table's own entry, else "*" (whose top-k / int8 / pull top-k applies to dense tables
+    // only).
     auto comp = spec.table_compression().find(p.name);
     if (comp != spec.table_compression().end()) {
       *t.mutable_compression() = comp->second;
@@ -81,6 +82,7 @@ absl::StatusOr<std::vector<v1::TableSpec>> TableSpecsFor(const kernels::Model& m
       if (p.sparse) {
         t.mutable_compression()->clear_topk_ratio();
         t.mutable_compression()->clear_quantize();
+        t.mutable_compression()->clear_pull_topk_ratio();
       }
     }
     if (const v1::EmbeddingSpec* e = embedding_of(p.name); e != nullptr && p.sparse) {

@@ -68,6 +68,11 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(PsClientOptions optio
       impl->feedback[static_cast<int>(impl->tables.size())] =
           std::make_unique<ErrorFeedback>(t.elems, t.block_elems, cs, t.transport);
     }
+    if (CompressesPulls(cs)) {
+      absl::Status ok = CheckGradientCompression(t.spec, absl::StrCat("tables[", i, "]"));
+      if (!ok.ok()) return ok;
+      t.mirror = std::make_shared<client_detail::PullMirror>(t.elems, t.num_blocks);
+    }
     impl->tables.push_back(std::move(t));
   }
   {

@@ -32,6 +32,17 @@
 namespace pscluster {
 namespace client_detail {
 
+// Pull compression (CompressionSpec.pull_topk_ratio) on the client: what it holds of each block
+// of a dense table (what the block's server keeps as its view of this worker) and each block's
+// view id. A reply that sends only what changed is applied here, then the block is copied to
+// the caller. One call at a time uses it (`busy`); a concurrent call pulls the table whole.
+struct PullMirror {
+  explicit PullMirror(uint64_t elems, uint64_t blocks) : values(elems, 0.f), views(blocks, 0) {}
+  std::vector<float> values;
+  std::vector<uint64_t> views;  // PullChunk.view of each block's last reply; 0 = none.
+  std::atomic<bool> busy{false};
+};
+
 struct ClientTable {
   v1::TableSpec spec;
   uint64_t hash = 0;
@@ -41,6 +52,7 @@ struct ClientTable {
   uint64_t num_blocks = 0;
   uint32_t width = 1;
   v1::DataType transport = v1::DT_FLOAT32;
+  std::shared_ptr<PullMirror> mirror;  // Dense tables with pull compression.
 };
 
 // A connection that could not be opened: every round sent on it fails with the reason.
@@ -176,6 +188,14 @@ struct CallScratch {
     uint32_t from, to;  // Row positions in the caller's buffer.
   };
   std::vector<Dup> dups;
+  // Pull mirrors this call uses (PullMirror::busy taken), given back when the call's attempt ends.
+  std::vector<std::shared_ptr<PullMirror>> mirrors;
+  CallScratch() = default;
+  CallScratch(const CallScratch&) = delete;
+  CallScratch& operator=(const CallScratch&) = delete;
+  ~CallScratch() {
+    for (auto& m : mirrors) m->busy.store(false);
+  }
 };
 
 // The distinct keys of a sparse request per server, and where each caller position's key went.

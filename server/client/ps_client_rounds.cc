@@ -72,6 +72,24 @@ absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
     p->dest.elems = elems;
     p->dest.dtype = t.transport;
   };
+  // Pull compression: block `b` of dense table `t` is pulled against this client's copy of it,
+  // when this call has the table's mirror to itself (else it is pulled whole).
+  auto mirrored = [&](const ClientTable& t) {
+    if (t.mirror == nullptr) return false;
+    for (const auto& m : scratch->mirrors) {
+      if (m == t.mirror) return true;
+    }
+    if (t.mirror->busy.exchange(true)) return false;
+    scratch->mirrors.push_back(t.mirror);
+    return true;
+  };
+  auto view_dest = [&](Planned* p, const ClientTable& t, uint64_t b) {
+    if (!mirrored(t)) return;
+    const uint64_t view = t.mirror->views[b];
+    p->header.set_pull_view(view != 0 ? view : kPullViewStart);
+    p->dest.mirror = t.mirror->values.data() + b * t.block_elems;
+    p->dest.view = &t.mirror->views[b];
+  };
   // Dense tables pulled as a whole, by name (pushes of the same table carry the pull along).
   absl::flat_hash_map<std::string, float*> dense_pull;
   if (dst) {
@@ -132,6 +150,7 @@ absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
         if (pull_to) {
           pull_dest(&p, *t, n);
           p.dest.base = pull_to + first;
+          view_dest(&p, *t, b);
         }
         (*plans)[r.block_server[ti][b]].push_back(std::move(p));
       }
@@ -187,6 +206,7 @@ absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
         p.header.mutable_slice()->set_block(b);
         pull_dest(&p, *t, n);
         p.dest.base = data + first;
+        view_dest(&p, *t, b);
         pull_only[r.block_server[ti][b]].push_back(std::move(p));
       }
     }

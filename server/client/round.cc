@@ -1,6 +1,8 @@
 #include "server/client/round.h"
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -22,9 +24,26 @@ absl::Status Round::Check(const v1::PullChunk& chunk, size_t bytes) const {
     return absl::InternalError(absl::StrCat("reply to request ", request_id_, " names chunk ",
                                             chunk.index(), " of ", dests_.size()));
   }
-  if (bytes == 0) return absl::OkStatus();
   const ReplyDest& d = dests_[chunk.index()];
   const size_t es = DTypeSize(chunk.dtype());
+  if (!chunk.indices().empty()) {
+    // Only what changed, at the offsets it names: a block pulled against this client's view.
+    const size_t count = chunk.indices().size() / 4;
+    bool fits = d.mirror != nullptr && chunk.dtype() == d.dtype && es != 0 &&
+                chunk.indices().size() % 4 == 0 && bytes == count * es && chunk.offset() == 0 &&
+                count <= d.elems;
+    for (size_t i = 0; fits && i < count; ++i) {
+      uint32_t at;
+      std::memcpy(&at, chunk.indices().data() + 4 * i, 4);
+      fits = at < d.elems;
+    }
+    if (!fits) {
+      return absl::InternalError(absl::StrCat("reply to request ", request_id_, " chunk ",
+                                              chunk.index(), ": its indices do not fit its block"));
+    }
+    return absl::OkStatus();
+  }
+  if (bytes == 0) return absl::OkStatus();
   const uint64_t n = es ? bytes / es : 0;
   if (chunk.dtype() != d.dtype || es == 0 || bytes % es != 0 || d.elems == 0 ||
       chunk.offset() > d.elems || n > d.elems - chunk.offset() ||
@@ -37,7 +56,12 @@ absl::Status Round::Check(const v1::PullChunk& chunk, size_t bytes) const {
 
 void Round::Copy(const v1::PullChunk& chunk, const Payload& values) {
   absl::Status bad = Check(chunk, values.size());
-  if (bad.ok() && !values.empty()) {
+  if (bad.ok() && chunk.index() < dests_.size() && dests_[chunk.index()].mirror != nullptr &&
+      (!values.empty() || !chunk.indices().empty())) {
+    const absl::Time t0 = absl::Now();
+    CopyViaMirror(chunk, values, dests_[chunk.index()]);
+    if (copy_ns_) copy_ns_->fetch_add(absl::ToInt64Nanoseconds(absl::Now() - t0));
+  } else if (bad.ok() && !values.empty()) {
     const absl::Time t0 = absl::Now();
     CopyIn(chunk, values, dests_[chunk.index()]);
     if (copy_ns_) copy_ns_->fetch_add(absl::ToInt64Nanoseconds(absl::Now() - t0));
@@ -48,7 +72,7 @@ void Round::Copy(const v1::PullChunk& chunk, const Payload& values) {
 float* Round::DirectTarget(const v1::PullChunk& chunk, size_t bytes) const {
   if (bytes == 0 || chunk.dtype() != v1::DT_FLOAT32 || !Check(chunk, bytes).ok()) return nullptr;
   const ReplyDest& d = dests_[chunk.index()];
-  if (d.pos != nullptr || d.base == nullptr) return nullptr;
+  if (d.pos != nullptr || d.base == nullptr || d.mirror != nullptr) return nullptr;
   return d.base + chunk.offset();
 }
 
@@ -78,6 +102,32 @@ void Round::CopyIn(const v1::PullChunk& chunk, const Payload& values, const Repl
     values.DecodeFloats(chunk.dtype(), r * d.width, d.width,
                         d.rows + static_cast<size_t>(d.pos[first_row + r]) * d.width);
   }
+}
+
+void Round::CopyViaMirror(const v1::PullChunk& chunk, const Payload& values,
+                          const ReplyDest& d) {
+  const size_t es = DTypeSize(chunk.dtype());
+  if (!chunk.indices().empty()) {
+    const size_t count = chunk.indices().size() / 4;
+    thread_local std::vector<float> decoded;
+    decoded.resize(count);
+    values.DecodeFloats(chunk.dtype(), 0, count, decoded.data());
+    for (size_t i = 0; i < count; ++i) {
+      uint32_t at;
+      std::memcpy(&at, chunk.indices().data() + 4 * i, 4);
+      d.mirror[at] = decoded[i];
+    }
+    std::memcpy(d.base, d.mirror, d.elems * sizeof(float));
+  } else {
+    const uint64_t n = values.size() / es;
+    values.DecodeFloats(chunk.dtype(), 0, n, d.mirror + chunk.offset());
+    std::memcpy(d.base + chunk.offset(), d.mirror + chunk.offset(), n * sizeof(float));
+  }
+  // The view this copy now matches (0 from a server that keeps none: start one next time). A
+  // whole block in several chunks (a server without the view asked for) keeps none either.
+  *d.view = (chunk.indices().empty() && (chunk.offset() != 0 || values.size() / es != d.elems))
+                ? 0
+                : chunk.view();
 }
 
 void Round::Fail(const absl::Status& st) {

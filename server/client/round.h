@@ -26,6 +26,11 @@ struct ReplyDest {
   const uint32_t* pos = nullptr;
   uint32_t width = 1;
   float* rows = nullptr;
+  // DENSE with pull compression: the client's copy of the block (its `elems` values, what the
+  // server's view of this worker holds) and its view id. A reply updates both (only the
+  // elements it names, when it names them), then the block goes to `base`.
+  float* mirror = nullptr;
+  uint64_t* view = nullptr;
 };
 
 class Round {
@@ -74,6 +79,9 @@ class Round {
   // OK when the chunk's `bytes` of values fit its destination.
   absl::Status Check(const v1::PullChunk& chunk, size_t bytes) const;
   void CopyIn(const v1::PullChunk& chunk, const Payload& values, const ReplyDest& d);
+  // A reply to a block with a mirror: into the mirror (only the elements it names, or its whole
+  // range), the block to the caller, and the reply's view id.
+  void CopyViaMirror(const v1::PullChunk& chunk, const Payload& values, const ReplyDest& d);
   // Ends an entered chunk (`bad`: it failed the round).
   void Leave(const absl::Status& bad);
 
