@@ -31,7 +31,7 @@ namespace {
 // so it is too): the same threshold, ties and order as the radix select. REQUIRES: 0 < k < n.
 std::optional<std::vector<uint32_t>> SelectTopKFromSample(const float* x, uint64_t n,
                                                            uint64_t k) {
-  constexpr uint64_t kSample = 4096;
+  constexpr uint64_t kSample = 1024;
   if (!codec_simd::CpuHasAvx2F16C() || n < 4 * kSample || k * 16 > n || n >= (uint64_t{1} << 32)) {
     return std::nullopt;
   }
@@ -41,12 +41,31 @@ std::optional<std::vector<uint32_t>> SelectTopKFromSample(const float* x, uint64
       std::min<uint64_t>(kSample, 8 + (2 * k * kSample + n - 1) / n);  // 1-based.
   std::nth_element(sample.begin(), sample.begin() + (rank - 1), sample.end(),
                    std::greater<uint32_t>());
-  const uint32_t guess = sample[rank - 1];
-  if (guess == 0) return std::nullopt;  // Mostly zeros: every element would qualify.
+  // Mostly zeros (a sparse update's difference, say): the candidates are the non-zero elements.
+  const uint32_t guess = std::max<uint32_t>(sample[rank - 1], 1);
   const size_t cap = static_cast<size_t>(4 * k + 64);
   std::vector<uint32_t> cand(cap);
   const size_t found = codec_simd::CollectAbsKeysAtLeast(x, n, guess, cand.data(), cap);
-  if (found < k || found > cap) return std::nullopt;
+  if (found > cap) return std::nullopt;
+  if (found < k) {
+    if (guess != 1) return std::nullopt;
+    // Fewer than k non-zero elements: all of them, and the lowest-indexed zeros (+0 and -0 tie)
+    // up to k.
+    std::vector<uint32_t> idx;
+    idx.reserve(k);
+    uint64_t zeros = k - found;
+    size_t c = 0;
+    for (uint32_t i = 0; idx.size() < k; ++i) {
+      if (c < found && cand[c] == i) {
+        idx.push_back(i);
+        ++c;
+      } else if (zeros > 0) {
+        idx.push_back(i);
+        --zeros;
+      }
+    }
+    return idx;
+  }
   cand.resize(found);
   std::vector<uint32_t> keys(found);
   for (size_t i = 0; i < found; ++i) keys[i] = AbsKey(x[cand[i]]);

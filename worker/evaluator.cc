@@ -29,7 +29,9 @@ absl::StatusOr<Evaluation> Evaluate(kernels::Model& model, kernels::Backend* bac
     // change.
     absl::Status prep = PrepareSlot(model, backend, std::move(*keys), slot);
     if (!prep.ok()) return prep;
-    absl::Status ps = client->Pull(clock, TargetsOf(model, slot, !dense_pulled, true));
+    PullTargets targets = TargetsOf(model, slot, !dense_pulled, true);
+    targets.exact = true;  // The servers' weights (pull compression's copy may lag them).
+    absl::Status ps = client->Pull(clock, targets);
     if (!ps.ok()) return ps;
     dense_pulled = true;
     kernels::StepResult r;

@@ -38,7 +38,9 @@ absl::StatusOr<uint64_t> ExportModel(const kernels::Model& model, kernels::Backe
     if (params[i].sparse) keys[i] = sparse_keys;
   }
   absl::Status ps = PrepareSlot(model, backend, std::move(keys), slot);
-  if (ps.ok()) ps = client->Pull(clock, TargetsOf(model, slot, true, true));
+  PullTargets targets = TargetsOf(model, slot, true, true);
+  targets.exact = true;  // The servers' weights, not a worker's copy that may lag them.
+  if (ps.ok()) ps = client->Pull(clock, targets);
   if (!ps.ok()) return ps;
   std::vector<SafetensorsTensor> tensors;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -82,6 +84,7 @@ absl::StatusOr<uint64_t> ExportParams(const std::vector<kernels::ParamInfo>& par
       targets.dense.push_back({p.name, values[i].data()});
     }
   }
+  targets.exact = true;
   absl::Status ps = client->Pull(clock, targets);
   if (!ps.ok()) return ps;
   std::vector<SafetensorsTensor> tensors;
@@ -144,6 +147,7 @@ absl::StatusOr<uint64_t> ExportListed(const std::vector<kernels::ParamInfo>& par
       values.resize(static_cast<size_t>(p.num_elements()));
       PullTargets targets;
       targets.dense.push_back({p.name, values.data()});
+      targets.exact = true;
       s = client->Pull(clock, targets);
       if (!s.ok()) return s;
       s = (*writer)->Append(absl::string_view(reinterpret_cast<const char*>(values.data()),

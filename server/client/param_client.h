@@ -33,6 +33,10 @@ struct SparseTarget {
 struct PullTargets {
   std::vector<DenseTarget> dense;
   std::vector<SparseTarget> sparse;
+  // What the servers hold, even of tables with pull compression (whose pulls otherwise give
+  // this client's copy, which may lag by what is still owed): evaluation and export. Such a
+  // pull neither uses nor changes the copy.
+  bool exact = false;
 };
 
 // Gradient of a whole dense table (TableSpec elements).

@@ -75,7 +75,7 @@ absl::Status PsClient::Impl::Plan(const Routing& r, int64_t step, uint64_t seq,
   // Pull compression: block `b` of dense table `t` is pulled against this client's copy of it,
   // when this call has the table's mirror to itself (else it is pulled whole).
   auto mirrored = [&](const ClientTable& t) {
-    if (t.mirror == nullptr) return false;
+    if (t.mirror == nullptr || dst == nullptr || dst->exact) return false;
     for (const auto& m : scratch->mirrors) {
       if (m == t.mirror) return true;
     }

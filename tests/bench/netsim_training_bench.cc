@@ -1,24 +1,28 @@
 // Fashion-MNIST MLP training over shaped links (tests/netsim): the real scheduler, one ps_server
 // and one ps_worker, each on a host of its own whose link is shaped to --rate; the same job is
 // trained with each compression in turn (float32, fp16 transport, top-k 1% with error feedback,
-// int8 with error feedback, top-k 1% with fp16 transport) in the same run, and its training
-// throughput (samples/s, from the scheduler's progress while the job runs: steps × batch over the
-// time between the first and last progress seen) and final test accuracy reported, with the
-// ratios against float32; then the same model trained in this process with no parameter server
+// int8 with error feedback, top-k 1% with fp16 transport, top-k both ways: pushes and pulls) in
+// the same run, and its training throughput (samples/s, from the scheduler's progress while the
+// job runs: steps × batch over the time between the first and last progress seen) and final test
+// accuracy reported, with the ratios against float32; then the same model trained in this process with no parameter server
 // (tests/bench/one_process_training.h), and fp32's ratio to it. Needs root.
 //
 //   bazel run -c opt //tests/bench:netsim_training_bench -- [--rate=1gbit] [--epochs=1]
-//       [--hidden=512,256] [--batch=128] [--out=FILE]      (as root)
+//       [--hidden=512,256] [--batch=128] [--optimizer=momentum|sgd]
+//       [--variants=topk1,topk1-both] [--out=FILE]                                   (as root)
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/atomic_file.h"
 #include "scheduler/job_yaml.h"
@@ -31,6 +35,11 @@ ABSL_FLAG(int, epochs, 1, "epochs per job");
 ABSL_FLAG(std::string, hidden, "512,256", "the MLP's hidden widths");
 ABSL_FLAG(int, batch, 128, "batch size");
 ABSL_FLAG(std::string, out, "", "also write the report (markdown) to this file");
+ABSL_FLAG(std::string, optimizer, "momentum",
+          "the job's optimizer: momentum (SGD 0.05 with momentum 0.9) or sgd (plain SGD 0.1: "
+          "its sparse updates leave the pulls' top-k nothing owed)");
+ABSL_FLAG(std::string, variants, "",
+          "comma-separated names of the compressions to run after fp32 (empty: all)");
 
 namespace pscluster::testing {
 namespace {
@@ -49,8 +58,11 @@ struct Result {
 std::string JobYaml(const std::string& name, const Variant& v) {
   std::string yaml = absl::StrCat(
       "name: ", name, "\nmodel:\n  kind: mlp\n  hidden: [", absl::GetFlag(FLAGS_hidden),
-      "]\ndataset:\n  name: fashion_mnist\noptimizer:\n  kind: momentum\n  learning_rate: 0.05\n"
-      "  momentum: 0.9\nconsistency:\n  mode: bsp\nnum_servers: 1\nnum_workers: 1\n"
+      "]\ndataset:\n  name: fashion_mnist\noptimizer:\n",
+      absl::GetFlag(FLAGS_optimizer) == "sgd"
+          ? "  kind: sgd\n  learning_rate: 0.1\n"
+          : "  kind: momentum\n  learning_rate: 0.05\n  momentum: 0.9\n",
+      "consistency:\n  mode: bsp\nnum_servers: 1\nnum_workers: 1\n"
       "gpus_per_worker: 0\ndevice: cpu\nepochs: ", absl::GetFlag(FLAGS_epochs),
       "\nbatch_size: ", absl::GetFlag(FLAGS_batch),
       "\neval_batch_size: 1000\nnum_virtual_shards: 16\nseed: 7\n");
@@ -103,6 +115,11 @@ Result RunJob(NetsimCluster& c, int index, const Variant& v) {
 }
 
 int Main() {
+  if (absl::GetFlag(FLAGS_optimizer) != "sgd" && absl::GetFlag(FLAGS_optimizer) != "momentum") {
+    std::fprintf(stderr, "--optimizer: momentum or sgd, got '%s'\n",
+                 absl::GetFlag(FLAGS_optimizer).c_str());
+    return 2;
+  }
   NetsimClusterOptions o;
   o.servers = 1;
   o.workers = 1;
@@ -120,15 +137,26 @@ int Main() {
       // Top-k pushes in fp16 and fp16 pulls: the pull of the whole model, which the top-k row
       // sends in float32, halves too.
       {"topk1-fp16", "{topk_ratio: 0.01, transport: fp16}"},
+      // Top-k both ways: the pulls send only the 1% of each block that moved most since the
+      // worker's copy (the server keeps what it owes), the pushes the largest 1%.
+      {"topk1-both", "{topk_ratio: 0.01, pull_topk_ratio: 0.01}"},
+      {"topk1-both-fp16", "{topk_ratio: 0.01, pull_topk_ratio: 0.01, transport: fp16}"},
+      {"topk1-pull5-fp16", "{topk_ratio: 0.01, pull_topk_ratio: 0.05, transport: fp16}"},
   };
+  const std::vector<std::string> wanted =
+      absl::StrSplit(absl::GetFlag(FLAGS_variants), ',', absl::SkipEmpty());
   std::string report = absl::StrFormat(
-      "Fashion-MNIST MLP (hidden %s, batch %d, %d epoch(s), momentum SGD), 1 server x 1 worker, "
-      "links %s\n\n| pushes | samples/s | vs fp32 | test accuracy |\n|---|---|---|---|\n",
+      "Fashion-MNIST MLP (hidden %s, batch %d, %d epoch(s), %s), 1 server x 1 worker, "
+      "links %s\n\n| compression | samples/s | vs fp32 | test accuracy |\n|---|---|---|---|\n",
       absl::GetFlag(FLAGS_hidden), absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_epochs),
-      o.rate);
+      absl::GetFlag(FLAGS_optimizer) == "sgd" ? "SGD 0.1" : "momentum SGD", o.rate);
   double base = 0;
   int index = 1;
   for (const Variant& v : variants) {
+    if (base != 0 && !wanted.empty() &&
+        std::find(wanted.begin(), wanted.end(), v.name) == wanted.end()) {
+      continue;
+    }
     Result r = RunJob(**cluster, index++, v);
     if (!r.error.empty()) {
       std::fprintf(stderr, "%s: %s\n%s\n", v.name, r.error.c_str(),

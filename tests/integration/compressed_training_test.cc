@@ -1,6 +1,7 @@
-// Compressed pushes (top-k and int8, with error feedback on the worker) train the Fashion-MNIST
-// MLP as well as dense float32 pushes: the same job (seed, data order, initial weights) is trained
-// three times against two parameter servers in this process, and the test accuracies compared.
+// Compressed pushes (top-k and int8, with error feedback on the worker) and top-k both ways (pulls
+// too, with error feedback on the servers) train the Fashion-MNIST MLP as well as dense float32:
+// the same job (seed, data order, initial weights) is trained four times against two parameter
+// servers in this process, and the test accuracies compared.
 #include <gtest/gtest.h>
 
 #include "common/clock.h"
@@ -85,11 +86,18 @@ TEST_F(CompressedTrainingTest, TopKAndInt8WithErrorFeedbackMatchDenseAccuracy) {
   v1::CompressionSpec int8;
   int8.set_quantize(v1::CompressionSpec::QUANTIZE_INT8);
   const double quantized = Train("int8", &int8);
-  std::printf("test accuracy: float32 %.4f, top-k 1%% %.4f, int8 %.4f\n", dense, sparse,
-              quantized);
+  // Top-k both ways: the pulls too send only the 1% of each block that moved most since the
+  // worker's copy (with plain SGD, a top-k push moves only what it sends, so the pull owes
+  // nothing further and the worker's copy is exact).
+  v1::CompressionSpec both = topk;
+  both.set_pull_topk_ratio(0.01f);
+  const double both_ways = Train("topk-both", &both);
+  std::printf("test accuracy: float32 %.4f, top-k 1%% %.4f, int8 %.4f, top-k 1%% both ways %.4f\n",
+              dense, sparse, quantized, both_ways);
   EXPECT_GT(dense, 0.85);
   EXPECT_GT(sparse, dense - 0.005);
   EXPECT_GT(quantized, dense - 0.005);
+  EXPECT_GT(both_ways, dense - 0.005);
 }
 
 }  // namespace

@@ -100,6 +100,12 @@ TEST_P(PullCompressionTest, AWorkerHoldsWhatItWasSentAndCatchesUpOnceTheWeightsS
   double owed = 0;
   for (uint64_t i = 0; i < kElems; ++i) owed += std::fabs(now[i] - held[i]);
   EXPECT_GT(owed, 0) << "most of each step's change is still owed to the worker";
+  // An exact pull (evaluation, export) reads the servers' weights and leaves the copy alone.
+  std::vector<float> exact(kElems);
+  PullTargets exact_targets{{{"w", exact.data()}}, {}};
+  exact_targets.exact = true;
+  ASSERT_TRUE(worker->Pull(10, exact_targets).ok());
+  EXPECT_EQ(exact, now);
   // What ten whole pulls of the same table cost, for comparison.
   const uint64_t before_plain = BytesOut();
   for (int i = 0; i < 10; ++i) (void)ServersHold(*plain);
@@ -109,8 +115,11 @@ TEST_P(PullCompressionTest, AWorkerHoldsWhatItWasSentAndCatchesUpOnceTheWeightsS
 
   // The weights stand still: within 1 / ratio pulls every owed element has been sent, and the
   // worker holds exactly what the servers hold.
+  const uint64_t before_catch_up = BytesOut();
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(worker->Pull(10, {{{"w", held.data()}}, {}}).ok());
   EXPECT_EQ(held, now);
+  EXPECT_LT(BytesOut() - before_catch_up, plain_bytes * 0.4)
+      << "20 pulls of 5% each: its views were kept through the exact pull";
 
   // A new task of the rank starts with nothing held: whole blocks, right at once. The first
   // task's views are gone with it; should it pull again, it is sent whole blocks too.
