@@ -89,15 +89,10 @@ std::optional<std::vector<uint32_t>> SelectTopKFromSample(const float* x, uint64
 }  // namespace
 
 std::vector<uint32_t> SelectTopK(const float* x, uint64_t n, uint64_t k) {
-  std::vector<uint32_t> idx;
-  if (k >= n) {
-    idx.resize(n);
-    std::iota(idx.begin(), idx.end(), 0u);
-    return idx;
+  if (k > 0 && k < n) {
+    if (auto fast = SelectTopKFromSample(x, n, k); fast.has_value()) return *std::move(fast);
   }
-  if (k == 0) return idx;
-  if (auto fast = SelectTopKFromSample(x, n, k); fast.has_value()) return *std::move(fast);
-  return SelectTopKRadix(x, n, k);
+  return SelectTopKRadix(x, n, k);  // Which also answers k = 0 and k >= n.
 }
 
 std::vector<uint32_t> SelectTopKRadix(const float* x, uint64_t n, uint64_t k) {

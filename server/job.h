@@ -383,6 +383,9 @@ class Job {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(clock_mu_);
   absl::StatusOr<SliceRef> Resolve(const v1::Slice& slice, absl::string_view field) const
       ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+  // The dense block of `s`, or FAILED_PRECONDITION when it is no longer held here.
+  absl::StatusOr<DenseBlock*> HeldBlock(const SliceRef& s) const
+      ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
   // Sparse tables with admission or expiry: *row_decisions gets what was done with each key
   // (PushChunk.row_decisions), for the copies.
   absl::Status ApplyValues(const SliceRef& s, const v1::PushChunk& chunk, const Payload& values,

@@ -138,6 +138,7 @@ absl::StatusOr<int64_t> Job::Leave(uint32_t worker) {
     if (!clock.ok() || !newly) return clock;
     applied_.Clear(worker);
   }
+  pull_views_.DropWorker(worker);  // It pulls no more (a rejoining task starts whole again).
   std::vector<ReadGate::Callback> ready;
   {
     absl::ReaderMutexLock l(&state_mu_);
@@ -223,14 +224,11 @@ absl::StatusOr<PullViews::Reply> Job::ReadView(const SliceRef& s, uint64_t epoch
   absl::Status st = CheckEpoch(epoch, "epoch");
   if (!st.ok()) return st;
   const TableState& t = tables_[s.table];
-  DenseBlock* b = s.dense ? t.dense->block(s.block) : nullptr;
-  if (b == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "slice.block: block ", s.block, " is no longer held here (epoch ", epoch_, ")"));
-  }
+  auto b = HeldBlock(s);
+  if (!b.ok()) return b.status();
   thread_local std::vector<float> weights;
   weights.resize(s.elems);
-  t.dense->Read(b, 0, s.elems, v1::DT_FLOAT32, reinterpret_cast<char*>(weights.data()));
+  t.dense->Read(*b, 0, s.elems, v1::DT_FLOAT32, reinterpret_cast<char*>(weights.data()));
   const float ratio = t.info->spec.compression().pull_topk_ratio();
   // A view asked of a table without pull compression: a plain pull (and no view kept).
   PullViews::Reply reply =
@@ -247,13 +245,19 @@ absl::StatusOr<LentBytes> Job::Lend(const SliceRef& s, uint64_t epoch, uint64_t 
   absl::Status st = CheckEpoch(epoch, "epoch");
   if (!st.ok()) return st;
   const TableState& t = tables_[s.table];
-  DenseBlock* b = s.dense ? t.dense->block(s.block) : nullptr;
+  auto b = HeldBlock(s);
+  if (!b.ok()) return b.status();
+  CountShard(t.dense->ShardOf(s.block), n * sizeof(float));
+  return t.dense->Lend(*b, first, n);
+}
+
+absl::StatusOr<DenseBlock*> Job::HeldBlock(const SliceRef& s) const {
+  DenseBlock* b = s.dense ? tables_[s.table].dense->block(s.block) : nullptr;
   if (b == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "slice.block: block ", s.block, " is no longer held here (epoch ", epoch_, ")"));
   }
-  CountShard(t.dense->ShardOf(s.block), n * sizeof(float));
-  return t.dense->Lend(b, first, n);
+  return b;
 }
 
 int64_t Job::RecordServedPull(int64_t reader_clock, int64_t min) {

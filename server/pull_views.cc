@@ -97,10 +97,17 @@ PullViews::Reply PullViews::Encode(uint32_t worker, uint32_t table, uint64_t blo
 }
 
 void PullViews::DropUnless(const std::function<bool(uint32_t table, uint64_t block)>& keep) {
+  DropIf([&](const Key& k) { return !keep(std::get<1>(k), std::get<2>(k)); });
+}
+
+void PullViews::DropWorker(uint32_t worker) {
+  DropIf([worker](const Key& k) { return std::get<0>(k) == worker; });
+}
+
+void PullViews::DropIf(const std::function<bool(const Key&)>& drop) {
   absl::MutexLock l(&mu_);
   for (auto it = views_.begin(); it != views_.end();) {
-    const auto& [worker, table, block] = it->first;
-    if (keep(table, block)) {
+    if (!drop(it->first)) {
       ++it;
       continue;
     }

@@ -53,6 +53,8 @@ class PullViews {
                uint64_t n, v1::DataType dtype, float ratio);
   // Forgets the views of blocks for which `keep(table, block)` is false (shards moved away).
   void DropUnless(const std::function<bool(uint32_t table, uint64_t block)>& keep);
+  // Forgets every view of `worker` (a rank that left the job).
+  void DropWorker(uint32_t worker);
   // Bytes of view values held.
   uint64_t bytes() const;
 
@@ -66,6 +68,7 @@ class PullViews {
   };
   using Key = std::tuple<uint32_t, uint32_t, uint64_t>;  // (worker, table, block)
   uint64_t NextId();
+  void DropIf(const std::function<bool(const Key&)>& drop);
 
   MemoryBudget* const budget_;
   mutable absl::Mutex mu_;

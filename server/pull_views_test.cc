@@ -150,6 +150,11 @@ TEST(PullViewsTest, ViewsAreChargedToTheBudgetAndDroppedWithTheirBlocks) {
     views.DropUnless([](uint32_t, uint64_t block) { return block % 2 == 0; });
     EXPECT_EQ(views.bytes(), 5u * 400);
     EXPECT_EQ(budget.used(), 5u * 400);
+    (void)views.Encode(3, 0, 0, kPullViewStart, w.data(), 100, v1::DT_FLOAT32, 0.1f);
+    EXPECT_EQ(views.bytes(), 6u * 400);
+    views.DropWorker(0);  // Worker 0 left: only worker 3's view stays.
+    EXPECT_EQ(views.bytes(), 400u);
+    EXPECT_EQ(budget.used(), 400u);
   }
   EXPECT_EQ(budget.used(), 0u) << "released when the views go";
 }
