@@ -7,9 +7,10 @@
 //   * int8 quantize / dequantize (QuantizeInt8 / DequantizeInt8, groups of kInt8ScaleGroup);
 //   * the same fp16 and int8 calls through the scalar reference code (what CPUs without AVX2 /
 //     F16C run);
-//   * top-k 1% selection (SelectTopK) and the worker's whole error-feedback compression of one
-//     step (ErrorFeedback::Compress) for top-k 1% and int8, as the worker runs them per push: in
-//     blocks of kDefaultBlockElems.
+//   * top-k 1% selection (SelectTopK: a sampled threshold and one vector pass; and the radix
+//     select alone, which it falls back on) and the worker's whole error-feedback compression of
+//     one step (ErrorFeedback::Compress) for top-k 1% and int8, as the worker runs them per push:
+//     in blocks of kDefaultBlockElems.
 // Each rate is the median of --runs timed runs of at least --min_ms each, the rows interleaved
 // run by run so that a slow spell of the shared machine hits every row.
 //
@@ -125,6 +126,14 @@ int Main() {
                     for (size_t first = 0; first < n; first += kDefaultBlockElems) {
                       const size_t len = std::min<size_t>(kDefaultBlockElems, n - first);
                       SelectTopK(x.data() + first, len, TopKCount(len, 0.01f));
+                    }
+                  },
+                  {}});
+  rows.push_back({"top-k 1% select, radix select only",
+                  [&] {
+                    for (size_t first = 0; first < n; first += kDefaultBlockElems) {
+                      const size_t len = std::min<size_t>(kDefaultBlockElems, n - first);
+                      SelectTopKRadix(x.data() + first, len, TopKCount(len, 0.01f));
                     }
                   },
                   {}});
