@@ -7,7 +7,8 @@
 //          takes effect there and forwards every update it applies from then on; then the rest.
 //   wait:  until the target's copy has its snapshot and its primary's clocks and records of
 //          applied chunks, sent right behind it (ReplicaOnServer.caught_up): it then drops
-//          exactly what the primary applied, a round that began before the snapshot included.
+//          exactly what the primary applied, a round that began before the snapshot included;
+//          then, for pacing only, until every worker has ended a step since (PaceToAStep).
 //   map 2: the target is the shard's primary. The old primary takes it first (it stops applying
 //          the shard's chunks and hands the target everything it applied), then the rest; the
 //          target takes its copy over atomically with the map.
@@ -61,6 +62,13 @@ class MovesPass final : public Pass {
   // Moves the queued shard move of `job_id`: map 1 gives the target a live copy, map 2 (once
   // it has caught up) makes it the primary. Records the outcome in the job.
   void ExecuteMove(const std::string& job_id);
+  // A switch waits for a step end: waits (on the scheduler's clock, at most
+  // --move_copy_timeout_ms) until every rank still in job `job_id` has completed a step on the
+  // server at `address` since this was called, or the job stops running, its map moves past
+  // `epoch`, or the scheduler stops. The switch then meets the workers between two rounds, and
+  // the moves of a drain or a scale leave the job a step between each other, instead of meeting
+  // the workers' rounds back to back. Only pacing: the copy is exact before this is called.
+  void PaceToAStep(const std::string& job_id, const std::string& address, uint64_t epoch);
   // The CreateTables a server joining the job gets: the tables as `from` (the job's server at
   // `address`) declared them. FAILED_PRECONDITION when a rank has left the job.
   absl::StatusOr<v1::CreateTablesRequest> TablesFromPrimary(const std::string& job_id,
@@ -392,7 +400,11 @@ void MovesPass::ExecuteMove(const std::string& job_id) {
           caught_up = caught_up || (r.primary() == primary && r.caught_up());
         }
       }
-      if (caught_up) break;
+      if (caught_up) {
+        // The copy is exact. The switch waits for the workers' next step end (PaceToAStep).
+        PaceToAStep(job_id, address[primary], copying.epoch());
+        break;
+      }
       if (core_.clock().Now() - wait_start > core_.options().move_copy_timeout) {
         s = absl::DeadlineExceededError(
             absl::StrCat("the copy on ", move.to(), " did not catch up within ",
@@ -553,6 +565,37 @@ void MovesPass::ExecuteMove(const std::string& job_id) {
       job_id, move.shard(), move.backup() ? "'s backup" : "", move.from(), move.to(), next.epoch(),
       Ms(t1 - t0), Ms(t2 - t1));
   core_.Wake();
+}
+
+void MovesPass::PaceToAStep(const std::string& job_id, const std::string& address,
+                            uint64_t epoch) {
+  auto still_on = [&] {
+    absl::MutexLock l(&core_.mu());
+    JobRecord* rec = core_.jobs().Find(job_id);
+    return !core_.stopping() && rec != nullptr && rec->job.state() == v1::JOB_RUNNING &&
+           rec->shard_map.epoch() == epoch;
+  };
+  if (!still_on()) return;
+  // Each rank's clock there now; then until each moved past it.
+  absl::flat_hash_map<uint32_t, int64_t> from;
+  const absl::Time since = core_.clock().Now();
+  while (core_.clock().Now() - since <= core_.options().move_copy_timeout) {
+    auto st = core_.rpc().ServerStatus(address, job_id);
+    if (st.ok() && st->jobs_size() == 1) {
+      const v1::JobOnServer& j = st->jobs(0);
+      if (j.clocks().empty()) return;  // No rank's clock to watch.
+      absl::flat_hash_set<uint32_t> left(j.left_workers().begin(), j.left_workers().end());
+      bool stepped = !from.empty();
+      for (const v1::WorkerClock& c : j.clocks()) {
+        if (left.contains(c.worker())) continue;
+        auto [it, fresh] = from.emplace(c.worker(), c.clock());
+        stepped = stepped && !fresh && c.clock() > it->second;
+      }
+      if (stepped) return;
+    }
+    core_.clock().SleepFor(kCopyPoll);
+    if (!still_on()) return;
+  }
 }
 
 absl::StatusOr<v1::CreateTablesRequest> MovesPass::TablesFromPrimary(const std::string& job_id,
