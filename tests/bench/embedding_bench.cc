@@ -5,9 +5,10 @@
 //
 // 1. Fill: every one of --keys keys (width --width, Adagrad) is pushed once, in batches, through
 //    the data plane (PsClient) into a ps_server with --memory_bytes and --spill_dir: the rate.
-// 2. Traffic: --steps steps, each a pull then a push of --batch keys drawn from Zipf(--zipf) over
-//    the keys (ranks scattered over the key space by a bijective hash), rows per second counted
-//    as rows pulled plus rows pushed; the server's RAM hit ratio, spills and peak RSS (VmHWM).
+// 2. Traffic: --steps steps (after --warmup_steps unmeasured ones), each a pull then a push of
+//    --batch keys drawn from Zipf(--zipf) over the keys (ranks scattered over the key space by a
+//    bijective hash), rows per second counted as rows pulled plus rows pushed; the server's RAM
+//    hit ratio over the measured steps, spills and peak RSS (VmHWM).
 // 3. Baseline: the same steps against a ps_server without a cap, holding only the keys the run
 //    touches (rows made by their first push). Ratio = capped rows/s / uncapped rows/s.
 #include <unistd.h>
@@ -36,6 +37,9 @@ ABSL_FLAG(double, zipf, 1.1, "Zipf exponent of the traffic");
 ABSL_FLAG(uint32_t, batch, 8192, "keys per pull and per push in the traffic phase");
 ABSL_FLAG(uint32_t, fill_batch, 65536, "keys per push while filling");
 ABSL_FLAG(int, steps, 300, "traffic steps (a pull and a push each) per server");
+ABSL_FLAG(int, warmup_steps, 0,
+          "traffic steps run before the measured ones, not counted (the capped server's memory "
+          "then holds the traffic's hot rows, not the fill's last ones)");
 ABSL_FLAG(std::string, spill_dir, "", "disk tier directory (default: $TEST_TMPDIR or /tmp)");
 ABSL_FLAG(std::string, server_binary, "", "ps_server binary (default: from the runfiles)");
 
@@ -98,6 +102,7 @@ struct Run {
   v1::TableStatus table;
   uint64_t peak_rss_kb = 0, rss_kb = 0, rss_after_start_kb = 0;
   uint64_t distinct = 0;
+  v1::TableStatus before_measured;  // The table's counters before the measured steps.
 };
 
 Run RunOn(const std::string& server_bin, const std::vector<std::string>& args, bool fill,
@@ -169,7 +174,12 @@ Run RunOn(const std::string& server_bin, const std::vector<std::string>& args, b
   absl::flat_hash_set<uint64_t> touched, in_batch;
   uint64_t moved = 0;
   absl::Duration busy;
-  for (int s = 0; s < absl::GetFlag(FLAGS_steps); ++s) {
+  const int warmup = absl::GetFlag(FLAGS_warmup_steps);
+  for (int s = 0; s < warmup + absl::GetFlag(FLAGS_steps); ++s) {
+    if (s == warmup && warmup > 0) {
+      r.before_measured = status().jobs(0).tables(0);
+      touched.clear();
+    }
     keys.clear();
     in_batch.clear();
     while (keys.size() < batch) {
@@ -181,9 +191,11 @@ Run RunOn(const std::string& server_bin, const std::vector<std::string>& args, b
     const absl::Time t0 = absl::Now();
     Die((*client)->Pull(step, {{}, {{"emb", keys, rows.data()}}}), "pull");
     Die((*client)->Push(step, {{}, {{"emb", keys, g.data()}}}), "push");
-    busy += absl::Now() - t0;
+    if (s >= warmup) {
+      busy += absl::Now() - t0;
+      moved += 2 * keys.size();
+    }
     ++step;
-    moved += 2 * keys.size();
   }
   r.rows_per_sec = moved / absl::ToDoubleSeconds(busy);
   r.distinct = touched.size();
@@ -211,19 +223,21 @@ int Main() {
   std::string spill = absl::GetFlag(FLAGS_spill_dir);
   if (spill.empty()) spill = getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp";
   std::printf("keys %llu, width %u, Adagrad (%llu B per row), cap %llu B (%.1f%% of the rows), "
-              "Zipf(%.2f), %d steps of %u keys pulled and pushed\n",
+              "Zipf(%.2f), %d steps of %u keys pulled and pushed (after %d unmeasured)\n",
               static_cast<unsigned long long>(n), width, static_cast<unsigned long long>(row_bytes),
               static_cast<unsigned long long>(cap), 100.0 * cap / (n * row_bytes),
-              absl::GetFlag(FLAGS_zipf), absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_batch));
+              absl::GetFlag(FLAGS_zipf), absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_batch),
+              absl::GetFlag(FLAGS_warmup_steps));
   std::fflush(stdout);
   const Run capped = RunOn(bin, {absl::StrCat("--memory_bytes=", cap), "--spill_dir=" + spill,
                                  "--log_level=warn"},
                            /*fill=*/true, "capped");
   const Run ram = RunOn(bin, {"--log_level=warn"}, /*fill=*/false, "uncapped");
   const auto& t = capped.table;
-  const double hit = t.ram_hits() + t.disk_reads() > 0
-                         ? double(t.ram_hits()) / double(t.ram_hits() + t.disk_reads())
-                         : 0;
+  // Over the measured steps (and the fill's touches when there is no warm-up).
+  const double hits = double(t.ram_hits()) - double(capped.before_measured.ram_hits());
+  const double reads = double(t.disk_reads()) - double(capped.before_measured.disk_reads());
+  const double hit = hits + reads > 0 ? hits / (hits + reads) : 0;
   std::printf("\n| server | fill rows/s | traffic rows/s | rows in RAM | rows on disk | RAM hit "
               "ratio | spills | peak RSS MiB | RSS at start MiB |\n|---|---|---|---|---|---|---|---|---|\n");
   std::printf("| capped, disk tier | %.0f | %.0f | %llu | %llu | %.3f | %llu | %.0f | %.0f |\n",
