@@ -30,10 +30,11 @@ constexpr int kCheckpointEvery = 100;
 // Submits a Fashion-MNIST job (`hidden` units, `epochs`) with periodic checkpoints under `ckpt`
 // and waits until it runs past `step`; `seen` gets its last state. False (reported) otherwise.
 bool SubmitAndRunPast(E2eCluster& c, const std::string& name, int epochs, int hidden,
-                      const std::string& ckpt, int64_t step, v1::Job* seen) {
+                      const std::string& ckpt, int64_t step, v1::Job* seen,
+                      const std::string& more_yaml = "") {
   const std::string yaml = absl::StrCat(FashionJobYaml(name, epochs, "", hidden),
                                         "checkpoint_every_steps: ", kCheckpointEvery, "\n",
-                                        "checkpoint_dir: ", ckpt, "\n");
+                                        "checkpoint_dir: ", ckpt, "\n", more_yaml);
   CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
   if (submit.exit_code != 0) {
     ADD_FAILURE() << submit.output;
@@ -185,18 +186,9 @@ TEST(E2eMoveTest, ANewPrimaryKilledRightAfterAMoveIsReplacedByTheBackupThatKeptI
   E2eCluster& c = **cluster;
   const std::string ckpt = c.dir() + "/ckpt";
   const std::string id = "job-1";
-  const std::string yaml =
-      absl::StrCat(FashionJobYaml("kept-copy", kEpochs, "", kHidden), "replication: 2\n",
-                   "checkpoint_every_steps: ", kCheckpointEvery, "\n", "checkpoint_dir: ", ckpt,
-                   "\n");
-  CommandResult submit = c.Psctl({"submit", c.WriteFile("job.yaml", yaml)});
-  ASSERT_EQ(submit.exit_code, 0) << submit.output;
   v1::Job seen;
-  ASSERT_TRUE(WaitFor(absl::Seconds(120), [&] {
-    auto j = c.GetJob(id);
-    if (j.ok()) seen = *j;
-    return j.ok() && j->state() == v1::JOB_RUNNING && j->progress().step() >= 150;
-  })) << seen.DebugString() << c.LogTails();
+  ASSERT_TRUE(
+      SubmitAndRunPast(c, "kept-copy", kEpochs, kHidden, ckpt, 150, &seen, "replication: 2\n"));
   ASSERT_EQ(seen.servers_size(), 2);
   auto busiest = BusiestShard(c, id);
   ASSERT_TRUE(busiest.ok()) << busiest.status();
