@@ -165,8 +165,13 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ad
   // default), so that a server that died without closing is noticed within 15 s. Our servers
   // accept a ping every 5 s (common/grpc_server.cc).
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  // Reconnect quickly after a daemon restarts (the default backoff grows to minutes).
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // Reconnect quickly after a daemon restarts (the default backoff grows to minutes): the first
+  // retry comes 100 ms after a refused connection, and retries are at most 2 s apart. gRPC also
+  // takes the minimum backoff as the time a connection attempt may last (TCP and the HTTP/2 or
+  // TLS handshake): 100 ms there made every attempt fail on a loaded machine ("connection attempt
+  // timed out before receiving SETTINGS frame") and would never reach a server a few round trips
+  // away over TLS, so an attempt gets 5 s.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   for (const auto& [name, value] : options.int_args) args.SetInt(name, value);
