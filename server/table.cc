@@ -194,7 +194,9 @@ SparseTable::SparseTable(const TableInfo* info, const Clock* clock, std::string 
       policy_(info->spec.embedding(), info->hash, info->spec.init().seed()),
       row_floats_(info->width * info->floats_per_elem()),
       rows_per_page_(std::max<size_t>(1, kPageBytes / (row_floats_ * sizeof(float)))),
-      stripes_(new Stripe[kStripes]) {}
+      stripes_(new Stripe[kStripes]) {
+  if (tiered()) pushes_ = std::make_unique<RecentTouches>();
+}
 
 SparseTable::~SparseTable() = default;
 

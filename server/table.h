@@ -33,6 +33,7 @@
 #include "server/memory_budget.h"
 #include "server/optimizer.h"
 #include "server/payload.h"
+#include "server/recent_touches.h"
 #include "server/row_store.h"
 #include "server/step_counts.h"
 
@@ -133,8 +134,10 @@ class SparseTable {
   // `clock` (may be null: time stands still) times expiry in seconds. `spill_path` (empty:
   // none) is the directory of the table's disk tier: when the memory budget is short, the least
   // recently used rows (a clock sweep per stripe) move there with their optimizer state and
-  // step counts, and come back when a push touches them; pulls read them in place. The
-  // directory is made at the first spill and removed with the table.
+  // step counts (the clock's candidates pushed least often lately go first), and come back when
+  // a push finds them pushed more often lately than the rows spilled lately (else the push
+  // updates them where they lie, on disk); pulls read them in place. The directory is made
+  // at the first spill and removed with the table.
   // REQUIRES: the clock outlives the table; the parent of `spill_path` exists.
   explicit SparseTable(const TableInfo* info, const Clock* clock = nullptr,
                        std::string spill_path = "");
@@ -158,6 +161,7 @@ class SparseTable {
     uint64_t ram_hits = 0;    // Row touches (pushes and pulls) that found the row in memory.
     uint64_t disk_reads = 0;  // Row touches that found it on disk (pushes bring it back).
     uint64_t spills = 0;      // Rows moved to disk.
+    uint64_t updated_on_disk = 0;  // Pushes applied to a row where it lay on disk.
   };
 
   uint32_t ShardOf(uint64_t key) const;
@@ -263,7 +267,8 @@ class SparseTable {
   // free enough; disk errors name the directory. Holds no stripe lock when called.
   absl::Status Reserve(uint64_t bytes, MemoryBudget* budget, uint64_t rows_wanted);
   // Moves up to `want` cold rows of `s` to disk; returns how many.
-  uint64_t SpillFrom(Stripe* s, uint64_t want, MemoryBudget* budget, absl::Status* error)
+  uint64_t SpillFrom(Stripe* s, uint64_t want, bool hot_too, MemoryBudget* budget,
+                     absl::Status* error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
   // The row of `key` on disk, if any: [updates | last_step | last_ms | weights | slots].
   bool ReadSpilled(uint64_t key, std::string* value, absl::Status* error) const;
@@ -278,6 +283,13 @@ class SparseTable {
   const Clock* const clock_;
   const std::string spill_path_;
   EmbeddingPolicy policy_;
+  // With a disk tier: how often each key was pushed lately (TinyLFU's sketch). A row pushed
+  // lately by more than one push more often than the rows spilled lately (victim_pushes_x16_,
+  // their mean) is passed over by the spilling clock's first turn, and only such a row comes
+  // back into memory when pushed while on disk (else it is updated where it lies). So rows of a
+  // skewed key space's long tail, touched once or twice, do not push hotter rows out of memory.
+  std::unique_ptr<RecentTouches> pushes_;
+  std::atomic<uint32_t> victim_pushes_x16_{0};  // Mean estimate of recent victims, times 16.
   absl::Mutex store_mu_;
   std::unique_ptr<RowStore> store_ ABSL_GUARDED_BY(store_mu_);  // Opened at the first spill.
   std::atomic<RowStore*> store_ptr_{nullptr};                      // store_, once open.
@@ -285,6 +297,7 @@ class SparseTable {
   std::atomic<uint64_t> ram_hits_{0};
   std::atomic<uint64_t> disk_reads_{0};
   std::atomic<uint64_t> spills_{0};
+  std::atomic<uint64_t> updated_on_disk_{0};
   std::atomic<uint32_t> spill_cursor_{0};
   // The latest step any push was applied at (a pull's "now" for expiry in steps).
   std::atomic<int64_t> max_step_{0};

@@ -47,6 +47,8 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
   // and a row on disk counts as present (its step decides expiry) but needs memory to come back.
   uint64_t need = 0;
   std::vector<uint8_t> pinned(tiered() ? keys.size() : 0);
+  // Rows on disk that this push updates where they are (their first push there lately).
+  std::vector<uint8_t> in_place(tiered() ? keys.size() : 0);
   auto unpin = [&] {
     if (!tiered()) return;
     for (int s = 0; s < kStripes; ++s) {
@@ -108,6 +110,17 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
       } else {
         d = static_cast<char>(policy_.Admit(keys[i], step) ? kRowApplied : kRowCounted);
       }
+      if (tiered() && d != kRowCounted) {
+        const uint32_t pushed = pushes_->Add(keys[i]);
+        // Back into memory only when pushed lately by more than one push more often than the
+        // rows spilled lately, on average (TinyLFU's admission against the victim): else it
+        // would push out a row about as hot as itself.
+        if (d == kRowApplied && !in_ram && !on_disk[i].empty() &&
+            pushed * 16 <= victim_pushes_x16_.load(std::memory_order_relaxed) + 16) {
+          in_place[i] = 1;
+          continue;
+        }
+      }
       if (d != kRowCounted && (!in_ram || d == kRowRestarted)) ++need;
     }
   }
@@ -123,17 +136,65 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
   // Phase 2: apply.
   const size_t width = info_->width;
   const OptimizerParams opt = AtStep(info_->optimizer, step);
-  std::vector<float> g(width);
+  std::vector<float> g(width), cold(row_floats_);
+  std::vector<std::pair<uint64_t, std::string>> write_back;  // Rows updated on disk.
   uint64_t made = 0, counted = 0, restarted = 0;
   for (int s = 0; s < kStripes; ++s) {
     if (count[s] == count[s + 1]) continue;
     Stripe* st = &stripes_[s];
     absl::ReleasableMutexLock l(&st->mu);
+    write_back.clear();
     for (int j = count[s]; j < count[s + 1]; ++j) {
       const size_t i = order[j];
       const uint8_t d = static_cast<uint8_t>(decided[i]);
       if (d == kRowCounted) {
         ++counted;
+        continue;
+      }
+      std::string v;
+      absl::Status disk_read;
+      if (!in_place.empty() && in_place[i] && !st->index.contains(keys[i])) {
+        // Read again if a spill since may have changed it (brought back by another push and
+        // spilled again: then it is on disk still).
+        if (st->spill_gen == gen[s]) {
+          v = std::move(on_disk[i]);
+        } else if (!ReadSpilled(keys[i], &v, &disk_read)) {
+          v.clear();
+        }
+      }
+      if (!v.empty() || !disk_read.ok()) {
+        // Updated where it lies, as in memory, and written back with the stripe's other such
+        // rows below.
+        if (disk_read.ok() && v.size() != 24 + row_bytes) {
+          disk_read = absl::DataLossError(absl::StrCat(
+              "table '", info_->spec.name(), "': disk tier ", spill_path_, " holds ", v.size(),
+              " bytes for row ", keys[i], ", expected ", 24 + row_bytes));
+        }
+        if (!disk_read.ok()) {
+          budget->Release(reserved);
+          l.Release();
+          unpin();
+          return disk_read;
+        }
+        int64_t updates, last_step;
+        std::memcpy(&updates, v.data(), 8);
+        std::memcpy(&last_step, v.data() + 8, 8);
+        std::memcpy(cold.data(), v.data() + 24, row_bytes);
+        grad(i * width, width, g.data());
+        ++updates;
+        ApplyUpdate(opt, updates, width, g.data(), cold.data(),
+                    opt.num_slots() >= 1 ? cold.data() + width : nullptr,
+                    opt.num_slots() >= 2 ? cold.data() + 2 * width : nullptr);
+        std::memcpy(&v[0], &updates, 8);
+        if (has_meta()) {
+          last_step = std::max(last_step, step);
+          const int64_t last_ms = now_ms;
+          std::memcpy(&v[8], &last_step, 8);
+          std::memcpy(&v[16], &last_ms, 8);
+        }
+        std::memcpy(&v[24], cold.data(), row_bytes);
+        write_back.emplace_back(keys[i], std::move(v));
+        disk_reads_.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
       const bool present = st->index.contains(keys[i]);
@@ -169,6 +230,19 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
         st->last_step[id] = std::max(st->last_step[id], step);
         st->last_ms[id] = now_ms;
       }
+    }
+    if (!write_back.empty()) {
+      // Under the stripe's lock: no other push or pull of these keys reads them meanwhile.
+      absl::Status put = store_ptr_.load()->PutAll(write_back);
+      if (!put.ok()) {
+        budget->Release(reserved);
+        l.Release();
+        unpin();
+        return absl::Status(put.code(), absl::StrCat("table '", info_->spec.name(),
+                                                     "': updating rows on disk: ",
+                                                     put.message()));
+      }
+      updated_on_disk_.fetch_add(write_back.size(), std::memory_order_relaxed);
     }
   }
   budget->Release(reserved);
@@ -206,6 +280,7 @@ SparseTable::PolicyCounts SparseTable::policy_counts() const {
   c.ram_hits = ram_hits_.load(std::memory_order_relaxed);
   c.disk_reads = disk_reads_.load(std::memory_order_relaxed);
   c.spills = spills_.load(std::memory_order_relaxed);
+  c.updated_on_disk = updated_on_disk_.load(std::memory_order_relaxed);
   return c;
 }
 

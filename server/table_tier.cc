@@ -32,13 +32,18 @@ std::string SparseTable::EncodeRow(Stripe* s, uint32_t id) const {
   return v;
 }
 
-uint64_t SparseTable::SpillFrom(Stripe* s, uint64_t want, MemoryBudget* budget,
+uint64_t SparseTable::SpillFrom(Stripe* s, uint64_t want, bool hot_too, MemoryBudget* budget,
                                 absl::Status* error) {
   const uint32_t n = static_cast<uint32_t>(s->keys.size());
   if (n == 0 || want == 0) return 0;
-  // The clock: a row touched since the hand last passed gets a second chance.
+  // The clock: a row touched since the hand last passed gets a second chance, and so, unless
+  // `hot_too`, does a row pushed lately by more than one push more often than the rows spilled
+  // lately (TinyLFU's frequency against recency: a hot row untouched for a while stays, a row of
+  // the long tail goes first). With `hot_too`, the hand's third turn takes any row not touched.
   std::vector<uint32_t> victims;
-  for (uint32_t looked = 0; looked < 2 * n && victims.size() < want; ++looked) {
+  const uint32_t bar = victim_pushes_x16_.load(std::memory_order_relaxed) + 16;
+  const uint32_t turns = hot_too ? 3 : 2;
+  for (uint32_t looked = 0; looked < turns * n && victims.size() < want; ++looked) {
     const uint32_t id = s->hand;
     s->hand = (s->hand + 1) % n;
     if (!s->live[id] || s->pins[id] > 0) continue;
@@ -46,10 +51,21 @@ uint64_t SparseTable::SpillFrom(Stripe* s, uint64_t want, MemoryBudget* budget,
       s->referenced[id] = 0;
       continue;
     }
+    if (looked < 2 * n && pushes_->Estimate(s->keys[id]) * 16 > bar) continue;
     s->live[id] = 0;  // Taken: not looked at again in this sweep.
     victims.push_back(id);
   }
   if (victims.empty()) return 0;
+  {
+    uint64_t sum = 0;
+    for (uint32_t id : victims) sum += pushes_->Estimate(s->keys[id]);
+    const uint32_t mean_x16 = static_cast<uint32_t>(16 * sum / victims.size());
+    // A moving average over spills: the admission bar of rows pushed while on disk.
+    uint32_t old = victim_pushes_x16_.load(std::memory_order_relaxed);
+    while (!victim_pushes_x16_.compare_exchange_weak(old, (7 * old + mean_x16) / 8,
+                                                     std::memory_order_relaxed)) {
+    }
+  }
   std::vector<std::pair<uint64_t, std::string>> rows;
   rows.reserve(victims.size());
   for (uint32_t id : victims) rows.emplace_back(s->keys[id], EncodeRow(s, id));
@@ -95,7 +111,9 @@ absl::Status SparseTable::Reserve(uint64_t bytes, MemoryBudget* budget, uint64_t
   }
   // Spill what is needed and a little more (up to 1/32 of the rows in memory, at most 256: one
   // disk write for several calls), a few stripes at a time, starting where the last spill
-  // stopped so that every stripe's clock turns.
+  // stopped so that every stripe's clock turns. The first two rounds over the stripes spare the
+  // hot rows (a stripe short of colder ones leaves its share to the stripes after it); the
+  // last two do not.
   const uint64_t in_memory = rows() - rows_on_disk_.load(std::memory_order_relaxed);
   const uint64_t batch = std::max<uint64_t>(std::min<uint64_t>(256, in_memory / 32),
                                             (bytes + row_bytes - 1) / row_bytes);
@@ -105,12 +123,12 @@ absl::Status SparseTable::Reserve(uint64_t bytes, MemoryBudget* budget, uint64_t
       Stripe* st = &stripes_[spill_cursor_.fetch_add(1, std::memory_order_relaxed) % kStripes];
       absl::Status error;
       absl::MutexLock l(&st->mu);
-      freed += SpillFrom(st, (batch - freed + kStripes - 1 - k) / (kStripes - k) + 1, budget,
-                         &error);
+      freed += SpillFrom(st, (batch - freed + kStripes - 1 - k) / (kStripes - k) + 1,
+                         /*hot_too=*/attempt >= 2, budget, &error);
       if (!error.ok()) return error;
     }
     if (budget->TryReserve(bytes)) return absl::OkStatus();
-    if (freed == 0) break;
+    if (freed == 0 && attempt >= 2) break;
   }
   return short_of_memory(absl::StrCat(
       " even with every other row of the table spilled to ", spill_path_,

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <map>
 #include <string>
 #include <tuple>
@@ -131,6 +132,7 @@ TEST_P(TierTest, ACappedTableIsBitIdenticalToAnUncappedOne) {
   EXPECT_GT(c.rows_on_disk, 0u);
   EXPECT_GT(c.disk_reads, 0u);
   EXPECT_GT(c.ram_hits, c.disk_reads) << "skewed traffic mostly hits memory";
+  EXPECT_GT(c.updated_on_disk, 0u) << "rows pushed once while on disk were updated there";
   EXPECT_EQ(capped.table.bytes_held(), capped.budget.used());
   ExpectSameRows(ram.All(), capped.All(), /*steps=*/GetParam());
   EXPECT_TRUE(Exists(dir));
@@ -140,6 +142,90 @@ TEST_P(TierTest, ACappedTableIsBitIdenticalToAnUncappedOne) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PlainAndWithPolicy, TierTest, ::testing::Bool());
+
+// A row pushed while on disk is updated where it lies until it has been pushed lately more often
+// than the rows spilled lately (here rows restored from a checkpoint, never pushed: its first push
+// leaves it on disk, its second brings it back); either way its values are an uncapped table's.
+TEST(TierAdmissionTest, ARowPushedOnDiskStaysThereUntilPushedMoreOftenThanTheRowsSpilled) {
+  const uint64_t row_bytes = kWidth * 2 * sizeof(float);
+  Table ram(v1::EmbeddingSpec(), 0, ""),
+      capped(v1::EmbeddingSpec(), 10 * row_bytes, TempDir() + "/tier_admission");
+  std::vector<float> row(kWidth * 2);
+  for (uint64_t k = 0; k < 30; ++k) {
+    for (size_t j = 0; j < row.size(); ++j) row[j] = 0.5f + 0.01f * static_cast<float>(k + j);
+    ASSERT_TRUE(ram.table.PutRow(k, 1, row.data(), &ram.budget, 0).ok());
+    absl::Status s = capped.table.PutRow(k, 1, row.data(), &capped.budget, 0);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  ASSERT_GE(capped.table.policy_counts().rows_on_disk, 20u);
+  auto push = [&](const std::vector<uint64_t>& keys, int64_t step) {
+    ASSERT_TRUE(ram.Push(keys, step).ok());
+    absl::Status st = capped.Push(keys, step);
+    ASSERT_TRUE(st.ok()) << st;
+  };
+  // The first key found on disk by a push of its own: updated there, nothing spilled for it.
+  uint64_t key = 30;
+  for (uint64_t k = 0; k < 30 && key == 30; ++k) {
+    const auto before = capped.table.policy_counts();
+    push({k}, 1);
+    const auto after = capped.table.policy_counts();
+    if (after.updated_on_disk == before.updated_on_disk + 1) {
+      key = k;
+      EXPECT_EQ(after.rows_on_disk, before.rows_on_disk);
+      EXPECT_EQ(after.spills, before.spills);
+      EXPECT_EQ(after.disk_reads, before.disk_reads + 1);
+    }
+  }
+  ASSERT_LT(key, 30u) << "no push found its row on disk";
+  // Its second push brings it back: the rows spilled so far were never pushed.
+  const auto before = capped.table.policy_counts();
+  push({key}, 2);
+  const auto after = capped.table.policy_counts();
+  EXPECT_EQ(after.updated_on_disk, before.updated_on_disk);
+  EXPECT_LT(after.rows_on_disk, before.rows_on_disk);
+  (void)capped.Read({key});
+  EXPECT_EQ(capped.table.policy_counts().ram_hits, after.ram_hits + 1);
+  EXPECT_LE(capped.budget.used(), 10 * row_bytes);
+  ExpectSameRows(ram.All(), capped.All(), /*steps=*/false);  // Only a tier records steps.
+}
+
+// Rows made by one push each, a long tail, do not push out rows pushed often: spilling takes, of
+// the rows the clock offers, those pushed least often. The hot rows are untouched for nine steps
+// at a time, long enough for the clock to pass them several times: a plain clock spills most of
+// them in between (measured: 6,835 of the 10,000 hot reads then missed memory; here none).
+TEST(TierAdmissionTest, HotRowsStayInMemoryWhileATailOfOneOffRowsPassesThrough) {
+  const uint64_t row_bytes = kWidth * 2 * sizeof(float);
+  Table ram(v1::EmbeddingSpec(), 0, ""),
+      capped(v1::EmbeddingSpec(), 2000 * row_bytes, TempDir() + "/tier_tail");
+  auto push = [&](const std::vector<uint64_t>& keys, int64_t step) {
+    ASSERT_TRUE(ram.Push(keys, step).ok());
+    absl::Status st = capped.Push(keys, step);
+    ASSERT_TRUE(st.ok()) << st;
+  };
+  std::vector<uint64_t> hot(500);
+  for (uint64_t k = 0; k < hot.size(); ++k) hot[k] = k;
+  for (int step = 0; step < 8; ++step) push(hot, step);
+  uint64_t next = 1000000, hot_reads = 0, hot_misses = 0;
+  for (int step = 8; step < 208; ++step) {
+    if (step % 10 == 0) {
+      const auto before = capped.table.policy_counts();
+      EXPECT_EQ(capped.Read(hot), ram.Read(hot));
+      const auto after = capped.table.policy_counts();
+      hot_reads += hot.size();
+      hot_misses += after.disk_reads - before.disk_reads;
+      push(hot, step);
+    } else {
+      std::vector<uint64_t> tail(250);
+      for (uint64_t& k : tail) k = next++;
+      push(tail, step);
+    }
+  }
+  EXPECT_GT(capped.table.policy_counts().spills, 40000u);
+  std::cout << "hot rows read from disk: " << hot_misses << " of " << hot_reads << "\n";
+  EXPECT_LT(hot_misses, hot_reads / 20) << hot_misses << " of " << hot_reads;
+  EXPECT_LE(capped.budget.used(), 2000 * row_bytes);
+  ExpectSameRows(ram.All(), capped.All(), /*steps=*/false);
+}
 
 // A checkpoint reads both tiers (ForEachRowSorted); restoring it into a capped table spills
 // again and gives back the same rows.
