@@ -40,7 +40,8 @@ ABSL_FLAG(std::string, export_root, "",
           "refused); empty = anywhere");
 ABSL_FLAG(std::string, spill_dir, "",
           "directory for the disk tier of sparse tables: when --memory_bytes runs short, their "
-          "least recently used rows move there (RocksDB) instead of pushes being refused; "
+          "coldest rows (untouched lately, pushed least often) move there (RocksDB) instead of "
+          "pushes being refused; "
           "empty = no disk tier");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain (enables TLS with --tls_key)");
