@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/metrics.h"
+#include "server/ps_metrics.h"
 #include "server/testing/cluster.h"
 
 namespace pscluster {
@@ -86,8 +89,26 @@ TEST(DiskTierTest, ACappedServerMatchesAnUncappedOneAndCheckpointsBothTiers) {
   EXPECT_GT(t.spills(), 0u);
   EXPECT_GT(t.ram_hits(), 0u);
   EXPECT_GT(t.disk_reads(), 0u);
+  EXPECT_GT(t.updated_on_disk(), 0u);
+  EXPECT_LE(t.updated_on_disk(), t.disk_reads());
   EXPECT_LE(t.bytes(), o.memory_bytes);
   EXPECT_EQ(t.bytes(), (t.rows() - t.rows_on_disk()) * row_bytes);
+  // /metrics says the same.
+  MetricsRegistry registry;
+  RegisterServerMetrics(capped.server(0)->handler(), &registry);
+  const std::string page = registry.Render();
+  const std::string labels = "{job=\"job\",table=\"emb\"} ";
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, uint64_t>>{
+           {"pscluster_table_rows_on_disk", t.rows_on_disk()},
+           {"pscluster_table_ram_hits_total", t.ram_hits()},
+           {"pscluster_table_disk_reads_total", t.disk_reads()},
+           {"pscluster_table_spills_total", t.spills()},
+           {"pscluster_table_updated_on_disk_total", t.updated_on_disk()}}) {
+    const std::string line = absl::StrCat(name, labels, value, "\n");
+    EXPECT_NE(page.find(line), std::string::npos) << line << page;
+  }
+  EXPECT_NE(page.find("pscluster_table_ram_hit_ratio" + labels), std::string::npos) << page;
 
   // A checkpoint covers both tiers: restored on an uncapped server it gives the same rows.
   v1::CheckpointRequest creq;

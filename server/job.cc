@@ -375,6 +375,7 @@ void Job::FillStatus(v1::JobOnServer* out) const {
         ts->set_ram_hits(pc.ram_hits);
         ts->set_disk_reads(pc.disk_reads);
         ts->set_spills(pc.spills);
+        ts->set_updated_on_disk(pc.updated_on_disk);
       }
     }
   }

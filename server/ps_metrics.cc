@@ -175,11 +175,16 @@ void RegisterServerMetrics(PsHandler* handler, MetricsRegistry* r) {
                         "Row touches (pushes and pulls) that found the row in memory.",
                         per_sparse_table(&v1::TableStatus::ram_hits));
   r->AddCounterCallback("pscluster_table_disk_reads_total",
-                        "Row touches that found the row on disk (a push brings it back).",
+                        "Row touches that found the row on disk (a push brings it back when it "
+                        "was pushed more often lately than the rows spilled lately).",
                         per_sparse_table(&v1::TableStatus::disk_reads));
   r->AddCounterCallback("pscluster_table_spills_total",
                         "Rows moved from memory to the disk tier (evictions).",
                         per_sparse_table(&v1::TableStatus::spills));
+  r->AddCounterCallback("pscluster_table_updated_on_disk_total",
+                        "Row pushes applied where the row lay on disk (it was not hot enough to "
+                        "come back into memory).",
+                        per_sparse_table(&v1::TableStatus::updated_on_disk));
   r->AddGaugeCallback("pscluster_table_ram_hit_ratio",
                       "Share of row touches served from memory (tables with a disk tier).",
                       [snap] {
