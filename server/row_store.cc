@@ -153,6 +153,32 @@ bool RowStore::Get(uint64_t key, std::string* value, absl::Status* error) {
   return false;
 }
 
+absl::Status RowStore::GetMany(absl::Span<const uint64_t> keys,
+                                std::vector<std::string>* values) {
+  const size_t n = keys.size();
+  values->assign(n, std::string());
+  if (n == 0) return absl::OkStatus();
+  std::vector<std::string> bytes(n);
+  std::vector<rocksdb::Slice> slices(n);
+  for (size_t i = 0; i < n; ++i) {
+    bytes[i] = KeyBytes(keys[i]);
+    slices[i] = bytes[i];
+  }
+  std::vector<rocksdb::PinnableSlice> got(n);
+  std::vector<rocksdb::Status> statuses(n);
+  db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(), got.data(),
+                statuses.data());
+  absl::Status first_error;
+  for (size_t i = 0; i < n; ++i) {
+    if (statuses[i].ok()) {
+      (*values)[i].assign(got[i].data(), got[i].size());
+    } else if (!statuses[i].IsNotFound() && first_error.ok()) {
+      first_error = FromRocks(statuses[i], path_, "reading rows");
+    }
+  }
+  return first_error;
+}
+
 absl::Status RowStore::Delete(uint64_t key) {
   rocksdb::WriteOptions w;
   w.disableWAL = true;

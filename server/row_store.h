@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace rocksdb {
 class DB;
@@ -37,6 +38,10 @@ class RowStore {
   absl::Status PutAll(const std::vector<std::pair<uint64_t, std::string>>& rows);
   // false when `key` is absent (an error reading counts as absent and is returned in *error).
   bool Get(uint64_t key, std::string* value, absl::Status* error = nullptr);
+  // Reads the rows of several keys in one batched lookup (RocksDB's MultiGet: one pass over
+  // each level for all of them). (*values)[i] is keys[i]'s row, or empty when it has none; an
+  // error reading any of them is returned (the others are still read).
+  absl::Status GetMany(absl::Span<const uint64_t> keys, std::vector<std::string>* values);
   absl::Status Delete(uint64_t key);
   // Visits every row in ascending key order.
   void ForEach(absl::FunctionRef<void(uint64_t key, absl::string_view value)> f);

@@ -384,11 +384,22 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, v1::DataType dtype, char
   SortByStripe(keys, count, &order);
   std::vector<float> initial(width);
   uint64_t without_row = 0, ram_hits = 0, disk_reads = 0;
-  std::string spilled;
+  // With a disk tier, the keys of a stripe that are not in memory are read from disk together,
+  // in one batched lookup, still under the stripe's lock.
+  std::vector<size_t> missed;
+  std::vector<uint64_t> missed_keys;
+  std::vector<std::string> spilled;
+  RowStore* store = tiered() ? store_ptr_.load(std::memory_order_acquire) : nullptr;
+  auto initial_value = [&](size_t i) {
+    info_->init.FillRow(keys[i], width, initial.data());
+    EncodeFloats(initial.data(), width, dtype, out + i * row_bytes);
+    ++without_row;
+  };
   for (int s = 0; s < kStripes; ++s) {
     if (count[s] == count[s + 1]) continue;
     Stripe* st = &stripes_[s];
     absl::MutexLock l(&st->mu);
+    missed.clear();
     for (int j = count[s]; j < count[s + 1]; ++j) {
       const size_t i = order[j];
       auto it = st->index.find(keys[i]);
@@ -402,21 +413,32 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, v1::DataType dtype, char
           EncodeFloats(RowPtr(st, it->second), width, dtype, out + i * row_bytes);
           continue;
         }
-      } else if (tiered() && ReadSpilled(keys[i], &spilled, nullptr) &&
-                 spilled.size() == 24 + width * info_->floats_per_elem() * sizeof(float)) {
+      } else if (store != nullptr && rows_on_disk_.load(std::memory_order_relaxed) > 0) {
+        missed.push_back(i);
+        continue;
+      }
+      initial_value(i);
+    }
+    if (missed.empty()) continue;
+    missed_keys.resize(missed.size());
+    for (size_t m = 0; m < missed.size(); ++m) missed_keys[m] = keys[missed[m]];
+    // An error reading counts as no row (as a single Get's did): the initializer's values.
+    (void)store->GetMany(missed_keys, &spilled);
+    for (size_t m = 0; m < missed.size(); ++m) {
+      const size_t i = missed[m];
+      const std::string& v = spilled[m];
+      if (v.size() == 24 + width * info_->floats_per_elem() * sizeof(float)) {
         ++disk_reads;
         int64_t last_step, last_ms;
-        std::memcpy(&last_step, spilled.data() + 8, 8);
-        std::memcpy(&last_ms, spilled.data() + 16, 8);
+        std::memcpy(&last_step, v.data() + 8, 8);
+        std::memcpy(&last_ms, v.data() + 16, 8);
         if (!(policy_.expires() && policy_.Expired(last_step, last_ms, step, now_ms))) {
-          std::memcpy(initial.data(), spilled.data() + 24, width * sizeof(float));
+          std::memcpy(initial.data(), v.data() + 24, width * sizeof(float));
           EncodeFloats(initial.data(), width, dtype, out + i * row_bytes);
           continue;
         }
       }
-      info_->init.FillRow(keys[i], width, initial.data());
-      EncodeFloats(initial.data(), width, dtype, out + i * row_bytes);
-      ++without_row;
+      initial_value(i);
     }
   }
   if (without_row > 0) reads_without_row_.fetch_add(without_row, std::memory_order_relaxed);

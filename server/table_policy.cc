@@ -66,12 +66,37 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
   // the stripe's spill_gen has not moved.
   std::vector<std::string> on_disk(tiered() ? keys.size() : 0);
   std::vector<uint64_t> gen(tiered() ? kStripes : 0);
-  std::string spilled;
+  std::vector<size_t> missed;
+  std::vector<uint64_t> missed_keys;
+  std::vector<std::string> spilled;
+  absl::Status disk_error;
   for (int s = 0; s < kStripes; ++s) {
     if (count[s] == count[s + 1]) continue;
     Stripe* st = &stripes_[s];
     absl::MutexLock l(&st->mu);
-    if (tiered()) gen[s] = st->spill_gen;
+    if (tiered()) {
+      gen[s] = st->spill_gen;
+      // The stripe's keys not in memory, read from disk in one batched lookup.
+      RowStore* store = store_ptr_.load(std::memory_order_acquire);
+      missed.clear();
+      missed_keys.clear();
+      if (store != nullptr && rows_on_disk_.load(std::memory_order_relaxed) > 0) {
+        for (int j = count[s]; j < count[s + 1]; ++j) {
+          if (st->index.contains(keys[order[j]])) continue;
+          missed.push_back(order[j]);
+          missed_keys.push_back(keys[order[j]]);
+        }
+      }
+      if (!missed.empty()) {
+        // A row that cannot be read refuses the push (before anything is applied): taking it
+        // for absent would start it again from the initializer.
+        disk_error = store->GetMany(missed_keys, &spilled);
+        if (!disk_error.ok()) break;
+        for (size_t m = 0; m < missed.size(); ++m) {
+          if (spilled[m].size() >= 24) on_disk[missed[m]] = std::move(spilled[m]);
+        }
+      }
+    }
     for (int j = count[s]; j < count[s + 1]; ++j) {
       const size_t i = order[j];
       auto it = st->index.find(keys[i]);
@@ -87,12 +112,10 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
           ++st->pins[it->second];
           pinned[i] = 1;
         }
-      } else if (tiered() && ReadSpilled(keys[i], &spilled, nullptr) && spilled.size() >= 24) {
+      } else if (tiered() && !on_disk[i].empty()) {
         present = true;
-        std::memcpy(&last_step, spilled.data() + 8, 8);
-        std::memcpy(&last_ms, spilled.data() + 16, 8);
-        on_disk[i] = std::move(spilled);
-        spilled.clear();
+        std::memcpy(&last_step, on_disk[i].data() + 8, 8);
+        std::memcpy(&last_ms, on_disk[i].data() + 16, 8);
       }
       char& d = decided[i];
       if (follow) {
@@ -123,6 +146,12 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
       }
       if (d != kRowCounted && (!in_ram || d == kRowRestarted)) ++need;
     }
+  }
+  if (!disk_error.ok()) {
+    unpin();
+    return absl::Status(disk_error.code(), absl::StrCat("table '", info_->spec.name(), "': ",
+                                                        disk_error.message(),
+                                                        "; nothing was applied"));
   }
   const uint64_t row_bytes = row_floats_ * sizeof(float);
   uint64_t reserved = need * row_bytes;
