@@ -11,6 +11,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "proto/grpc_health.grpc.pb.h"
+#include "tests/cluster/tcp_proxy.h"
 
 namespace pscluster {
 namespace {
@@ -109,6 +110,36 @@ TEST(ChannelTest, CallbackChannelsComeAndGoSafely) {
   std::thread other(round, 100);
   round(100);
   other.join();
+  server->Shutdown();
+}
+
+// A server whose handshake takes longer than a loaded machine's or a distant peer's would (the
+// HTTP/2 SETTINGS frame held back 600 ms) is reached all the same: a connection attempt may last
+// 5 s. With 100 ms, as before, every attempt timed out ("connection attempt timed out before
+// receiving SETTINGS frame") and the call failed at once.
+TEST(ChannelTest, AServerSlowToHandshakeIsReachedAllTheSame) {
+  SyncHealth health;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&health);
+  auto server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto proxy = testing::TcpProxy::Start("127.0.0.1:" + std::to_string(port));
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  (*proxy)->DelayNewConnections(absl::Milliseconds(600));
+  auto ch = MakeChannel((*proxy)->address());
+  ASSERT_TRUE(ch.ok()) << ch.status();
+  auto stub = grpc::health::v1::Health::NewStub(*ch);
+  auto ctx = CallContext(absl::Seconds(10));
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::Status status = stub->Check(ctx.get(), req, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  stub.reset();
+  ch->reset();
+  proxy->reset();
   server->Shutdown();
 }
 

@@ -104,7 +104,11 @@ void TcpProxy::AcceptLoop() {
     absl::MutexLock l(&mu_);
     open_.push_back(client);
     open_.push_back(up);
-    pumps_.emplace_back([this, client, up] { Pump(client, up); });
+    const absl::Time start = absl::Now() + absl::Milliseconds(delay_ms_.load());
+    pumps_.emplace_back([this, client, up, start] {
+      while (absl::Now() < start && !stop_ && !cut_) absl::SleepFor(absl::Milliseconds(5));
+      Pump(client, up);
+    });
   }
 }
 
@@ -123,7 +127,8 @@ void TcpProxy::Pump(int client, int upstream) {
       }
       const int to = fds[1 - i].fd;
       for (ssize_t off = 0; off < n;) {
-        ssize_t w = write(to, buf + off, n - off);
+        // MSG_NOSIGNAL: a peer gone meanwhile ends the pump, not the process (SIGPIPE).
+        ssize_t w = send(to, buf + off, n - off, MSG_NOSIGNAL);
         if (w <= 0) {
           done = true;
           break;

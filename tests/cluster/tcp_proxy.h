@@ -20,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace pscluster::testing {
 
@@ -36,6 +37,9 @@ class TcpProxy {
   // are accepted (the peer sees its calls fail), until Heal().
   void Cut();
   void Heal();
+  // A slow peer: each connection accepted from now on forwards nothing, either way, for `d`
+  // after it was made (its handshake, TLS or HTTP/2, waits that long).
+  void DelayNewConnections(absl::Duration d) { delay_ms_ = absl::ToInt64Milliseconds(d); }
   // Connections forwarded so far.
   int forwarded() const { return forwarded_.load(); }
 
@@ -51,6 +55,7 @@ class TcpProxy {
   std::atomic<bool> stop_{false};
   std::atomic<bool> cut_{false};
   std::atomic<int> forwarded_{0};
+  std::atomic<int64_t> delay_ms_{0};
   std::thread acceptor_;
 
   absl::Mutex mu_;
