@@ -193,6 +193,10 @@ class SparseTable {
   // Removes the rows that have expired for every push at a step >= min_clock (see
   // EmbeddingPolicy::Collectable); returns how many. Takes one stripe lock at a time.
   uint64_t CollectExpired(int64_t min_clock, MemoryBudget* budget);
+  // Rows looked at on disk by one CollectExpired (a slice of the disk tier in key order, the
+  // next call going on from where it stopped): expired rows there are freed a slice at a time,
+  // without a pass over a disk tier of 10^8 rows on every call.
+  static constexpr uint64_t kDiskSweepRows = 65536;
   PolicyCounts policy_counts() const;
 
   // Drops rows whose shard is not held (exclusive access).
@@ -272,6 +276,8 @@ class SparseTable {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
   // The row of `key` on disk, if any: [updates | last_step | last_ms | weights | slots].
   bool ReadSpilled(uint64_t key, std::string* value, absl::Status* error) const;
+  // Frees the collectable rows (EmbeddingPolicy::Collectable) of the next slice of the disk tier.
+  uint64_t SweepExpiredOnDisk(int64_t min_clock, int64_t now_ms) ABSL_LOCKS_EXCLUDED(sweep_mu_);
   std::string EncodeRow(Stripe* s, uint32_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
   void NoteRowLive(Stripe* s, uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
   // Drops the rows for which drop(key, last_step, last_ms) (0, 0 without expiry); returns how
@@ -299,6 +305,8 @@ class SparseTable {
   std::atomic<uint64_t> spills_{0};
   std::atomic<uint64_t> updated_on_disk_{0};
   std::atomic<uint32_t> spill_cursor_{0};
+  absl::Mutex sweep_mu_;
+  uint64_t disk_sweep_from_ ABSL_GUARDED_BY(sweep_mu_) = 0;  // Key the next disk sweep starts at.
   // The latest step any push was applied at (a pull's "now" for expiry in steps).
   std::atomic<int64_t> max_step_{0};
   std::atomic<uint64_t> admissions_{0};

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "server/table.h"
 
 namespace pscluster {
@@ -294,8 +295,57 @@ uint64_t SparseTable::CollectExpired(int64_t min_clock, MemoryBudget* budget) {
         return policy_.Collectable(last_step, last_ms, min_clock, now_ms);
       },
       budget, /*include_disk=*/false);
+  if (tiered()) n += SweepExpiredOnDisk(min_clock, now_ms);
   expiries_.fetch_add(n, std::memory_order_relaxed);
   return n;
+}
+
+uint64_t SparseTable::SweepExpiredOnDisk(int64_t min_clock, int64_t now_ms) {
+  absl::MutexLock sweep(&sweep_mu_);
+  RowStore* store = store_ptr_.load(std::memory_order_acquire);
+  if (store == nullptr || rows_on_disk_.load(std::memory_order_relaxed) == 0) return 0;
+  auto collectable = [&](absl::string_view v) {
+    if (v.size() < 24) return false;
+    int64_t last_step, last_ms;
+    std::memcpy(&last_step, v.data() + 8, 8);
+    std::memcpy(&last_ms, v.data() + 16, 8);
+    return policy_.Collectable(last_step, last_ms, min_clock, now_ms);
+  };
+  // The next kDiskSweepRows rows in key order from where the last sweep stopped.
+  std::vector<uint64_t> candidates;
+  uint64_t looked = 0, next = 0;
+  bool more = false;
+  store->ForEachFrom(disk_sweep_from_, [&](uint64_t key, absl::string_view v) {
+    if (looked == kDiskSweepRows) {
+      more = true;
+      next = key;
+      return false;
+    }
+    ++looked;
+    if (collectable(v)) candidates.push_back(key);
+    return true;
+  });
+  disk_sweep_from_ = more ? next : 0;
+  uint64_t freed = 0;
+  std::string v;
+  for (uint64_t key : candidates) {
+    // Under the key's stripe lock, checked again: a push may have brought the row back or
+    // touched it since. A push that read it before keeps its copy only while the stripe's
+    // spill_gen stands still, so the change is made visible there.
+    Stripe* st = &stripes_[StripeOf(key)];
+    absl::MutexLock l(&st->mu);
+    if (st->index.contains(key) || !store->Get(key, &v) || !collectable(v)) continue;
+    absl::Status s = store->Delete(key);
+    if (!s.ok()) {
+      Logger("server")->error("table '{}': freeing an expired row on disk: {}",
+                              info_->spec.name(), s.ToString());
+      continue;
+    }
+    ++st->spill_gen;
+    rows_on_disk_.fetch_sub(1, std::memory_order_relaxed);
+    ++freed;
+  }
+  return freed;
 }
 
 SparseTable::PolicyCounts SparseTable::policy_counts() const {

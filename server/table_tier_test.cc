@@ -227,6 +227,47 @@ TEST(TierAdmissionTest, HotRowsStayInMemoryWhileATailOfOneOffRowsPassesThrough) 
   ExpectSameRows(ram.All(), capped.All(), /*steps=*/false);
 }
 
+// Expired rows on disk are freed by collection too, a slice of the disk tier (in key order) per
+// call, so that a call never passes over a whole disk tier; what remains equals an uncapped
+// table's.
+TEST(TierExpiryTest, ExpiredRowsOnDiskAreFreedASliceAtATime) {
+  v1::EmbeddingSpec e;
+  e.set_expire_after_steps(2);
+  const uint64_t row_bytes = kWidth * 2 * sizeof(float);
+  Table ram(e, 0, ""), capped(e, 1000 * row_bytes, TempDir() + "/tier_expiry");
+  const uint64_t n = SparseTable::kDiskSweepRows + 4000;
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < n; ++k) {
+    keys.push_back(k * 7919 + 3);
+    if (keys.size() == 500 || k + 1 == n) {
+      ASSERT_TRUE(ram.Push(keys, 0).ok());
+      absl::Status st = capped.Push(keys, 0);
+      ASSERT_TRUE(st.ok()) << st;
+      keys.clear();
+    }
+  }
+  const std::vector<uint64_t> fresh = {1, 2, 4, 8, 16};
+  ASSERT_TRUE(ram.Push(fresh, 10).ok());
+  ASSERT_TRUE(capped.Push(fresh, 10).ok());
+  const uint64_t on_disk = capped.table.policy_counts().rows_on_disk;
+  ASSERT_GT(on_disk, SparseTable::kDiskSweepRows);
+  EXPECT_EQ(ram.table.CollectExpired(12, &ram.budget), n);
+  // The first call frees the expired rows in memory and one slice on disk; the next, the rest.
+  const uint64_t first = capped.table.CollectExpired(12, &capped.budget);
+  EXPECT_EQ(capped.table.policy_counts().rows_on_disk, on_disk - SparseTable::kDiskSweepRows);
+  EXPECT_EQ(first, n - on_disk + SparseTable::kDiskSweepRows);
+  EXPECT_EQ(capped.table.CollectExpired(12, &capped.budget), on_disk - SparseTable::kDiskSweepRows);
+  EXPECT_EQ(capped.table.policy_counts().rows_on_disk, 0u);
+  EXPECT_EQ(capped.table.CollectExpired(12, &capped.budget), 0u);
+  EXPECT_EQ(capped.table.rows(), fresh.size());
+  EXPECT_EQ(capped.table.policy_counts().expiries, n);
+  ExpectSameRows(ram.All(), capped.All(), /*steps=*/true);
+  // A freed key starts again from the initializer, as in the uncapped table.
+  ASSERT_TRUE(ram.Push({3}, 13).ok());
+  ASSERT_TRUE(capped.Push({3}, 13).ok());
+  EXPECT_EQ(ram.Read({3}), capped.Read({3}));
+}
+
 // A checkpoint reads both tiers (ForEachRowSorted); restoring it into a capped table spills
 // again and gives back the same rows.
 TEST(TierCheckpointTest, BothTiersAreWrittenAndRestored) {
