@@ -44,6 +44,14 @@ class SyncHealth final : public grpc::health::v1::Health::Service {
   const bool serving_;
 };
 
+// A server on 127.0.0.1 (any free port) answering with `health`; its port in *port.
+std::unique_ptr<grpc::Server> StartHealthServer(SyncHealth* health, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), port);
+  builder.RegisterService(health);
+  return builder.BuildAndStart();
+}
+
 // A Watch stream read with the callback API. The test owns it: it cancels the stream, waits for
 // OnDone, then deletes it (a reactor that deleted itself in OnDone could be gone by the time the
 // test cancels it, if the stream ended first).
@@ -74,11 +82,8 @@ class Watcher final : public grpc::ClientReadReactor<grpc::health::v1::HealthChe
 // client per task.
 TEST(ChannelTest, CallbackChannelsComeAndGoSafely) {
   SyncHealth health;
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&health);
-  auto server = builder.BuildAndStart();
+  auto server = StartHealthServer(&health, &port);
   ASSERT_NE(server, nullptr);
   std::string address = "127.0.0.1:" + std::to_string(port);
   auto round = [&](int rounds) {
@@ -119,11 +124,8 @@ TEST(ChannelTest, CallbackChannelsComeAndGoSafely) {
 // receiving SETTINGS frame") and the call failed at once.
 TEST(ChannelTest, AServerSlowToHandshakeIsReachedAllTheSame) {
   SyncHealth health;
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&health);
-  auto server = builder.BuildAndStart();
+  auto server = StartHealthServer(&health, &port);
   ASSERT_NE(server, nullptr);
   auto proxy = testing::TcpProxy::Start("127.0.0.1:" + std::to_string(port));
   ASSERT_TRUE(proxy.ok()) << proxy.status();
@@ -163,11 +165,8 @@ TEST(ChannelTest, AListOfAddressesReachesOnlyTheServingOnes) {
   std::vector<std::unique_ptr<grpc::Server>> servers;
   std::vector<int> ports;
   for (SyncHealth* h : {&follower, &leader, &follower}) {
-    grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(h);
-    servers.push_back(builder.BuildAndStart());
+    servers.push_back(StartHealthServer(h, &port));
     ASSERT_NE(servers.back(), nullptr);
     ports.push_back(port);
   }
