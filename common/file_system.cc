@@ -112,6 +112,12 @@ class PosixFileSystem final : public FileSystem {
     ::close(fd);
     return out;
   }
+  absl::StatusOr<uint64_t> FileSize(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return ErrnoError("open", path, errno);
+    if (S_ISDIR(st.st_mode)) return ErrnoError("read", path, EISDIR);
+    return static_cast<uint64_t>(st.st_size);
+  }
   absl::StatusOr<std::string> ReadFileRange(const std::string& path, uint64_t offset,
                                             size_t n) override {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -53,6 +53,12 @@ class FileSystem {
     if (offset >= all->size()) return std::string();
     return all->substr(offset, n);
   }
+  // The size of the file at `path` in bytes. The default reads the whole file.
+  virtual absl::StatusOr<uint64_t> FileSize(const std::string& path) {
+    auto all = ReadFile(path);
+    if (!all.ok()) return all.status();
+    return all->size();
+  }
   // Creates `dir` and its parents (mkdir -p); FAILED_PRECONDITION if it names a file.
   virtual absl::Status MakeDirs(const std::string& dir) = 0;
   // The names of the entries of `dir` (not "." or ".."), in no particular order.

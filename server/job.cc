@@ -132,7 +132,8 @@ absl::Status Job::SetShardsChanging(uint64_t epoch, std::vector<bool> held, MapC
   absl::Status s = SetShardsLocked(epoch, std::move(held));
   if (!s.ok()) return s;
   for (const MapChange::Adoption& a : change.adopt) {
-    auto r = RestoreLocked(a.copy.bytes, a.from, /*set_clocks=*/false);
+    StringCheckpointSource source(a.copy.bytes);
+    auto r = RestoreLocked(source, a.from, /*set_clocks=*/false);
     if (!r.ok()) {
       // Undo the shard change (blocks newly held go back to the initializer's values, which no
       // one has read: the epoch was never served).

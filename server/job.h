@@ -34,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/checkpoint_file.h"
 #include "common/clock.h"
 #include "proto/ps.pb.h"
 #include "server/memory_budget.h"
@@ -72,9 +73,10 @@ struct SliceRef {
 
 // A checkpoint file as taken in memory.
 struct CheckpointSnapshot {
-  std::string bytes;   // The whole checkpoint file.
+  std::string bytes;   // The whole checkpoint file (empty when it was streamed to a file).
   int64_t step = 0;
   uint32_t crc = 0;
+  uint64_t size = 0;  // Bytes of the file.
 };
 
 // What a primary forwards its applied chunks with (PsHandler's replication state for the job);
@@ -227,8 +229,16 @@ class Job {
   // names the field at fault and leaves the job unchanged. A periodic checkpoint that the push
   // makes due comes back in the result (its header naming `node_id`): reads at the new clock
   // wait until it is taken, so that under BSP it holds exactly the steps up to that clock.
+  // A job with a disk tier does not copy its tables into memory for that: `stream_checkpoint`
+  // is called with the checkpoint's step instead (before any read at the new clock is served)
+  // and writes it (StreamCheckpoint); it returns false to have it taken in memory after all.
   absl::StatusOr<PushResult> Push(const v1::PushChunk& chunk, const Payload& values,
-                                  absl::FunctionRef<std::string()> node_id);
+                                  absl::FunctionRef<std::string()> node_id,
+                                  absl::FunctionRef<bool(int64_t at)> stream_checkpoint);
+  absl::StatusOr<PushResult> Push(const v1::PushChunk& chunk, const Payload& values,
+                                  absl::FunctionRef<std::string()> node_id) {
+    return Push(chunk, values, node_id, [](int64_t) { return false; });
+  }
   absl::StatusOr<PushResult> Push(const v1::PushChunk& chunk, const Payload& values) {
     return Push(chunk, values, [] { return std::string(); });
   }
@@ -279,9 +289,24 @@ class Job {
   // `at`: the step to record (default: the slowest clock, or the last applied aggregate step).
   absl::StatusOr<Snapshot> MakeCheckpoint(const std::string& node_id, int64_t now_unix_ms,
                                           std::optional<int64_t> at = std::nullopt);
+  // Writes a checkpoint as MakeCheckpoint takes one, but through the writer that `open` returns
+  // once the step and the file's size are known (Snapshot.bytes stays empty): no table is copied
+  // into memory, and a table with a disk tier is read again from both tiers for each of its
+  // sections, so a table far larger than memory is checkpointed in bounded memory. Updates wait
+  // until it returns.
+  using CheckpointOpener =
+      absl::FunctionRef<absl::StatusOr<CheckpointWriter*>(int64_t step, uint64_t bytes)>;
+  absl::StatusOr<Snapshot> StreamCheckpoint(const std::string& node_id, int64_t now_unix_ms,
+                                            std::optional<int64_t> at, CheckpointOpener open);
+  // Whether a table has a disk tier (its checkpoints are then streamed, not taken in memory).
+  bool HasDiskTier() const ABSL_LOCKS_EXCLUDED(state_mu_);
   // Verifies `file` (checksum, layout, table specs) and only then replaces the shards it covers
   // that are held here, and (with `set_clocks`) the clocks. Returns (step, tables restored).
   absl::StatusOr<std::pair<int64_t, uint32_t>> Restore(const std::string& file,
+                                                       absl::string_view path,
+                                                       bool set_clocks = true);
+  // The same, reading the checkpoint a piece at a time (a file far larger than memory).
+  absl::StatusOr<std::pair<int64_t, uint32_t>> Restore(CheckpointSource& source,
                                                        absl::string_view path,
                                                        bool set_clocks = true);
   // Each worker's clock as recorded in the checkpoint `file` (checked as Restore does).
@@ -373,7 +398,14 @@ class Job {
                                                 std::optional<int64_t> at,
                                                 const std::vector<bool>* only = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
-  absl::StatusOr<std::pair<int64_t, uint32_t>> RestoreLocked(const std::string& file,
+  // Writes the checkpoint (of `only`, as above) through the writer `open` returns; sets `snap`'s
+  // step, crc and size.
+  absl::Status WriteCheckpointLocked(const std::string& node_id, int64_t now_unix_ms,
+                                     std::optional<int64_t> at, const std::vector<bool>* only,
+                                     CheckpointOpener open, Snapshot* snap)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  bool HasDiskTierLocked() const ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+  absl::StatusOr<std::pair<int64_t, uint32_t>> RestoreLocked(CheckpointSource& source,
                                                              absl::string_view path,
                                                              bool set_clocks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);

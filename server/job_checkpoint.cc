@@ -47,10 +47,52 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
                                                         int64_t now_unix_ms,
                                                         std::optional<int64_t> at,
                                                         const std::vector<bool>* only) {
+  Snapshot snap;
+  std::string& f = snap.bytes;
+  CheckpointWriter writer([&f](absl::string_view piece) {
+    f.append(piece.data(), piece.size());
+    return absl::OkStatus();
+  });
+  absl::Status s = WriteCheckpointLocked(
+      node_id, now_unix_ms, at, only,
+      [&](int64_t, uint64_t bytes) -> absl::StatusOr<CheckpointWriter*> {
+        f.reserve(bytes);
+        return &writer;
+      },
+      &snap);
+  if (!s.ok()) return s;
+  return snap;
+}
+
+absl::StatusOr<Job::Snapshot> Job::StreamCheckpoint(const std::string& node_id,
+                                                    int64_t now_unix_ms, std::optional<int64_t> at,
+                                                    CheckpointOpener open) {
+  if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
+  absl::MutexLock l(&state_mu_);  // Exclusive: no push changes the tables meanwhile.
+  Snapshot snap;
+  absl::Status s = WriteCheckpointLocked(node_id, now_unix_ms, at, nullptr, open, &snap);
+  if (!s.ok()) return s;
+  return snap;
+}
+
+bool Job::HasDiskTier() const {
+  absl::ReaderMutexLock l(&state_mu_);
+  return HasDiskTierLocked();
+}
+
+bool Job::HasDiskTierLocked() const {
+  for (const TableState& t : tables_) {
+    if (t.sparse != nullptr && t.sparse->tiered()) return true;
+  }
+  return false;
+}
+
+absl::Status Job::WriteCheckpointLocked(const std::string& node_id, int64_t now_unix_ms,
+                                        std::optional<int64_t> at, const std::vector<bool>* only,
+                                        CheckpointOpener open, Snapshot* snap) {
   auto covers = [only](uint32_t shard) {
     return only == nullptr || (shard < only->size() && (*only)[shard]);
   };
-  Snapshot snap;
   v1::CheckpointHeader h;
   h.set_job_id(id());
   h.set_epoch(epoch_);
@@ -73,7 +115,7 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
       wc->set_clock(config_.consistency.aggregate() ? applied : clocks_.clock(w));
     }
     h.set_step(step);
-    snap.step = step;
+    snap->step = step;
   }
   // Pass 1: layout.
   uint64_t off = 0;
@@ -147,66 +189,121 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
     }
   }
   h.set_data_bytes(off);
-  std::string& f = snap.bytes;
-  f.reserve(16 + h.ByteSizeLong() + off + 20);
-  AppendCheckpointHead(h, &f);
-  const size_t data_start = f.size();
+  auto opened = open(snap->step, 16 + h.ByteSizeLong() + off + 20);
+  if (!opened.ok()) return opened.status();
+  CheckpointWriter& w = **opened;
+  absl::Status st = w.Head(h);
+  if (!st.ok()) return st;
+  const uint64_t data_start = w.bytes();
+  auto bytes_of = [](const auto& v) {
+    return absl::string_view(reinterpret_cast<const char*>(v.data()), v.size() * 8);
+  };
   // Pass 2: data.
-  for (size_t ti = 0; ti < tables_.size(); ++ti) {
+  for (size_t ti = 0; ti < tables_.size() && st.ok(); ++ti) {
     const TableState& t = tables_[ti];
     const uint64_t fpe = t.info->floats_per_elem();
     if (t.dense) {
-      for (uint64_t b = 0; b < t.dense->num_blocks(); ++b) {
+      for (uint64_t b = 0; b < t.dense->num_blocks() && st.ok(); ++b) {
         DenseBlock* blk = t.dense->block(b);
         if (blk == nullptr || !covers(t.dense->ShardOf(b))) continue;
         absl::MutexLock bl(&blk->mu);
-        f.append(reinterpret_cast<const char*>(blk->weights.get()), blk->elems * sizeof(float));
-        f.append(reinterpret_cast<const char*>(blk->slot_data.get()),
-                 blk->elems * (fpe - 1) * sizeof(float));
+        st = w.Append(absl::string_view(reinterpret_cast<const char*>(blk->weights.get()),
+                                        blk->elems * sizeof(float)));
+        if (st.ok()) {
+          st = w.Append(absl::string_view(reinterpret_cast<const char*>(blk->slot_data.get()),
+                                          blk->elems * (fpe - 1) * sizeof(float)));
+        }
       }
-    } else {
+      continue;
+    }
+    const size_t row_bytes = t.info->width * fpe * sizeof(float);
+    const bool expires = t.sparse->policy().expires();
+    if (only != nullptr) {
+      SparseRows& c = partial[ti];
+      st = w.Append(c.values);
+      if (st.ok()) st = w.Append(bytes_of(c.keys));
+      if (st.ok()) st = w.Append(bytes_of(c.updates));
+      if (st.ok() && expires) st = w.Append(bytes_of(c.last_steps));
+    } else if (!t.sparse->tiered()) {
+      // In memory: one pass, the small per-row sections gathered meanwhile.
       std::vector<uint64_t> keys;
-      std::vector<int64_t> updates;
-      std::vector<int64_t> last_steps;
-      if (only != nullptr) {
-        SparseRows& c = partial[ti];
-        f.append(c.values);
-        keys = std::move(c.keys);
-        updates = std::move(c.updates);
-        last_steps = std::move(c.last_steps);
-      } else {
-        keys.reserve(sparse_rows[ti]);
-        updates.reserve(sparse_rows[ti]);
-        const size_t row_bytes = t.info->width * fpe * sizeof(float);
+      std::vector<int64_t> updates, last_steps;
+      keys.reserve(sparse_rows[ti]);
+      updates.reserve(sparse_rows[ti]);
+      if (expires) last_steps.reserve(sparse_rows[ti]);
+      t.sparse->ForEachRowSortedWithStep(
+          [&](uint64_t key, int64_t u, int64_t last_step, const float* row) {
+            keys.push_back(key);
+            updates.push_back(u);
+            if (expires) last_steps.push_back(last_step);
+            if (st.ok()) st = w.Append(absl::string_view(reinterpret_cast<const char*>(row), row_bytes));
+          });
+      if (st.ok()) st = w.Append(bytes_of(keys));
+      if (st.ok()) st = w.Append(bytes_of(updates));
+      if (st.ok() && expires) st = w.Append(bytes_of(last_steps));
+    } else {
+      // With a disk tier the table may be far larger than memory: nothing of it is gathered,
+      // each section is one more pass over both tiers in key order (no push runs meanwhile).
+      const int sections = expires ? 4 : 3;
+      for (int section = 0; section < sections && st.ok(); ++section) {
+        uint64_t n = 0;
         t.sparse->ForEachRowSortedWithStep(
             [&](uint64_t key, int64_t u, int64_t last_step, const float* row) {
-              keys.push_back(key);
-              updates.push_back(u);
-              last_steps.push_back(last_step);
-              f.append(reinterpret_cast<const char*>(row), row_bytes);
+              ++n;
+              if (!st.ok()) return;
+              switch (section) {
+                case 0:
+                  st = w.Append(absl::string_view(reinterpret_cast<const char*>(row), row_bytes));
+                  break;
+                case 1:
+                  st = w.Append(absl::string_view(reinterpret_cast<const char*>(&key), 8));
+                  break;
+                case 2:
+                  st = w.Append(absl::string_view(reinterpret_cast<const char*>(&u), 8));
+                  break;
+                default:
+                  st = w.Append(absl::string_view(reinterpret_cast<const char*>(&last_step), 8));
+              }
             });
+        if (st.ok() && n != sparse_rows[ti]) {
+          st = absl::InternalError(absl::StrCat("table '", t.info->spec.name(), "' had ",
+                                                sparse_rows[ti], " rows, then ", n,
+                                                " while its checkpoint was written"));
+        }
       }
-      f.append(reinterpret_cast<const char*>(keys.data()), keys.size() * 8);
-      f.append(reinterpret_cast<const char*>(updates.data()), updates.size() * 8);
-      if (t.sparse->policy().expires()) {
-        f.append(reinterpret_cast<const char*>(last_steps.data()), last_steps.size() * 8);
+    }
+    // Pushes wait on the job's lock: none counts while the sketch is copied.
+    if (st.ok()) {
+      if (const CountMinSketch* sketch = t.sparse->policy().sketch()) {
+        std::string copy;
+        sketch->AppendTo(&copy);
+        st = w.Append(copy);
       }
-      // Pushes hold the job's lock shared: none counts while the sketch is copied.
-      if (const CountMinSketch* sketch = t.sparse->policy().sketch()) sketch->AppendTo(&f);
     }
   }
-  if (f.size() - data_start != off) {
+  if (!st.ok()) return st;
+  if (w.bytes() - data_start != off) {
     return absl::InternalError("checkpoint layout changed while writing");  // Own invariant.
   }
-  snap.crc = AppendCheckpointTrailer(&f);
-  return snap;
+  auto crc = w.Finish();
+  if (!crc.ok()) return crc.status();
+  snap->crc = *crc;
+  snap->size = w.bytes();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::pair<int64_t, uint32_t>> Job::Restore(const std::string& f,
                                                           absl::string_view path,
                                                           bool set_clocks) {
+  StringCheckpointSource source(f);
+  return Restore(source, path, set_clocks);
+}
+
+absl::StatusOr<std::pair<int64_t, uint32_t>> Job::Restore(CheckpointSource& source,
+                                                          absl::string_view path,
+                                                          bool set_clocks) {
   absl::MutexLock l(&state_mu_);
-  return RestoreLocked(f, path, set_clocks);
+  return RestoreLocked(source, path, set_clocks);
 }
 
 absl::StatusOr<std::vector<int64_t>> Job::CheckpointClocks(const std::string& file,
@@ -221,14 +318,14 @@ absl::StatusOr<std::vector<int64_t>> Job::CheckpointClocks(const std::string& fi
   return clocks;
 }
 
-absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::string& f,
+absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(CheckpointSource& source,
                                                                 absl::string_view path,
                                                                 bool set_clocks) {
   auto corrupt = [&](absl::string_view what) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " refused: ", what,
                                             "; nothing was loaded"));
   };
-  auto parsed = ParseCheckpoint(f, path);
+  auto parsed = VerifyCheckpoint(source, path);
   if (!parsed.ok()) return parsed.status();
   const v1::CheckpointHeader& h = parsed->header;
   if (h.job_id() != id()) {
@@ -240,9 +337,16 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::strin
         "checkpoint ", path, " has ", h.num_virtual_shards(), " virtual shards, job '", id(),
         "' has ", config_.num_shards));
   }
-  const char* data = parsed->data.data();
-  const uint64_t data_bytes = parsed->data.size();
+  const uint64_t data_start = parsed->data_start;
+  const uint64_t data_bytes = parsed->data_bytes;
   auto in_range = [&](uint64_t off, uint64_t len) { return off <= data_bytes && len <= data_bytes - off; };
+  // The data sections are read a piece at a time (a file may be far larger than memory; a
+  // checkpoint in memory is read in place).
+  std::string scratch, scratch2, scratch3, scratch4;
+  auto read = [&](uint64_t off, uint64_t n, std::string* into) {
+    return source.Read(data_start + off, static_cast<size_t>(n), into);
+  };
+  constexpr uint64_t kRowsPerPiece = 65536;
 
   // Validate every table section before anything changes.
   std::vector<uint32_t> table_of(h.tables_size());
@@ -307,16 +411,21 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::strin
       }
       const uint64_t space = t.info->spec.key_space();
       uint64_t prev = 0;
-      for (uint64_t r = 0; r < rows; ++r) {
-        uint64_t k = GetLe64(data + ct.keys_offset() + 8 * r);
-        if ((r > 0 && k <= prev) || (space != 0 && k >= space)) {
-          return corrupt(absl::StrCat("table '", ct.spec().name(), "' has a bad key ", k));
-        }
-        prev = k;
-        // A table with a disk tier spills cold rows as the restore fills it: only its rows that
-        // must stay in memory count (none ahead of time).
-        if (held_[t.sparse->ShardOf(k)] && !t.sparse->tiered()) {
-          new_bytes += t.info->width * fpe * sizeof(float);
+      for (uint64_t first = 0; first < rows; first += kRowsPerPiece) {
+        const uint64_t n = std::min(kRowsPerPiece, rows - first);
+        auto keys = read(ct.keys_offset() + 8 * first, 8 * n, &scratch);
+        if (!keys.ok()) return keys.status();
+        for (uint64_t r = 0; r < n; ++r) {
+          uint64_t k = GetLe64(keys->data() + 8 * r);
+          if ((first + r > 0 && k <= prev) || (space != 0 && k >= space)) {
+            return corrupt(absl::StrCat("table '", ct.spec().name(), "' has a bad key ", k));
+          }
+          prev = k;
+          // A table with a disk tier spills cold rows as the restore fills it: only its rows
+          // that must stay in memory count (none ahead of time).
+          if (held_[t.sparse->ShardOf(k)] && !t.sparse->tiered()) {
+            new_bytes += t.info->width * fpe * sizeof(float);
+          }
         }
       }
       if (!t.sparse->tiered()) old_bytes += t.sparse->bytes_held();
@@ -338,9 +447,11 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::strin
       for (const auto& cb : ct.blocks()) {
         DenseBlock* blk = t.dense->block(cb.block());
         if (blk == nullptr || !replace[t.dense->ShardOf(cb.block())]) continue;
+        auto bytes = read(cb.offset(), cb.elems() * fpe * sizeof(float), &scratch);
+        if (!bytes.ok()) return bytes.status();  // Read before: only a file changed meanwhile.
         absl::MutexLock bl(&blk->mu);
-        std::memcpy(blk->MutableWeights(), data + cb.offset(), cb.elems() * sizeof(float));
-        std::memcpy(blk->slot_data.get(), data + cb.offset() + cb.elems() * sizeof(float),
+        std::memcpy(blk->MutableWeights(), bytes->data(), cb.elems() * sizeof(float));
+        std::memcpy(blk->slot_data.get(), bytes->data() + cb.elems() * sizeof(float),
                     cb.elems() * (fpe - 1) * sizeof(float));
         if (cb.step_runs_size() > 0) {
           (void)blk->steps.SetRuns(StepRunsOf(cb));  // Validated above.
@@ -351,25 +462,40 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(const std::strin
     } else {
       t.sparse->DropShards(replace, budget_);
       const size_t row_floats = t.info->width * fpe;
+      const size_t row_bytes = row_floats * sizeof(float);
       std::vector<float> row(row_floats);
-      for (uint64_t r = 0; r < ct.rows(); ++r) {
-        uint64_t k = GetLe64(data + ct.keys_offset() + 8 * r);
-        if (!replace[t.sparse->ShardOf(k)]) continue;
-        int64_t u = static_cast<int64_t>(GetLe64(data + ct.updates_offset() + 8 * r));
-        std::memcpy(row.data(), data + ct.values_offset() + r * row_floats * sizeof(float),
-                    row_floats * sizeof(float));
-        const int64_t last_step =
-            ct.last_steps_offset() != 0
-                ? static_cast<int64_t>(GetLe64(data + ct.last_steps_offset() + 8 * r))
-                : h.step();
-        absl::Status s = t.sparse->PutRow(k, u, row.data(), budget_, last_step);
-        if (!s.ok()) return s;
+      for (uint64_t first = 0; first < ct.rows(); first += kRowsPerPiece) {
+        const uint64_t n = std::min(kRowsPerPiece, ct.rows() - first);
+        auto keys = read(ct.keys_offset() + 8 * first, 8 * n, &scratch);
+        if (!keys.ok()) return keys.status();
+        auto updates = read(ct.updates_offset() + 8 * first, 8 * n, &scratch2);
+        if (!updates.ok()) return updates.status();
+        auto values = read(ct.values_offset() + row_bytes * first, row_bytes * n, &scratch3);
+        if (!values.ok()) return values.status();
+        absl::string_view last_steps;
+        if (ct.last_steps_offset() != 0) {
+          auto ls = read(ct.last_steps_offset() + 8 * first, 8 * n, &scratch4);
+          if (!ls.ok()) return ls.status();
+          last_steps = *ls;
+        }
+        for (uint64_t r = 0; r < n; ++r) {
+          uint64_t k = GetLe64(keys->data() + 8 * r);
+          if (!replace[t.sparse->ShardOf(k)]) continue;
+          int64_t u = static_cast<int64_t>(GetLe64(updates->data() + 8 * r));
+          std::memcpy(row.data(), values->data() + r * row_bytes, row_bytes);
+          const int64_t last_step = !last_steps.empty()
+                                        ? static_cast<int64_t>(GetLe64(last_steps.data() + 8 * r))
+                                        : h.step();
+          absl::Status s = t.sparse->PutRow(k, u, row.data(), budget_, last_step);
+          if (!s.ok()) return s;
+        }
       }
       if (ct.admit_sketch_bytes() != 0) {
         // Added, not replaced: a recovery restores one file per former server (disjoint keys)
         // into the same table, and a key's count may only be overestimated, never lost.
-        absl::Status s = t.sparse->admission_sketch()->AddFrom(absl::string_view(
-            data + ct.admit_sketch_offset(), ct.admit_sketch_bytes()));
+        auto sketch = read(ct.admit_sketch_offset(), ct.admit_sketch_bytes(), &scratch);
+        if (!sketch.ok()) return sketch.status();
+        absl::Status s = t.sparse->admission_sketch()->AddFrom(*sketch);
         if (!s.ok()) return s;  // Validated above.
       }
     }

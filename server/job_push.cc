@@ -35,7 +35,8 @@ Payload DequantizePush(const v1::PushChunk& chunk, const Payload& values) {
 // ------------------------------------------------------------------ push
 
 absl::StatusOr<PushResult> Job::Push(const v1::PushChunk& chunk, const Payload& values,
-                                     absl::FunctionRef<std::string()> node_id) {
+                                     absl::FunctionRef<std::string()> node_id,
+                                     absl::FunctionRef<bool(int64_t at)> stream_checkpoint) {
   if (dropped_) {
     return absl::NotFoundError(absl::StrCat("tag.job_id: job '", id(), "' was dropped"));
   }
@@ -53,8 +54,11 @@ absl::StatusOr<PushResult> Job::Push(const v1::PushChunk& chunk, const Payload& 
   if (hold >= 0) {
     // No read at the new clock has been served yet, so no worker can have pushed a later step:
     // the snapshot holds exactly the steps up to `hold` (under BSP).
-    auto snap = MakeCheckpoint(node_id(), absl::ToUnixMillis(clock_->Now()), hold);
-    if (snap.ok() && r.ok()) r->checkpoint = std::make_shared<const Snapshot>(std::move(*snap));
+    // (A job with a disk tier writes it now, streamed: its tables may not fit in memory twice.)
+    if (!(HasDiskTier() && stream_checkpoint(hold))) {
+      auto snap = MakeCheckpoint(node_id(), absl::ToUnixMillis(clock_->Now()), hold);
+      if (snap.ok() && r.ok()) r->checkpoint = std::make_shared<const Snapshot>(std::move(*snap));
+    }
     ReleaseHeld(hold, &ready);
   }
   for (auto& f : ready) f(absl::OkStatus());

@@ -495,7 +495,19 @@ absl::StatusOr<PushResult> PsHandler::Push(const v1::PushChunk& chunk, const Pay
   }
   auto job = FindJob(chunk.tag().job_id(), "tag.job_id");
   if (!job.ok()) return job.status();
-  auto r = (*job)->Push(chunk, values, [this] { return node_id(); });
+  std::shared_ptr<Job> pushed_to = *job;
+  auto r = pushed_to->Push(
+      chunk, values, [this] { return node_id(); },
+      [this, &pushed_to](int64_t at) {
+        // A disk tier's periodic checkpoint: written now, streamed, before reads at the new
+        // clock are served (the tables do not fit in memory twice).
+        auto w = WriteCheckpoint(pushed_to, "", true, nullptr, at);
+        if (!w.ok() && w.status().code() != absl::StatusCode::kNotFound) {
+          Logger("server")->error("job '{}': periodic checkpoint failed: {}", pushed_to->id(),
+                                  w.status());
+        }
+        return true;
+      });
   if (!r.ok()) return r;
   if (r->forwarding != nullptr) {
     // Replication: the backups have the chunk before the worker hears it was applied. A

@@ -226,10 +226,13 @@ class PsHandler {
     uint64_t pushes = 0, pulls = 0, bytes_in = 0, bytes_out = 0;
   };
   absl::StatusOr<std::shared_ptr<Job>> FindJob(absl::string_view job_id, absl::string_view field) const;
-  // Writes `snapshot` (taken now when null) under `dir_override` or the job's directory.
+  // Writes `snapshot` (taken now when null, recording step `at` when given) under
+  // `dir_override` or the job's directory. A job with a disk tier is taken and written at once,
+  // streamed (Job::StreamCheckpoint): its tables are never copied into memory.
   absl::StatusOr<v1::CheckpointResponse> WriteCheckpoint(
       const std::shared_ptr<Job>& job, const std::string& dir_override, bool periodic,
-      std::shared_ptr<const Job::Snapshot> snapshot = nullptr);
+      std::shared_ptr<const Job::Snapshot> snapshot = nullptr,
+      std::optional<int64_t> at = std::nullopt);
   void PruneCheckpoints(const std::string& dir, const std::string& prefix);
   std::string CheckpointPrefix() const;
   // Loads a recovering job's shards from `req.restore_from` into `job` (not yet published) and

@@ -42,12 +42,12 @@ absl::Status PsHandler::RestoreForRecovery(Job& job, const v1::UpdateShardMapReq
     absl::Status in_root =
         CheckUnderRoot(path, options_.checkpoint_root, absl::StrCat("restore_from[", i, "]"));
     if (!in_root.ok()) return in_root;
-    auto file = fs()->ReadFile(path);
+    auto file = OpenCheckpointFile(fs(), path);  // Read a piece at a time.
     if (!file.ok()) {
       return absl::Status(file.status().code(), absl::StrCat("restore_from[", i, "]: ",
                                                              file.status().message()));
     }
-    auto r = job.Restore(*file, path);
+    auto r = job.Restore(**file, path);
     if (!r.ok()) return r.status();
     if (r->first != req.restore_step()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -70,7 +70,7 @@ std::string PsHandler::CheckpointPrefix() const {
 
 absl::StatusOr<v1::CheckpointResponse> PsHandler::WriteCheckpoint(
     const std::shared_ptr<Job>& job, const std::string& dir_override, bool periodic,
-    std::shared_ptr<const Job::Snapshot> snapshot) {
+    std::shared_ptr<const Job::Snapshot> snapshot, std::optional<int64_t> at) {
   std::string base = !dir_override.empty()            ? dir_override
                      : !job->config().checkpoint_dir.empty() ? job->config().checkpoint_dir
                                                               : options_.checkpoint_dir;
@@ -86,24 +86,48 @@ absl::StatusOr<v1::CheckpointResponse> PsHandler::WriteCheckpoint(
   absl::Status s = fs()->MakeDirs(dir);
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("dir: ", s.message()));
   const std::string prefix = CheckpointPrefix();
-  if (snapshot == nullptr) {
-    auto taken = job->MakeCheckpoint(node_id(), absl::ToUnixMillis(clock_->Now()));
+  auto path_of = [&](int64_t step) {
+    return JoinPath(dir, absl::StrCat(prefix, "-step", step, ".ckpt"));
+  };
+  std::string path;
+  if (snapshot == nullptr && job->HasDiskTier()) {
+    std::unique_ptr<AtomicFileWriter> file;  // Removes its temp file unless committed.
+    std::unique_ptr<CheckpointWriter> writer;
+    auto taken = job->StreamCheckpoint(
+        node_id(), absl::ToUnixMillis(clock_->Now()), at,
+        [&](int64_t step, uint64_t) -> absl::StatusOr<CheckpointWriter*> {
+          path = path_of(step);
+          auto f = AtomicFileWriter::Create(fs(), path);
+          if (!f.ok()) return f.status();
+          file = std::move(*f);
+          writer = std::make_unique<CheckpointWriter>(
+              [&file](absl::string_view piece) { return file->Append(piece); });
+          return writer.get();
+        });
     if (!taken.ok()) return taken.status();
+    s = file->Commit();
+    if (!s.ok()) return s;
     snapshot = std::make_shared<const Job::Snapshot>(std::move(*taken));
+  } else {
+    if (snapshot == nullptr) {
+      auto taken = job->MakeCheckpoint(node_id(), absl::ToUnixMillis(clock_->Now()), at);
+      if (!taken.ok()) return taken.status();
+      snapshot = std::make_shared<const Job::Snapshot>(std::move(*taken));
+    }
+    path = path_of(snapshot->step);
+    s = WriteFileAtomically(fs(), path, snapshot->bytes);
+    if (!s.ok()) return s;
   }
   const Job::Snapshot* snap = snapshot.get();
-  const std::string path = JoinPath(dir, absl::StrCat(prefix, "-step", snap->step, ".ckpt"));
-  s = WriteFileAtomically(fs(), path, snap->bytes);
-  if (!s.ok()) return s;
   job->NoteCheckpoint(path, clock_->Now());
   if (periodic) PruneCheckpoints(dir, prefix);
   v1::CheckpointResponse resp;
   resp.set_path(path);
   resp.set_step(snap->step);
-  resp.set_bytes(snap->bytes.size());
+  resp.set_bytes(snap->size);
   resp.set_crc32c(snap->crc);
   Logger("server")->info("job '{}': checkpoint at step {} written to {} ({} bytes)", job->id(),
-                         snap->step, path, snap->bytes.size());
+                         snap->step, path, snap->size);
   return resp;
 }
 
@@ -143,11 +167,11 @@ absl::Status PsHandler::Restore(const v1::RestoreRequest& req, v1::RestoreRespon
   if (req.path().empty()) return absl::InvalidArgumentError("path: empty checkpoint path");
   absl::Status in_root = CheckUnderRoot(req.path(), options_.checkpoint_root, "path");
   if (!in_root.ok()) return in_root;
-  auto file = fs()->ReadFile(req.path());
+  auto file = OpenCheckpointFile(fs(), req.path());  // Read a piece at a time.
   if (!file.ok()) {
     return absl::Status(file.status().code(), absl::StrCat("path: ", file.status().message()));
   }
-  auto r = (*job)->Restore(*file, req.path());
+  auto r = (*job)->Restore(**file, req.path());
   if (!r.ok()) return r.status();
   resp->set_step(r->first);
   resp->set_tables(r->second);

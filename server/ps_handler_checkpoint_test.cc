@@ -1,5 +1,7 @@
 // PsHandler's checkpoints, restores and exports with a fake clock: bit-for-bit restores, damaged
 // files refused, periodic checkpoints (testing/handler_fixture.h).
+#include <sys/stat.h>
+
 #include <cstring>
 #include <functional>
 #include <set>
@@ -514,6 +516,85 @@ TEST_F(HandlerTest, APeriodicCheckpointHoldsExactlyTheStepsUpToItsClock) {
   auto now = Pull("j", 0, 2, {Block("w", 0)});
   ASSERT_TRUE(now.ok());
   EXPECT_FLOAT_EQ((*now)[0], (*w0)[0] - 0.5f * 5);
+}
+
+// The same with a disk tier (a memory cap and --spill_dir): the periodic checkpoint is not
+// taken in memory but streamed to its file by the push that makes it due, before the reads that
+// the step released are served; it holds exactly the steps up to its clock, rows on disk
+// included, and the file is byte for byte the checkpoint taken in memory.
+TEST_F(HandlerTest, ADiskTiersPeriodicCheckpointIsStreamedAndHoldsExactlyItsSteps) {
+  PsHandlerOptions o;
+  o.checkpoint_dir = TempDir("tiered-periodic");
+  o.spill_dir = TempDir("tiered-spill");
+  ASSERT_EQ(mkdir(o.spill_dir.c_str(), 0755), 0);
+  constexpr uint32_t kWidth = 8;
+  constexpr uint64_t kRowBytes = kWidth * 2 * sizeof(float);  // Adagrad.
+  o.memory_bytes = 10 * 4 + 40 * kRowBytes;  // The dense block and 40 rows.
+  Make(o);
+  auto r = CreateRequest(
+      "j", {DenseSpec("w", {10}, kSgd),
+            SparseSpec("emb", kWidth, 0, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.1f))},
+      v1::ConsistencySpec::BSP, 2);
+  r.set_checkpoint_every_steps(2);
+  Create(r);
+  const std::vector<float> g(10, 1.f);
+  auto push_step = [&](uint32_t w, int step) {
+    std::vector<uint64_t> keys;
+    for (uint64_t k = 0; k < 30; ++k) keys.push_back(1000 * step + 100 * w + k);  // New rows.
+    ASSERT_TRUE(PushDense("j", w, step, 0, "w", 0, g, false).ok());
+    ASSERT_TRUE(PushSparse("j", w, step, 1, "emb", keys, std::vector<float>(30 * kWidth, 0.5f),
+                           true).ok());
+  };
+  push_step(0, 0);
+  push_step(1, 0);
+  push_step(0, 1);
+  v1::PullRequest pull;
+  pull.set_job_id("j");
+  pull.set_worker(0);
+  pull.set_clock(2);
+  *pull.add_slices() = Block("w", 0);
+  auto plan = h_->PlanPull(pull);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->job->HasDiskTier());
+  std::atomic<bool> pushed{false};
+  uint64_t wait = 0;
+  ASSERT_FALSE(plan->job->WhenReadable(2, [&](absl::Status) {
+    pushed = PushDense("j", 0, 2, 0, "w", 0, g, true).ok();
+  }, &wait));
+  push_step(1, 1);  // Completes step 1: the checkpoint at step 2 falls due.
+  ASSERT_TRUE(pushed.load());
+  const std::string path = o.checkpoint_dir + "/j/server-step2.ckpt";
+  auto h = ReadCheckpointHeader(path);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->step(), 2);
+  ASSERT_EQ(h->tables_size(), 2);
+  EXPECT_EQ(h->tables(0).blocks(0).updates(), 4) << "two workers x two steps, nothing of step 2";
+  EXPECT_EQ(h->tables(1).rows(), 120u) << "every row of steps 0 and 1, on disk or not";
+  EXPECT_GT(Status("j").jobs(0).tables(1).rows_on_disk(), 0u);
+
+  // Streamed (as above, or through the Checkpoint call) and taken in memory: the same bytes.
+  auto in_memory = plan->job->MakeCheckpoint("s", 1234, 2);
+  ASSERT_TRUE(in_memory.ok()) << in_memory.status();
+  std::string streamed;
+  CheckpointWriter writer([&](absl::string_view piece) {
+    streamed.append(piece.data(), piece.size());
+    return absl::OkStatus();
+  });
+  auto meta = plan->job->StreamCheckpoint(
+      "s", 1234, 2, [&](int64_t, uint64_t) -> absl::StatusOr<CheckpointWriter*> {
+        return &writer;
+      });
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_TRUE(streamed == in_memory->bytes);
+  EXPECT_EQ(meta->crc, in_memory->crc);
+  EXPECT_EQ(meta->size, streamed.size());
+  EXPECT_TRUE(meta->bytes.empty());
+  // A sink that fails: the error comes back and nothing else happens.
+  auto failed = plan->job->StreamCheckpoint(
+      "s", 1234, 2, [&](int64_t, uint64_t) -> absl::StatusOr<CheckpointWriter*> {
+        return absl::ResourceExhaustedError("disk full");
+      });
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted);
 }
 
 // With --checkpoint_root and --export_root, every path a request names must lie in its root:

@@ -125,12 +125,12 @@ absl::StatusOr<std::shared_ptr<Job>> PsHandler::SeedReplica(
   auto made = NewCopy(job, held, epoch, min_attempt);
   if (!made.ok()) return made.status();
   std::shared_ptr<Job> copy = std::move(*made);
-  auto file = fs()->ReadFile(path);
+  auto file = OpenCheckpointFile(fs(), path);  // Read a piece at a time.
   if (!file.ok()) {
     return absl::Status(file.status().code(),
                         absl::StrCat("copy_from (", primary, "): ", file.status().message()));
   }
-  auto r = copy->Restore(*file, path);
+  auto r = copy->Restore(**file, path);
   if (!r.ok()) return r.status();
   Logger("server")->info("job '{}': new copy of {}'s shards from {} (step {})", job.id(), primary,
                          path, r->first);

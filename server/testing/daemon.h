@@ -103,6 +103,8 @@ class Daemon {
     return Wait(timeout);
   }
 
+  pid_t pid() const { return pid_; }
+
   std::string Log() const {
     std::ifstream f(log_path_);
     std::stringstream ss;

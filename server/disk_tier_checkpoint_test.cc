@@ -1,0 +1,167 @@
+// A table far larger than its server's memory cap, checkpointed and restored by the real
+// ps_server binary: the checkpoint streams both tiers to the file and the restore reads the file
+// a piece at a time, so neither holds the table in memory (the process's peak resident memory,
+// VmHWM, grows by a small fraction of the table's bytes), and the restored rows are the saved
+// ones bit for bit.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/channel.h"
+#include "proto/ps.grpc.pb.h"
+#include "server/client/ps_client.h"
+#include "server/testing/daemon.h"
+#include "server/testing/test_tables.h"
+
+namespace pscluster {
+namespace {
+
+using namespace ::pscluster::testing;  // NOLINT
+
+constexpr uint32_t kWidth = 16;
+constexpr uint64_t kKeys = 1000000;
+constexpr uint64_t kRowBytes = kWidth * 2 * sizeof(float);  // Adagrad: weights and accumulator.
+constexpr uint64_t kTableBytes = kKeys * kRowBytes;         // 122 MiB of rows.
+constexpr uint64_t kCap = 4 << 20;                          // 4 MiB: 3% of the table.
+constexpr uint64_t kPerPush = 8192;
+constexpr uint64_t kMiB = 1 << 20;
+
+const v1::TableSpec& Emb() {
+  static const v1::TableSpec* spec = new v1::TableSpec(
+      SparseSpec("emb", kWidth, kKeys, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.05f)));
+  return *spec;
+}
+
+// The peak resident memory of process `pid` (VmHWM), in bytes.
+uint64_t PeakRss(pid_t pid) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  ADD_FAILURE() << "no VmHWM for process " << pid;
+  return 0;
+}
+
+struct Server {
+  std::unique_ptr<Daemon> daemon;
+  std::string address;
+  std::unique_ptr<PsClient> client;
+};
+
+Server Start(const std::string& tag) {
+  Server s;
+  const std::string spill_dir = TempDir(tag + ".spill");
+  EXPECT_EQ(mkdir(spill_dir.c_str(), 0755), 0);
+  const std::string port_file = TempDir(tag + ".port");
+  s.daemon = std::make_unique<Daemon>(
+      RunfilePath("server/ps_server"),
+      std::vector<std::string>{"--listen=127.0.0.1:0", "--port_file=" + port_file,
+                               absl::StrCat("--memory_bytes=", kCap), "--spill_dir=" + spill_dir,
+                               "--log_level=info"},
+      TempDir(tag + ".log"));
+  auto address = s.daemon->WaitForPortFile(port_file);
+  EXPECT_TRUE(address.ok()) << address.status();
+  if (!address.ok()) return s;
+  s.address = *address;
+  PsClientOptions o;
+  o.job_id = "job";
+  o.call_timeout = absl::Seconds(120);
+  auto client = PsClient::Create(o, RoundRobinMap("job", 4, {*address}), {Emb()});
+  EXPECT_TRUE(client.ok()) << client.status();
+  if (!client.ok()) return s;
+  EXPECT_TRUE((*client)->InstallShardMap().ok());
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  absl::Status created = (*client)->CreateTables(asp, 1);
+  EXPECT_TRUE(created.ok()) << created;
+  s.client = std::move(*client);
+  return s;
+}
+
+// Every 16th key's row.
+std::vector<float> PullSample(PsClient& client, int64_t clock) {
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < kKeys; k += 16) keys.push_back(k);
+  std::vector<float> rows(keys.size() * kWidth);
+  absl::Status s = client.Pull(clock, {{}, {{"emb", keys, rows.data()}}});
+  EXPECT_TRUE(s.ok()) << s;
+  return rows;
+}
+
+v1::TableStatus TableOf(PsClient& client) {
+  auto st = client.ServerStatuses();
+  EXPECT_TRUE(st.ok()) << st.status();
+  if (!st.ok() || st->empty() || (*st)[0].jobs_size() == 0) return {};
+  return (*st)[0].jobs(0).tables(0);
+}
+
+TEST(DiskTierCheckpointTest, ATableThirtyTimesTheCapIsCheckpointedAndRestoredInBoundedMemory) {
+  Server a = Start("a");
+  ASSERT_NE(a.client, nullptr) << a.daemon->Log();
+  // Every key pushed once (each row becomes the initializer's value moved by one Adagrad step).
+  int64_t step = 0;
+  std::vector<uint64_t> keys(kPerPush);
+  std::vector<float> g(kPerPush * kWidth);
+  for (uint64_t first = 0; first < kKeys; first += kPerPush, ++step) {
+    keys.resize(std::min(kPerPush, kKeys - first));
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = first + i;
+    for (size_t i = 0; i < keys.size() * kWidth; ++i) {
+      g[i] = 0.001f * static_cast<float>((first + i) % 29) - 0.014f;
+    }
+    absl::Status s = a.client->Push(step, {{}, {{"emb", keys, g.data()}}});
+    ASSERT_TRUE(s.ok()) << first << ": " << s;
+  }
+  const v1::TableStatus filled = TableOf(*a.client);
+  ASSERT_EQ(filled.rows(), kKeys);
+  ASSERT_GT(filled.rows_on_disk(), kKeys * 9 / 10) << "most of the table is on disk";
+  const std::vector<float> saved = PullSample(*a.client, step);
+  const uint64_t before = PeakRss(a.daemon->pid());
+
+  auto ckpt = a.client->Checkpoint(TempDir("ckpt"));
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  ASSERT_EQ(ckpt->size(), 1u);
+  const uint64_t after = PeakRss(a.daemon->pid());
+  struct stat st;
+  ASSERT_EQ(stat((*ckpt)[0].path().c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), (*ckpt)[0].bytes());
+  EXPECT_GT((*ckpt)[0].bytes(), kTableBytes) << "rows, keys and step counts of both tiers";
+  std::printf("checkpoint: %.1f MiB file; server peak RSS %.1f -> %.1f MiB\n",
+              (*ckpt)[0].bytes() / double(kMiB), before / double(kMiB), after / double(kMiB));
+  EXPECT_LT(after - before, kTableBytes / 8)
+      << "the checkpoint of a " << kTableBytes / kMiB << " MiB table raised the peak RSS by "
+      << (after - before) / kMiB << " MiB";
+
+  // A second capped server restores it: a piece of the file at a time, spilling as it fills.
+  Server b = Start("b");
+  ASSERT_NE(b.client, nullptr) << b.daemon->Log();
+  const uint64_t b_before = PeakRss(b.daemon->pid());
+  {
+    auto stub = v1::ParameterServer::NewStub(*MakeChannel(b.address));
+    v1::RestoreRequest req;
+    req.set_job_id("job");
+    req.set_path((*ckpt)[0].path());
+    v1::RestoreResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub->Restore(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.step(), (*ckpt)[0].step());
+  }
+  const uint64_t b_after = PeakRss(b.daemon->pid());
+  std::printf("restore: server peak RSS %.1f -> %.1f MiB (the filling server's: %.1f)\n",
+              b_before / double(kMiB), b_after / double(kMiB), before / double(kMiB));
+  EXPECT_LT(b_after, before + kTableBytes / 8)
+      << "restoring a " << kTableBytes / kMiB << " MiB table took the peak RSS to "
+      << b_after / kMiB << " MiB; filling it had taken " << before / kMiB << " MiB";
+  const v1::TableStatus back = TableOf(*b.client);
+  EXPECT_EQ(back.rows(), kKeys);
+  EXPECT_GT(back.rows_on_disk(), kKeys * 9 / 10);
+  EXPECT_TRUE(PullSample(*b.client, step) == saved) << "bit for bit, both tiers";
+}
+
+}  // namespace
+}  // namespace pscluster
