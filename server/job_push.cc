@@ -251,6 +251,14 @@ absl::Status Job::Aggregate(const SliceRef& s, const v1::PushChunk& chunk, const
     absl::Span<const uint64_t> keys(s.keys.data() + chunk.offset() / width, n / width);
     absl::Status made =
         tables_[s.table].sparse->VisitRows(keys, budget_, [](size_t, float*, int64_t*) {});
+    if (made.code() == absl::StatusCode::kResourceExhausted && !config_.spill_dir.empty()) {
+      // Rows an aggregated step will update must be there when it applies, after its pushes
+      // were acknowledged: no spill or disk read may fail then.
+      return absl::ResourceExhaustedError(absl::StrCat(
+          made.message(), "; job '", id(), "' aggregates its steps (consistency.aggregate), and "
+          "the rows of such jobs stay in memory: the disk tier under --spill_dir ",
+          config_.spill_dir, " is not used for them"));
+    }
     if (!made.ok()) return made;
   }
   const int64_t step = chunk.tag().step();

@@ -597,6 +597,39 @@ TEST_F(HandlerTest, ADiskTiersPeriodicCheckpointIsStreamedAndHoldsExactlyItsStep
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted);
 }
 
+// An aggregate-mode job keeps its rows in memory even where the server has a disk tier: when
+// they do not fit, the push is refused naming the limit, the job's mode and the directory it
+// does not use, and nothing is applied.
+TEST_F(HandlerTest, AnAggregateJobsRowsStayInMemoryAndItsRefusalSaysWhy) {
+  PsHandlerOptions o;
+  o.spill_dir = TempDir("aggregate-spill");
+  ASSERT_EQ(mkdir(o.spill_dir.c_str(), 0755), 0);
+  constexpr uint32_t kWidth = 8;
+  o.memory_bytes = 20 * kWidth * 2 * sizeof(float);  // 20 rows with Adagrad's accumulator.
+  Make(o);
+  auto r = CreateRequest(
+      "agg", {SparseSpec("emb", kWidth, 0, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.1f))},
+      v1::ConsistencySpec::BSP, 1);
+  r.mutable_consistency()->set_aggregate(true);
+  Create(r);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 30; ++k) keys.push_back(k);
+  absl::Status s =
+      PushSparse("agg", 0, 0, 0, "emb", keys, std::vector<float>(30 * kWidth, 0.5f), true).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  for (const std::string& needle : {std::string("--memory_bytes"), std::string("aggregate"),
+                                    o.spill_dir}) {
+    EXPECT_NE(s.message().find(needle), std::string::npos) << needle << ": " << s;
+  }
+  const v1::TableStatus t = Status("agg").jobs(0).tables(0);
+  EXPECT_EQ(t.rows(), 0u) << "nothing applied";
+  EXPECT_EQ(t.rows_on_disk(), 0u);
+  keys.resize(10);
+  EXPECT_TRUE(
+      PushSparse("agg", 0, 0, 0, "emb", keys, std::vector<float>(10 * kWidth, 0.5f), true).ok())
+      << "rows that fit are taken";
+}
+
 // With --checkpoint_root and --export_root, every path a request names must lie in its root:
 // others (outside, "..", a symlink out) are refused naming the field and the root, and nothing
 // is read, written or created.
