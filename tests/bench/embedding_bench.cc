@@ -11,9 +11,14 @@
 //    hit ratio over the measured steps, spills and peak RSS (VmHWM).
 // 3. Baseline: the same steps against a ps_server without a cap, holding only the keys the run
 //    touches (rows made by their first push). Ratio = capped rows/s / uncapped rows/s.
+// 4. With --checkpoint_dir: the capped server checkpoints both tiers there (time, file size, its
+//    peak RSS before and after), and a second capped server restores the file (time, peak RSS)
+//    and must give the same rows, bit for bit, for a sample of the keys.
 #include <unistd.h>
 
 #include <cmath>
+#include <memory>
+#include <optional>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -25,7 +30,9 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/channel.h"
 #include "common/sharding.h"
+#include "proto/ps.grpc.pb.h"
 #include "server/client/ps_client.h"
 #include "tests/bench/ps_bench_process.h"
 
@@ -40,6 +47,8 @@ ABSL_FLAG(int, steps, 300, "traffic steps (a pull and a push each) per server");
 ABSL_FLAG(int, warmup_steps, 0,
           "traffic steps run before the measured ones, not counted (the capped server's memory "
           "then holds the traffic's hot rows, not the fill's last ones)");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "also checkpoint the capped server into this directory and restore it on another");
 ABSL_FLAG(std::string, spill_dir, "", "disk tier directory (default: $TEST_TMPDIR or /tmp)");
 ABSL_FLAG(std::string, server_binary, "", "ps_server binary (default: from the runfiles)");
 
@@ -96,6 +105,15 @@ uint64_t ProcKb(int pid, const std::string& field) {
   return 0;
 }
 
+struct CheckpointRun {
+  double checkpoint_sec = 0, restore_sec = 0;
+  uint64_t bytes = 0;
+  uint64_t peak_before_kb = 0, peak_after_kb = 0;                  // The checkpointing server.
+  uint64_t restore_peak_before_kb = 0, restore_peak_after_kb = 0;  // The restoring server.
+  v1::TableStatus restored;
+  bool same_rows = false;
+};
+
 struct Run {
   double rows_per_sec = 0;
   double fill_rows_per_sec = 0;
@@ -103,14 +121,31 @@ struct Run {
   uint64_t peak_rss_kb = 0, rss_kb = 0, rss_after_start_kb = 0;
   uint64_t distinct = 0;
   v1::TableStatus before_measured;  // The table's counters before the measured steps.
+  std::optional<CheckpointRun> checkpoint;
 };
 
-Run RunOn(const std::string& server_bin, const std::vector<std::string>& args, bool fill,
-          const std::string& name) {
+// A ps_server child with the job's table created, and a client for it.
+struct Started {
+  std::unique_ptr<bench::ChildProcess> process;
+  std::string address;
+  std::unique_ptr<PsClient> client;
+  int pid = 0;
+  v1::ServerStatus Status() {
+    auto st = client->ServerStatuses();
+    Die(st.status(), "status");
+    return (*st)[0];
+  }
+};
+
+Started Start(const std::string& server_bin, const std::vector<std::string>& args,
+              const std::string& name) {
   const std::string dir = absl::StrCat(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp");
-  bench::ChildProcess server(server_bin, args, absl::StrCat(dir, "/embedding_bench_", name, ".port"));
-  auto addr = server.Address();
+  Started s;
+  s.process = std::make_unique<bench::ChildProcess>(
+      server_bin, args, absl::StrCat(dir, "/embedding_bench_", name, ".port"));
+  auto addr = s.process->Address();
   Die(addr.status(), "starting ps_server");
+  s.address = *addr;
   const uint32_t width = absl::GetFlag(FLAGS_width);
   v1::TableSpec t;
   t.set_name("emb");
@@ -130,12 +165,59 @@ Run RunOn(const std::string& server_bin, const std::vector<std::string>& args, b
   v1::ConsistencySpec asp;
   asp.set_mode(v1::ConsistencySpec::ASP);
   Die((*client)->CreateTables(asp, 1), "tables");
-  auto status = [&] {
-    auto st = (*client)->ServerStatuses();
-    Die(st.status(), "status");
-    return (*st)[0];
-  };
-  const int pid = static_cast<int>(status().pid());
+  s.client = std::move(*client);
+  s.pid = static_cast<int>(s.Status().pid());
+  return s;
+}
+
+// Every 1000th rank's row.
+std::vector<float> PullSample(PsClient& client, int64_t clock, uint64_t n) {
+  std::vector<uint64_t> keys;
+  for (uint64_t rank = 1; rank <= n; rank += 1000) keys.push_back(KeyOfRank(rank));
+  std::vector<float> rows(keys.size() * absl::GetFlag(FLAGS_width));
+  Die(client.Pull(clock, {{}, {{"emb", keys, rows.data()}}}), "sample pull");
+  return rows;
+}
+
+CheckpointRun CheckpointAndRestore(Started& from, const std::string& server_bin,
+                                   const std::vector<std::string>& args, int64_t clock) {
+  CheckpointRun c;
+  const uint64_t n = absl::GetFlag(FLAGS_keys);
+  const std::vector<float> saved = PullSample(*from.client, clock, n);
+  c.peak_before_kb = ProcKb(from.pid, "VmHWM");
+  absl::Time t0 = absl::Now();
+  auto files = from.client->Checkpoint(absl::GetFlag(FLAGS_checkpoint_dir));
+  Die(files.status(), "checkpoint");
+  c.checkpoint_sec = absl::ToDoubleSeconds(absl::Now() - t0);
+  c.peak_after_kb = ProcKb(from.pid, "VmHWM");
+  c.bytes = (*files)[0].bytes();
+  std::fprintf(stderr, "  checkpoint: %.1f MiB in %.1f s, restoring it on another server\n",
+               c.bytes / 1048576.0, c.checkpoint_sec);
+  Started to = Start(server_bin, args, "restored");
+  c.restore_peak_before_kb = ProcKb(to.pid, "VmHWM");
+  auto stub = v1::ParameterServer::NewStub(*MakeChannel(to.address));
+  v1::RestoreRequest req;
+  req.set_job_id("emb");
+  req.set_path((*files)[0].path());
+  v1::RestoreResponse resp;
+  grpc::ClientContext ctx;
+  t0 = absl::Now();
+  grpc::Status st = stub->Restore(&ctx, req, &resp);
+  if (!st.ok()) Die(absl::InternalError(st.error_message()), "restore");
+  c.restore_sec = absl::ToDoubleSeconds(absl::Now() - t0);
+  c.restore_peak_after_kb = ProcKb(to.pid, "VmHWM");
+  c.restored = to.Status().jobs(0).tables(0);
+  c.same_rows = PullSample(*to.client, clock, n) == saved;
+  return c;
+}
+
+Run RunOn(const std::string& server_bin, const std::vector<std::string>& args, bool fill,
+          const std::string& name) {
+  Started server = Start(server_bin, args, name);
+  std::unique_ptr<PsClient>& client = server.client;
+  auto status = [&] { return server.Status(); };
+  const uint32_t width = absl::GetFlag(FLAGS_width);
+  const int pid = server.pid;
   Run r;
   r.rss_after_start_kb = ProcKb(pid, "VmRSS");
   int64_t step = 0;
@@ -156,7 +238,7 @@ Run RunOn(const std::string& server_bin, const std::vector<std::string>& args, b
     for (uint64_t first = 0; first < n; first += fb) {
       keys.clear();
       for (uint64_t k = first; k < std::min(n, first + fb); ++k) keys.push_back(KeyOfRank(k + 1));
-      Die((*client)->Push(step++, {{}, {{"emb", keys, g.data()}}}), "fill push");
+      Die(client->Push(step++, {{}, {{"emb", keys, g.data()}}}), "fill push");
       if (absl::Now() > report) {
         std::fprintf(stderr, "  fill: %llu of %llu keys, %.0f rows/s\n",
                      static_cast<unsigned long long>(first + keys.size()),
@@ -189,8 +271,8 @@ Run RunOn(const std::string& server_bin, const std::vector<std::string>& args, b
     touched.insert(keys.begin(), keys.end());
     for (size_t i = 0; i < g.size(); ++i) g[i] = 0.001f * static_cast<float>(i % 7) - 0.003f;
     const absl::Time t0 = absl::Now();
-    Die((*client)->Pull(step, {{}, {{"emb", keys, rows.data()}}}), "pull");
-    Die((*client)->Push(step, {{}, {{"emb", keys, g.data()}}}), "push");
+    Die(client->Pull(step, {{}, {{"emb", keys, rows.data()}}}), "pull");
+    Die(client->Push(step, {{}, {{"emb", keys, g.data()}}}), "push");
     if (s >= warmup) {
       busy += absl::Now() - t0;
       moved += 2 * keys.size();
@@ -202,6 +284,9 @@ Run RunOn(const std::string& server_bin, const std::vector<std::string>& args, b
   r.table = status().jobs(0).tables(0);
   r.peak_rss_kb = ProcKb(pid, "VmHWM");
   r.rss_kb = ProcKb(pid, "VmRSS");
+  if (fill && !absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    r.checkpoint = CheckpointAndRestore(server, server_bin, args, step);
+  }
   return r;
 }
 
@@ -253,6 +338,24 @@ int Main() {
               "peak RSS over the cap: %.0f MiB\n",
               static_cast<unsigned long long>(ram.distinct), capped.rows_per_sec / ram.rows_per_sec,
               capped.peak_rss_kb / 1024.0 - cap / 1048576.0);
+  if (capped.checkpoint.has_value()) {
+    const CheckpointRun& c = *capped.checkpoint;
+    std::printf("\n| checkpoint of both tiers | file MiB | seconds | MB/s | peak RSS MiB before | "
+                "after |\n|---|---|---|---|---|---|\n");
+    std::printf("| written by the capped server | %.1f | %.1f | %.0f | %.0f | %.0f |\n",
+                c.bytes / 1048576.0, c.checkpoint_sec, c.bytes / 1e6 / c.checkpoint_sec,
+                c.peak_before_kb / 1024.0, c.peak_after_kb / 1024.0);
+    std::printf("| restored by another capped server | %.1f | %.1f | %.0f | %.0f | %.0f |\n",
+                c.bytes / 1048576.0, c.restore_sec, c.bytes / 1e6 / c.restore_sec,
+                c.restore_peak_before_kb / 1024.0, c.restore_peak_after_kb / 1024.0);
+    std::printf("\nrestored: %llu rows (%llu on disk) of %llu; a sample of %llu rows %s\n",
+                static_cast<unsigned long long>(c.restored.rows()),
+                static_cast<unsigned long long>(c.restored.rows_on_disk()),
+                static_cast<unsigned long long>(t.rows()),
+                static_cast<unsigned long long>((n + 999) / 1000),
+                c.same_rows ? "bit for bit as saved" : "DIFFERS from what was saved");
+    if (!c.same_rows || c.restored.rows() != t.rows()) return 1;
+  }
   return 0;
 }
 
