@@ -11,11 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/channel.h"
-#include "proto/ps.grpc.pb.h"
-#include "server/client/ps_client.h"
-#include "server/testing/daemon.h"
-#include "server/testing/test_tables.h"
+#include "server/testing/tiered_daemon.h"
 
 namespace pscluster {
 namespace {
@@ -48,38 +44,15 @@ uint64_t PeakRss(pid_t pid) {
 }
 
 struct Server {
-  std::unique_ptr<Daemon> daemon;
-  std::string address;
+  TieredServer server;
   std::unique_ptr<PsClient> client;
 };
 
 Server Start(const std::string& tag) {
-  Server s;
   const std::string spill_dir = TempDir(tag + ".spill");
   EXPECT_EQ(mkdir(spill_dir.c_str(), 0755), 0);
-  const std::string port_file = TempDir(tag + ".port");
-  s.daemon = std::make_unique<Daemon>(
-      RunfilePath("server/ps_server"),
-      std::vector<std::string>{"--listen=127.0.0.1:0", "--port_file=" + port_file,
-                               absl::StrCat("--memory_bytes=", kCap), "--spill_dir=" + spill_dir,
-                               "--log_level=info"},
-      TempDir(tag + ".log"));
-  auto address = s.daemon->WaitForPortFile(port_file);
-  EXPECT_TRUE(address.ok()) << address.status();
-  if (!address.ok()) return s;
-  s.address = *address;
-  PsClientOptions o;
-  o.job_id = "job";
-  o.call_timeout = absl::Seconds(120);
-  auto client = PsClient::Create(o, RoundRobinMap("job", 4, {*address}), {Emb()});
-  EXPECT_TRUE(client.ok()) << client.status();
-  if (!client.ok()) return s;
-  EXPECT_TRUE((*client)->InstallShardMap().ok());
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  absl::Status created = (*client)->CreateTables(asp, 1);
-  EXPECT_TRUE(created.ok()) << created;
-  s.client = std::move(*client);
+  Server s{StartTieredServer(tag, kCap, spill_dir), nullptr};
+  if (!s.server.address.empty()) s.client = JobClient(s.server, Emb(), absl::Seconds(120));
   return s;
 }
 
@@ -93,16 +66,9 @@ std::vector<float> PullSample(PsClient& client, int64_t clock) {
   return rows;
 }
 
-v1::TableStatus TableOf(PsClient& client) {
-  auto st = client.ServerStatuses();
-  EXPECT_TRUE(st.ok()) << st.status();
-  if (!st.ok() || st->empty() || (*st)[0].jobs_size() == 0) return {};
-  return (*st)[0].jobs(0).tables(0);
-}
-
 TEST(DiskTierCheckpointTest, ATableThirtyTimesTheCapIsCheckpointedAndRestoredInBoundedMemory) {
   Server a = Start("a");
-  ASSERT_NE(a.client, nullptr) << a.daemon->Log();
+  ASSERT_NE(a.client, nullptr) << a.server.daemon->Log();
   // Every key pushed once (each row becomes the initializer's value moved by one Adagrad step).
   int64_t step = 0;
   std::vector<uint64_t> keys(kPerPush);
@@ -116,16 +82,16 @@ TEST(DiskTierCheckpointTest, ATableThirtyTimesTheCapIsCheckpointedAndRestoredInB
     absl::Status s = a.client->Push(step, {{}, {{"emb", keys, g.data()}}});
     ASSERT_TRUE(s.ok()) << first << ": " << s;
   }
-  const v1::TableStatus filled = TableOf(*a.client);
+  const v1::TableStatus filled = FirstTableOf(*a.client);
   ASSERT_EQ(filled.rows(), kKeys);
   ASSERT_GT(filled.rows_on_disk(), kKeys * 9 / 10) << "most of the table is on disk";
   const std::vector<float> saved = PullSample(*a.client, step);
-  const uint64_t before = PeakRss(a.daemon->pid());
+  const uint64_t before = PeakRss(a.server.daemon->pid());
 
   auto ckpt = a.client->Checkpoint(TempDir("ckpt"));
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   ASSERT_EQ(ckpt->size(), 1u);
-  const uint64_t after = PeakRss(a.daemon->pid());
+  const uint64_t after = PeakRss(a.server.daemon->pid());
   struct stat st;
   ASSERT_EQ(stat((*ckpt)[0].path().c_str(), &st), 0);
   EXPECT_EQ(static_cast<uint64_t>(st.st_size), (*ckpt)[0].bytes());
@@ -138,26 +104,16 @@ TEST(DiskTierCheckpointTest, ATableThirtyTimesTheCapIsCheckpointedAndRestoredInB
 
   // A second capped server restores it: a piece of the file at a time, spilling as it fills.
   Server b = Start("b");
-  ASSERT_NE(b.client, nullptr) << b.daemon->Log();
-  const uint64_t b_before = PeakRss(b.daemon->pid());
-  {
-    auto stub = v1::ParameterServer::NewStub(*MakeChannel(b.address));
-    v1::RestoreRequest req;
-    req.set_job_id("job");
-    req.set_path((*ckpt)[0].path());
-    v1::RestoreResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = stub->Restore(&ctx, req, &resp);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    EXPECT_EQ(resp.step(), (*ckpt)[0].step());
-  }
-  const uint64_t b_after = PeakRss(b.daemon->pid());
+  ASSERT_NE(b.client, nullptr) << b.server.daemon->Log();
+  const uint64_t b_before = PeakRss(b.server.daemon->pid());
+  EXPECT_EQ(RestoreOn(b.server, (*ckpt)[0].path()), (*ckpt)[0].step());
+  const uint64_t b_after = PeakRss(b.server.daemon->pid());
   std::printf("restore: server peak RSS %.1f -> %.1f MiB (the filling server's: %.1f)\n",
               b_before / double(kMiB), b_after / double(kMiB), before / double(kMiB));
   EXPECT_LT(b_after, before + kTableBytes / 8)
       << "restoring a " << kTableBytes / kMiB << " MiB table took the peak RSS to "
       << b_after / kMiB << " MiB; filling it had taken " << before / kMiB << " MiB";
-  const v1::TableStatus back = TableOf(*b.client);
+  const v1::TableStatus back = FirstTableOf(*b.client);
   EXPECT_EQ(back.rows(), kKeys);
   EXPECT_GT(back.rows_on_disk(), kKeys * 9 / 10);
   EXPECT_TRUE(PullSample(*b.client, step) == saved) << "bit for bit, both tiers";

@@ -12,11 +12,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/channel.h"
-#include "proto/ps.grpc.pb.h"
-#include "server/client/ps_client.h"
-#include "server/testing/daemon.h"
-#include "server/testing/test_tables.h"
+#include "server/testing/tiered_daemon.h"
 
 namespace pscluster {
 namespace {
@@ -28,6 +24,7 @@ constexpr uint64_t kKeys = 20000;
 constexpr size_t kPerStep = 512;
 constexpr uint64_t kRowBytes = kWidth * 2 * sizeof(float);  // Adagrad: weights and accumulator.
 constexpr int kStepsBeforeCheckpoint = 40;
+constexpr uint64_t kCap = 1500 * kRowBytes;
 
 const v1::TableSpec& Emb() {
   static const v1::TableSpec* spec = new v1::TableSpec(
@@ -69,41 +66,6 @@ std::set<std::string> Databases(const std::string& dir) {
   return out;
 }
 
-struct Server {
-  std::unique_ptr<Daemon> daemon;
-  std::string address;
-};
-
-Server Start(const std::string& tag, const std::string& spill_dir) {
-  Server s;
-  const std::string port_file = TempDir(tag + ".port");
-  s.daemon = std::make_unique<Daemon>(
-      RunfilePath("server/ps_server"),
-      std::vector<std::string>{"--listen=127.0.0.1:0", "--port_file=" + port_file,
-                               absl::StrCat("--memory_bytes=", 1500 * kRowBytes),
-                               "--spill_dir=" + spill_dir, "--log_level=info"},
-      TempDir(tag + ".log"));
-  auto address = s.daemon->WaitForPortFile(port_file);
-  EXPECT_TRUE(address.ok()) << address.status();
-  if (address.ok()) s.address = *address;
-  return s;
-}
-
-std::unique_ptr<PsClient> Client(const Server& s) {
-  PsClientOptions o;
-  o.job_id = "job";
-  o.call_timeout = absl::Seconds(20);
-  auto client = PsClient::Create(o, RoundRobinMap("job", 4, {s.address}), {Emb()});
-  EXPECT_TRUE(client.ok()) << client.status();
-  if (!client.ok()) return nullptr;
-  EXPECT_TRUE((*client)->InstallShardMap().ok());
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  absl::Status created = (*client)->CreateTables(asp, 1);
-  EXPECT_TRUE(created.ok()) << created;
-  return std::move(*client);
-}
-
 absl::Status PushStep(PsClient& client, int step) {
   const std::vector<uint64_t> keys = StepKeys(step);
   std::vector<float> g(keys.size() * kWidth);
@@ -119,22 +81,15 @@ std::vector<float> PullAll(PsClient& client, int64_t clock) {
   return rows;
 }
 
-v1::TableStatus TableOf(PsClient& client) {
-  auto st = client.ServerStatuses();
-  EXPECT_TRUE(st.ok()) << st.status();
-  if (!st.ok() || st->empty() || (*st)[0].jobs_size() == 0) return {};
-  return (*st)[0].jobs(0).tables(0);
-}
-
 TEST(DiskTierCrashTest, AKillDuringSpillsLosesOnlyWhatTheCheckpointModelAllows) {
   const std::string spill_dir = TempDir("spill");
   ASSERT_EQ(mkdir(spill_dir.c_str(), 0755), 0);
   const std::string ckpt_dir = TempDir("ckpt");
 
   // Server A trains past its cap, checkpoints, and records what the checkpoint holds.
-  Server a = Start("a", spill_dir);
+  TieredServer a = StartTieredServer("a", kCap, spill_dir);
   ASSERT_FALSE(a.address.empty()) << a.daemon->Log();
-  std::unique_ptr<PsClient> ca = Client(a);
+  std::unique_ptr<PsClient> ca = JobClient(a, Emb());
   ASSERT_NE(ca, nullptr);
   for (int step = 0; step < kStepsBeforeCheckpoint; ++step) {
     absl::Status s = PushStep(*ca, step);
@@ -144,7 +99,7 @@ TEST(DiskTierCrashTest, AKillDuringSpillsLosesOnlyWhatTheCheckpointModelAllows) 
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   ASSERT_EQ(ckpt->size(), 1u);
   const std::vector<float> saved = PullAll(*ca, kStepsBeforeCheckpoint);
-  const v1::TableStatus at_checkpoint = TableOf(*ca);
+  const v1::TableStatus at_checkpoint = FirstTableOf(*ca);
   ASSERT_GT(at_checkpoint.rows_on_disk(), 0u) << "the checkpoint covers rows on disk too";
 
   // Pushes go on, every one spilling cold rows to make room; SIGKILL lands among them.
@@ -165,34 +120,24 @@ TEST(DiskTierCrashTest, AKillDuringSpillsLosesOnlyWhatTheCheckpointModelAllows) 
   // Server B on the same directory: the killed server's databases are removed at start, and the
   // checkpoint restores both tiers bit for bit (rows pushed after it are lost, as without a disk
   // tier: the job's rollback replays those steps).
-  Server b = Start("b", spill_dir);
+  TieredServer b = StartTieredServer("b", kCap, spill_dir);
   ASSERT_FALSE(b.address.empty()) << b.daemon->Log();
   for (const std::string& db : killed_dbs) {
     EXPECT_EQ(Databases(spill_dir).count(db), 0u) << db << " of the killed server is still there";
     EXPECT_NE(b.daemon->Log().find(db), std::string::npos) << "the removal is logged";
   }
-  std::unique_ptr<PsClient> cb = Client(b);
+  std::unique_ptr<PsClient> cb = JobClient(b, Emb());
   ASSERT_NE(cb, nullptr);
-  {
-    auto stub = v1::ParameterServer::NewStub(*MakeChannel(b.address));
-    v1::RestoreRequest req;
-    req.set_job_id("job");
-    req.set_path((*ckpt)[0].path());
-    v1::RestoreResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = stub->Restore(&ctx, req, &resp);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    EXPECT_EQ(resp.step(), (*ckpt)[0].step());
-  }
+  EXPECT_EQ(RestoreOn(b, (*ckpt)[0].path()), (*ckpt)[0].step());
   EXPECT_TRUE(PullAll(*cb, kStepsBeforeCheckpoint) == saved) << "bit for bit, both tiers";
-  const v1::TableStatus restored = TableOf(*cb);
+  const v1::TableStatus restored = FirstTableOf(*cb);
   EXPECT_EQ(restored.rows(), at_checkpoint.rows());
   EXPECT_GT(restored.rows_on_disk(), 0u) << "B is capped too: the restore spilled";
 
   // Server C on the same directory while B lives: B's databases are B's, C leaves them.
   const std::set<std::string> live_dbs = Databases(spill_dir);
   ASSERT_FALSE(live_dbs.empty());
-  Server c = Start("c", spill_dir);
+  TieredServer c = StartTieredServer("c", kCap, spill_dir);
   ASSERT_FALSE(c.address.empty()) << c.daemon->Log();
   EXPECT_EQ(Databases(spill_dir), live_dbs);
   EXPECT_TRUE(PullAll(*cb, kStepsBeforeCheckpoint) == saved) << "B still reads its disk tier";

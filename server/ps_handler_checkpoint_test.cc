@@ -472,11 +472,35 @@ TEST_F(HandlerTest, WritesPeriodicCheckpointsAndKeepsTheNewest) {
   EXPECT_GE(st.checkpoint_age_sec(), 0.0);
 }
 
+class PeriodicTest : public HandlerTest {
+ protected:
+  // Worker 0 of job "j" waits to read block 0 of "w" at clock 2, and pushes its step 2 of it
+  // (`g`) from the read's own callback the moment it may, setting *pushed. Returns the job
+  // (null, with a failure, when the read does not park).
+  std::shared_ptr<Job> ParkReadThenPushStepTwo(const std::vector<float>& g,
+                                               std::atomic<bool>* pushed) {
+    v1::PullRequest pull;
+    pull.set_job_id("j");
+    pull.set_worker(0);
+    pull.set_clock(2);
+    *pull.add_slices() = Block("w", 0);
+    auto plan = h_->PlanPull(pull);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!plan.ok()) return nullptr;
+    uint64_t wait = 0;
+    const bool now = plan->job->WhenReadable(2, [this, g, pushed](absl::Status) {
+      *pushed = PushDense("j", 0, 2, 0, "w", 0, g, true).ok();
+    }, &wait);
+    EXPECT_FALSE(now) << "the read at clock 2 was served at once";
+    return now ? nullptr : plan->job;
+  }
+};
+
 // The snapshot of a periodic checkpoint is taken before the reads that the step released are
 // served: a worker that pushes its next step the moment its read is released (here, from the
 // read's own callback) does not get that step into the checkpoint. A recovery restoring it then
 // replays that step once, not twice.
-TEST_F(HandlerTest, APeriodicCheckpointHoldsExactlyTheStepsUpToItsClock) {
+TEST_F(PeriodicTest, APeriodicCheckpointHoldsExactlyTheStepsUpToItsClock) {
   PsHandlerOptions o;
   o.checkpoint_dir = TempDir("exact");
   Make(o);
@@ -490,18 +514,8 @@ TEST_F(HandlerTest, APeriodicCheckpointHoldsExactlyTheStepsUpToItsClock) {
   ASSERT_TRUE(PushDense("j", 1, 0, 0, "w", 0, g, true).ok());
   ASSERT_TRUE(PushDense("j", 0, 1, 0, "w", 0, g, true).ok());
   // Worker 0 waits to read at clock 2 and pushes step 2 as soon as it may.
-  v1::PullRequest pull;
-  pull.set_job_id("j");
-  pull.set_worker(0);
-  pull.set_clock(2);
-  *pull.add_slices() = Block("w", 0);
-  auto plan = h_->PlanPull(pull);
-  ASSERT_TRUE(plan.ok()) << plan.status();
   std::atomic<bool> pushed{false};
-  uint64_t wait = 0;
-  ASSERT_FALSE(plan->job->WhenReadable(2, [&](absl::Status) {
-    pushed = PushDense("j", 0, 2, 0, "w", 0, g, true).ok();
-  }, &wait));
+  ASSERT_NE(ParkReadThenPushStepTwo(g, &pushed), nullptr);
   // Worker 1's push completes step 1: the checkpoint at step 2 falls due.
   ASSERT_TRUE(PushDense("j", 1, 1, 0, "w", 0, g, true).ok());
   ASSERT_TRUE(pushed.load());
@@ -522,7 +536,7 @@ TEST_F(HandlerTest, APeriodicCheckpointHoldsExactlyTheStepsUpToItsClock) {
 // taken in memory but streamed to its file by the push that makes it due, before the reads that
 // the step released are served; it holds exactly the steps up to its clock, rows on disk
 // included, and the file is byte for byte the checkpoint taken in memory.
-TEST_F(HandlerTest, ADiskTiersPeriodicCheckpointIsStreamedAndHoldsExactlyItsSteps) {
+TEST_F(PeriodicTest, ADiskTiersPeriodicCheckpointIsStreamedAndHoldsExactlyItsSteps) {
   PsHandlerOptions o;
   o.checkpoint_dir = TempDir("tiered-periodic");
   o.spill_dir = TempDir("tiered-spill");
@@ -548,19 +562,10 @@ TEST_F(HandlerTest, ADiskTiersPeriodicCheckpointIsStreamedAndHoldsExactlyItsStep
   push_step(0, 0);
   push_step(1, 0);
   push_step(0, 1);
-  v1::PullRequest pull;
-  pull.set_job_id("j");
-  pull.set_worker(0);
-  pull.set_clock(2);
-  *pull.add_slices() = Block("w", 0);
-  auto plan = h_->PlanPull(pull);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  ASSERT_TRUE(plan->job->HasDiskTier());
   std::atomic<bool> pushed{false};
-  uint64_t wait = 0;
-  ASSERT_FALSE(plan->job->WhenReadable(2, [&](absl::Status) {
-    pushed = PushDense("j", 0, 2, 0, "w", 0, g, true).ok();
-  }, &wait));
+  std::shared_ptr<Job> job = ParkReadThenPushStepTwo(g, &pushed);
+  ASSERT_NE(job, nullptr);
+  ASSERT_TRUE(job->HasDiskTier());
   push_step(1, 1);  // Completes step 1: the checkpoint at step 2 falls due.
   ASSERT_TRUE(pushed.load());
   const std::string path = o.checkpoint_dir + "/j/server-step2.ckpt";
@@ -573,14 +578,14 @@ TEST_F(HandlerTest, ADiskTiersPeriodicCheckpointIsStreamedAndHoldsExactlyItsStep
   EXPECT_GT(Status("j").jobs(0).tables(1).rows_on_disk(), 0u);
 
   // Streamed (as above, or through the Checkpoint call) and taken in memory: the same bytes.
-  auto in_memory = plan->job->MakeCheckpoint("s", 1234, 2);
+  auto in_memory = job->MakeCheckpoint("s", 1234, 2);
   ASSERT_TRUE(in_memory.ok()) << in_memory.status();
   std::string streamed;
   CheckpointWriter writer([&](absl::string_view piece) {
     streamed.append(piece.data(), piece.size());
     return absl::OkStatus();
   });
-  auto meta = plan->job->StreamCheckpoint(
+  auto meta = job->StreamCheckpoint(
       "s", 1234, 2, [&](int64_t, uint64_t) -> absl::StatusOr<CheckpointWriter*> {
         return &writer;
       });
@@ -590,7 +595,7 @@ TEST_F(HandlerTest, ADiskTiersPeriodicCheckpointIsStreamedAndHoldsExactlyItsStep
   EXPECT_EQ(meta->size, streamed.size());
   EXPECT_TRUE(meta->bytes.empty());
   // A sink that fails: the error comes back and nothing else happens.
-  auto failed = plan->job->StreamCheckpoint(
+  auto failed = job->StreamCheckpoint(
       "s", 1234, 2, [&](int64_t, uint64_t) -> absl::StatusOr<CheckpointWriter*> {
         return absl::ResourceExhaustedError("disk full");
       });
