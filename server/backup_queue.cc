@@ -28,6 +28,14 @@ BackupQueue::~BackupQueue() {
 }
 
 void BackupQueue::Enqueue(v1::ReplicateRequest req, Payload values) {
+  Enqueue(std::move(req), std::move(values), nullptr);
+}
+
+void BackupQueue::Enqueue(v1::ReplicateRequest req, Loader load) {
+  Enqueue(std::move(req), Payload(), std::move(load));
+}
+
+void BackupQueue::Enqueue(v1::ReplicateRequest req, Payload values, Loader load) {
   absl::MutexLock l(&mu_);
   const uint64_t seq = next_seq_++;
   if (!broken_.ok()) {
@@ -37,7 +45,7 @@ void BackupQueue::Enqueue(v1::ReplicateRequest req, Payload values) {
   // End-of-step markers, snapshot parts and a primary's clocks wait for everything before them,
   // and hold back everything after them.
   const bool barrier = req.chunk().end_of_step() || req.seed_size() != 0 || req.has_clocks();
-  queue_.push_back(Item{seq, barrier, std::move(req), std::move(values)});
+  queue_.push_back(Item{seq, barrier, std::move(req), std::move(values), std::move(load)});
 }
 
 absl::Status BackupQueue::Flush(absl::Duration timeout) {
@@ -106,8 +114,10 @@ void BackupQueue::Loop() {
     // or not have the map yet).
     const absl::Time give_up = absl::Now() + retry_for_;
     absl::Duration backoff = absl::Milliseconds(10);
-    absl::Status s = transport_->Send(address_, item.req, item.values);
-    while (!s.ok() && absl::Now() + backoff < give_up) {
+    absl::Status s = item.load ? item.load(item.req) : absl::OkStatus();
+    const bool loaded = s.ok();
+    if (loaded) s = transport_->Send(address_, item.req, item.values);
+    while (loaded && !s.ok() && absl::Now() + backoff < give_up) {
       {
         absl::MutexLock l(&mu_);
         if (mu_.AwaitWithTimeout(absl::Condition(&stop_), backoff)) return;

@@ -47,6 +47,11 @@ class BackupQueue {
 
   const std::string& address() const { return address_; }
   void Enqueue(v1::ReplicateRequest req, Payload values = Payload());
+  // Completes a request just before it is sent (the part of a snapshot, read from its spool file
+  // when its turn comes, so that a queued snapshot takes no memory); its error breaks the queue
+  // as a failed call does.
+  using Loader = std::function<absl::Status(v1::ReplicateRequest&)>;
+  void Enqueue(v1::ReplicateRequest req, Loader load);
   // Waits until everything queued before this call was delivered. UNAVAILABLE naming the backup
   // when some of it could not be, or `timeout` passed.
   absl::Status Flush(absl::Duration timeout);
@@ -57,11 +62,13 @@ class BackupQueue {
   }
 
  private:
+  void Enqueue(v1::ReplicateRequest req, Payload values, Loader load);
   struct Item {
     uint64_t seq = 0;
     bool barrier = false;  // An end-of-step marker or a part of a live copy's snapshot.
     v1::ReplicateRequest req;
     Payload values;
+    Loader load;  // Null: `req` is complete.
   };
   void Loop();
   void CompleteLocked(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -132,8 +132,7 @@ absl::Status Job::SetShardsChanging(uint64_t epoch, std::vector<bool> held, MapC
   absl::Status s = SetShardsLocked(epoch, std::move(held));
   if (!s.ok()) return s;
   for (const MapChange::Adoption& a : change.adopt) {
-    StringCheckpointSource source(a.copy.bytes);
-    auto r = RestoreLocked(source, a.from, /*set_clocks=*/false);
+    auto r = RestoreLocked(*SourceOf(a.copy), a.from, /*set_clocks=*/false);
     if (!r.ok()) {
       // Undo the shard change (blocks newly held go back to the initializer's values, which no
       // one has read: the epoch was never served).
@@ -149,11 +148,10 @@ absl::Status Job::SetShardsChanging(uint64_t epoch, std::vector<bool> held, MapC
   }
   forwarding_ = std::move(change.forwarding);
   if (change.seed) {
-    auto snap = MakeCheckpointLocked(change.node_id, absl::ToUnixMillis(clock_->Now()),
-                                     std::nullopt,
-                                     change.seed_shards.empty() ? nullptr : &change.seed_shards);
+    auto snap = MakeCopyLocked(change.node_id, absl::ToUnixMillis(clock_->Now()),
+                               change.seed_shards.empty() ? nullptr : &change.seed_shards);
     if (!snap.ok()) return snap.status();
-    change.seed(*snap);
+    change.seed(std::move(*snap));
   }
   if (change.clocks) {
     ClockState state;

@@ -42,6 +42,7 @@
 #include "server/payload.h"
 #include "server/pull_views.h"
 #include "server/read_gate.h"
+#include "server/spool_file.h"
 #include "server/step_aggregator.h"
 #include "server/table.h"
 #include "server/worker_clocks.h"
@@ -71,13 +72,20 @@ struct SliceRef {
   uint64_t keys_hash = 0;       // SPARSE: identity of the key list (for the dedup record).
 };
 
-// A checkpoint file as taken in memory.
+// A checkpoint file as taken in memory, or spooled to local disk.
 struct CheckpointSnapshot {
   std::string bytes;   // The whole checkpoint file (empty when it was streamed to a file).
+  // The whole checkpoint file, when it was spooled (a copy of a job with a disk tier for another
+  // copy to load; `bytes` is then empty). Shared: the file lives while a holder does.
+  std::shared_ptr<const SpoolFile> spool;
   int64_t step = 0;
   uint32_t crc = 0;
   uint64_t size = 0;  // Bytes of the file.
 };
+
+// The bytes of `snap` to read a piece at a time (from its spool file or from memory; valid while
+// `snap` is).
+std::unique_ptr<CheckpointSource> SourceOf(const CheckpointSnapshot& snap);
 
 // What a primary forwards its applied chunks with (PsHandler's replication state for the job);
 // opaque here.
@@ -172,7 +180,7 @@ class Job {
     std::shared_ptr<ForwardingState> forwarding;
     // Called with a checkpoint of the job as the map takes effect (live copies' seeds), still
     // under the lock: what it queues goes ahead of every later chunk's copies. Empty: none.
-    std::function<void(const CheckpointSnapshot&)> seed;
+    std::function<void(CheckpointSnapshot)> seed;
     // Called, like `seed` and right after it, with the job's clocks and records of applied
     // chunks as the map takes effect (after the adoptions): for new backups that hold their
     // shards' copies already (ReplicaSeed.held_from). Empty: none.
@@ -312,6 +320,8 @@ class Job {
   // Each worker's clock as recorded in the checkpoint `file` (checked as Restore does).
   static absl::StatusOr<std::vector<int64_t>> CheckpointClocks(const std::string& file,
                                                                absl::string_view path);
+  static absl::StatusOr<std::vector<int64_t>> CheckpointClocks(CheckpointSource& source,
+                                                               absl::string_view path);
 
   // ---- Replication: a backup's copy of a primary's shards taking over on promotion.
 
@@ -328,8 +338,20 @@ class Job {
   void SetClockState(const ClockState& state);
   // A checkpoint of `shards` only (a subset of those held; its dense blocks and sparse rows are
   // theirs), for another copy on this server to take them over (ReplicaSeed.held_from).
+  // Spooled for a job with a disk tier, as every snapshot made for another copy of the job.
   absl::StatusOr<Snapshot> CheckpointShards(const std::string& node_id, int64_t now_unix_ms,
                                             const std::vector<bool>& shards);
+  // A checkpoint of the whole job for another copy on this server to load (a copy taking over
+  // its shards); with `seal` (a copy about to be taken over), this copy refuses every later
+  // update (FAILED_PRECONDITION), so that none lands after the snapshot, taken at the same instant. For a job with a disk tier it is
+  // spooled to an anonymous file under the spill directory, read twice (its sections streamed
+  // from both tiers), so a copy far larger than memory changes hands in bounded memory; in
+  // memory otherwise.
+  absl::StatusOr<Snapshot> SnapshotForCopy(const std::string& node_id, int64_t now_unix_ms,
+                                           bool seal);
+  // The directory a copy of this job spools what it receives to (a live copy's seed): the spill
+  // directory when a table has a disk tier, else empty (kept in memory).
+  std::string SpoolDir() const ABSL_LOCKS_EXCLUDED(state_mu_);
   // A copy: the primary applied the next chunk at shard-map epoch `epoch`. Before the first
   // chunk of each newer epoch the copy keeps its clock state, for ClockStateBefore. Call before
   // applying the chunk; chunks from one primary come in the order it applied them.
@@ -340,9 +362,6 @@ class Job {
   // shards, and their step ends (which a copy kept for those shards receives too) must not make
   // the moved shard's missing chunks of that step look like duplicates.
   ClockState ClockStateBefore(uint64_t epoch) const;
-  // A copy about to be taken over: refuses every later update (FAILED_PRECONDITION), so that
-  // none lands after the checkpoint returned, which is taken at the same instant.
-  absl::StatusOr<Snapshot> SealAndCheckpoint(const std::string& node_id, int64_t now_unix_ms);
   // Takes over the shards of `copy` (a replica's checkpoint) that are held here (SetShards
   // first) and joins its clocks: each worker's clock becomes the lower of the two and the
   // records of applied chunks unite, so a worker resuming at its lowest clock re-pushes what
@@ -397,6 +416,10 @@ class Job {
   absl::StatusOr<Snapshot> MakeCheckpointLocked(const std::string& node_id, int64_t now_unix_ms,
                                                 std::optional<int64_t> at,
                                                 const std::vector<bool>* only = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
+  // MakeCheckpointLocked, spooled when a table has a disk tier (see SnapshotForCopy).
+  absl::StatusOr<Snapshot> MakeCopyLocked(const std::string& node_id, int64_t now_unix_ms,
+                                          const std::vector<bool>* only)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
   // Writes the checkpoint (of `only`, as above) through the writer `open` returns; sets `snap`'s
   // step, crc and size.
@@ -455,7 +478,7 @@ class Job {
   bool have_map_ ABSL_GUARDED_BY(state_mu_) = false;
   std::vector<bool> held_ ABSL_GUARDED_BY(state_mu_);
   std::shared_ptr<ForwardingState> forwarding_ ABSL_GUARDED_BY(state_mu_);
-  bool sealed_ ABSL_GUARDED_BY(state_mu_) = false;  // SealAndCheckpoint.
+  bool sealed_ ABSL_GUARDED_BY(state_mu_) = false;  // SnapshotForCopy(seal).
 
 
   absl::Mutex advance_mu_ ABSL_ACQUIRED_BEFORE(clock_mu_);

@@ -36,13 +36,6 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpoint(const std::string& node_id,
   return MakeCheckpointLocked(node_id, now_unix_ms, at);
 }
 
-absl::StatusOr<Job::Snapshot> Job::SealAndCheckpoint(const std::string& node_id,
-                                                     int64_t now_unix_ms) {
-  absl::MutexLock l(&state_mu_);
-  sealed_ = true;
-  return MakeCheckpointLocked(node_id, now_unix_ms, std::nullopt);
-}
-
 absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_id,
                                                         int64_t now_unix_ms,
                                                         std::optional<int64_t> at,
@@ -62,6 +55,43 @@ absl::StatusOr<Job::Snapshot> Job::MakeCheckpointLocked(const std::string& node_
       &snap);
   if (!s.ok()) return s;
   return snap;
+}
+
+absl::StatusOr<Job::Snapshot> Job::MakeCopyLocked(const std::string& node_id,
+                                                  int64_t now_unix_ms,
+                                                  const std::vector<bool>* only) {
+  if (!HasDiskTierLocked() || config_.spill_dir.empty()) {
+    return MakeCheckpointLocked(node_id, now_unix_ms, std::nullopt, only);
+  }
+  auto spool = SpoolFile::Create(config_.spill_dir, absl::StrCat("copy of job '", id(), "'"));
+  if (!spool.ok()) return spool.status();
+  Snapshot snap;
+  SpoolFile& file = **spool;
+  CheckpointWriter writer([&file](absl::string_view piece) { return file.Append(piece); });
+  absl::Status s = WriteCheckpointLocked(
+      node_id, now_unix_ms, std::nullopt, only,
+      [&](int64_t, uint64_t) -> absl::StatusOr<CheckpointWriter*> { return &writer; }, &snap);
+  if (!s.ok()) return s;
+  snap.spool = std::move(*spool);
+  return snap;
+}
+
+absl::StatusOr<Job::Snapshot> Job::SnapshotForCopy(const std::string& node_id,
+                                                   int64_t now_unix_ms, bool seal) {
+  if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
+  absl::MutexLock l(&state_mu_);
+  if (seal) sealed_ = true;
+  return MakeCopyLocked(node_id, now_unix_ms, nullptr);
+}
+
+std::string Job::SpoolDir() const {
+  absl::ReaderMutexLock l(&state_mu_);
+  return HasDiskTierLocked() ? config_.spill_dir : std::string();
+}
+
+std::unique_ptr<CheckpointSource> SourceOf(const CheckpointSnapshot& snap) {
+  if (snap.spool != nullptr) return std::make_unique<SpoolCheckpointSource>(snap.spool);
+  return std::make_unique<StringCheckpointSource>(snap.bytes);
 }
 
 absl::StatusOr<Job::Snapshot> Job::StreamCheckpoint(const std::string& node_id,
@@ -154,7 +184,14 @@ absl::Status Job::WriteCheckpointLocked(const std::string& node_id, int64_t now_
       }
     } else {
       uint64_t rows = t.sparse->rows();
-      if (only != nullptr) {
+      if (only != nullptr && t.sparse->tiered()) {
+        // A snapshot of some shards of a table that may not fit in memory: their rows counted
+        // now (the header, which comes first, needs the count), written by later passes.
+        rows = 0;
+        t.sparse->ForEachRowSortedWithStep([&](uint64_t key, int64_t, int64_t, const float*) {
+          if (covers(t.sparse->ShardOf(key))) ++rows;
+        });
+      } else if (only != nullptr) {
         // A snapshot of some shards (a live copy's seed): only their rows, gathered now (the
         // header, which comes first, needs their count).
         SparseRows& c = partial[ti];
@@ -218,7 +255,7 @@ absl::Status Job::WriteCheckpointLocked(const std::string& node_id, int64_t now_
     }
     const size_t row_bytes = t.info->width * fpe * sizeof(float);
     const bool expires = t.sparse->policy().expires();
-    if (only != nullptr) {
+    if (only != nullptr && !t.sparse->tiered()) {
       SparseRows& c = partial[ti];
       st = w.Append(c.values);
       if (st.ok()) st = w.Append(bytes_of(c.keys));
@@ -249,6 +286,7 @@ absl::Status Job::WriteCheckpointLocked(const std::string& node_id, int64_t now_
         uint64_t n = 0;
         t.sparse->ForEachRowSortedWithStep(
             [&](uint64_t key, int64_t u, int64_t last_step, const float* row) {
+              if (only != nullptr && !covers(t.sparse->ShardOf(key))) return;
               ++n;
               if (!st.ok()) return;
               switch (section) {
@@ -308,7 +346,13 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::Restore(CheckpointSource& sour
 
 absl::StatusOr<std::vector<int64_t>> Job::CheckpointClocks(const std::string& file,
                                                            absl::string_view path) {
-  auto parsed = ParseCheckpoint(file, path);
+  StringCheckpointSource source(file);
+  return CheckpointClocks(source, path);
+}
+
+absl::StatusOr<std::vector<int64_t>> Job::CheckpointClocks(CheckpointSource& source,
+                                                           absl::string_view path) {
+  auto parsed = VerifyCheckpoint(source, path);
   if (!parsed.ok()) return parsed.status();
   std::vector<int64_t> clocks;
   for (const auto& wc : parsed->header.clocks()) {
@@ -584,7 +628,7 @@ absl::StatusOr<Job::Snapshot> Job::CheckpointShards(const std::string& node_id,
                                                     const std::vector<bool>& shards) {
   if (dropped_) return absl::NotFoundError(absl::StrCat("job_id: job '", id(), "' was dropped"));
   absl::MutexLock l(&state_mu_);
-  return MakeCheckpointLocked(node_id, now_unix_ms, std::nullopt, &shards);
+  return MakeCopyLocked(node_id, now_unix_ms, &shards);
 }
 
 void Job::NoteSourceEpoch(uint64_t epoch) {
@@ -606,7 +650,7 @@ Job::ClockState Job::ClockStateBefore(uint64_t epoch) const {
 
 absl::Status Job::AdoptReplica(const Snapshot& copy, const ClockState& other,
                                absl::string_view from) {
-  auto r = Restore(copy.bytes, from, /*set_clocks=*/false);
+  auto r = Restore(*SourceOf(copy), from, /*set_clocks=*/false);
   if (!r.ok()) return r.status();
   absl::MutexLock c(&clock_mu_);
   JoinClocksLocked(other.clocks, other.applied);

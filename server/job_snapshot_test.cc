@@ -20,9 +20,11 @@ using namespace ::pscluster::testing;  // NOLINT
 constexpr uint32_t kShards = 8;
 constexpr uint32_t kWidth = 4;
 
-std::unique_ptr<Job> NewJob(MemoryBudget* budget, const Clock* clock) {
+std::unique_ptr<Job> NewJob(MemoryBudget* budget, const Clock* clock,
+                            const std::string& spill_dir = "") {
   JobConfig config;
   config.job_id = "j";
+  config.spill_dir = spill_dir;
   config.consistency.set_mode(v1::ConsistencySpec::ASP);
   config.num_workers = 1;
   config.num_shards = kShards;
@@ -35,6 +37,107 @@ std::unique_ptr<Job> NewJob(MemoryBudget* budget, const Clock* clock) {
   EXPECT_TRUE(job->AddTables(specs, opts).ok());
   EXPECT_TRUE(job->SetShards(1, std::vector<bool>(kShards, true)).ok());
   return job;
+}
+
+std::vector<uint64_t> Keys() {
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 400; ++k) keys.push_back(k * 7919 + 3);
+  return keys;
+}
+
+absl::Status PushAll(Job& job, const std::vector<uint64_t>& keys, int64_t step = 0) {
+  v1::PushChunk c;
+  c.mutable_tag()->set_job_id("j");
+  c.mutable_tag()->set_worker(0);
+  c.mutable_tag()->set_step(step);
+  c.set_epoch(1);
+  c.mutable_slice()->set_table("emb");
+  c.mutable_slice()->set_keys(std::string(reinterpret_cast<const char*>(keys.data()),
+                                          keys.size() * 8));
+  c.set_end_of_step(true);
+  std::vector<float> g(keys.size() * kWidth);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * static_cast<float>(i % 17) - 0.08f;
+  return job
+      .Push(c, Payload::FromString(
+                   std::string(reinterpret_cast<const char*>(g.data()), g.size() * 4)))
+      .status();
+}
+
+// All the bytes of a snapshot, wherever they are.
+std::string BytesOf(const CheckpointSnapshot& snap) {
+  std::string scratch;
+  auto all = SourceOf(snap)->Read(0, snap.size, &scratch);
+  EXPECT_TRUE(all.ok()) << all.status();
+  return all.ok() ? std::string(*all) : "";
+}
+
+// The seed of shards 2 and 5, taken as map 2 takes effect.
+CheckpointSnapshot SeedOf(Job& job) {
+  std::vector<bool> seed_shards(kShards, false);
+  seed_shards[2] = seed_shards[5] = true;
+  CheckpointSnapshot seed;
+  Job::MapChange change;
+  change.seed = [&](CheckpointSnapshot s) { seed = std::move(s); };
+  change.seed_shards = seed_shards;
+  EXPECT_TRUE(job.SetShards(2, std::vector<bool>(kShards, true), std::move(change)).ok());
+  return seed;
+}
+
+uint64_t RowsOf(Job& job, bool on_disk = false) {
+  v1::JobOnServer status;
+  job.FillStatus(&status);
+  for (const auto& t : status.tables()) {
+    if (t.name() == "emb") return on_disk ? t.rows_on_disk() : t.rows();
+  }
+  return 0;
+}
+
+// A job whose sparse table has a disk tier (most of its rows on disk) seeds a copy, and hands a
+// copy over, through an anonymous spool file, not memory: the same bytes as the snapshot of the
+// same rows held in memory, read back a piece at a time.
+TEST(JobSnapshotTest, ACopyOfATieredJobIsSpooledAndHoldsTheSameBytes) {
+  FakeClock clock;
+  const std::vector<uint64_t> keys = Keys();
+  MemoryBudget small{8 << 10};
+  auto tiered = NewJob(&small, &clock, ::testing::TempDir());
+  MemoryBudget unlimited{0};
+  auto in_memory = NewJob(&unlimited, &clock);
+  for (size_t first = 0; first < keys.size(); first += 40) {  // 40 new rows a step.
+    const std::vector<uint64_t> part(keys.begin() + first, keys.begin() + first + 40);
+    const int64_t step = static_cast<int64_t>(first / 40);
+    absl::Status s = PushAll(*tiered, part, step);
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_TRUE(PushAll(*in_memory, part, step).ok());
+  }
+  ASSERT_GT(RowsOf(*tiered, /*on_disk=*/true), keys.size() / 4) << "many rows are on disk";
+  EXPECT_EQ(tiered->SpoolDir(), ::testing::TempDir());
+  EXPECT_EQ(in_memory->SpoolDir(), "");
+
+  const CheckpointSnapshot spooled = SeedOf(*tiered);
+  const CheckpointSnapshot held = SeedOf(*in_memory);
+  ASSERT_NE(spooled.spool, nullptr);
+  EXPECT_TRUE(spooled.bytes.empty());
+  EXPECT_EQ(held.spool, nullptr);
+  EXPECT_EQ(spooled.size, held.size);
+  EXPECT_EQ(spooled.crc, held.crc);
+  EXPECT_TRUE(BytesOf(spooled) == held.bytes) << "the seed of shards 2 and 5, byte for byte";
+  std::string scratch;
+  EXPECT_EQ(SourceOf(spooled)->Read(spooled.size - 4, 5, &scratch).status().code(),
+            absl::StatusCode::kDataLoss);
+
+  // The whole job, for another copy (a takeover): spooled too, and loads into a copy.
+  auto whole = tiered->SnapshotForCopy("s0", 0, /*seal=*/true);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_NE(whole->spool, nullptr);
+  auto whole_held = in_memory->SnapshotForCopy("s0", 0, /*seal=*/false);
+  ASSERT_TRUE(whole_held.ok());
+  EXPECT_TRUE(BytesOf(*whole) == whole_held->bytes);
+  EXPECT_EQ(PushAll(*tiered, keys, 10).code(), absl::StatusCode::kFailedPrecondition)
+      << "a sealed copy takes no more updates";
+  MemoryBudget copy_budget{8 << 10};
+  auto copy = NewJob(&copy_budget, &clock, ::testing::TempDir());
+  ASSERT_TRUE(copy->Restore(*SourceOf(*whole), "copy").ok());
+  EXPECT_EQ(RowsOf(*copy), keys.size());
 }
 
 TEST(JobSnapshotTest, ASeedOfSomeShardsHoldsOnlyTheirBlocksAndRows) {
@@ -62,7 +165,7 @@ TEST(JobSnapshotTest, ASeedOfSomeShardsHoldsOnlyTheirBlocksAndRows) {
   seed_shards[2] = seed_shards[5] = true;
   std::string seed;
   Job::MapChange change;
-  change.seed = [&](const CheckpointSnapshot& s) { seed = s.bytes; };
+  change.seed = [&](CheckpointSnapshot s) { seed = s.bytes; };
   change.seed_shards = seed_shards;
   ASSERT_TRUE(job->SetShards(2, std::vector<bool>(kShards, true), std::move(change)).ok());
   auto parsed = ParseCheckpoint(seed, "seed");

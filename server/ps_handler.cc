@@ -348,16 +348,30 @@ absl::Status PsHandler::UpdateShardMap(const v1::UpdateShardMapRequest& req,
     const std::string job_id = map.job_id();
     change.node_id = self;
     if (!fresh.empty()) {
-      change.seed = [fresh, self, job_id](const CheckpointSnapshot& snap) {
-        constexpr size_t kPart = 4 << 20;
-        for (size_t off = 0; off == 0 || off < snap.bytes.size(); off += kPart) {
+      change.seed = [fresh, self, job_id](CheckpointSnapshot taken) {
+        // Each part is read from the snapshot (in memory, or its spool file) when its turn to
+        // be sent comes: parts go one at a time, so queueing the snapshot copies nothing.
+        auto snap = std::make_shared<const CheckpointSnapshot>(std::move(taken));
+        // Parts of 1 MiB: a part is in memory only while it is sent (read into the request,
+        // serialised once); with several sender threads, each one's allocator arena may keep
+        // what it held.
+        constexpr uint64_t kPart = 1 << 20;
+        for (uint64_t off = 0; off == 0 || off < snap->size; off += kPart) {
           v1::ReplicateRequest part;
           part.set_primary(self);
           part.mutable_chunk()->mutable_tag()->set_job_id(job_id);
-          part.set_seed(snap.bytes.substr(off, kPart));
           part.set_seed_offset(off);
-          part.set_seed_size(snap.bytes.size());
-          for (const auto& q : fresh) q->Enqueue(part);
+          part.set_seed_size(snap->size);
+          const size_t n = static_cast<size_t>(std::min(kPart, snap->size - off));
+          for (const auto& q : fresh) {
+            q->Enqueue(part, [snap, off, n](v1::ReplicateRequest& req) -> absl::Status {
+              std::string* into = req.mutable_seed();
+              auto piece = SourceOf(*snap)->Read(off, n, into);
+              if (!piece.ok()) return piece.status();
+              if (piece->data() != into->data()) into->assign(piece->data(), piece->size());
+              return absl::OkStatus();
+            });
+          }
         }
       };
     }

@@ -77,7 +77,10 @@ struct JobReplication {
   // As backup: live copies (ReplicaSeed.live), by primary: the snapshot as it arrives.
   struct Seed {
     absl::Mutex mu;
-    std::string bytes ABSL_GUARDED_BY(mu);      // Received so far.
+    // Received so far: in memory, or, for a copy with a disk tier, in a spool file.
+    std::string bytes ABSL_GUARDED_BY(mu);
+    std::shared_ptr<SpoolFile> spool ABSL_GUARDED_BY(mu);
+    uint64_t received ABSL_GUARDED_BY(mu) = 0;  // Bytes received so far.
     uint64_t size ABSL_GUARDED_BY(mu) = 0;      // Announced by the first part.
     bool done ABSL_GUARDED_BY(mu) = false;      // Loaded into the copy.
     // Each worker's clock in the snapshot; caught up once each moved past it (cleared when

@@ -177,9 +177,7 @@ absl::Status PsHandler::PlanAdoptions(const Job& job, const Replication& old,
     }
     // A copy that goes on backing the primary's other shards is not sealed: their updates keep
     // coming (the moved shard's stopped: its old primary took the map first).
-    auto snap = keeps ? copy->MakeCheckpoint(next->self, absl::ToUnixMillis(clock_->Now()),
-                                             std::nullopt)
-                      : copy->SealAndCheckpoint(next->self, absl::ToUnixMillis(clock_->Now()));
+    auto snap = copy->SnapshotForCopy(next->self, absl::ToUnixMillis(clock_->Now()), !keeps);
     if (!snap.ok()) return snap.status();
     // The clocks of what the primary applied before this map: a copy kept for its other shards
     // may already have their chunks (and step ends) of this map (ClockStateBefore).
@@ -362,36 +360,65 @@ absl::Status PsHandler::ReceiveSeed(const v1::ReplicateRequest& req, Job& copy,
                                                                            seed.size, ")")
                                                               : ""));
   }
-  if (req.seed_offset() < seed.bytes.size()) return absl::OkStatus();  // A repeat.
-  if (req.seed_offset() > seed.bytes.size()) {
+  if (req.seed_offset() < seed.received) return absl::OkStatus();  // A repeat.
+  if (req.seed_offset() > seed.received) {
     return absl::FailedPreconditionError(absl::StrCat("seed: part at ", req.seed_offset(),
                                                       " arrived before the part at ",
-                                                      seed.bytes.size()));
+                                                      seed.received));
   }
-  if (seed.size == 0) {
-    seed.size = req.seed_size();
-    seed.bytes.reserve(seed.size);
-  }
-  seed.bytes.append(req.seed());
-  if (seed.bytes.size() < seed.size) return absl::OkStatus();
   const std::string from = absl::StrCat("snapshot of ", req.primary(), "'s shards");
-  auto clocks = Job::CheckpointClocks(seed.bytes, from);
+  if (seed.size == 0) {
+    // A copy whose tables have a disk tier may be far larger than memory: its snapshot goes to
+    // a spool file as it arrives, and is loaded from there a piece at a time.
+    const std::string spool_dir = copy.SpoolDir();
+    if (!spool_dir.empty()) {
+      auto spool = SpoolFile::Create(spool_dir, from);
+      if (!spool.ok()) return spool.status();
+      seed.spool = std::move(*spool);
+    } else {
+      seed.bytes.reserve(req.seed_size());
+    }
+    seed.size = req.seed_size();
+  }
+  if (seed.spool != nullptr) {
+    absl::Status appended = seed.spool->Append(req.seed());
+    if (!appended.ok()) {
+      // Nothing of this part counts: a retry of it starts at the same offset (the file's
+      // size moved only if the whole part went in).
+      return appended;
+    }
+  } else {
+    seed.bytes.append(req.seed());
+  }
+  seed.received += req.seed().size();
+  if (seed.received < seed.size) return absl::OkStatus();
+  std::unique_ptr<CheckpointSource> source;
+  if (seed.spool != nullptr) {
+    source = std::make_unique<SpoolCheckpointSource>(seed.spool);
+  } else {
+    source = std::make_unique<StringCheckpointSource>(seed.bytes);
+  }
+  auto clocks = Job::CheckpointClocks(*source, from);
   absl::StatusOr<std::pair<int64_t, uint32_t>> r = std::make_pair(int64_t{0}, 0u);
   if (clocks.ok()) {
-    r = copy.Restore(seed.bytes, from);
+    r = copy.Restore(*source, from);
   } else {
     r = clocks.status();
   }
+  source.reset();
+  const bool spooled = seed.spool != nullptr;
+  seed.bytes = std::string();
+  seed.spool.reset();
+  seed.received = 0;
   if (!r.ok()) {
-    seed.bytes.clear();
     seed.size = 0;
     return r.status();
   }
   seed.clocks = std::move(*clocks);
   seed.done = true;
-  seed.bytes = std::string();
   Logger("server")->info("job '{}': live copy of {}'s shards seeded (step {}, a snapshot of {} "
-                         "bytes)", copy.id(), req.primary(), r->first, seed.size);
+                         "bytes{})", copy.id(), req.primary(), r->first, seed.size,
+                         spooled ? ", spooled to disk" : "");
   return absl::OkStatus();
 }
 
@@ -485,7 +512,7 @@ absl::Status PsHandler::LoadHeldCopy(Job& copy, JobReplication::Seed& seed,
   }
   const std::string from = absl::StrCat("copy of ", seed.held_from, "'s shards");
   if (primary_clocks != nullptr) {
-    auto r = copy.Restore(seed.held->bytes, from, /*set_clocks=*/false);
+    auto r = copy.Restore(*SourceOf(*seed.held), from, /*set_clocks=*/false);
     if (!r.ok()) return r.status();
     copy.SetClockState(*primary_clocks);
   } else {
@@ -496,7 +523,7 @@ absl::Status PsHandler::LoadHeldCopy(Job& copy, JobReplication::Seed& seed,
                          copy.id(), from,
                          primary_clocks != nullptr ? "with its primary's clocks"
                                                    : "taking over before its primary's clocks",
-                         seed.held->bytes.size());
+                         seed.held->size);
   seed.held.reset();
   seed.held_before = Job::ClockState();
   seed.clocks.clear();  // Exact clocks: caught up at once.

@@ -1,0 +1,221 @@
+// A live copy of a table far larger than its servers' memory caps (the real ps_server binary,
+// two of them, each with a cap and a disk tier): the primary's snapshot for its new backup is
+// spooled to local disk and sent a part at a time, and the backup spools what arrives and loads
+// it from there, so neither server holds the table in memory (each one's peak resident memory,
+// VmHWM, grows by a small fraction of the table's bytes); the copy, promoted (handed to the
+// backup's own copy of the job, spooled too), serves the primary's rows bit for bit; and no spool
+// file outlives its use.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/testing/tiered_daemon.h"
+
+namespace pscluster {
+namespace {
+
+using namespace ::pscluster::testing;  // NOLINT
+
+constexpr uint32_t kWidth = 16;
+constexpr uint64_t kKeys = 1000000;
+constexpr uint64_t kRowBytes = kWidth * 2 * sizeof(float);  // Adagrad: weights and accumulator.
+constexpr uint64_t kTableBytes = kKeys * kRowBytes;         // 122 MiB of rows.
+constexpr uint64_t kCap = 4 << 20;                          // 4 MiB: 3% of the table.
+constexpr uint64_t kPerPush = 8192;
+constexpr uint64_t kMiB = 1 << 20;
+// What a new disk tier costs outside the cap, whatever its size: RocksDB's two memtables of
+// 32 MiB (README, "Outside the cap").
+constexpr uint64_t kTierOverhead = 64 * kMiB;
+// The bound on what moving the table may add: a quarter of its bytes (holding it in memory
+// would add all of them, and more: 147 MiB on the primary and 214 on the backup, measured).
+constexpr uint64_t kSlack = kTableBytes / 4;
+
+const v1::TableSpec& Emb() {
+  static const v1::TableSpec* spec = new v1::TableSpec(
+      SparseSpec("emb", kWidth, kKeys, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.05f)));
+  return *spec;
+}
+
+uint64_t ProcStatus(pid_t pid, const std::string& field) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
+  }
+  ADD_FAILURE() << "no " << field << " for process " << pid;
+  return 0;
+}
+
+// The files process `pid` has open that were spooled (see server/spool_file.h).
+int OpenSpoolFiles(pid_t pid) {
+  const std::string dir = absl::StrCat("/proc/", pid, "/fd");
+  int n = 0;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (struct dirent* e = readdir(d)) {
+      char target[4096];
+      const ssize_t len =
+          readlink((dir + "/" + e->d_name).c_str(), target, sizeof(target) - 1);
+      if (len > 0 && absl::StrContains(absl::string_view(target, len), "/.spool.")) ++n;
+    }
+    closedir(d);
+  }
+  return n;
+}
+
+TieredServer Start(const std::string& tag) {
+  const std::string spill_dir = TempDir(tag + ".spill");
+  EXPECT_EQ(mkdir(spill_dir.c_str(), 0755), 0);
+  return StartTieredServer(tag, kCap, spill_dir);
+}
+
+// Every shard's primary is `primary`; with `backup`, each is backed up there.
+v1::ShardMap Map(uint64_t epoch, const std::vector<std::string>& addresses,
+                 const std::string& primary, const std::string& backup) {
+  v1::ShardMap m = RoundRobinMap("job", epoch, addresses, 4);
+  for (auto& a : *m.mutable_assignments()) {
+    a.set_primary(primary);
+    if (!backup.empty()) a.add_backups(backup);
+  }
+  return m;
+}
+
+absl::Status Update(const std::string& address, const v1::ShardMap& map, const std::string& self,
+                    bool seed_new_backups, const std::string& live_copy_of) {
+  auto stub = v1::ParameterServer::NewStub(*MakeChannel(address));
+  v1::UpdateShardMapRequest req;
+  *req.mutable_map() = map;
+  req.set_self(self);
+  req.set_seed_new_backups(seed_new_backups);
+  if (!live_copy_of.empty()) {
+    v1::ReplicaSeed* seed = req.add_copy_from();
+    seed->set_primary(live_copy_of);
+    seed->set_live(true);
+  }
+  v1::UpdateShardMapResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(600)));
+  grpc::Status st = stub->UpdateShardMap(&ctx, req, &resp);
+  return st.ok() ? absl::OkStatus() : absl::UnknownError(st.error_message());
+}
+
+// Whether the server at `address` holds a seeded copy of `primary`'s shards of job "job".
+bool Seeded(const std::string& address, const std::string& primary) {
+  auto stub = v1::ParameterServer::NewStub(*MakeChannel(address));
+  v1::ServerStatusRequest req;
+  v1::ServerStatus resp;
+  grpc::ClientContext ctx;
+  if (!stub->Status(&ctx, req, &resp).ok()) return false;
+  for (const auto& job : resp.jobs()) {
+    for (const auto& r : job.replicas()) {
+      if (r.primary() == primary && r.seeded()) return true;
+    }
+  }
+  return false;
+}
+
+std::vector<float> PullSample(PsClient& client, int64_t clock) {
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < kKeys; k += 16) keys.push_back(k);
+  std::vector<float> rows(keys.size() * kWidth);
+  absl::Status s = client.Pull(clock, {{}, {{"emb", keys, rows.data()}}});
+  EXPECT_TRUE(s.ok()) << s;
+  return rows;
+}
+
+TEST(DiskTierReplicaTest, ALiveCopyOfATableThirtyTimesTheCapIsSeededInBoundedMemory) {
+  TieredServer a = Start("a");
+  TieredServer b = Start("b");
+  ASSERT_FALSE(a.address.empty());
+  ASSERT_FALSE(b.address.empty());
+  const std::vector<std::string> addresses = {a.address, b.address};
+
+  // Map 1: every shard on s0 (a), no backups; the job's tables on both servers.
+  PsClientOptions o;
+  o.job_id = "job";
+  o.call_timeout = absl::Seconds(120);
+  auto client = PsClient::Create(o, Map(1, addresses, "s0", ""), {Emb()});
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->InstallShardMap().ok());
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
+  int64_t step = 0;
+  std::vector<uint64_t> keys(kPerPush);
+  std::vector<float> g(kPerPush * kWidth);
+  for (uint64_t first = 0; first < kKeys; first += kPerPush, ++step) {
+    keys.resize(std::min(kPerPush, kKeys - first));
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = first + i;
+    for (size_t i = 0; i < keys.size() * kWidth; ++i) {
+      g[i] = 0.001f * static_cast<float>((first + i) % 31) - 0.015f;
+    }
+    absl::Status s = (*client)->Push(step, {{}, {{"emb", keys, g.data()}}});
+    ASSERT_TRUE(s.ok()) << first << ": " << s;
+  }
+  const std::vector<float> saved = PullSample(**client, step);
+  const v1::TableStatus filled = FirstTableOf(**client);
+  ASSERT_EQ(filled.rows(), kKeys);
+  ASSERT_GT(filled.rows_on_disk(), kKeys * 9 / 10) << "most of the table is on disk";
+
+  // Map 2: b backs every shard of a with a live copy (b takes the map first and waits for the
+  // snapshot a takes as the map takes effect there).
+  const uint64_t a_before = ProcStatus(a.daemon->pid(), "VmHWM");
+  const uint64_t b_before = ProcStatus(b.daemon->pid(), "VmHWM");
+  const v1::ShardMap map2 = Map(2, addresses, "s0", "s1");
+  ASSERT_TRUE(Update(b.address, map2, "s1", true, "s0").ok());
+  ASSERT_TRUE(Update(a.address, map2, "s0", true, "").ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(600);
+  while (!Seeded(b.address, "s0") && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(Seeded(b.address, "s0")) << b.daemon->Log();
+  const uint64_t a_after = ProcStatus(a.daemon->pid(), "VmHWM");
+  const uint64_t b_after = ProcStatus(b.daemon->pid(), "VmHWM");
+  std::printf("seed of a %.0f MiB table: primary's peak RSS %.1f -> %.1f MiB, backup's %.1f -> "
+              "%.1f MiB\n", kTableBytes / double(kMiB), a_before / double(kMiB),
+              a_after / double(kMiB), b_before / double(kMiB), b_after / double(kMiB));
+  EXPECT_LT(a_after - a_before, kSlack)
+      << "the primary's snapshot of a " << kTableBytes / kMiB << " MiB table raised its peak RSS "
+      << "by " << (a_after - a_before) / kMiB << " MiB";
+  EXPECT_LT(b_after, a_before + kSlack)
+      << "loading the copy took the backup's peak RSS to " << b_after / kMiB
+      << " MiB; filling the table had taken the primary's to " << a_before / kMiB << " MiB";
+  EXPECT_NE(b.daemon->Log().find("spooled to disk"), std::string::npos) << b.daemon->Log();
+  // The primary's spool file goes once its last part was delivered; the backup's once loaded.
+  const absl::Time released = absl::Now() + absl::Seconds(10);
+  while (OpenSpoolFiles(a.daemon->pid()) > 0 && absl::Now() < released) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(OpenSpoolFiles(a.daemon->pid()), 0);
+  EXPECT_EQ(OpenSpoolFiles(b.daemon->pid()), 0);
+
+  // Map 3: a is lost; b takes over as primary of every shard, and serves what a held.
+  v1::ShardMap map3 = Map(3, {b.address}, "s0", "");
+  map3.mutable_servers(0)->set_node_id("s1");
+  for (auto& as : *map3.mutable_assignments()) as.set_primary("s1");
+  a.daemon.reset();
+  ASSERT_TRUE(Update(b.address, map3, "s1", false, "").ok());
+  // The copy handed its shards to b's own copy of the job through a spool file as well.
+  const uint64_t b_promoted = ProcStatus(b.daemon->pid(), "VmHWM");
+  std::printf("promotion: the backup's peak RSS %.1f -> %.1f MiB\n", b_after / double(kMiB),
+              b_promoted / double(kMiB));
+  EXPECT_LT(b_promoted - b_after, kTierOverhead + kSlack)
+      << "taking over a " << kTableBytes / kMiB << " MiB copy raised the peak RSS by "
+      << (b_promoted - b_after) / kMiB << " MiB";
+  EXPECT_EQ(OpenSpoolFiles(b.daemon->pid()), 0);
+  o.attempt = 1;
+  auto resumed = PsClient::Create(o, map3, {Emb()});
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  const v1::TableStatus copy = FirstTableOf(**resumed);
+  EXPECT_EQ(copy.rows(), kKeys);
+  EXPECT_GT(copy.rows_on_disk(), kKeys * 9 / 10) << "the copy spilled as it loaded";
+  EXPECT_TRUE(PullSample(**resumed, step) == saved) << "bit for bit, both tiers";
+}
+
+}  // namespace
+}  // namespace pscluster
