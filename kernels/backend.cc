@@ -130,25 +130,39 @@ absl::Status CheckPool(const char* op, const PoolGeometry& g) {
 
 // ---- Memory ----
 
+namespace {
+
+absl::Status RefuseWhileCapturing(const Backend& backend, const char* op) {
+  if (!backend.capturing()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(op, ": not allowed while ops are being recorded (BeginCapture)"));
+}
+
+}  // namespace
+
 absl::StatusOr<Buffer> Backend::Allocate(size_t bytes) {
+  KERNELS_RETURN_IF_ERROR(RefuseWhileCapturing(*this, "Allocate"));
   if (bytes == 0) return Buffer();
   KERNELS_ASSIGN_OR_RETURN(void* p, DoAllocate(bytes, /*on_host=*/false));
   return Buffer(this, p, bytes, /*on_host=*/false);
 }
 
 absl::StatusOr<Buffer> Backend::AllocateHost(size_t bytes) {
+  KERNELS_RETURN_IF_ERROR(RefuseWhileCapturing(*this, "AllocateHost"));
   if (bytes == 0) return Buffer(nullptr, nullptr, 0, /*on_host=*/true);
   KERNELS_ASSIGN_OR_RETURN(void* p, DoAllocate(bytes, /*on_host=*/true));
   return Buffer(this, p, bytes, /*on_host=*/true);
 }
 
 absl::Status Backend::CopyToDevice(const void* host_src, void* device_dst, size_t bytes) {
+  KERNELS_RETURN_IF_ERROR(RefuseWhileCapturing(*this, "CopyToDevice"));
   if (bytes == 0) return absl::OkStatus();
   if (host_src == nullptr || device_dst == nullptr) return Invalid("CopyToDevice", "null pointer");
   return DoCopy(host_src, device_dst, bytes, kToDevice);
 }
 
 absl::Status Backend::CopyToHost(const void* device_src, void* host_dst, size_t bytes) {
+  KERNELS_RETURN_IF_ERROR(RefuseWhileCapturing(*this, "CopyToHost"));
   if (bytes == 0) return absl::OkStatus();
   if (host_dst == nullptr || device_src == nullptr) return Invalid("CopyToHost", "null pointer");
   return DoCopy(device_src, host_dst, bytes, kToHost);
@@ -160,6 +174,33 @@ absl::Status Backend::CopyOnDevice(const void* device_src, void* device_dst, siz
     return Invalid("CopyOnDevice", "null pointer");
   }
   return DoCopy(device_src, device_dst, bytes, kOnDevice);
+}
+
+// ---- Recording ----
+
+absl::Status Backend::BeginCapture() {
+  if (!records_graphs()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("BeginCapture: backend ", name(), " does not record ops"));
+  }
+  if (capturing_) return absl::FailedPreconditionError("BeginCapture: already capturing");
+  KERNELS_RETURN_IF_ERROR(DoBeginCapture());
+  capturing_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<OpGraph>> Backend::EndCapture() {
+  if (!capturing_) return absl::FailedPreconditionError("EndCapture: no capture under way");
+  capturing_ = false;
+  return DoEndCapture();
+}
+
+absl::Status Backend::DoBeginCapture() {
+  return absl::UnimplementedError("this backend does not record ops");
+}
+
+absl::StatusOr<std::unique_ptr<OpGraph>> Backend::DoEndCapture() {
+  return absl::UnimplementedError("this backend does not record ops");
 }
 
 absl::Status Backend::Fill(int64_t n, float value, float* x) {

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -44,6 +45,10 @@ struct BackendOptions {
   int cuda_device = 0;
   // CUDA: let cuBLAS run float32 GEMMs on TF32 tensor cores (faster, ~1e-3 relative error).
   bool cuda_allow_tf32 = false;
+  // CUDA: let models record a step's ops as a CUDA Graph and replay it when the same shapes
+  // recur (records_graphs()). The CPU backend launches nothing, so there is nothing to record:
+  // it reports records_graphs() false whatever this says.
+  bool cuda_graphs = false;
 };
 
 // A 2-D convolution over an NHWC input [batch, height, width, channels] with zero padding.
@@ -84,6 +89,17 @@ struct PoolGeometry {
 };
 
 class Backend;
+
+// Ops recorded between Backend::BeginCapture() and EndCapture() (a CUDA Graph on the CUDA
+// backend). Launch() queues them again on the backend's stream with exactly the arguments they
+// were recorded with: the same pointers, sizes and scalars, so it is only valid while every
+// recorded pointer still points at memory laid out as it was. Must not outlive its backend; may
+// be destroyed while a launch of it is still queued (that launch completes).
+class OpGraph {
+ public:
+  virtual ~OpGraph() = default;
+  virtual absl::Status Launch() = 0;
+};
 
 // Memory owned by a backend: device memory (Allocate) or host staging memory (AllocateHost,
 // page-locked on CUDA). Move-only; frees itself. An empty Buffer has data() == nullptr.
@@ -141,7 +157,26 @@ class Backend {
   // x[i] = value for i < n.
   absl::Status Fill(int64_t n, float value, float* x);
   // Waits for all queued work; reports errors of asynchronous work (CUDA) since the last call.
+  // FAILED_PRECONDITION while capturing.
   virtual absl::Status Synchronize() = 0;
+
+  // ---- Recording ops (CUDA Graphs) ----
+
+  // True when the backend was asked to (BackendOptions::cuda_graphs) and can record ops: CUDA.
+  virtual bool records_graphs() const { return false; }
+  // Starts recording: the ops queued until EndCapture() are recorded, not run. While recording,
+  // Allocate, AllocateHost, copies from or to host memory and Synchronize() are
+  // FAILED_PRECONDITION, and so is an op that would have to grow the backend's own scratch
+  // memory: grow everything first (run the same ops once unrecorded). REQUIRES: records_graphs(),
+  // no capture under way, no Buffer freed until EndCapture().
+  absl::Status BeginCapture();
+  // Ends the recording and returns it; always ends it, also when it fails (an op could not be
+  // recorded, the driver refused): nothing recorded has run and the backend is usable again.
+  absl::StatusOr<std::unique_ptr<OpGraph>> EndCapture();
+  bool capturing() const { return capturing_; }
+  // Changes whenever the backend replaces memory of its own that recorded ops may point at (the
+  // scratch some ops use): graphs recorded under another epoch must not be launched.
+  virtual uint64_t memory_epoch() const { return 0; }
 
   // ---- Dense ops ----
 
@@ -257,6 +292,9 @@ class Backend {
   static constexpr int kToHost = 1;
   static constexpr int kOnDevice = 2;
   virtual absl::Status DoFill(int64_t n, float value, float* x) = 0;
+  // Recording (records_graphs() backends only; the defaults refuse).
+  virtual absl::Status DoBeginCapture();
+  virtual absl::StatusOr<std::unique_ptr<OpGraph>> DoEndCapture();
 
   virtual absl::Status DoGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
                               const float* a, const float* b, float beta, float* c) = 0;
@@ -313,6 +351,7 @@ class Backend {
 
  private:
   friend class Buffer;
+  bool capturing_ = false;
 };
 
 }  // namespace pscluster::kernels

@@ -47,6 +47,28 @@ __global__ void ScaleKernel(int64_t n, float beta, float* x) {
   }
 }
 
+// A captured step: an instantiated CUDA Graph, launched on the backend's stream.
+class CudaOpGraph final : public OpGraph {
+ public:
+  CudaOpGraph(int device, cudaStream_t stream, cudaGraphExec_t exec)
+      : device_(device), stream_(stream), exec_(exec) {}
+  ~CudaOpGraph() override {
+    // A graph still running is freed when it completes (cudaGraphExecDestroy does not wait).
+    cudaSetDevice(device_);
+    cudaGraphExecDestroy(exec_);
+  }
+  absl::Status Launch() override {
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec_, stream_));
+    return absl::OkStatus();
+  }
+
+ private:
+  const int device_;
+  const cudaStream_t stream_;
+  const cudaGraphExec_t exec_;
+};
+
 }  // namespace
 }  // namespace cuda
 
@@ -62,6 +84,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
 
 absl::Status CudaBackend::Init(const BackendOptions& options) {
   device_ = options.cuda_device;
+  graphs_ = options.cuda_graphs;
   int count = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
   if (device_ < 0 || device_ >= count) {
@@ -73,7 +96,8 @@ absl::Status CudaBackend::Init(const BackendOptions& options) {
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device_));
   sm_count_ = prop.multiProcessorCount;
   name_ = absl::StrCat("cuda:", device_, " (", prop.name, ", sm_", prop.major, prop.minor, ", ",
-                       sm_count_, " SMs, TF32 ", options.cuda_allow_tf32 ? "on" : "off", ")");
+                       sm_count_, " SMs, TF32 ", options.cuda_allow_tf32 ? "on" : "off",
+                       options.cuda_graphs ? ", CUDA graphs" : "", ")");
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   // Device memory comes from a pool of this backend's own, allocated and freed in stream order:
   // a free is queued behind the work that may still use the memory, and nothing waits for the
@@ -120,6 +144,9 @@ CudaBackend::~CudaBackend() {
 }
 
 absl::Status CudaBackend::Synchronize() {
+  if (capturing()) {
+    return absl::FailedPreconditionError("Synchronize: not allowed while ops are being recorded");
+  }
   KERNELS_CUDA_ACTIVATE();
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(error_flag_host_, error_flag_, sizeof(int),
                                        cudaMemcpyDeviceToHost, stream_));
@@ -137,6 +164,12 @@ absl::Status CudaBackend::Synchronize() {
 
 absl::StatusOr<void*> CudaBackend::Scratch(size_t bytes) {
   if (bytes <= scratch_size_) return scratch_;
+  if (capturing()) {
+    // A recorded graph must not allocate or free: the caller runs the ops unrecorded first.
+    return absl::FailedPreconditionError(
+        absl::StrCat("scratch would grow to ", bytes, " bytes while ops are being recorded"));
+  }
+  ++scratch_epoch_;  // Graphs recorded with the old scratch must not run again.
   // Stream-ordered: the old scratch is freed behind the kernels queued to use it.
   DeviceFree(scratch_);
   scratch_ = nullptr;
@@ -205,6 +238,35 @@ absl::Status CudaBackend::DoFill(int64_t n, float value, float* x) {
   cuda::FillKernel<<<cuda::GridFor(n, sm_count_), cuda::kThreads, 0, stream_>>>(n, value, x);
   CUDA_RETURN_IF_LAUNCH_FAILED("FillKernel");
   return absl::OkStatus();
+}
+
+absl::Status CudaBackend::DoBeginCapture() {
+  KERNELS_CUDA_ACTIVATE();
+  // Thread-local mode: only this thread's unsafe calls (allocations, synchronisation) break the
+  // capture; other threads and other backends go on as usual.
+  CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<OpGraph>> CudaBackend::DoEndCapture() {
+  // Always end the capture, whatever else fails, so that the stream runs work again.
+  cudaSetDevice(device_);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  if (ended != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    // A broken capture is no sticky error: clear it, or the next launch check would report it.
+    cudaGetLastError();
+    return cuda::CudaStatus(ended, "cudaStreamEndCapture");
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (made != cudaSuccess) {
+    cudaGetLastError();
+    return cuda::CudaStatus(made, "cudaGraphInstantiate");
+  }
+  return std::unique_ptr<OpGraph>(new cuda::CudaOpGraph(device_, stream_, exec));
 }
 
 absl::Status CudaBackend::DoGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,

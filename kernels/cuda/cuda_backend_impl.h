@@ -61,12 +61,16 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   bool shares_host_memory() const override { return false; }
   absl::Status Synchronize() override;
+  bool records_graphs() const override { return graphs_; }
+  uint64_t memory_epoch() const override { return scratch_epoch_; }
 
  protected:
   absl::StatusOr<void*> DoAllocate(size_t bytes, bool on_host) override;
   void DoFree(void* ptr, bool on_host) override;
   absl::Status DoCopy(const void* src, void* dst, size_t bytes, int direction) override;
   absl::Status DoFill(int64_t n, float value, float* x) override;
+  absl::Status DoBeginCapture() override;
+  absl::StatusOr<std::unique_ptr<OpGraph>> DoEndCapture() override;
   absl::Status DoGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const float* a, const float* b, float beta, float* c) override;
   absl::Status DoAddBias(int64_t rows, int64_t cols, const float* x, const float* bias,
@@ -118,7 +122,8 @@ class CudaBackend final : public Backend {
   CudaBackend() = default;
   absl::Status Init(const BackendOptions& options);
   // Device scratch memory valid until the next call; grows (never shrinks) as needed, so a
-  // steady-state training step allocates nothing.
+  // steady-state training step allocates nothing. Growing bumps scratch_epoch_ (memory_epoch())
+  // and is FAILED_PRECONDITION while capturing.
   absl::StatusOr<void*> Scratch(size_t bytes);
   // Device memory in stream order (see Init): valid for work queued on stream_ after the call;
   // freed behind the work queued before DeviceFree. DeviceFree(nullptr) does nothing.
@@ -136,6 +141,8 @@ class CudaBackend final : public Backend {
   int* error_flag_host_ = nullptr;  // Page-locked copy read by Synchronize().
   void* scratch_ = nullptr;
   size_t scratch_size_ = 0;
+  uint64_t scratch_epoch_ = 0;
+  bool graphs_ = false;  // BackendOptions::cuda_graphs.
 };
 
 }  // namespace pscluster::kernels

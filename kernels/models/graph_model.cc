@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -461,201 +462,220 @@ absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, cons
   };
   auto scratch = [&](int k, size_t j) { return static_cast<void*>(ws + scratch_off[k][j]); };
 
-  // ---- Forward. ----
+  // ---- The step's ops, queued by `enqueue` (or replayed from a recording, step_graphs.h). ----
   Backend* be = backend_;
-  for (size_t kk = 0; kk + 1 < count; ++kk) {
-    const int k = static_cast<int>(kk);
-    const GraphNode& node = nodes[k];
-    switch (node.type) {
-      case NodeType::kDenseInput:
-      case NodeType::kCategoricalInput:
-      case NodeType::kSoftmax:
-      case NodeType::kSigmoid:
-        break;
-      case NodeType::kEmbedding:
-      case NodeType::kLinear: {
-        const int64_t stride = node.features();
-        for (const Bags& b : bags_) {
-          if (b.node != k) continue;
-          const int64_t w = params_[b.param].row_width;
-          const int64_t bags = static_cast<int64_t>(b.offsets.size()) - 1;
-          const bool direct = b.slot < 0 || stride == w;
-          KERNELS_RETURN_IF_ERROR(be->EmbeddingBagForward(
-              bags, w, static_cast<int64_t>(b.rows.size()), b.d_offsets, b.d_rows, b.d_weights,
-              ctx.params[b.param], ctx.sparse_rows[b.param], direct ? out(k) : tmp));
-          if (!direct) {
-            KERNELS_RETURN_IF_ERROR(
-                be->CopyBlock(n, w, tmp, w, out(k) + b.slot * w, stride, false));
-          }
-        }
-        if (node.type == NodeType::kLinear) {
-          KERNELS_RETURN_IF_ERROR(
-              be->AddBias(n, node.width, out(k), ctx.params[linear_bias_[k]], out(k)));
-        }
-        break;
-      }
-      case NodeType::kConcat: {
-        int64_t offset = 0;
-        for (int in : node.inputs) {
-          const int64_t f = nodes[in].features();
-          KERNELS_RETURN_IF_ERROR(
-              be->CopyBlock(n, f, out(in), f, out(k) + offset, node.features(), false));
-          offset += f;
-        }
-        break;
-      }
-      case NodeType::kMlp:
-      case NodeType::kConv2d: {
-        const Stack& m = stacks_[k];
-        const float* in = out(node.inputs[0]);
-        for (size_t j = 0; j < m.layers.size(); ++j) {
-          KERNELS_RETURN_IF_ERROR(m.layers[j]->Forward(ctx, in, mlp_act(k, j), scratch(k, j)));
-          in = mlp_act(k, j);
-        }
-        break;
-      }
-      case NodeType::kFm: {
-        const GraphNode& in = nodes[node.inputs[0]];
-        KERNELS_RETURN_IF_ERROR(
-            be->FmForward(n, in.vectors, in.width, out(node.inputs[0]), out(k)));
-        break;
-      }
-      case NodeType::kDotInteraction: {
-        const GraphNode& in = nodes[node.inputs[0]];
-        KERNELS_RETURN_IF_ERROR(
-            be->DotInteractionForward(n, in.vectors, in.width, out(node.inputs[0]), out(k)));
-        break;
-      }
-      case NodeType::kAdd: {
-        const int64_t f = node.features();
-        for (size_t j = 0; j < node.inputs.size(); ++j) {
-          KERNELS_RETURN_IF_ERROR(
-              be->CopyBlock(n, f, out(node.inputs[j]), f, out(k), f, j > 0));
-        }
-        break;
-      }
-    }
-  }
-
-  // ---- Loss: the head's gradient goes to its input's gradient. ----
   const GraphNode& head = nodes.back();
   const int logits_node = head.inputs[0];
   const float* logits = out(logits_node);
   const float grad_scale = (train ? grads->scale : 1.0f) / static_cast<float>(n);
   const auto* labels = static_cast<const int32_t*>(io_.device(labels_slot));
-  if (train) {
-    for (size_t k = 0; k + 1 < count; ++k) {
-      if (needs_grad(static_cast<int>(k))) {
-        KERNELS_RETURN_IF_ERROR(be->Fill(n * nodes[k].features(), 0.0f, grad(static_cast<int>(k))));
-      }
-    }
-    for (size_t i = 0; i < num_params; ++i) {
-      if (params_[i].sparse) {
-        KERNELS_RETURN_IF_ERROR(
-            be->Fill(ctx.sparse_rows[i] * params_[i].row_width, 0.0f, ctx.grads[i]));
-      }
-    }
-  }
   float* dlogits = !train ? nullptr : IsInput(nodes[logits_node].type) ? tmp : grad(logits_node);
-  if (head.type == NodeType::kSigmoid) {
-    KERNELS_RETURN_IF_ERROR(
-        be->SigmoidCrossEntropy(n, logits, labels, grad_scale, dlogits, row_stats));
-  } else {
-    KERNELS_RETURN_IF_ERROR(be->SoftmaxCrossEntropy(n, num_classes_, logits, labels, grad_scale,
-                                                    dlogits, row_stats));
-  }
-
-  // ---- Backward, in reverse: each node adds its inputs' gradients. ----
-  for (size_t kk = count - 1; train && kk-- > 0;) {
-    const int k = static_cast<int>(kk);
-    const GraphNode& node = nodes[k];
-    if (IsInput(node.type)) continue;
-    const float* g = grad(k);
-    switch (node.type) {
-      case NodeType::kEmbedding:
-      case NodeType::kLinear: {
-        const int64_t stride = node.features();
-        for (const Bags& b : bags_) {
-          if (b.node != k) continue;
-          const int64_t w = params_[b.param].row_width;
-          const int64_t bags = static_cast<int64_t>(b.offsets.size()) - 1;
-          const bool direct = b.slot < 0 || stride == w;
-          if (!direct) {
-            KERNELS_RETURN_IF_ERROR(be->CopyBlock(n, w, g + b.slot * w, stride, tmp, w, false));
+  auto enqueue = [&]() -> absl::Status {
+    // ---- Forward. ----
+    for (size_t kk = 0; kk + 1 < count; ++kk) {
+      const int k = static_cast<int>(kk);
+      const GraphNode& node = nodes[k];
+      switch (node.type) {
+        case NodeType::kDenseInput:
+        case NodeType::kCategoricalInput:
+        case NodeType::kSoftmax:
+        case NodeType::kSigmoid:
+          break;
+        case NodeType::kEmbedding:
+        case NodeType::kLinear: {
+          const int64_t stride = node.features();
+          for (const Bags& b : bags_) {
+            if (b.node != k) continue;
+            const int64_t w = params_[b.param].row_width;
+            const int64_t bags = static_cast<int64_t>(b.offsets.size()) - 1;
+            const bool direct = b.slot < 0 || stride == w;
+            KERNELS_RETURN_IF_ERROR(be->EmbeddingBagForward(
+                bags, w, static_cast<int64_t>(b.rows.size()), b.d_offsets, b.d_rows, b.d_weights,
+                ctx.params[b.param], ctx.sparse_rows[b.param], direct ? out(k) : tmp));
+            if (!direct) {
+              KERNELS_RETURN_IF_ERROR(
+                  be->CopyBlock(n, w, tmp, w, out(k) + b.slot * w, stride, false));
+            }
           }
-          KERNELS_RETURN_IF_ERROR(be->EmbeddingBagBackward(
-              bags, w, static_cast<int64_t>(b.rows.size()), b.d_offsets, b.d_rows, b.d_weights,
-              direct ? g : tmp, ctx.sparse_rows[b.param], ctx.grads[b.param]));
-        }
-        if (node.type == NodeType::kLinear) {
-          KERNELS_RETURN_IF_ERROR(
-              be->ColumnSum(n, node.width, g, false, ctx.grads[linear_bias_[k]]));
-        }
-        break;
-      }
-      case NodeType::kConcat: {
-        int64_t offset = 0;
-        for (int in : node.inputs) {
-          const int64_t f = nodes[in].features();
-          if (needs_grad(in)) {
+          if (node.type == NodeType::kLinear) {
             KERNELS_RETURN_IF_ERROR(
-                be->CopyBlock(n, f, g + offset, node.features(), grad(in), f, true));
+                be->AddBias(n, node.width, out(k), ctx.params[linear_bias_[k]], out(k)));
           }
-          offset += f;
+          break;
         }
-        break;
-      }
-      case NodeType::kMlp:
-      case NodeType::kConv2d: {
-        const Stack& m = stacks_[k];
-        const int in_node = node.inputs[0];
-        float* ping[2] = {reinterpret_cast<float*>(ws + mlp_grad_off[k]),
-                          reinterpret_cast<float*>(ws + mlp_grad_off[k] + floats(m.max_width))};
-        const float* dout = g;
-        for (size_t j = m.layers.size(); j-- > 0;) {
-          float* din = j > 0 ? ping[j % 2] : (needs_grad(in_node) ? tmp : nullptr);
-          const float* in = j == 0 ? out(in_node) : mlp_act(k, j - 1);
+        case NodeType::kConcat: {
+          int64_t offset = 0;
+          for (int in : node.inputs) {
+            const int64_t f = nodes[in].features();
+            KERNELS_RETURN_IF_ERROR(
+                be->CopyBlock(n, f, out(in), f, out(k) + offset, node.features(), false));
+            offset += f;
+          }
+          break;
+        }
+        case NodeType::kMlp:
+        case NodeType::kConv2d: {
+          const Stack& m = stacks_[k];
+          const float* in = out(node.inputs[0]);
+          for (size_t j = 0; j < m.layers.size(); ++j) {
+            KERNELS_RETURN_IF_ERROR(m.layers[j]->Forward(ctx, in, mlp_act(k, j), scratch(k, j)));
+            in = mlp_act(k, j);
+          }
+          break;
+        }
+        case NodeType::kFm: {
+          const GraphNode& in = nodes[node.inputs[0]];
           KERNELS_RETURN_IF_ERROR(
-              m.layers[j]->Backward(ctx, in, mlp_act(k, j), dout, din, scratch(k, j)));
-          dout = din;
+              be->FmForward(n, in.vectors, in.width, out(node.inputs[0]), out(k)));
+          break;
         }
-        if (needs_grad(in_node)) {
-          const int64_t f = nodes[in_node].features();
-          KERNELS_RETURN_IF_ERROR(be->CopyBlock(n, f, tmp, f, grad(in_node), f, true));
-        }
-        break;
-      }
-      case NodeType::kFm:
-      case NodeType::kDotInteraction: {
-        const int in_node = node.inputs[0];
-        if (!needs_grad(in_node)) break;
-        const GraphNode& in = nodes[in_node];
-        if (node.type == NodeType::kFm) {
-          KERNELS_RETURN_IF_ERROR(be->FmBackward(n, in.vectors, in.width, out(in_node), g, tmp));
-        } else {
+        case NodeType::kDotInteraction: {
+          const GraphNode& in = nodes[node.inputs[0]];
           KERNELS_RETURN_IF_ERROR(
-              be->DotInteractionBackward(n, in.vectors, in.width, out(in_node), g, tmp));
+              be->DotInteractionForward(n, in.vectors, in.width, out(node.inputs[0]), out(k)));
+          break;
         }
-        const int64_t f = in.features();
-        KERNELS_RETURN_IF_ERROR(be->CopyBlock(n, f, tmp, f, grad(in_node), f, true));
-        break;
-      }
-      case NodeType::kAdd: {
-        const int64_t f = node.features();
-        for (int in : node.inputs) {
-          if (needs_grad(in)) KERNELS_RETURN_IF_ERROR(be->CopyBlock(n, f, g, f, grad(in), f, true));
+        case NodeType::kAdd: {
+          const int64_t f = node.features();
+          for (size_t j = 0; j < node.inputs.size(); ++j) {
+            KERNELS_RETURN_IF_ERROR(
+                be->CopyBlock(n, f, out(node.inputs[j]), f, out(k), f, j > 0));
+          }
+          break;
         }
-        break;
       }
-      default:
-        break;
     }
-  }
-  KERNELS_RETURN_IF_ERROR(
-      be->ColumnSum(n, 2, row_stats, false, static_cast<float*>(io_.device(stats_slot))));
-  if (scores != nullptr) {
-    KERNELS_RETURN_IF_ERROR(backend_->CopyOnDevice(logits, io_.device(logits_slot),
-                                                   sizeof(float) * n * logit_width));
+
+    // ---- Loss: the head's gradient goes to its input's gradient. ----
+    if (train) {
+      for (size_t k = 0; k + 1 < count; ++k) {
+        if (needs_grad(static_cast<int>(k))) {
+          KERNELS_RETURN_IF_ERROR(
+              be->Fill(n * nodes[k].features(), 0.0f, grad(static_cast<int>(k))));
+        }
+      }
+      for (size_t i = 0; i < num_params; ++i) {
+        if (params_[i].sparse) {
+          KERNELS_RETURN_IF_ERROR(
+              be->Fill(ctx.sparse_rows[i] * params_[i].row_width, 0.0f, ctx.grads[i]));
+        }
+      }
+    }
+    if (head.type == NodeType::kSigmoid) {
+      KERNELS_RETURN_IF_ERROR(
+          be->SigmoidCrossEntropy(n, logits, labels, grad_scale, dlogits, row_stats));
+    } else {
+      KERNELS_RETURN_IF_ERROR(be->SoftmaxCrossEntropy(n, num_classes_, logits, labels, grad_scale,
+                                                      dlogits, row_stats));
+    }
+
+    // ---- Backward, in reverse: each node adds its inputs' gradients. ----
+    for (size_t kk = count - 1; train && kk-- > 0;) {
+      const int k = static_cast<int>(kk);
+      const GraphNode& node = nodes[k];
+      if (IsInput(node.type)) continue;
+      const float* g = grad(k);
+      switch (node.type) {
+        case NodeType::kEmbedding:
+        case NodeType::kLinear: {
+          const int64_t stride = node.features();
+          for (const Bags& b : bags_) {
+            if (b.node != k) continue;
+            const int64_t w = params_[b.param].row_width;
+            const int64_t bags = static_cast<int64_t>(b.offsets.size()) - 1;
+            const bool direct = b.slot < 0 || stride == w;
+            if (!direct) {
+              KERNELS_RETURN_IF_ERROR(be->CopyBlock(n, w, g + b.slot * w, stride, tmp, w, false));
+            }
+            KERNELS_RETURN_IF_ERROR(be->EmbeddingBagBackward(
+                bags, w, static_cast<int64_t>(b.rows.size()), b.d_offsets, b.d_rows, b.d_weights,
+                direct ? g : tmp, ctx.sparse_rows[b.param], ctx.grads[b.param]));
+          }
+          if (node.type == NodeType::kLinear) {
+            KERNELS_RETURN_IF_ERROR(
+                be->ColumnSum(n, node.width, g, false, ctx.grads[linear_bias_[k]]));
+          }
+          break;
+        }
+        case NodeType::kConcat: {
+          int64_t offset = 0;
+          for (int in : node.inputs) {
+            const int64_t f = nodes[in].features();
+            if (needs_grad(in)) {
+              KERNELS_RETURN_IF_ERROR(
+                  be->CopyBlock(n, f, g + offset, node.features(), grad(in), f, true));
+            }
+            offset += f;
+          }
+          break;
+        }
+        case NodeType::kMlp:
+        case NodeType::kConv2d: {
+          const Stack& m = stacks_[k];
+          const int in_node = node.inputs[0];
+          float* ping[2] = {reinterpret_cast<float*>(ws + mlp_grad_off[k]),
+                            reinterpret_cast<float*>(ws + mlp_grad_off[k] + floats(m.max_width))};
+          const float* dout = g;
+          for (size_t j = m.layers.size(); j-- > 0;) {
+            float* din = j > 0 ? ping[j % 2] : (needs_grad(in_node) ? tmp : nullptr);
+            const float* in = j == 0 ? out(in_node) : mlp_act(k, j - 1);
+            KERNELS_RETURN_IF_ERROR(
+                m.layers[j]->Backward(ctx, in, mlp_act(k, j), dout, din, scratch(k, j)));
+            dout = din;
+          }
+          if (needs_grad(in_node)) {
+            const int64_t f = nodes[in_node].features();
+            KERNELS_RETURN_IF_ERROR(be->CopyBlock(n, f, tmp, f, grad(in_node), f, true));
+          }
+          break;
+        }
+        case NodeType::kFm:
+        case NodeType::kDotInteraction: {
+          const int in_node = node.inputs[0];
+          if (!needs_grad(in_node)) break;
+          const GraphNode& in = nodes[in_node];
+          if (node.type == NodeType::kFm) {
+            KERNELS_RETURN_IF_ERROR(be->FmBackward(n, in.vectors, in.width, out(in_node), g, tmp));
+          } else {
+            KERNELS_RETURN_IF_ERROR(
+                be->DotInteractionBackward(n, in.vectors, in.width, out(in_node), g, tmp));
+          }
+          const int64_t f = in.features();
+          KERNELS_RETURN_IF_ERROR(be->CopyBlock(n, f, tmp, f, grad(in_node), f, true));
+          break;
+        }
+        case NodeType::kAdd: {
+          const int64_t f = node.features();
+          for (int in : node.inputs) {
+            if (needs_grad(in)) {
+              KERNELS_RETURN_IF_ERROR(be->CopyBlock(n, f, g, f, grad(in), f, true));
+            }
+          }
+          break;
+        }
+        default:
+          break;
+      }
+    }
+    KERNELS_RETURN_IF_ERROR(
+        be->ColumnSum(n, 2, row_stats, false, static_cast<float*>(io_.device(stats_slot))));
+    if (scores != nullptr) {
+      KERNELS_RETURN_IF_ERROR(backend_->CopyOnDevice(logits, io_.device(logits_slot),
+                                                     sizeof(float) * n * logit_width));
+    }
+    return absl::OkStatus();
+  };
+  if (graphs_.enabled()) {
+    // Everything the queued ops' arguments depend on: shapes and the loss's scale, and the
+    // addresses of the workspace and of the step's device slots.
+    uint32_t scale_bits = 0;
+    std::memcpy(&scale_bits, &grad_scale, sizeof(scale_bits));
+    std::vector<uint64_t> key = {train, scores != nullptr, static_cast<uint64_t>(n), scale_bits,
+                                 reinterpret_cast<uintptr_t>(ws), bytes};
+    io_.AppendLayoutKey(&key);
+    KERNELS_RETURN_IF_ERROR(graphs_.Run(std::move(key), enqueue));
+  } else {
+    KERNELS_RETURN_IF_ERROR(enqueue());
   }
   KERNELS_RETURN_IF_ERROR(io_.Download());
   if (scores != nullptr) {

@@ -20,6 +20,7 @@
 #include "kernels/models/graph_spec.h"
 #include "kernels/models/layers.h"
 #include "kernels/models/model.h"
+#include "kernels/models/step_graphs.h"
 #include "kernels/models/step_io.h"
 #include "proto/job.pb.h"
 
@@ -53,6 +54,10 @@ class GraphModel final : public Model {
   absl::Status EvaluateScores(const Batch& batch, const ParamValues& params, StepResult* result,
                               std::vector<float>* scores) override;
 
+  // Steps run plainly, recorded and replayed while recording is enabled (all zero on a backend
+  // that does not record), and why recording stopped, if it did.
+  const StepGraphs& step_graphs() const { return graphs_; }
+
  private:
   // One EmbeddingBag call: the bags it forms from a categorical input and the table it reads.
   struct Bags {
@@ -82,7 +87,8 @@ class GraphModel final : public Model {
         plan_(std::move(plan)),
         kind_(std::move(kind)),
         io_(backend),
-        workspace_(backend) {}
+        workspace_(backend),
+        graphs_(backend) {}
 
   absl::Status Build(uint64_t seed, size_t conv_chunk_bytes);
   absl::Status ValidateBatch(const Batch& batch) const;
@@ -113,6 +119,7 @@ class GraphModel final : public Model {
 
   StepIO io_;
   Workspace workspace_;
+  StepGraphs graphs_;
   float host_stats_[2] = {0, 0};
   std::vector<float> host_logits_;  // EvaluateScores: the logits, from the device.
 };

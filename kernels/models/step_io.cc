@@ -113,6 +113,16 @@ absl::Status StepIO::Upload() {
   return direct ? backend_->Synchronize() : absl::OkStatus();
 }
 
+void StepIO::AppendLayoutKey(std::vector<uint64_t>* key) const {
+  const bool shared = backend_->shares_host_memory();
+  key->push_back(slots_.size());
+  if (!shared) key->push_back(reinterpret_cast<uintptr_t>(device_arena_.data()));
+  for (const Slot& s : slots_) {
+    key->push_back(uint64_t{s.bytes} << 1 | (s.input ? 1 : 0));
+    if (shared) key->push_back(reinterpret_cast<uintptr_t>(s.device));
+  }
+}
+
 absl::Status StepIO::Download() {
   if (backend_->shares_host_memory()) return backend_->Synchronize();
   char* staging = host_staging_.as<char>();

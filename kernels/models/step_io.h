@@ -10,6 +10,7 @@
 #define PSCLUSTER_KERNELS_MODELS_STEP_IO_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -55,6 +56,10 @@ class StepIO {
   // outputs until Begin().
   absl::Status Upload();
   void* device(int slot) const { return slots_[slot].device; }
+  // What every device(slot) depends on, appended to `key`: the arena's address and each slot's
+  // direction and size (on a backend that shares host memory, each slot's address too). For
+  // keying recorded graphs (step_graphs.h). REQUIRES: Upload() ran since Begin().
+  void AppendLayoutKey(std::vector<uint64_t>* key) const;
   // Waits for the device's work, then copies every output to its host memory.
   absl::Status Download();
 
