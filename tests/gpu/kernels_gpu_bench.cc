@@ -4,8 +4,9 @@
 //   2. every hand-written kernel's achieved GB/s against a device-to-device copy measured in
 //      the same run (bytes = what the kernel must read plus write);
 //   3. one training step (host parameters in, host gradients out) of the MLP and the CNN, with
-//      float32 GEMMs and with TF32 tensor cores, as "STEP <model> <batch> <fp32|tf32> <ms>" lines
-//      that the script sets against PyTorch's.
+//      float32 GEMMs, with TF32 tensor cores, and with float32 GEMMs in steps replayed as CUDA
+//      Graphs, as "STEP <model> <batch> <fp32|tf32|fp32+graphs> <ms>" lines that the script sets
+//      against PyTorch's (which has no graphs row).
 // Row ops run on uniform and on Zipf-distributed rows (hot rows: atomics contend).
 // Without a usable device it prints "SKIPPED: ..." and exits 0; run_gpu_checks.sh fails a run
 // whose benchmark does not print "device: cuda...".
@@ -24,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/create_backend.h"
 #include "kernels/models/create_model.h"
+#include "kernels/models/graph_model.h"
 #include "kernels/models/host_init.h"
 
 #ifdef PSCLUSTER_HAVE_CUDA
@@ -277,6 +279,19 @@ void StepTimes(Backend* b, const char* math) {
         return (*model)->TrainStep(bt, *values, grads, &r);
       });
       std::printf("STEP %s %d %s %.4f\n", m.name, batch, math, s * 1e3);
+      if (b->records_graphs()) {
+        // Whether the timed steps were replays at all (a failed recording runs them op by op).
+        const auto* gm = dynamic_cast<const GraphModel*>(model->get());
+        std::string note = "not a graph model";
+        if (gm != nullptr && gm->step_graphs().failure().ok()) {
+          const StepGraphs::Stats& st = gm->step_graphs().stats();
+          note = absl::StrCat(st.plain, " steps plain, ", st.captured, " recorded, ",
+                              st.replayed, " replayed");
+        } else if (gm != nullptr) {
+          note = absl::StrCat("recording failed: ", gm->step_graphs().failure().ToString());
+        }
+        std::printf("%s batch %d, CUDA Graphs: %s\n", m.name, batch, note.c_str());
+      }
       std::fflush(stdout);
     }
   }
@@ -319,6 +334,11 @@ int Main(int argc, char** argv) {
   auto tf32_backend = CreateBackend("cuda", tf32);
   if (!tf32_backend.ok()) Die(tf32_backend.status(), "TF32 backend");
   StepTimes(tf32_backend->get(), "tf32");
+  BackendOptions graphs = options;
+  graphs.cuda_graphs = true;
+  auto graphs_backend = CreateBackend("cuda", graphs);
+  if (!graphs_backend.ok()) Die(graphs_backend.status(), "CUDA Graphs backend");
+  StepTimes(graphs_backend->get(), "fp32+graphs");
   return 0;
 }
 

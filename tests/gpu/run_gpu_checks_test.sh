@@ -22,7 +22,8 @@ make_bundle() {  # make_bundle DIR [EXTERNAL_LIB_NAME]
   printf 'pscluster GPU check bundle\ncommit: test\nbuilt: now\n' > "$dir/MANIFEST"
   echo "${2:-}" > "$dir/lib/EXTERNAL"
   for b in device_probe_test create_backend_test ops_cuda_test model_gradient_cuda_test \
-           cuda_consistency_test training_cuda_test cuda_device_test cuda_int64_index_test; do
+           cuda_consistency_test training_cuda_test cuda_device_test cuda_int64_index_test \
+           cuda_graph_step_test; do
     cat > "$dir/bin/$b" <<'EOF'
 #!/usr/bin/env bash
 name="$(basename "$0")"
@@ -49,6 +50,8 @@ echo "device: ${FAKE_DEVICE:-cuda:0 (Fake)}"
 echo "| kernel | GB/s |"
 echo "STEP mlp 128 fp32 2.0000"
 echo "STEP mlp 128 tf32 1.0000"
+echo "STEP mlp 128 fp32+graphs 1.5000"
+echo "mlp batch 128, CUDA Graphs: 1 steps plain, 1 recorded, 9 replayed"
 EOF
   cat > "$dir/torch_step_bench.py" <<'EOF'
 import os, sys
@@ -93,6 +96,11 @@ grep -q 'top-k x300 (cuda_device_test) | ok | 900 passed over 300 runs' <<< "$OU
 grep -q 'memcheck ops_cuda_test | ok' <<< "$OUT" || fail "all pass: memcheck not run"
 grep -q '| mlp | 128 | fp32 | 2.000 ms | 0.500 ms | 1.000 ms | 2.00 |' <<< "$OUT" ||
   fail "all pass: no comparison row"
+grep -q '| mlp | 128 | fp32+graphs | 1.500 ms | n/a | n/a | n/a |' <<< "$OUT" ||
+  fail "all pass: no CUDA Graphs row"
+grep -q 'mlp batch 128, CUDA Graphs: 1 steps plain, 1 recorded, 9 replayed' <<< "$OUT" ||
+  fail "all pass: no CUDA Graphs note"
+grep -q 'cuda_graph_step_test | ok' <<< "$OUT" || fail "all pass: cuda_graph_step_test not run"
 [ "$(cat "$tmp/torch_env")" = /callers/libs ] ||
   fail "python3 saw LD_LIBRARY_PATH='$(cat "$tmp/torch_env")', not the caller's"
 head -5 <<< "$OUT" | grep glibc > /dev/null || fail "all pass: glibc not printed first"
