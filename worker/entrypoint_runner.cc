@@ -142,6 +142,12 @@ absl::StatusOr<std::unique_ptr<EntrypointRunner>> EntrypointRunner::Create(
   if (!task.spec().has_entrypoint() || task.spec().entrypoint().command_size() == 0) {
     return absl::InvalidArgumentError("spec.entrypoint.command: missing");
   }
+  if (task.spec().cuda_graphs()) {
+    // Refused rather than ignored: the option describes the built-in trainer's steps.
+    return absl::InvalidArgumentError(
+        "spec.cuda_graphs: describes the built-in trainer; a job with an entrypoint runs the "
+        "user's command instead (leave it out)");
+  }
   std::unique_ptr<EntrypointRunner> r(new EntrypointRunner(task, std::move(options), sink));
   if (pipe2(r->wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
     return absl::ResourceExhaustedError(absl::StrCat("pipe: ", Errno()));

@@ -191,6 +191,17 @@ TEST(EntrypointRunnerTest, MissingCommandAndDirectoryAreNamed) {
   EXPECT_NE(s.message().find("entrypoint.working_dir"), std::string::npos) << s;
 }
 
+TEST(EntrypointRunnerTest, CudaGraphsAreRefusedNotIgnored) {
+  RecordingSink sink;
+  EntrypointOptions o;
+  o.allow = true;
+  v1::AssignTaskRequest t = Task("true");
+  t.mutable_spec()->set_cuda_graphs(true);
+  auto r = EntrypointRunner::Create(t, o, &sink);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("spec.cuda_graphs"), std::string::npos) << r.status();
+}
+
 TEST(EntrypointRunnerTest, CancelStopsTheProcessGroupEvenWhenSigtermIsIgnored) {
   TaskLogBook book;
   const std::string pidfile = TempDir() + "/grandchild.pid";

@@ -30,6 +30,12 @@ double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
 // Which backend the task uses: the job's explicit choice, else CPU for jobs that ask for no GPU,
 // else the worker's own --device.
+// Whether the job itself picks the CPU backend (not the worker's --device for an open choice).
+bool JobAsksForCpu(const v1::JobSpec& spec) {
+  return spec.device() == "cpu" ||
+         ((spec.device().empty() || spec.device() == "auto") && spec.gpus_per_worker() == 0);
+}
+
 std::string EffectiveDevice(const v1::JobSpec& spec, const std::string& worker_device) {
   if (!spec.device().empty() && spec.device() != "auto") return spec.device();
   if (spec.gpus_per_worker() == 0) return "cpu";
@@ -266,6 +272,14 @@ absl::Status Trainer::RunImpl(State* st) {
   kernels::BackendOptions bopts;
   bopts.cpu_threads = options_.cpu_threads;
   bopts.cuda_allow_tf32 = spec.allow_tf32();
+  bopts.cuda_graphs = spec.cuda_graphs();
+  if (spec.cuda_graphs() && JobAsksForCpu(spec)) {
+    // The job itself chose the CPU, where there is nothing to launch: refuse rather than ignore.
+    // (A worker that falls back to the CPU for a job that left the device open ignores it.)
+    return absl::InvalidArgumentError(
+        "spec.cuda_graphs: applies to CUDA workers; this job asks for the CPU (device: cpu, or "
+        "gpus_per_worker: 0)");
+  }
   std::string device = EffectiveDevice(spec, options_.device);
   auto backend = kernels::CreateBackend(device, bopts);
   if (!backend.ok()) {

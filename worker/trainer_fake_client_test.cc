@@ -176,6 +176,36 @@ TEST_F(TrainerFakeClientTest, UnderAspThePrefetchingPipelineStillPushesEveryStep
   EXPECT_GT(trainer->result().test_accuracy, 0.76);
 }
 
+TEST_F(TrainerFakeClientTest, CudaGraphsAreRefusedForAJobThatAsksForTheCpu) {
+  // The CPU backend launches nothing, so there is nothing to record: a job that chose the CPU
+  // itself (device: cpu, or no GPUs) is told so rather than ignored.
+  for (const char* device : {"cpu", ""}) {
+    SCOPED_TRACE(device);
+    v1::AssignTaskRequest task = Task(v1::ConsistencySpec::BSP);
+    task.mutable_spec()->set_cuda_graphs(true);
+    task.mutable_spec()->set_device(device);
+    auto trainer = Make(task);
+    ASSERT_NE(trainer, nullptr);
+    EXPECT_THAT(trainer->Run(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("spec.cuda_graphs: applies to CUDA")));
+    EXPECT_TRUE(store_->pushes().empty());
+  }
+}
+
+TEST_F(TrainerFakeClientTest, CudaGraphsHaveNoEffectWhereAnOpenDeviceChoiceFellToTheCpu) {
+  // device: auto with a GPU asked for, on a worker whose backend is the CPU (Options(): --device
+  // cpu): the job trains as it would without the option.
+  v1::AssignTaskRequest task = Task(v1::ConsistencySpec::BSP);
+  task.mutable_spec()->set_cuda_graphs(true);
+  task.mutable_spec()->set_device("auto");
+  task.mutable_spec()->set_gpus_per_worker(1);
+  auto trainer = Make(task);
+  ASSERT_NE(trainer, nullptr);
+  ASSERT_THAT(trainer->Run(), IsOk());
+  EXPECT_EQ(PushedSteps(), Range(kSteps));
+  EXPECT_EQ(trainer->result().device.rfind("cpu", 0), 0u) << trainer->result().device;
+}
+
 TEST_F(TrainerFakeClientTest, AFencedTaskStopsAsCancelledWithTheReasonAndPushesNothingMore) {
   // Ten steps go through; the eleventh is refused as the servers refuse a fenced attempt
   // (ABORTED): the scheduler gave the rank to a newer task, so this one stops like a task told to
