@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -215,6 +216,106 @@ TEST(DiskTierReplicaTest, ALiveCopyOfATableThirtyTimesTheCapIsSeededInBoundedMem
   EXPECT_EQ(copy.rows(), kKeys);
   EXPECT_GT(copy.rows_on_disk(), kKeys * 9 / 10) << "the copy spilled as it loaded";
   EXPECT_TRUE(PullSample(**resumed, step) == saved) << "bit for bit, both tiers";
+}
+
+// Whether this process may mount a file system in a mount namespace of its own (root).
+bool CanMountTmpfs() {
+  return std::system("unshare -m --propagation private sh -c "
+                     "'mount -t tmpfs -o size=1m tmpfs /mnt' >/dev/null 2>&1") == 0;
+}
+
+// A backup whose disk fills while its live copy's snapshot arrives: the part is refused naming
+// the directory and what filled; the backup keeps serving; the primary, after its retries, reports
+// the backup unreachable (its pushes fail until the map drops that backup, as for any backup that
+// cannot take its copies), loses nothing, and trains on once the map no longer names it.
+TEST(DiskTierReplicaTest, ABackupWhoseDiskFillsWhileItsSeedArrivesRefusesItAndNothingIsLost) {
+  if (!CanMountTmpfs()) GTEST_SKIP() << "needs root to mount a small tmpfs (unshare -m)";
+  constexpr uint64_t kFewKeys = 200000;  // 24 MiB of rows, on an 8 MiB disk.
+  TieredServer a = Start("full_a");
+  const std::string small_dir = TempDir("full_b.spill");
+  ASSERT_EQ(mkdir(small_dir.c_str(), 0755), 0);
+  const std::string port_file = TempDir("full_b.port");
+  TieredServer b;
+  b.daemon = std::make_unique<Daemon>(
+      "/usr/bin/unshare",
+      std::vector<std::string>{
+          "-m", "--propagation", "private", "sh", "-c",
+          absl::StrCat("mount -t tmpfs -o size=8m tmpfs ", small_dir, " && exec ",
+                       RunfilePath("server/ps_server"),
+                       " --listen=127.0.0.1:0 --port_file=", port_file, " --memory_bytes=", kCap,
+                       " --spill_dir=", small_dir, " --log_level=info")},
+      TempDir("full_b.log"));
+  auto address = b.daemon->WaitForPortFile(port_file);
+  ASSERT_TRUE(address.ok()) << address.status() << b.daemon->Log();
+  b.address = *address;
+  ASSERT_FALSE(a.address.empty());
+  const std::vector<std::string> addresses = {a.address, b.address};
+
+  PsClientOptions o;
+  o.job_id = "job";
+  o.call_timeout = absl::Seconds(60);
+  auto client = PsClient::Create(o, Map(1, addresses, "s0", ""), {Emb()});
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->InstallShardMap().ok());
+  v1::ConsistencySpec asp;
+  asp.set_mode(v1::ConsistencySpec::ASP);
+  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
+  int64_t step = 0;
+  std::vector<uint64_t> keys(kPerPush);
+  std::vector<float> g(kPerPush * kWidth, 0.01f);
+  for (uint64_t first = 0; first < kFewKeys; first += kPerPush, ++step) {
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = first + i;
+    ASSERT_TRUE((*client)->Push(step, {{}, {{"emb", keys, g.data()}}}).ok()) << first;
+  }
+  std::vector<uint64_t> sample;
+  for (uint64_t k = 0; k < kFewKeys; k += 7) sample.push_back(k);
+  std::vector<float> saved(sample.size() * kWidth), got(saved.size());
+  ASSERT_TRUE((*client)->Pull(step, {{}, {{"emb", sample, saved.data()}}}).ok());
+
+  const v1::ShardMap map2 = Map(2, addresses, "s0", "s1");
+  ASSERT_TRUE(Update(b.address, map2, "s1", true, "s0").ok());
+  ASSERT_TRUE(Update(a.address, map2, "s0", true, "").ok());
+  // The primary retries each call for 10 s (the daemon's replication retry), then gives the
+  // backup up.
+  auto unreachable = [&] {
+    auto stub = v1::ParameterServer::NewStub(*MakeChannel(a.address));
+    v1::ServerStatusRequest req;
+    v1::ServerStatus resp;
+    grpc::ClientContext ctx;
+    grpc::Status st = stub->Status(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    for (const auto& j : resp.jobs()) {
+      for (const auto& u : j.unreachable_backups()) {
+        if (u == b.address) return true;
+      }
+    }
+    return false;
+  };
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (!unreachable() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_TRUE(unreachable()) << "the primary reports the backup it could not seed";
+  // Both sides say what filled, where.
+  for (Daemon* d : {a.daemon.get(), b.daemon.get()}) {
+    const std::string log = d->Log();
+    EXPECT_NE(log.find(absl::StrCat("spool file in ", small_dir, ": No space left on device")),
+              std::string::npos)
+        << log;
+  }
+  EXPECT_FALSE(Seeded(b.address, "s0"));
+  EXPECT_TRUE(b.daemon->running()) << "the backup keeps serving";
+
+  // Nothing is lost; with the backup dropped from the map, the job trains on.
+  const v1::ShardMap map3 = Map(3, addresses, "s0", "");
+  ASSERT_TRUE(Update(a.address, map3, "s0", false, "").ok());
+  ASSERT_TRUE(Update(b.address, map3, "s1", false, "").ok());
+  auto again = PsClient::Create(o, map3, {Emb()});
+  ASSERT_TRUE(again.ok());
+  absl::Status pulled = (*again)->Pull(step, {{}, {{"emb", sample, got.data()}}});
+  ASSERT_TRUE(pulled.ok()) << pulled;
+  EXPECT_TRUE(got == saved);
+  keys.assign(sample.begin(), sample.begin() + 100);
+  absl::Status pushed = (*again)->Push(step, {{}, {{"emb", keys, g.data()}}});
+  EXPECT_TRUE(pushed.ok()) << pushed;
 }
 
 }  // namespace

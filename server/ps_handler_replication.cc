@@ -373,7 +373,10 @@ absl::Status PsHandler::ReceiveSeed(const v1::ReplicateRequest& req, Job& copy,
     const std::string spool_dir = copy.SpoolDir();
     if (!spool_dir.empty()) {
       auto spool = SpoolFile::Create(spool_dir, from);
-      if (!spool.ok()) return spool.status();
+      if (!spool.ok()) {
+        Logger("server")->warn("job '{}': live copy: {}", copy.id(), spool.status().message());
+        return spool.status();
+      }
       seed.spool = std::move(*spool);
     } else {
       seed.bytes.reserve(req.seed_size());
@@ -385,6 +388,7 @@ absl::Status PsHandler::ReceiveSeed(const v1::ReplicateRequest& req, Job& copy,
     if (!appended.ok()) {
       // Nothing of this part counts: a retry of it starts at the same offset (the file's
       // size moved only if the whole part went in).
+      Logger("server")->warn("job '{}': live copy: {}", copy.id(), appended.message());
       return appended;
     }
   } else {
