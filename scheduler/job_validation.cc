@@ -338,6 +338,7 @@ void CheckEntrypoint(const v1::JobSpec& spec, Checker& c) {
   c.Require(!spec.balance_data(), "balance_data",
             "is not supported with an entrypoint: the script, not the worker, reads the data");
   c.Require(!spec.allow_tf32(), "allow_tf32", why);
+  c.Require(!spec.cuda_graphs(), "cuda_graphs", why);
   c.Require(spec.table_compression().empty(), "table_compression",
             "is applied by the built-in trainer's pushes; not supported with an entrypoint");
   c.Require(spec.table_embedding().empty(), "table_embedding",
@@ -437,6 +438,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const JobSource& where) {
   c.Require(dev != "cpu" || spec.gpus_per_worker() == 0, "gpus_per_worker",
             "must be 0 when device is cpu");
   c.Require(!spec.allow_tf32() || (dev != "cpu" && spec.gpus_per_worker() > 0), "allow_tf32",
+            "applies to CUDA workers only: needs gpus_per_worker >= 1 and device cuda or auto");
+  c.Require(!spec.cuda_graphs() || (dev != "cpu" && spec.gpus_per_worker() > 0), "cuda_graphs",
             "applies to CUDA workers only: needs gpus_per_worker >= 1 and device cuda or auto");
   return c.status();
 }

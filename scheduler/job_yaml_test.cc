@@ -262,6 +262,14 @@ TEST(JobYamlTest, CrossFieldRules) {
                                                "device: cuda\n",
                           "j.yaml"),
               IsOk());
+  // So are CUDA Graphs.
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) + "cuda_graphs: true\n", "j.yaml"),
+              StatusIs(kInvalid, StartsWith("j.yaml:18: cuda_graphs: applies to CUDA workers")));
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) + "cuda_graphs: true\ndevice: cpu\n", "j.yaml"),
+              StatusIs(kInvalid, HasSubstr("cuda_graphs: applies to CUDA workers")));
+  EXPECT_THAT(LoadJobYaml(std::string(kGood) + "cuda_graphs: true\ngpus_per_worker: 1\n",
+                          "j.yaml"),
+              IsOk());
   EXPECT_THAT(LoadJobYaml(Replace(kGood, "name: mlp-test", "name: bad name!"), "j.yaml"),
               StatusIs(kInvalid, StartsWith("j.yaml:1: name: must be 1-64 characters")));
   EXPECT_THAT(LoadJobYaml(std::string(kGood) + "table_optimizers:\n  w: {kind: sgd, "
@@ -608,6 +616,7 @@ TEST(JobYamlTest, EntrypointRefusesTheBuiltInTrainersKeysAndBadCommands) {
       {base + "export_path: /tmp/m.safetensors\n", "job.yaml:12: export_path: is written by"},
       {base + "balance_data: true\n", "job.yaml:12: balance_data: is not supported"},
       {base + "eval_batch_size: 10\n", "job.yaml:12: eval_batch_size: describes"},
+      {base + "cuda_graphs: true\n", "job.yaml:12: cuda_graphs: describes"},
       {base + "table_compression:\n  w:\n    transport: float16\n",
        "job.yaml:12: table_compression: is applied by the built-in"},
       {Replace(base, "[python3, train.py, --lr, \"0.1\"]", "[]"),
