@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -32,16 +31,7 @@ const v1::TableSpec& Emb() {
   return *spec;
 }
 
-// The peak resident memory of process `pid` (VmHWM), in bytes.
-uint64_t PeakRss(pid_t pid) {
-  std::ifstream f(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  ADD_FAILURE() << "no VmHWM for process " << pid;
-  return 0;
-}
+uint64_t PeakRss(pid_t pid) { return ProcStatusBytes(pid, "VmHWM"); }
 
 struct Server {
   TieredServer server;
@@ -58,30 +48,15 @@ Server Start(const std::string& tag) {
 
 // Every 16th key's row.
 std::vector<float> PullSample(PsClient& client, int64_t clock) {
-  std::vector<uint64_t> keys;
-  for (uint64_t k = 0; k < kKeys; k += 16) keys.push_back(k);
-  std::vector<float> rows(keys.size() * kWidth);
-  absl::Status s = client.Pull(clock, {{}, {{"emb", keys, rows.data()}}});
-  EXPECT_TRUE(s.ok()) << s;
-  return rows;
+  return PullEvery(client, "emb", kKeys, 16, kWidth, clock);
 }
 
 TEST(DiskTierCheckpointTest, ATableThirtyTimesTheCapIsCheckpointedAndRestoredInBoundedMemory) {
   Server a = Start("a");
   ASSERT_NE(a.client, nullptr) << a.server.daemon->Log();
   // Every key pushed once (each row becomes the initializer's value moved by one Adagrad step).
-  int64_t step = 0;
-  std::vector<uint64_t> keys(kPerPush);
-  std::vector<float> g(kPerPush * kWidth);
-  for (uint64_t first = 0; first < kKeys; first += kPerPush, ++step) {
-    keys.resize(std::min(kPerPush, kKeys - first));
-    for (size_t i = 0; i < keys.size(); ++i) keys[i] = first + i;
-    for (size_t i = 0; i < keys.size() * kWidth; ++i) {
-      g[i] = 0.001f * static_cast<float>((first + i) % 29) - 0.014f;
-    }
-    absl::Status s = a.client->Push(step, {{}, {{"emb", keys, g.data()}}});
-    ASSERT_TRUE(s.ok()) << first << ": " << s;
-  }
+  const int64_t step = PushEveryKey(*a.client, "emb", kKeys, kWidth, kPerPush);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   const v1::TableStatus filled = FirstTableOf(*a.client);
   ASSERT_EQ(filled.rows(), kKeys);
   ASSERT_GT(filled.rows_on_disk(), kKeys * 9 / 10) << "most of the table is on disk";

@@ -45,16 +45,6 @@ const v1::TableSpec& Emb() {
   return *spec;
 }
 
-uint64_t ProcStatus(pid_t pid, const std::string& field) {
-  std::ifstream f(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
-  }
-  ADD_FAILURE() << "no " << field << " for process " << pid;
-  return 0;
-}
-
 // The files process `pid` has open that were spooled (see server/spool_file.h).
 int OpenSpoolFiles(pid_t pid) {
   const std::string dir = absl::StrCat("/proc/", pid, "/fd");
@@ -123,12 +113,7 @@ bool Seeded(const std::string& address, const std::string& primary) {
 }
 
 std::vector<float> PullSample(PsClient& client, int64_t clock) {
-  std::vector<uint64_t> keys;
-  for (uint64_t k = 0; k < kKeys; k += 16) keys.push_back(k);
-  std::vector<float> rows(keys.size() * kWidth);
-  absl::Status s = client.Pull(clock, {{}, {{"emb", keys, rows.data()}}});
-  EXPECT_TRUE(s.ok()) << s;
-  return rows;
+  return PullEvery(client, "emb", kKeys, 16, kWidth, clock);
 }
 
 TEST(DiskTierReplicaTest, ALiveCopyOfATableThirtyTimesTheCapIsSeededInBoundedMemory) {
@@ -139,44 +124,28 @@ TEST(DiskTierReplicaTest, ALiveCopyOfATableThirtyTimesTheCapIsSeededInBoundedMem
   const std::vector<std::string> addresses = {a.address, b.address};
 
   // Map 1: every shard on s0 (a), no backups; the job's tables on both servers.
-  PsClientOptions o;
-  o.job_id = "job";
-  o.call_timeout = absl::Seconds(120);
-  auto client = PsClient::Create(o, Map(1, addresses, "s0", ""), {Emb()});
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*client)->InstallShardMap().ok());
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
-  int64_t step = 0;
-  std::vector<uint64_t> keys(kPerPush);
-  std::vector<float> g(kPerPush * kWidth);
-  for (uint64_t first = 0; first < kKeys; first += kPerPush, ++step) {
-    keys.resize(std::min(kPerPush, kKeys - first));
-    for (size_t i = 0; i < keys.size(); ++i) keys[i] = first + i;
-    for (size_t i = 0; i < keys.size() * kWidth; ++i) {
-      g[i] = 0.001f * static_cast<float>((first + i) % 31) - 0.015f;
-    }
-    absl::Status s = (*client)->Push(step, {{}, {{"emb", keys, g.data()}}});
-    ASSERT_TRUE(s.ok()) << first << ": " << s;
-  }
-  const std::vector<float> saved = PullSample(**client, step);
-  const v1::TableStatus filled = FirstTableOf(**client);
+  std::unique_ptr<PsClient> client =
+      ClientOnMap(Map(1, addresses, "s0", ""), Emb(), absl::Seconds(120));
+  ASSERT_NE(client, nullptr);
+  const int64_t step = PushEveryKey(*client, "emb", kKeys, kWidth, kPerPush, 31);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  const std::vector<float> saved = PullSample(*client, step);
+  const v1::TableStatus filled = FirstTableOf(*client);
   ASSERT_EQ(filled.rows(), kKeys);
   ASSERT_GT(filled.rows_on_disk(), kKeys * 9 / 10) << "most of the table is on disk";
 
   // Map 2: b backs every shard of a with a live copy (b takes the map first and waits for the
   // snapshot a takes as the map takes effect there).
-  const uint64_t a_before = ProcStatus(a.daemon->pid(), "VmHWM");
-  const uint64_t b_before = ProcStatus(b.daemon->pid(), "VmHWM");
+  const uint64_t a_before = ProcStatusBytes(a.daemon->pid(), "VmHWM");
+  const uint64_t b_before = ProcStatusBytes(b.daemon->pid(), "VmHWM");
   const v1::ShardMap map2 = Map(2, addresses, "s0", "s1");
   ASSERT_TRUE(Update(b.address, map2, "s1", true, "s0").ok());
   ASSERT_TRUE(Update(a.address, map2, "s0", true, "").ok());
   const absl::Time give_up = absl::Now() + absl::Seconds(600);
   while (!Seeded(b.address, "s0") && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(200));
   ASSERT_TRUE(Seeded(b.address, "s0")) << b.daemon->Log();
-  const uint64_t a_after = ProcStatus(a.daemon->pid(), "VmHWM");
-  const uint64_t b_after = ProcStatus(b.daemon->pid(), "VmHWM");
+  const uint64_t a_after = ProcStatusBytes(a.daemon->pid(), "VmHWM");
+  const uint64_t b_after = ProcStatusBytes(b.daemon->pid(), "VmHWM");
   std::printf("seed of a %.0f MiB table: primary's peak RSS %.1f -> %.1f MiB, backup's %.1f -> "
               "%.1f MiB\n", kTableBytes / double(kMiB), a_before / double(kMiB),
               a_after / double(kMiB), b_before / double(kMiB), b_after / double(kMiB));
@@ -202,13 +171,16 @@ TEST(DiskTierReplicaTest, ALiveCopyOfATableThirtyTimesTheCapIsSeededInBoundedMem
   a.daemon.reset();
   ASSERT_TRUE(Update(b.address, map3, "s1", false, "").ok());
   // The copy handed its shards to b's own copy of the job through a spool file as well.
-  const uint64_t b_promoted = ProcStatus(b.daemon->pid(), "VmHWM");
+  const uint64_t b_promoted = ProcStatusBytes(b.daemon->pid(), "VmHWM");
   std::printf("promotion: the backup's peak RSS %.1f -> %.1f MiB\n", b_after / double(kMiB),
               b_promoted / double(kMiB));
   EXPECT_LT(b_promoted - b_after, kTierOverhead + kSlack)
       << "taking over a " << kTableBytes / kMiB << " MiB copy raised the peak RSS by "
       << (b_promoted - b_after) / kMiB << " MiB";
   EXPECT_EQ(OpenSpoolFiles(b.daemon->pid()), 0);
+  PsClientOptions o;
+  o.job_id = "job";
+  o.call_timeout = absl::Seconds(120);
   o.attempt = 1;
   auto resumed = PsClient::Create(o, map3, {Emb()});
   ASSERT_TRUE(resumed.ok()) << resumed.status();
@@ -251,26 +223,15 @@ TEST(DiskTierReplicaTest, ABackupWhoseDiskFillsWhileItsSeedArrivesRefusesItAndNo
   ASSERT_FALSE(a.address.empty());
   const std::vector<std::string> addresses = {a.address, b.address};
 
-  PsClientOptions o;
-  o.job_id = "job";
-  o.call_timeout = absl::Seconds(60);
-  auto client = PsClient::Create(o, Map(1, addresses, "s0", ""), {Emb()});
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*client)->InstallShardMap().ok());
-  v1::ConsistencySpec asp;
-  asp.set_mode(v1::ConsistencySpec::ASP);
-  ASSERT_TRUE((*client)->CreateTables(asp, 1).ok());
-  int64_t step = 0;
-  std::vector<uint64_t> keys(kPerPush);
-  std::vector<float> g(kPerPush * kWidth, 0.01f);
-  for (uint64_t first = 0; first < kFewKeys; first += kPerPush, ++step) {
-    for (size_t i = 0; i < keys.size(); ++i) keys[i] = first + i;
-    ASSERT_TRUE((*client)->Push(step, {{}, {{"emb", keys, g.data()}}}).ok()) << first;
-  }
+  std::unique_ptr<PsClient> client =
+      ClientOnMap(Map(1, addresses, "s0", ""), Emb(), absl::Seconds(60));
+  ASSERT_NE(client, nullptr);
+  const int64_t step = PushEveryKey(*client, "emb", kFewKeys, kWidth, kPerPush);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   std::vector<uint64_t> sample;
   for (uint64_t k = 0; k < kFewKeys; k += 7) sample.push_back(k);
   std::vector<float> saved(sample.size() * kWidth), got(saved.size());
-  ASSERT_TRUE((*client)->Pull(step, {{}, {{"emb", sample, saved.data()}}}).ok());
+  ASSERT_TRUE(client->Pull(step, {{}, {{"emb", sample, saved.data()}}}).ok());
 
   const v1::ShardMap map2 = Map(2, addresses, "s0", "s1");
   ASSERT_TRUE(Update(b.address, map2, "s1", true, "s0").ok());
@@ -308,12 +269,16 @@ TEST(DiskTierReplicaTest, ABackupWhoseDiskFillsWhileItsSeedArrivesRefusesItAndNo
   const v1::ShardMap map3 = Map(3, addresses, "s0", "");
   ASSERT_TRUE(Update(a.address, map3, "s0", false, "").ok());
   ASSERT_TRUE(Update(b.address, map3, "s1", false, "").ok());
+  PsClientOptions o;
+  o.job_id = "job";
+  o.call_timeout = absl::Seconds(60);
   auto again = PsClient::Create(o, map3, {Emb()});
   ASSERT_TRUE(again.ok());
   absl::Status pulled = (*again)->Pull(step, {{}, {{"emb", sample, got.data()}}});
   ASSERT_TRUE(pulled.ok()) << pulled;
   EXPECT_TRUE(got == saved);
-  keys.assign(sample.begin(), sample.begin() + 100);
+  const std::vector<uint64_t> keys(sample.begin(), sample.begin() + 100);
+  const std::vector<float> g(keys.size() * kWidth, 0.01f);
   absl::Status pushed = (*again)->Push(step, {{}, {{"emb", keys, g.data()}}});
   EXPECT_TRUE(pushed.ok()) << pushed;
 }

@@ -6,7 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/types.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,15 +46,33 @@ inline TieredServer StartTieredServer(const std::string& tag, uint64_t memory_by
   return s;
 }
 
-// A client of job "job" (4 virtual shards, all on `s`, one ASP worker) with `table` created.
-// Null when that failed (the test has failed). A call to a server that is gone fails after
-// `call_timeout`.
-inline std::unique_ptr<PsClient> JobClient(const TieredServer& s, const v1::TableSpec& table,
-                                           absl::Duration call_timeout = absl::Seconds(20)) {
+// The status of the job's first table on the client's (only) server.
+inline v1::TableStatus FirstTableOf(PsClient& client) {
+  auto st = client.ServerStatuses();
+  EXPECT_TRUE(st.ok()) << st.status();
+  if (!st.ok() || st->empty() || (*st)[0].jobs_size() == 0) return {};
+  return (*st)[0].jobs(0).tables(0);
+}
+
+// A field of /proc/<pid>/status (VmHWM: the peak resident memory, VmRSS), in bytes.
+inline uint64_t ProcStatusBytes(pid_t pid, const std::string& field) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
+  }
+  ADD_FAILURE() << "no " << field << " for process " << pid;
+  return 0;
+}
+
+// A client of job "job" on the servers of `map` (to whom it installs the map), the tables
+// created on every one of them (one ASP worker). Null when that failed (the test has failed).
+inline std::unique_ptr<PsClient> ClientOnMap(const v1::ShardMap& map, const v1::TableSpec& table,
+                                             absl::Duration call_timeout) {
   PsClientOptions o;
   o.job_id = "job";
   o.call_timeout = call_timeout;
-  auto client = PsClient::Create(o, RoundRobinMap("job", 4, {s.address}), {table});
+  auto client = PsClient::Create(o, map, {table});
   EXPECT_TRUE(client.ok()) << client.status();
   if (!client.ok()) return nullptr;
   EXPECT_TRUE((*client)->InstallShardMap().ok());
@@ -61,12 +83,44 @@ inline std::unique_ptr<PsClient> JobClient(const TieredServer& s, const v1::Tabl
   return std::move(*client);
 }
 
-// The status of the job's first table on the client's (only) server.
-inline v1::TableStatus FirstTableOf(PsClient& client) {
-  auto st = client.ServerStatuses();
-  EXPECT_TRUE(st.ok()) << st.status();
-  if (!st.ok() || st->empty() || (*st)[0].jobs_size() == 0) return {};
-  return (*st)[0].jobs(0).tables(0);
+// A client of job "job" (16 virtual shards, all on `s`, one ASP worker) with `table` created.
+// Null when that failed (the test has failed). A call to a server that is gone fails after
+// `call_timeout`.
+inline std::unique_ptr<PsClient> JobClient(const TieredServer& s, const v1::TableSpec& table,
+                                           absl::Duration call_timeout = absl::Seconds(20)) {
+  return ClientOnMap(RoundRobinMap("job", 4, {s.address}), table, call_timeout);
+}
+
+// Pushes every key of [0, keys) of sparse table `table` (rows of `width`) once, `per_push` keys
+// a step from step 0, gradient element i of the push starting at key f being
+// 0.001 * ((f + i) % modulus) - 0.0005 * modulus. Returns the number of steps pushed.
+inline int64_t PushEveryKey(PsClient& client, const std::string& table, uint64_t keys,
+                            uint32_t width, uint64_t per_push, uint64_t modulus = 29) {
+  int64_t step = 0;
+  std::vector<uint64_t> k(per_push);
+  std::vector<float> g(per_push * width);
+  for (uint64_t first = 0; first < keys; first += per_push, ++step) {
+    k.resize(std::min(per_push, keys - first));
+    for (size_t i = 0; i < k.size(); ++i) k[i] = first + i;
+    for (size_t i = 0; i < k.size() * width; ++i) {
+      g[i] = 0.001f * static_cast<float>((first + i) % modulus) - 0.0005f * modulus;
+    }
+    absl::Status s = client.Push(step, {{}, {{table, k, g.data()}}});
+    EXPECT_TRUE(s.ok()) << "push of keys from " << first << ": " << s;
+    if (!s.ok()) break;
+  }
+  return step;
+}
+
+// The rows of every `stride`th key of [0, keys) of sparse table `table`, read at `clock`.
+inline std::vector<float> PullEvery(PsClient& client, const std::string& table, uint64_t keys,
+                                    uint64_t stride, uint32_t width, int64_t clock) {
+  std::vector<uint64_t> k;
+  for (uint64_t key = 0; key < keys; key += stride) k.push_back(key);
+  std::vector<float> rows(k.size() * width);
+  absl::Status s = client.Pull(clock, {{}, {{table, k, rows.data()}}});
+  EXPECT_TRUE(s.ok()) << s;
+  return rows;
 }
 
 // Restores checkpoint `path` into job "job" on `s`; the step it restored.
