@@ -255,4 +255,29 @@ absl::StatusOr<v1::CheckpointHeader> ReadCheckpointHeader(const std::string& pat
   return header;
 }
 
+absl::StatusOr<v1::CheckpointHeader> ReadCheckpointHeader(CheckpointSource& source,
+                                                          absl::string_view path) {
+  std::string scratch;
+  if (source.size() < kHeadBytes) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, ": not a pscluster checkpoint"));
+  }
+  auto head = source.Read(0, kHeadBytes, &scratch);
+  if (!head.ok()) return head.status();
+  if (head->substr(0, 8) != absl::string_view(kHeadMagic, 8)) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, ": not a pscluster checkpoint"));
+  }
+  const uint64_t hlen = GetLe64(head->data() + 8);
+  if (hlen > kMaxHeaderBytes || hlen > source.size() - kHeadBytes) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, ": header length ", hlen,
+                                            " is not plausible"));
+  }
+  auto h = source.Read(kHeadBytes, hlen, &scratch);
+  if (!h.ok()) return h.status();
+  v1::CheckpointHeader header;
+  if (!header.ParseFromArray(h->data(), static_cast<int>(h->size()))) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, ": header truncated or unreadable"));
+  }
+  return header;
+}
+
 }  // namespace pscluster

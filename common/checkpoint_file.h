@@ -96,6 +96,9 @@ class CheckpointWriter {
 // DATA_LOSS name the file. Read through `fs`.
 absl::StatusOr<v1::CheckpointHeader> ReadCheckpointHeader(
     const std::string& path, FileSystem* fs = FileSystem::Default());
+// The same, from a source (one already verified, say: nothing is read but the header).
+absl::StatusOr<v1::CheckpointHeader> ReadCheckpointHeader(CheckpointSource& source,
+                                                          absl::string_view path);
 
 }  // namespace pscluster
 

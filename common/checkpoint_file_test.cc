@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "common/atomic_file.h"
 #include "common/testing/status_matchers.h"
@@ -70,6 +71,30 @@ TEST(CheckpointFileTest, WrittenInPiecesIsWrittenWhole) {
   CheckpointWriter failing([](absl::string_view) { return absl::ResourceExhaustedError("full"); });
   ASSERT_TRUE(failing.Head(Header(data.size())).ok());  // Buffered: nothing written yet.
   EXPECT_EQ(failing.Append(data).code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(CheckpointFileTest, TheHeaderAloneIsReadFromASource) {
+  std::string file;
+  AppendCheckpointHead(Header(5), &file);
+  file += "abcde";
+  AppendCheckpointTrailer(&file);
+  StringCheckpointSource good(file);
+  auto h = ReadCheckpointHeader(good, "seed");
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->job_id(), "job");
+  EXPECT_EQ(h->step(), 42);
+  std::string bad_magic = file;
+  bad_magic[0] ^= 1;
+  std::string long_header = file;
+  long_header[8] = '\x7f';  // The header's length, past the file.
+  const std::string short_file = file.substr(0, 10);
+  const std::vector<const std::string*> bads = {&bad_magic, &long_header, &short_file};
+  for (const std::string* bad : bads) {
+    StringCheckpointSource source(*bad);
+    auto r = ReadCheckpointHeader(source, "seed");
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+    EXPECT_NE(r.status().message().find("checkpoint seed"), std::string::npos) << r.status();
+  }
 }
 
 TEST(CheckpointFileTest, AFileReadInPiecesIsVerifiedAsTheBytesInMemory) {

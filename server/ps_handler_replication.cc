@@ -402,12 +402,20 @@ absl::Status PsHandler::ReceiveSeed(const v1::ReplicateRequest& req, Job& copy,
   } else {
     source = std::make_unique<StringCheckpointSource>(seed.bytes);
   }
-  auto clocks = Job::CheckpointClocks(*source, from);
-  absl::StatusOr<std::pair<int64_t, uint32_t>> r = std::make_pair(int64_t{0}, 0u);
-  if (clocks.ok()) {
-    r = copy.Restore(*source, from);
-  } else {
-    r = clocks.status();
+  // Restore verifies the whole snapshot first (a spooled one is read once for that, once to
+  // load); the clocks then come from its header alone.
+  absl::StatusOr<std::pair<int64_t, uint32_t>> r = copy.Restore(*source, from);
+  std::vector<int64_t> clocks;
+  if (r.ok()) {
+    auto header = ReadCheckpointHeader(*source, from);
+    if (header.ok()) {
+      for (const auto& wc : header->clocks()) {
+        if (wc.worker() >= clocks.size()) clocks.resize(wc.worker() + 1, 0);
+        clocks[wc.worker()] = wc.clock();
+      }
+    } else {
+      r = header.status();
+    }
   }
   source.reset();
   const bool spooled = seed.spool != nullptr;
@@ -418,7 +426,7 @@ absl::Status PsHandler::ReceiveSeed(const v1::ReplicateRequest& req, Job& copy,
     seed.size = 0;
     return r.status();
   }
-  seed.clocks = std::move(*clocks);
+  seed.clocks = std::move(clocks);
   seed.done = true;
   Logger("server")->info("job '{}': live copy of {}'s shards seeded (step {}, a snapshot of {} "
                          "bytes{})", copy.id(), req.primary(), r->first, seed.size,
