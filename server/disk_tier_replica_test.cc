@@ -139,11 +139,13 @@ TEST(DiskTierReplicaTest, ALiveCopyOfATableThirtyTimesTheCapIsSeededInBoundedMem
   const uint64_t a_before = ProcStatusBytes(a.daemon->pid(), "VmHWM");
   const uint64_t b_before = ProcStatusBytes(b.daemon->pid(), "VmHWM");
   const v1::ShardMap map2 = Map(2, addresses, "s0", "s1");
+  const absl::Time seed_start = absl::Now();
   ASSERT_TRUE(Update(b.address, map2, "s1", true, "s0").ok());
   ASSERT_TRUE(Update(a.address, map2, "s0", true, "").ok());
   const absl::Time give_up = absl::Now() + absl::Seconds(600);
-  while (!Seeded(b.address, "s0") && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(200));
+  while (!Seeded(b.address, "s0") && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(50));
   ASSERT_TRUE(Seeded(b.address, "s0")) << b.daemon->Log();
+  std::printf("seeded in %.1f s\n", absl::ToDoubleSeconds(absl::Now() - seed_start));
   const uint64_t a_after = ProcStatusBytes(a.daemon->pid(), "VmHWM");
   const uint64_t b_after = ProcStatusBytes(b.daemon->pid(), "VmHWM");
   std::printf("seed of a %.0f MiB table: primary's peak RSS %.1f -> %.1f MiB, backup's %.1f -> "
@@ -169,7 +171,9 @@ TEST(DiskTierReplicaTest, ALiveCopyOfATableThirtyTimesTheCapIsSeededInBoundedMem
   map3.mutable_servers(0)->set_node_id("s1");
   for (auto& as : *map3.mutable_assignments()) as.set_primary("s1");
   a.daemon.reset();
+  const absl::Time takeover_start = absl::Now();
   ASSERT_TRUE(Update(b.address, map3, "s1", false, "").ok());
+  std::printf("taken over in %.1f s\n", absl::ToDoubleSeconds(absl::Now() - takeover_start));
   // The copy handed its shards to b's own copy of the job through a spool file as well.
   const uint64_t b_promoted = ProcStatusBytes(b.daemon->pid(), "VmHWM");
   std::printf("promotion: the backup's peak RSS %.1f -> %.1f MiB\n", b_after / double(kMiB),
