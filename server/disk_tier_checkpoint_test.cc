@@ -85,7 +85,10 @@ TEST(DiskTierCheckpointTest, ATableThirtyTimesTheCapIsCheckpointedAndRestoredInB
   const uint64_t b_after = PeakRss(b.server.daemon->pid());
   std::printf("restore: server peak RSS %.1f -> %.1f MiB (the filling server's: %.1f)\n",
               b_before / double(kMiB), b_after / double(kMiB), before / double(kMiB));
-  EXPECT_LT(b_after, before + kTableBytes / 8)
+  // (A quarter of the table's bytes: rows beyond the cap go straight to the disk tier in batches,
+  // faster than spilling them one by one, so RocksDB's two memtables fill before their flushes
+  // end. Holding the file in memory took it to 287 MiB.)
+  EXPECT_LT(b_after, before + kTableBytes / 4)
       << "restoring a " << kTableBytes / kMiB << " MiB table took the peak RSS to "
       << b_after / kMiB << " MiB; filling it had taken " << before / kMiB << " MiB";
   const v1::TableStatus back = FirstTableOf(*b.client);

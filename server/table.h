@@ -216,6 +216,13 @@ class SparseTable {
   // Inserts or replaces a row (exclusive access), as last pushed at `step` (expiry).
   absl::Status PutRow(uint64_t key, int64_t updates, const float* row, MemoryBudget* budget,
                       int64_t step = 0);
+  // A tiered table: rows held in neither tier (exclusive access; a restore after DropShards)
+  // written straight to the disk tier in one batch, none of them passing through memory, each
+  // encoded by EncodeDiskRow. Errors name the table and the directory; nothing is counted then.
+  absl::Status PutRowsOnDisk(const std::vector<std::pair<uint64_t, std::string>>& rows);
+  // A row as the disk tier keeps it: updates, the step of its last push, the time of this call,
+  // then its floats (weights and optimizer slots).
+  std::string EncodeDiskRow(int64_t updates, int64_t last_step, const float* row) const;
 
   uint64_t rows() const;  // In memory and on disk.
   uint64_t bytes_held() const;  // In memory.
@@ -279,6 +286,8 @@ class SparseTable {
   // Frees the collectable rows (EmbeddingPolicy::Collectable) of the next slice of the disk tier.
   uint64_t SweepExpiredOnDisk(int64_t min_clock, int64_t now_ms) ABSL_LOCKS_EXCLUDED(sweep_mu_);
   std::string EncodeRow(Stripe* s, uint32_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+  // Opens the disk tier's store at the first need. Errors name the table.
+  absl::Status OpenStore() ABSL_LOCKS_EXCLUDED(store_mu_);
   void NoteRowLive(Stripe* s, uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
   // Drops the rows for which drop(key, last_step, last_ms) (0, 0 without expiry); returns how
   // many.

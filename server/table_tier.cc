@@ -20,6 +20,59 @@ bool SparseTable::ReadSpilled(uint64_t key, std::string* value, absl::Status* er
   return store->Get(key, value, error);
 }
 
+std::string SparseTable::EncodeDiskRow(int64_t updates, int64_t last_step,
+                                       const float* row) const {
+  const size_t row_bytes = row_floats_ * sizeof(float);
+  std::string v(24 + row_bytes, '\0');
+  const int64_t step = has_meta() ? last_step : 0;
+  const int64_t ms = has_meta() ? NowMs() : 0;
+  std::memcpy(&v[0], &updates, 8);
+  std::memcpy(&v[8], &step, 8);
+  std::memcpy(&v[16], &ms, 8);
+  std::memcpy(&v[24], row, row_bytes);
+  return v;
+}
+
+absl::Status SparseTable::OpenStore() {
+  absl::MutexLock l(&store_mu_);
+  if (store_ != nullptr) return absl::OkStatus();
+  auto store = RowStore::Open(spill_path_);
+  if (!store.ok()) {
+    return absl::Status(store.status().code(), absl::StrCat("table '", info_->spec.name(),
+                                                            "': ", store.status().message()));
+  }
+  store_ = std::move(*store);
+  store_ptr_.store(store_.get(), std::memory_order_release);
+  return absl::OkStatus();
+}
+
+absl::Status SparseTable::PutRowsOnDisk(const std::vector<std::pair<uint64_t, std::string>>& rows) {
+  if (rows.empty()) return absl::OkStatus();
+  if (!tiered()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("table '", info_->spec.name(), "' has no disk tier"));
+  }
+  absl::Status opened = OpenStore();
+  if (!opened.ok()) return opened;
+  absl::Status put = store_ptr_.load()->PutAll(rows);
+  if (!put.ok()) {
+    return absl::Status(put.code(), absl::StrCat("table '", info_->spec.name(),
+                                                 "': restoring rows to disk: ", put.message()));
+  }
+  rows_on_disk_.fetch_add(rows.size(), std::memory_order_relaxed);
+  if (has_meta()) {
+    for (const auto& [key, v] : rows) {
+      int64_t step;
+      std::memcpy(&step, v.data() + 8, 8);
+      int64_t seen = max_step_.load(std::memory_order_relaxed);
+      while (seen < step &&
+             !max_step_.compare_exchange_weak(seen, step, std::memory_order_relaxed)) {
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string SparseTable::EncodeRow(Stripe* s, uint32_t id) const {
   const size_t row_bytes = row_floats_ * sizeof(float);
   std::string v(24 + row_bytes, '\0');
@@ -97,18 +150,8 @@ absl::Status SparseTable::Reserve(uint64_t bytes, MemoryBudget* budget, uint64_t
   };
   if (budget->TryReserve(bytes)) return absl::OkStatus();
   if (!tiered()) return short_of_memory("");
-  {
-    absl::MutexLock l(&store_mu_);
-    if (store_ == nullptr) {
-      auto store = RowStore::Open(spill_path_);
-      if (!store.ok()) {
-        return absl::Status(store.status().code(), absl::StrCat("table '", info_->spec.name(),
-                                                                "': ", store.status().message()));
-      }
-      store_ = std::move(*store);
-      store_ptr_.store(store_.get(), std::memory_order_release);
-    }
-  }
+  absl::Status opened = OpenStore();
+  if (!opened.ok()) return opened;
   // Spill what is needed and a little more (up to 1/32 of the rows in memory, at most 256: one
   // disk write for several calls), a few stripes at a time, starting where the last spill
   // stopped so that every stripe's clock turns. The first two rounds over the stripes spare the
