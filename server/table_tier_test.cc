@@ -289,6 +289,44 @@ TEST(TierCheckpointTest, BothTiersAreWrittenAndRestored) {
   EXPECT_EQ(capped.Read(all), restored.Read(all));
 }
 
+// A restore writes the rows that do not fit in memory straight to the disk tier
+// (PutRowsOnDisk): they read back as saved, with their step counts and the steps of their last
+// pushes (expiry), and count as rows on disk.
+TEST(TierCheckpointTest, RowsRestoredStraightToDiskAreTheSavedOnes) {
+  const uint64_t row_bytes = kWidth * 2 * sizeof(float);
+  v1::EmbeddingSpec e;
+  e.set_expire_after_steps(1000);
+  Table capped(e, 50 * row_bytes, TempDir() + "/tier_direct_a");
+  for (int step = 0; step < 300; ++step) ASSERT_TRUE(capped.Push(StepKeys(step), step).ok());
+  const Rows before = capped.All();
+  Table restored(e, 50 * row_bytes, TempDir() + "/tier_direct_b");
+  std::vector<std::pair<uint64_t, std::string>> to_disk;
+  size_t in_memory = 0;
+  for (const auto& [k, r] : before) {
+    if (in_memory < 40) {
+      ASSERT_TRUE(restored.table.PutRow(k, std::get<0>(r), std::get<2>(r).data(),
+                                        &restored.budget, std::get<1>(r))
+                      .ok());
+      ++in_memory;
+    } else {
+      to_disk.emplace_back(
+          k, restored.table.EncodeDiskRow(std::get<0>(r), std::get<1>(r), std::get<2>(r).data()));
+    }
+  }
+  ASSERT_GT(to_disk.size(), 0u);
+  absl::Status s = restored.table.PutRowsOnDisk(to_disk);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(restored.table.policy_counts().rows_on_disk, to_disk.size());
+  EXPECT_EQ(restored.table.rows(), before.size());
+  ExpectSameRows(before, restored.All());
+  std::vector<uint64_t> all(500);
+  for (uint64_t k = 0; k < all.size(); ++k) all[k] = k;
+  EXPECT_EQ(capped.Read(all), restored.Read(all));
+
+  Table in_ram(e, 0, "");
+  EXPECT_EQ(in_ram.table.PutRowsOnDisk(to_disk).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(TierBadInputTest, APushLargerThanTheCapIsRefusedNamingTableLimitAndDirectory) {
   const uint64_t row_bytes = kWidth * 2 * sizeof(float);
   const std::string dir = TempDir() + "/tier_small";
