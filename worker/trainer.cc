@@ -28,14 +28,14 @@ constexpr int kDefaultEvalBatch = 1000;
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
-// Which backend the task uses: the job's explicit choice, else CPU for jobs that ask for no GPU,
-// else the worker's own --device.
 // Whether the job itself picks the CPU backend (not the worker's --device for an open choice).
 bool JobAsksForCpu(const v1::JobSpec& spec) {
   return spec.device() == "cpu" ||
          ((spec.device().empty() || spec.device() == "auto") && spec.gpus_per_worker() == 0);
 }
 
+// Which backend the task uses: the job's explicit choice, else CPU for jobs that ask for no GPU,
+// else the worker's own --device.
 std::string EffectiveDevice(const v1::JobSpec& spec, const std::string& worker_device) {
   if (!spec.device().empty() && spec.device() != "auto") return spec.device();
   if (spec.gpus_per_worker() == 0) return "cpu";
