@@ -17,19 +17,7 @@ namespace {
 
 using namespace ::pscluster::testing;  // NOLINT
 
-constexpr uint32_t kWidth = 16;
-constexpr uint64_t kKeys = 1000000;
-constexpr uint64_t kRowBytes = kWidth * 2 * sizeof(float);  // Adagrad: weights and accumulator.
-constexpr uint64_t kTableBytes = kKeys * kRowBytes;         // 122 MiB of rows.
-constexpr uint64_t kCap = 4 << 20;                          // 4 MiB: 3% of the table.
-constexpr uint64_t kPerPush = 8192;
-constexpr uint64_t kMiB = 1 << 20;
-
-const v1::TableSpec& Emb() {
-  static const v1::TableSpec* spec = new v1::TableSpec(
-      SparseSpec("emb", kWidth, kKeys, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.05f)));
-  return *spec;
-}
+using namespace ::pscluster::testing::big_table;  // NOLINT
 
 uint64_t PeakRss(pid_t pid) { return ProcStatusBytes(pid, "VmHWM"); }
 

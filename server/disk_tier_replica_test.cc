@@ -25,25 +25,13 @@ namespace {
 
 using namespace ::pscluster::testing;  // NOLINT
 
-constexpr uint32_t kWidth = 16;
-constexpr uint64_t kKeys = 1000000;
-constexpr uint64_t kRowBytes = kWidth * 2 * sizeof(float);  // Adagrad: weights and accumulator.
-constexpr uint64_t kTableBytes = kKeys * kRowBytes;         // 122 MiB of rows.
-constexpr uint64_t kCap = 4 << 20;                          // 4 MiB: 3% of the table.
-constexpr uint64_t kPerPush = 8192;
-constexpr uint64_t kMiB = 1 << 20;
+using namespace ::pscluster::testing::big_table;  // NOLINT
 // What a new disk tier costs outside the cap, whatever its size: RocksDB's two memtables of
 // 32 MiB (README, "Outside the cap").
 constexpr uint64_t kTierOverhead = 64 * kMiB;
 // The bound on what moving the table may add: a quarter of its bytes (holding it in memory
 // would add all of them, and more: 147 MiB on the primary and 214 on the backup, measured).
 constexpr uint64_t kSlack = kTableBytes / 4;
-
-const v1::TableSpec& Emb() {
-  static const v1::TableSpec* spec = new v1::TableSpec(
-      SparseSpec("emb", kWidth, kKeys, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.05f)));
-  return *spec;
-}
 
 // The files process `pid` has open that were spooled (see server/spool_file.h).
 int OpenSpoolFiles(pid_t pid) {

@@ -29,6 +29,23 @@ struct TieredServer {
   std::string address;  // Empty when it did not start (the test has failed).
 };
 
+// The table of the tests that move a table thirty times their servers' memory cap (checkpoint
+// and restore, a live copy and its takeover): 10^6 rows of width 16 with Adagrad.
+namespace big_table {
+inline constexpr uint32_t kWidth = 16;
+inline constexpr uint64_t kKeys = 1000000;
+inline constexpr uint64_t kRowBytes = kWidth * 2 * sizeof(float);  // Weights and accumulator.
+inline constexpr uint64_t kTableBytes = kKeys * kRowBytes;         // 122 MiB of rows.
+inline constexpr uint64_t kCap = 4 << 20;                          // 4 MiB: 3% of the table.
+inline constexpr uint64_t kPerPush = 8192;
+inline constexpr uint64_t kMiB = 1 << 20;
+inline const v1::TableSpec& Emb() {
+  static const v1::TableSpec* spec = new v1::TableSpec(
+      SparseSpec("emb", kWidth, kKeys, Optimizer(v1::OptimizerSpec::ADAGRAD, 0.05f)));
+  return *spec;
+}
+}  // namespace big_table
+
 // Starts ps_server with `memory_bytes` and `spill_dir` (logs and port file named after `tag`).
 inline TieredServer StartTieredServer(const std::string& tag, uint64_t memory_bytes,
                                       const std::string& spill_dir) {
