@@ -252,7 +252,10 @@ class TcpDataServer::Conn {
       }
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        return absl::OutOfRangeError(absl::StrCat("recv: ", io_->ErrorText(errno)));
+        const std::string why = absl::StrCat("recv: ", io_->ErrorText(errno));
+        // A record TLS refuses is the client's fault, not its going away.
+        return tls_ != nullptr && tls_->refused() ? absl::InvalidArgumentError(why)
+                                                  : absl::OutOfRangeError(why);
       }
       if (io_->HasPending()) continue;
       const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now()) + 1;
@@ -390,7 +393,7 @@ class TcpDataServer::Conn {
         quiet = closed_ || finished_;
       }
       if (!quiet) {
-        if (absl::IsInvalidArgument(st)) {
+        if (absl::IsInvalidArgument(st) || (tls_ != nullptr && tls_->refused())) {
           Logger("server")->warn("data connection {}: {}; closing it", peer_, st);
         } else {
           Logger("server")->debug("data connection {}: {}", peer_, st);

@@ -387,6 +387,11 @@ void TlsIo::Fail(const std::string& why) {
   failed_ = true;
 }
 
+void TlsIo::Refuse(const std::string& why) {
+  refused_ = true;
+  Fail(why);
+}
+
 int TlsIo::Classify(int r) {
   const int saved = errno;
   const int e = SSL_get_error(ssl_, r);
@@ -673,11 +678,11 @@ ssize_t TlsIo::OpenRecord(char* dst, size_t room) {
   const unsigned char* h = reinterpret_cast<const unsigned char*>(in_.get() + in_pos_);
   const size_t sealed = (size_t{h[3]} << 8) | h[4];
   if (h[0] != kApplicationData) {
-    Fail(absl::StrCat("a record of type ", h[0], " after the handshake (unexpected_message)"));
+    Refuse(absl::StrCat("a record of type ", h[0], " after the handshake (unexpected_message)"));
     return -1;
   }
   if (sealed > kMaxSealedBytes || sealed < 1 + kTagBytes) {
-    Fail(absl::StrCat("a record of ", sealed, " bytes (record_overflow)"));
+    Refuse(absl::StrCat("a record of ", sealed, " bytes (record_overflow)"));
     return -1;
   }
   if (have < kHeaderBytes + sealed) return 0;
@@ -694,7 +699,7 @@ ssize_t TlsIo::OpenRecord(char* dst, size_t room) {
                   EVP_CipherFinal_ex(k.ctx, target + len, &fin) == 1;
   if (!ok) {
     ERR_clear_error();
-    Fail("a record failed its authentication check (bad_record_mac): altered on the way, or "
+    Refuse("a record failed its authentication check (bad_record_mac): altered on the way, or "
          "not sealed with this connection's keys");
     return -1;
   }
@@ -704,7 +709,7 @@ ssize_t TlsIo::OpenRecord(char* dst, size_t room) {
   size_t end = body;
   while (end > 0 && target[end - 1] == 0) --end;
   if (end == 0) {
-    Fail("a record without a content type (unexpected_message)");
+    Refuse("a record without a content type (unexpected_message)");
     return -1;
   }
   const uint8_t type = target[end - 1];
@@ -725,12 +730,12 @@ ssize_t TlsIo::OpenRecord(char* dst, size_t room) {
         return 0;
       }
       if (content != 2) {
-        Fail("a malformed alert (decode_error)");
+        Refuse("a malformed alert (decode_error)");
       } else {
         // OpenSSL's words for the alert (its reason codes are the alert's plus 1000).
         const char* reason = ERR_reason_error_string(
             ERR_PACK(ERR_LIB_SSL, 0, SSL_AD_REASON_OFFSET + target[1]));
-        Fail(absl::StrCat("the peer refused the connection: ",
+        Refuse(absl::StrCat("the peer refused the connection: ",
                           reason != nullptr ? reason : SSL_alert_desc_string_long(target[1])));
       }
       return -1;
@@ -742,17 +747,17 @@ ssize_t TlsIo::OpenRecord(char* dst, size_t room) {
       if (content == 5 && target[0] == 24 && target[1] == 0 && target[2] == 0 &&
           target[3] == 1 && target[4] <= 1) {
         if (!k.Next()) {
-          Fail(OpenSslErrors("cannot update the keys"));
+          Refuse(OpenSslErrors("cannot update the keys"));
           return -1;
         }
         if (target[4] == 1) update_asked_ = true;
         return 0;
       }
-      Fail(absl::StrCat("a handshake message of type ", content >= 1 ? target[0] : 0, " and ",
+      Refuse(absl::StrCat("a handshake message of type ", content >= 1 ? target[0] : 0, " and ",
                         content, " bytes after the handshake (unexpected_message)"));
       return -1;
     default:
-      Fail(absl::StrCat("a record of content type ", type, " (unexpected_message)"));
+      Refuse(absl::StrCat("a record of content type ", type, " (unexpected_message)"));
       return -1;
   }
 }

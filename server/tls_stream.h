@@ -76,6 +76,9 @@ class TlsIo : public DataIo {
   int Flush(bool dontwait) override;
   bool HasPending() override;
   std::string ErrorText(int err) override;
+  // The stream failed because of what the peer sent (a record that failed its check, a record
+  // TLS does not allow here, an alert), not because the connection broke.
+  bool refused() const { return refused_; }
 
   // The record protection of one direction: an AEAD context with its key, the static IV, the
   // record sequence number and the traffic secret of the next keys.
@@ -92,6 +95,8 @@ class TlsIo : public DataIo {
   int Classify(int r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Keeps the first error; the stream is unusable after it.
   void Fail(const std::string& why);
+  // Fail, for what the peer sent.
+  void Refuse(const std::string& why);
   // Waits for the socket (`want` as from Classify) until `deadline`; false when it passed.
   bool WaitSocket(int want, absl::Time deadline) const;
   // Sends what is buffered without waiting: 1 all of it, 0 some is left, -1 failed.
@@ -118,6 +123,7 @@ class TlsIo : public DataIo {
 
   const absl::Duration send_timeout_;
   std::atomic<bool> failed_{false};
+  std::atomic<bool> refused_{false};
   // The peer's KeyUpdate asked for one from this side.
   std::atomic<bool> update_asked_{false};
   mutable absl::Mutex err_mu_;

@@ -7,8 +7,14 @@
 #include <netinet/in.h>
 #include <openssl/bio.h>
 #include <openssl/ssl.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <sstream>
+#include <thread>
 
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +23,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/logging.h"
+#include "spdlog/sinks/ostream_sink.h"
 #include "server/client/tcp_conn.h"
 #include "server/testing/cluster.h"
 #include "server/tls_stream.h"
@@ -259,6 +267,80 @@ TEST_F(TlsDataPlaneTest, TruncatedAndGarbageHandshakesLeaveTheServerServing) {
   ASSERT_NE(client, nullptr);
   Train(client.get());
   EXPECT_GE(tls.server(0)->data_connections(), 1);
+}
+
+// A TLS client whose bytes pass a relay that alters one after the handshake: the server refuses
+// the record (bad_record_mac), logs it as a warning naming the connection, closes only that
+// connection and keeps serving.
+TEST_F(TlsDataPlaneTest, AnAlteredRecordClosesOnlyItsConnectionAndIsLogged) {
+  InProcessCluster tls(1, TlsServer());
+  ASSERT_TRUE(tls.status().ok()) << tls.status();
+  std::ostringstream log;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+  Logger("server")->sinks().push_back(sink);
+  // client a[0] ~ a[1] <relay> server's data port.
+  int a[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, a), 0);
+  fcntl(a[0], F_SETFL, fcntl(a[0], F_GETFL) | O_NONBLOCK);
+  const int server_fd = Dial(tls.server(0)->data_port());
+  std::atomic<bool> stop{false};
+  std::atomic<size_t> sent_up{0}, flip_at{~size_t{0}};
+  std::thread relay([&] {
+    char buf[65536];
+    while (!stop) {
+      pollfd p[2] = {{a[1], POLLIN, 0}, {server_fd, POLLIN, 0}};
+      if (poll(p, 2, 20) <= 0) continue;
+      for (int side = 0; side < 2; ++side) {
+        if (!(p[side].revents & (POLLIN | POLLHUP))) continue;
+        const int from = side == 0 ? a[1] : server_fd, to = side == 0 ? server_fd : a[1];
+        const ssize_t r = recv(from, buf, sizeof(buf), MSG_DONTWAIT);
+        if (r <= 0) {
+          shutdown(to, SHUT_WR);
+          continue;
+        }
+        if (side == 0) {
+          const size_t at = sent_up.fetch_add(static_cast<size_t>(r));
+          const size_t flip = flip_at.load();
+          if (flip >= at && flip < at + static_cast<size_t>(r)) buf[flip - at] ^= 0x01;
+        }
+        (void)!send(to, buf, static_cast<size_t>(r), MSG_NOSIGNAL);
+      }
+    }
+  });
+  auto ctx = TlsContext::ForClient(ClientFiles(), "");
+  ASSERT_TRUE(ctx.ok());
+  {
+    TlsIo io(a[0], **ctx, "127.0.0.1");
+    ASSERT_TRUE(io.Handshake(absl::Now() + absl::Seconds(10)).ok());
+    flip_at = sent_up.load() + 5 + 3;  // Inside the first record after the handshake.
+    const std::string bytes(64, 'x');
+    iovec v{const_cast<char*>(bytes.data()), bytes.size()};
+    ASSERT_EQ(io.Send(&v, 1, /*dontwait=*/false), 64);
+    ASSERT_EQ(io.Flush(/*dontwait=*/false), 1);
+    // The server closes the connection (after its challenge, sent before our record came): the
+    // end of the stream reaches the client.
+    char buf[4096];
+    ssize_t r = 1;
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (r != 0 && absl::Now() < deadline) {
+      pollfd p{a[0], POLLIN, 0};
+      if (!io.HasPending() && poll(&p, 1, 100) <= 0) continue;
+      r = io.Recv(buf, sizeof(buf), /*dontwait=*/true);
+      if (r < 0 && errno != EAGAIN) break;
+    }
+    EXPECT_LE(r, 0) << "the server did not close the connection";
+  }
+  stop = true;
+  relay.join();
+  for (int fd : {a[0], a[1], server_fd}) close(fd);
+  Logger("server")->flush();
+  Logger("server")->sinks().pop_back();
+  EXPECT_TRUE(absl::StrContains(log.str(), "bad_record_mac")) << log.str();
+  EXPECT_TRUE(absl::StrContains(log.str(), "closing it")) << log.str();
+  // Only that connection: a client trains as before.
+  auto client = ClientOf(tls, ClientFiles(), DataTransport::kTcp);
+  ASSERT_NE(client, nullptr);
+  Train(client.get());
 }
 
 }  // namespace
