@@ -57,6 +57,41 @@ void Buffer::Reset() {
   size_ = 0;
 }
 
+// ---- Event ----
+
+const char* StreamName(Stream stream) {
+  switch (stream) {
+    case Stream::kOps:
+      return "ops";
+    case Stream::kUpload:
+      return "upload";
+    case Stream::kDownload:
+      return "download";
+  }
+  return "unknown";
+}
+
+Event::Event(Event&& other) noexcept
+    : owner_(std::exchange(other.owner_, nullptr)),
+      handle_(std::exchange(other.handle_, nullptr)) {}
+
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    owner_ = std::exchange(other.owner_, nullptr);
+    handle_ = std::exchange(other.handle_, nullptr);
+  }
+  return *this;
+}
+
+Event::~Event() { Reset(); }
+
+void Event::Reset() {
+  if (owner_ != nullptr) owner_->DoDestroyEvent(handle_);
+  owner_ = nullptr;
+  handle_ = nullptr;
+}
+
 // ---- Argument checks shared by both backends ----
 
 namespace {
@@ -174,6 +209,58 @@ absl::Status Backend::CopyOnDevice(const void* device_src, void* device_dst, siz
     return Invalid("CopyOnDevice", "null pointer");
   }
   return DoCopy(device_src, device_dst, bytes, kOnDevice);
+}
+
+// ---- Side streams and events ----
+
+namespace {
+
+absl::Status CheckEvent(const Backend& backend, const char* op, const Event& event) {
+  KERNELS_RETURN_IF_ERROR(RefuseWhileCapturing(backend, op));
+  if (!event.valid()) return Invalid(op, "the event is empty (not from CreateEvent)");
+  if (event.owner() != &backend) return Invalid(op, "the event is another backend's");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Event> Backend::CreateEvent() {
+  KERNELS_RETURN_IF_ERROR(RefuseWhileCapturing(*this, "CreateEvent"));
+  KERNELS_ASSIGN_OR_RETURN(void* handle, DoCreateEvent());
+  return Event(this, handle);
+}
+
+absl::Status Backend::CopyToDeviceAsync(const void* host_src, void* device_dst, size_t bytes) {
+  KERNELS_RETURN_IF_ERROR(RefuseWhileCapturing(*this, "CopyToDeviceAsync"));
+  if (bytes == 0) return absl::OkStatus();
+  if (host_src == nullptr || device_dst == nullptr) {
+    return Invalid("CopyToDeviceAsync", "null pointer");
+  }
+  return DoCopyAsync(host_src, device_dst, bytes, kToDevice);
+}
+
+absl::Status Backend::CopyToHostAsync(const void* device_src, void* host_dst, size_t bytes) {
+  KERNELS_RETURN_IF_ERROR(RefuseWhileCapturing(*this, "CopyToHostAsync"));
+  if (bytes == 0) return absl::OkStatus();
+  if (device_src == nullptr || host_dst == nullptr) {
+    return Invalid("CopyToHostAsync", "null pointer");
+  }
+  return DoCopyAsync(device_src, host_dst, bytes, kToHost);
+}
+
+absl::Status Backend::RecordEvent(Stream stream, const Event& event) {
+  KERNELS_RETURN_IF_ERROR(CheckEvent(*this, "RecordEvent", event));
+  return DoRecordEvent(stream, event.handle());
+}
+
+absl::Status Backend::WaitEvent(Stream stream, const Event& event) {
+  KERNELS_RETURN_IF_ERROR(CheckEvent(*this, "WaitEvent", event));
+  return DoWaitEvent(stream, event.handle());
+}
+
+absl::Status Backend::WaitForEvent(const Event& event) {
+  KERNELS_RETURN_IF_ERROR(CheckEvent(*this, "WaitForEvent", event));
+  return DoWaitForEvent(event.handle());
 }
 
 // ---- Recording ----

@@ -5,8 +5,10 @@
 // Conventions for every op:
 //  * Tensors are float32, row-major and contiguous; pointers are device pointers obtained from
 //    this backend's Allocate() (on a backend with shares_host_memory(), any host pointer).
-//  * Ops are queued in order on the backend's single stream. On the CPU backend they run before
+//  * Ops are queued in order on the backend's op stream. On the CPU backend they run before
 //    the call returns; on the CUDA backend they run asynchronously and Synchronize() waits.
+//    Two more streams carry asynchronous copies beside the ops, ordered by events (see
+//    "Copies beside the ops" below).
 //  * Arguments are validated before anything is queued: negative sizes, null pointers for
 //    non-empty tensors and inconsistent geometry are INVALID_ARGUMENT and change nothing.
 //    Index data (gather/scatter indices, CSR offsets, labels) lives in device memory: the CPU
@@ -132,6 +134,38 @@ class Buffer {
   bool on_host_ = false;
 };
 
+// The streams of a backend. kOps runs the ops (and the copies of CopyToDevice, CopyToHost and
+// CopyOnDevice); kUpload and kDownload run the asynchronous copies to and from the device
+// beside it (CopyToDeviceAsync, CopyToHostAsync). Each runs its work in order; only events
+// order one against another.
+enum class Stream { kOps, kUpload, kDownload };
+const char* StreamName(Stream stream);
+
+// A point in one of a backend's streams (Backend::RecordEvent) that other streams
+// (Backend::WaitEvent) or the host (Backend::WaitForEvent) can wait for. Move-only; destroys
+// itself; must not outlive its backend. An empty Event (default-constructed) cannot be used.
+class Event {
+ public:
+  Event() = default;
+  Event(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event();
+
+  bool valid() const { return owner_ != nullptr; }
+  const Backend* owner() const { return owner_; }
+  void* handle() const { return handle_; }  // The backend's own (cudaEvent_t on CUDA).
+  void Reset();
+
+ private:
+  friend class Backend;
+  Event(Backend* owner, void* handle) : owner_(owner), handle_(handle) {}
+
+  Backend* owner_ = nullptr;
+  void* handle_ = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -156,9 +190,39 @@ class Backend {
   absl::Status CopyOnDevice(const void* device_src, void* device_dst, size_t bytes);
   // x[i] = value for i < n.
   absl::Status Fill(int64_t n, float value, float* x);
-  // Waits for all queued work; reports errors of asynchronous work (CUDA) since the last call.
+  // Waits for all work queued on the op stream (Stream::kOps); reports errors of asynchronous
+  // work (CUDA) since the last call. The copy streams are waited for through events.
   // FAILED_PRECONDITION while capturing.
   virtual absl::Status Synchronize() = 0;
+
+  // ---- Copies beside the ops (Stream::kUpload, Stream::kDownload) and events ----
+  //
+  // What lets a step's copies overlap its computation: the next step's inputs travel to the
+  // device on the upload stream and a step's results come back on the download stream while
+  // the op stream computes. Nothing orders the streams but events: a consumer waits for an
+  // event recorded after its producer. On a backend without such streams (the CPU: the
+  // defaults below) every copy runs before the call returns and events are no-ops, so the
+  // order of the calls is the order of the work. All of these are FAILED_PRECONDITION while
+  // capturing: recordings hold no copies from or to the host and no cross-stream waits.
+
+  // An event that has never been recorded (waiting for it returns at once).
+  absl::StatusOr<Event> CreateEvent();
+  // Queued on the upload (to the device) or the download (to the host) stream. REQUIRES: the
+  // host memory stays valid and unchanged until an event recorded after the copy on its stream
+  // has been waited for by the host (WaitForEvent); CopyToHostAsync's destination is only valid
+  // then. The device memory must not be used by another stream meanwhile unless events order
+  // the two.
+  absl::Status CopyToDeviceAsync(const void* host_src, void* device_dst, size_t bytes);
+  absl::Status CopyToHostAsync(const void* device_src, void* host_dst, size_t bytes);
+  // Records in `event` the point `stream` has reached: the work queued on it so far.
+  absl::Status RecordEvent(Stream stream, const Event& event);
+  // Work queued on `stream` from now on starts only once `event`'s latest recording (at the
+  // time of this call) has been reached. Does not block the host.
+  absl::Status WaitEvent(Stream stream, const Event& event);
+  // Blocks the host until `event`'s latest recording has been reached; reports errors of the
+  // asynchronous work (a failed copy) as Synchronize() does. (Kernels' reports of bad index
+  // data come from Synchronize().)
+  absl::Status WaitForEvent(const Event& event);
 
   // ---- Recording ops (CUDA Graphs) ----
 
@@ -295,6 +359,21 @@ class Backend {
   // Recording (records_graphs() backends only; the defaults refuse).
   virtual absl::Status DoBeginCapture();
   virtual absl::StatusOr<std::unique_ptr<OpGraph>> DoEndCapture();
+  // Side streams and events. The defaults are those of a backend without side streams: an
+  // event is nothing (a null handle), an asynchronous copy is DoCopy (run at once), recording
+  // and waiting do nothing.
+  virtual absl::StatusOr<void*> DoCreateEvent() { return nullptr; }
+  virtual void DoDestroyEvent(void* /*event*/) {}
+  virtual absl::Status DoCopyAsync(const void* src, void* dst, size_t bytes, int direction) {
+    return DoCopy(src, dst, bytes, direction);
+  }
+  virtual absl::Status DoRecordEvent(Stream /*stream*/, void* /*event*/) {
+    return absl::OkStatus();
+  }
+  virtual absl::Status DoWaitEvent(Stream /*stream*/, void* /*event*/) {
+    return absl::OkStatus();
+  }
+  virtual absl::Status DoWaitForEvent(void* /*event*/) { return absl::OkStatus(); }
 
   virtual absl::Status DoGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
                               const float* a, const float* b, float beta, float* c) = 0;
@@ -351,6 +430,7 @@ class Backend {
 
  private:
   friend class Buffer;
+  friend class Event;
   bool capturing_ = false;
 };
 

@@ -1,4 +1,5 @@
-// CudaBackend: creation, stream-ordered memory, copies, synchronisation and cuBLAS GEMM.
+// CudaBackend: creation, stream-ordered memory, copies (on the op stream and the two copy
+// streams), events, synchronisation and cuBLAS GEMM.
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_backend_impl.h"
 
@@ -99,6 +100,13 @@ absl::Status CudaBackend::Init(const BackendOptions& options) {
                        sm_count_, " SMs, TF32 ", options.cuda_allow_tf32 ? "on" : "off",
                        options.cuda_graphs ? ", CUDA graphs" : "", ")");
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // The copy streams: uploads and downloads each on their own, so that an upload never queues
+  // behind a download that waits for the ops (devices have a copy engine per direction).
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&download_stream_, cudaStreamNonBlocking));
+  for (cudaEvent_t& e : join_events_) {
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
   // Device memory comes from a pool of this backend's own, allocated and freed in stream order:
   // a free is queued behind the work that may still use the memory, and nothing waits for the
   // device. Devices without memory pools fall back to cudaMalloc, and a free waits for the
@@ -134,13 +142,18 @@ CudaBackend::~CudaBackend() {
   // scratch's complete with the stream.
   cudaSetDevice(device_);
   DeviceFree(scratch_);
-  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  SynchronizeAllStreams();
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
   cudaFree(error_flag_);
   if (error_flag_host_ != nullptr) cudaFreeHost(error_flag_host_);
   if (pool_ != nullptr) cudaMemPoolDestroy(pool_);
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  for (cudaEvent_t e : join_events_) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  for (cudaStream_t s : {stream_, upload_stream_, download_stream_}) {
+    if (s != nullptr) cudaStreamDestroy(s);
+  }
 }
 
 absl::Status CudaBackend::Synchronize() {
@@ -197,10 +210,41 @@ absl::StatusOr<void*> CudaBackend::DeviceAlloc(size_t bytes) {
 void CudaBackend::DeviceFree(void* p) {
   if (p == nullptr) return;
   if (pool_ != nullptr) {
+    // The copy streams may still use the memory too: the free waits for them as well.
+    JoinCopyStreams();
     cudaFreeAsync(p, stream_);
   } else {
-    cudaStreamSynchronize(stream_);
+    SynchronizeAllStreams();
     cudaFree(p);
+  }
+}
+
+cudaStream_t CudaBackend::StreamOf(Stream stream) const {
+  switch (stream) {
+    case Stream::kUpload:
+      return upload_stream_;
+    case Stream::kDownload:
+      return download_stream_;
+    case Stream::kOps:
+      break;
+  }
+  return stream_;
+}
+
+void CudaBackend::JoinCopyStreams() {
+  const cudaStream_t copies[2] = {upload_stream_, download_stream_};
+  for (int i = 0; i < 2; ++i) {
+    if (copies[i] == nullptr || join_events_[i] == nullptr || stream_ == nullptr) continue;
+    if (cudaEventRecord(join_events_[i], copies[i]) != cudaSuccess ||
+        cudaStreamWaitEvent(stream_, join_events_[i], 0) != cudaSuccess) {
+      cudaStreamSynchronize(copies[i]);  // The slow way, but the memory is not freed early.
+    }
+  }
+}
+
+void CudaBackend::SynchronizeAllStreams() {
+  for (cudaStream_t s : {stream_, upload_stream_, download_stream_}) {
+    if (s != nullptr) cudaStreamSynchronize(s);
   }
 }
 
@@ -213,11 +257,11 @@ absl::StatusOr<void*> CudaBackend::DoAllocate(size_t bytes, bool on_host) {
 }
 
 void CudaBackend::DoFree(void* ptr, bool on_host) {
-  // Queued copies may still read or write the memory. Device memory is freed in stream order;
-  // page-locked host memory only once the stream has drained.
+  // Queued copies may still read or write the memory. Device memory is freed in stream order
+  // (behind the copy streams too); page-locked host memory only once every stream has drained.
   cudaSetDevice(device_);
   if (on_host) {
-    cudaStreamSynchronize(stream_);
+    SynchronizeAllStreams();
     cudaFreeHost(ptr);
   } else {
     DeviceFree(ptr);
@@ -230,6 +274,47 @@ absl::Status CudaBackend::DoCopy(const void* src, void* dst, size_t bytes, int d
                               : direction == kToHost ? cudaMemcpyDeviceToHost
                                                      : cudaMemcpyDeviceToDevice;
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, kind, stream_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> CudaBackend::DoCreateEvent() {
+  KERNELS_CUDA_ACTIVATE();
+  cudaEvent_t event = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  return static_cast<void*>(event);
+}
+
+void CudaBackend::DoDestroyEvent(void* event) {
+  // Safe while the event is still pending: its resources go once it completes.
+  cudaSetDevice(device_);
+  cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+absl::Status CudaBackend::DoCopyAsync(const void* src, void* dst, size_t bytes, int direction) {
+  KERNELS_CUDA_ACTIVATE();
+  const bool up = direction == kToDevice;
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes,
+                                       up ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                       up ? upload_stream_ : download_stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::DoRecordEvent(Stream stream, void* event) {
+  KERNELS_CUDA_ACTIVATE();
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(event), StreamOf(stream)));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::DoWaitEvent(Stream stream, void* event) {
+  KERNELS_CUDA_ACTIVATE();
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamWaitEvent(StreamOf(stream), static_cast<cudaEvent_t>(event), 0));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::DoWaitForEvent(void* event) {
+  KERNELS_CUDA_ACTIVATE();
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
   return absl::OkStatus();
 }
 

@@ -71,6 +71,12 @@ class CudaBackend final : public Backend {
   absl::Status DoFill(int64_t n, float value, float* x) override;
   absl::Status DoBeginCapture() override;
   absl::StatusOr<std::unique_ptr<OpGraph>> DoEndCapture() override;
+  absl::StatusOr<void*> DoCreateEvent() override;
+  void DoDestroyEvent(void* event) override;
+  absl::Status DoCopyAsync(const void* src, void* dst, size_t bytes, int direction) override;
+  absl::Status DoRecordEvent(Stream stream, void* event) override;
+  absl::Status DoWaitEvent(Stream stream, void* event) override;
+  absl::Status DoWaitForEvent(void* event) override;
   absl::Status DoGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const float* a, const float* b, float beta, float* c) override;
   absl::Status DoAddBias(int64_t rows, int64_t cols, const float* x, const float* bias,
@@ -129,11 +135,20 @@ class CudaBackend final : public Backend {
   // freed behind the work queued before DeviceFree. DeviceFree(nullptr) does nothing.
   absl::StatusOr<void*> DeviceAlloc(size_t bytes);
   void DeviceFree(void* p);
+  cudaStream_t StreamOf(Stream stream) const;
+  // Makes the op stream wait for the work queued so far on the copy streams, so that memory
+  // freed in the op stream's order is freed behind them too.
+  void JoinCopyStreams();
+  // Waits on the host for all three streams (errors cannot be reported: used when freeing).
+  void SynchronizeAllStreams();
 
   int device_ = 0;
   int sm_count_ = 1;
   std::string name_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;           // Stream::kOps.
+  cudaStream_t upload_stream_ = nullptr;    // Stream::kUpload: CopyToDeviceAsync.
+  cudaStream_t download_stream_ = nullptr;  // Stream::kDownload: CopyToHostAsync.
+  cudaEvent_t join_events_[2] = {nullptr, nullptr};  // JoinCopyStreams: upload, download.
   cudaMemPool_t pool_ = nullptr;  // Null where the device has no memory pools.
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;

@@ -5,11 +5,27 @@
 // way a CUDA Graph does: each op with the arguments it was queued with (pointers, sizes,
 // scalars), run again in order by OpGraph::Launch(). A step whose arguments change without its
 // recording being replaced therefore goes wrong here just as it would on a device.
+//
+// Streams. With Schedule::kEager (the default) everything runs when it is queued. With
+// kOpsFirst or kCopiesFirst nothing runs when queued: the op, upload and download streams
+// (backend.h) each keep their work in order, and it runs only when the host waits for it
+// (Synchronize: the op stream; WaitForEvent: an event; freeing memory: everything), one item at
+// a time, each time from the first stream in the schedule's order that can go on (its next
+// item is not a wait for an event not yet reached). kOpsFirst runs the ops as far ahead of the
+// copies as the events allow (and uploads only when nothing else can run), kCopiesFirst the
+// copies as far ahead of the ops (uploads before downloads): a consumer that
+// does not wait for its producer's event then reads memory that is not written yet (or
+// already overwritten), and a host that reads a copy's destination before waiting for it
+// finds it unwritten. Errors of queued work (a failing op, a copy made to fail with
+// fail_async_copy) are reported by the host's next wait, as on CUDA. Every item that ran is
+// appended to `log`, in the order it ran.
 #ifndef PSCLUSTER_KERNELS_TESTING_COPYING_BACKEND_H_
 #define PSCLUSTER_KERNELS_TESTING_COPYING_BACKEND_H_
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -17,14 +33,32 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 
 namespace pscluster::kernels::testing {
 
+// What ran on a CopyingBackend, in order.
+struct CopyingLogEntry {
+  enum Kind { kOp, kCopy, kRecord, kWait };
+  Kind kind = kOp;
+  Stream stream = Stream::kOps;
+  const void* src = nullptr;  // kCopy.
+  const void* dst = nullptr;  // kCopy.
+  size_t bytes = 0;           // kCopy.
+  int event = -1;             // kRecord, kWait: the event's number (order of creation).
+};
+
 class CopyingBackend final : public Backend {
  public:
-  explicit CopyingBackend(std::unique_ptr<Backend> cpu, bool records = false)
-      : cpu_(std::move(cpu)), records_(records) {}
+  enum class Schedule { kEager, kOpsFirst, kCopiesFirst };
+
+  using LogEntry = CopyingLogEntry;
+
+  explicit CopyingBackend(std::unique_ptr<Backend> cpu, bool records = false,
+                          Schedule schedule = Schedule::kEager)
+      : cpu_(std::move(cpu)), records_(records), schedule_(schedule) {}
+  ~CopyingBackend() override { RunAll().IgnoreError(); }
 
   DeviceKind kind() const override { return DeviceKind::kCuda; }  // Whatever is not the CPU.
   std::string name() const override { return "copying " + cpu_->name(); }
@@ -32,18 +66,31 @@ class CopyingBackend final : public Backend {
   absl::Status Synchronize() override {
     if (capturing()) return absl::FailedPreconditionError("Synchronize while capturing");
     ++syncs;
+    absl::Status ran = RunUntil([this] { return queues_[0].empty(); });
+    if (!ran.ok()) return ran;
+    absl::Status failed = TakeError();
+    if (!failed.ok()) return failed;
     return cpu_->Synchronize();
   }
   bool records_graphs() const override { return records_; }
   uint64_t memory_epoch() const override { return epoch; }
 
+  // Items queued and not run yet, per stream.
+  size_t queued(Stream stream) const { return queues_[Index(stream)].size(); }
+
   // Counters and knobs for tests.
-  int to_device = 0, to_host = 0, syncs = 0;
+  int to_device = 0, to_host = 0, syncs = 0;  // Copies on the op stream; Synchronize() calls.
+  int async_to_device = 0, async_to_host = 0;  // CopyToDeviceAsync, CopyToHostAsync calls.
+  int host_waits = 0;    // WaitForEvent() calls.
   int ops_run = 0;       // Ops run (plainly or from a recording).
   int launches = 0;      // OpGraph::Launch() calls.
   int recordings = 0;    // Successful EndCapture() calls.
   uint64_t epoch = 0;    // What memory_epoch() reports.
   bool fail_end_capture = false;  // EndCapture() fails like a refusing driver.
+  // The asynchronous copy with this number (0 = the first CopyToDeviceAsync or CopyToHostAsync
+  // call) copies nothing and fails when it runs.
+  int fail_async_copy = -1;
+  std::vector<LogEntry> log;
 
  protected:
   absl::StatusOr<void*> DoAllocate(size_t bytes, bool /*on_host*/) override {
@@ -52,17 +99,74 @@ class CopyingBackend final : public Backend {
     std::memset(p, 0xa5, bytes);  // Garbage, as fresh device memory would be.
     return p;
   }
-  void DoFree(void* ptr, bool /*on_host*/) override { std::free(ptr); }
+  void DoFree(void* ptr, bool /*on_host*/) override {
+    // Queued work may still use the memory (CUDA frees behind it): run it first. Its errors
+    // stay for the next wait.
+    absl::Status ran = RunAll();
+    if (!ran.ok() && error_.ok()) error_ = ran;
+    std::free(ptr);
+  }
   absl::Status DoCopy(const void* src, void* dst, size_t bytes, int direction) override {
     if (direction == kToDevice) ++to_device;
     if (direction == kToHost) ++to_host;
-    return Op([=] {
+    LogEntry entry{LogEntry::kCopy, Stream::kOps, src, dst, bytes};
+    return Op(
+        [=] {
+          std::memmove(dst, src, bytes);
+          return absl::OkStatus();
+        },
+        entry);
+  }
+  absl::StatusOr<void*> DoCreateEvent() override {
+    events_.emplace_back();
+    return reinterpret_cast<void*>(static_cast<uintptr_t>(events_.size()));  // Number + 1.
+  }
+  absl::Status DoCopyAsync(const void* src, void* dst, size_t bytes, int direction) override {
+    const bool up = direction == kToDevice;
+    up ? ++async_to_device : ++async_to_host;
+    const int number = async_copies_++;
+    const bool fail = number == fail_async_copy;
+    Item item;
+    item.entry = {LogEntry::kCopy, up ? Stream::kUpload : Stream::kDownload, src, dst, bytes};
+    item.run = [=]() -> absl::Status {
+      if (fail) {
+        return absl::InternalError(
+            absl::StrCat("copying backend: asynchronous copy ", number, " failed (test)"));
+      }
       std::memmove(dst, src, bytes);
       return absl::OkStatus();
-    });
+    };
+    return Enqueue(item.entry.stream, std::move(item));
+  }
+  absl::Status DoRecordEvent(Stream stream, void* event) override {
+    const int e = EventNumber(event);
+    const uint64_t target = ++events_[e].recorded;
+    Item item;
+    item.entry = {LogEntry::kRecord, stream, nullptr, nullptr, 0, e};
+    item.run = [this, e, target] {
+      events_[e].reached = std::max(events_[e].reached, target);
+      return absl::OkStatus();
+    };
+    return Enqueue(stream, std::move(item));
+  }
+  absl::Status DoWaitEvent(Stream stream, void* event) override {
+    const int e = EventNumber(event);
+    Item item;
+    item.entry = {LogEntry::kWait, stream, nullptr, nullptr, 0, e};
+    item.wait_event = e;
+    item.wait_target = events_[e].recorded;
+    return Enqueue(stream, std::move(item));
+  }
+  absl::Status DoWaitForEvent(void* event) override {
+    ++host_waits;
+    const int e = EventNumber(event);
+    const uint64_t target = events_[e].recorded;
+    absl::Status ran = RunUntil([this, e, target] { return events_[e].reached >= target; });
+    if (!ran.ok()) return ran;
+    return TakeError();
   }
   absl::Status DoBeginCapture() override {
-    recording_ = std::make_unique<std::vector<std::function<absl::Status()>>>();
+    recording_ = std::make_unique<std::vector<Item>>();
     return absl::OkStatus();
   }
   absl::StatusOr<std::unique_ptr<OpGraph>> DoEndCapture() override {
@@ -182,15 +286,26 @@ class CopyingBackend final : public Backend {
   }
 
  private:
+  // Work on a stream: `run`, or (when wait_event >= 0) a wait for an event's recording.
+  struct Item {
+    std::function<absl::Status()> run;
+    int wait_event = -1;
+    uint64_t wait_target = 0;
+    LogEntry entry;
+  };
+  struct EventState {
+    uint64_t recorded = 0;  // Recordings queued.
+    uint64_t reached = 0;   // The latest recording reached.
+  };
+
   class Recording final : public OpGraph {
    public:
-    Recording(CopyingBackend* owner, std::vector<std::function<absl::Status()>> ops)
+    Recording(CopyingBackend* owner, std::vector<Item> ops)
         : owner_(owner), ops_(std::move(ops)) {}
     absl::Status Launch() override {
       ++owner_->launches;
-      for (const auto& op : ops_) {
-        ++owner_->ops_run;
-        absl::Status s = op();
+      for (const Item& op : ops_) {
+        absl::Status s = owner_->Enqueue(Stream::kOps, op);
         if (!s.ok()) return s;
       }
       return absl::OkStatus();
@@ -198,22 +313,105 @@ class CopyingBackend final : public Backend {
 
    private:
     CopyingBackend* const owner_;
-    const std::vector<std::function<absl::Status()>> ops_;
+    const std::vector<Item> ops_;
   };
 
-  // Runs `op` now, or records it while capturing.
-  absl::Status Op(std::function<absl::Status()> op) {
+  static int Index(Stream stream) {
+    return stream == Stream::kOps ? 0 : stream == Stream::kUpload ? 1 : 2;
+  }
+  static int EventNumber(void* event) {
+    return static_cast<int>(reinterpret_cast<uintptr_t>(event)) - 1;
+  }
+
+  // Queues `op` on the op stream (runs it now when eager), or records it while capturing.
+  absl::Status Op(std::function<absl::Status()> op, LogEntry entry = LogEntry()) {
+    Item item;
+    item.run = std::move(op);
+    item.entry = entry;
     if (recording_ != nullptr) {
-      recording_->push_back(std::move(op));
+      recording_->push_back(std::move(item));
       return absl::OkStatus();
     }
-    ++ops_run;
-    return op();
+    return Enqueue(Stream::kOps, std::move(item));
+  }
+
+  absl::Status Enqueue(Stream stream, Item item) {
+    if (schedule_ == Schedule::kEager) {
+      // Everything before it has run, so a wait is already satisfied.
+      if (item.wait_event >= 0) {
+        log.push_back(item.entry);
+        return absl::OkStatus();
+      }
+      return Run(item);
+    }
+    queues_[Index(stream)].push_back(std::move(item));
+    return absl::OkStatus();
+  }
+
+  absl::Status Run(const Item& item) {
+    // Ops and the op stream's copies (as before streams were kept apart).
+    if (item.entry.stream == Stream::kOps &&
+        (item.entry.kind == LogEntry::kOp || item.entry.kind == LogEntry::kCopy)) {
+      ++ops_run;
+    }
+    log.push_back(item.entry);
+    return item.run();
+  }
+
+  // Runs one item (see the class comment); false when none can run.
+  bool RunOne() {
+    static constexpr int kOpsFirst[3] = {0, 2, 1}, kCopiesFirst[3] = {1, 2, 0};
+    const int* order = schedule_ == Schedule::kCopiesFirst ? kCopiesFirst : kOpsFirst;
+    for (int k = 0; k < 3; ++k) {
+      std::deque<Item>& q = queues_[order[k]];
+      if (q.empty()) continue;
+      Item item = std::move(q.front());
+      if (item.wait_event >= 0) {
+        if (events_[item.wait_event].reached < item.wait_target) {
+          q.front() = std::move(item);
+          continue;  // Blocked.
+        }
+        q.pop_front();
+        log.push_back(item.entry);
+        return true;
+      }
+      q.pop_front();
+      absl::Status s = Run(item);
+      if (!s.ok() && error_.ok()) error_ = s;
+      return true;
+    }
+    return false;
+  }
+
+  template <typename Done>
+  absl::Status RunUntil(Done done) {
+    while (!done()) {
+      if (!RunOne()) {
+        return absl::InternalError(
+            "copying backend: the work waited for waits for an event that is never reached");
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::Status RunAll() {
+    return RunUntil([this] {
+      return queues_[0].empty() && queues_[1].empty() && queues_[2].empty();
+    });
+  }
+  absl::Status TakeError() {
+    absl::Status s = std::move(error_);
+    error_ = absl::OkStatus();
+    return s;
   }
 
   std::unique_ptr<Backend> cpu_;
   const bool records_;
-  std::unique_ptr<std::vector<std::function<absl::Status()>>> recording_;
+  const Schedule schedule_;
+  std::unique_ptr<std::vector<Item>> recording_;
+  std::deque<Item> queues_[3];  // kOps, kUpload, kDownload.
+  std::vector<EventState> events_;
+  int async_copies_ = 0;
+  absl::Status error_;  // The first error of queued work since the host last waited.
 };
 
 }  // namespace pscluster::kernels::testing
