@@ -150,7 +150,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const v1::ModelSpec& spec, Ba
                                                    const ModelOptions& options) {
   if (backend == nullptr) return Invalid("CreateModel: backend is null");
   if (spec.kind() == "graph") {
-    auto graph = GraphModel::Create(spec, backend, options.seed, "graph", options.conv_chunk_bytes);
+    auto graph = GraphModel::Create(spec, backend, options.seed, "graph", options.conv_chunk_bytes,
+                                    options.layer_gradient_copies);
     if (!graph.ok()) return graph.status();
     return std::unique_ptr<Model>(std::move(*graph));
   }
@@ -197,7 +198,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const v1::ModelSpec& spec, Ba
   }
   const std::string logits = g.layers(g.layers_size() - 1).name();
   AddLayer(&g, "head", "softmax", {logits});
-  auto model = GraphModel::Create(g, backend, options.seed, kind, options.conv_chunk_bytes);
+  auto model = GraphModel::Create(g, backend, options.seed, kind, options.conv_chunk_bytes,
+                                  options.layer_gradient_copies);
   if (!model.ok()) return model.status();
   return std::unique_ptr<Model>(std::move(*model));
 }

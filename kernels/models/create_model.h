@@ -41,6 +41,11 @@ struct ModelOptions {
   // Largest im2col matrix a conv layer builds at once; 0 = 4 MiB on the CPU (cache-sized
   // chunks of the batch) and 256 MiB on CUDA (usually the whole batch).
   size_t conv_chunk_bytes = 0;
+  // On a device: each layer's gradients are copied back on the backend's download stream as
+  // soon as backward has finished the layer, overlapping the rest of backward. False: every
+  // gradient comes back with the step's other outputs, in one download after its ops (for
+  // comparison). No effect where the backend shares host memory (CPU).
+  bool layer_gradient_copies = true;
 };
 
 // REQUIRES: backend outlives the model.

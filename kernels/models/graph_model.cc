@@ -50,11 +50,13 @@ bool IsHead(NodeType t) { return t == NodeType::kSoftmax || t == NodeType::kSigm
 absl::StatusOr<std::unique_ptr<GraphModel>> GraphModel::Create(const v1::ModelSpec& spec,
                                                                Backend* backend, uint64_t seed,
                                                                const std::string& kind,
-                                                               size_t conv_chunk_bytes) {
+                                                               size_t conv_chunk_bytes,
+                                                               bool layer_gradient_copies) {
   if (backend == nullptr) return Invalid("GraphModel: backend is null");
   auto plan = PlanGraph(spec, /*data_known=*/true);
   if (!plan.ok()) return plan.status();
   std::unique_ptr<GraphModel> model(new GraphModel(backend, spec, std::move(*plan), kind));
+  model->layer_gradient_copies_ = layer_gradient_copies;
   KERNELS_RETURN_IF_ERROR(model->Build(seed, conv_chunk_bytes));
   return model;
 }
@@ -332,12 +334,26 @@ absl::Status GraphModel::MapBags(const Batch& batch, const ParamValues& params) 
 
 absl::Status GraphModel::TrainStep(const Batch& batch, const ParamValues& params,
                                    const Gradients& grads, StepResult* result) {
-  return Run(batch, params, &grads, result);
+  KERNELS_RETURN_IF_ERROR(Start(batch, params, &grads));
+  return Finish(result);
+}
+
+absl::Status GraphModel::StartTrainStep(const Batch& batch, const ParamValues& params,
+                                        const Gradients& grads) {
+  return Start(batch, params, &grads);
+}
+
+absl::Status GraphModel::FinishStep(StepResult* result) { return Finish(result); }
+
+absl::Status GraphModel::PrefetchParams(const ParamValues& next) {
+  KERNELS_RETURN_IF_ERROR(ValidateParams(next, nullptr));
+  return prefetch_.Prefetch(next.values);
 }
 
 absl::Status GraphModel::Evaluate(const Batch& batch, const ParamValues& params,
                                   StepResult* result) {
-  return Run(batch, params, nullptr, result);
+  KERNELS_RETURN_IF_ERROR(Start(batch, params, nullptr));
+  return Finish(result);
 }
 
 absl::Status GraphModel::EvaluateScores(const Batch& batch, const ParamValues& params,
@@ -346,24 +362,95 @@ absl::Status GraphModel::EvaluateScores(const Batch& batch, const ParamValues& p
     return absl::FailedPreconditionError(
         absl::StrCat("scores need a two-class model; this graph has ", num_classes_, " classes"));
   }
-  return Run(batch, params, nullptr, result, scores);
+  KERNELS_RETURN_IF_ERROR(Start(batch, params, nullptr, scores));
+  return Finish(result);
 }
 
-absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, const Gradients* grads,
-                             StepResult* result, std::vector<float>* scores) {
+absl::Status GraphModel::Start(const Batch& batch, const ParamValues& params,
+                               const Gradients* grads, std::vector<float>* scores) {
+  if (step_.active) {
+    return absl::FailedPreconditionError("a step is in flight: FinishStep() comes first");
+  }
   KERNELS_RETURN_IF_ERROR(ValidateBatch(batch));
   KERNELS_RETURN_IF_ERROR(ValidateParams(params, grads));
   KERNELS_RETURN_IF_ERROR(MapBags(batch, params));
+  step_ = InFlight();
+  absl::Status queued = Queue(batch, params, grads, scores);
+  if (!queued.ok()) {
+    Abandon();
+    return queued;
+  }
+  step_.active = true;
+  return absl::OkStatus();
+}
+
+void GraphModel::Abandon() {
+  if (step_.took_prefetch) prefetch_.Release().IgnoreError();
+  backend_->Synchronize().IgnoreError();
+  if (step_.async_grads && grads_done_.valid()) {
+    // Whatever gradient copies were queued: once they are done, nothing writes the caller's
+    // memory any more.
+    if (backend_->RecordEvent(Stream::kDownload, grads_done_).ok()) {
+      backend_->WaitForEvent(grads_done_).IgnoreError();
+    }
+  }
+  prefetch_.Drop();
+  step_ = InFlight();
+}
+
+absl::Status GraphModel::Finish(StepResult* result) {
+  if (!step_.active) {
+    return absl::FailedPreconditionError("FinishStep: no step in flight (StartTrainStep first)");
+  }
+  absl::Status done = io_.Download();
+  if (step_.async_grads) {
+    // The host waits for the last gradient copy alone: every other was queued before it.
+    absl::Status copied = backend_->WaitForEvent(grads_done_);
+    if (done.ok()) done = copied;
+  }
+  const InFlight step = step_;
+  step_ = InFlight();
+  if (!done.ok()) {
+    prefetch_.Drop();
+    return done;
+  }
+  const int64_t n = step.n;
+  if (step.scores != nullptr) {
+    step.scores->resize(n);
+    for (int64_t i = 0; i < n; ++i) {
+      (*step.scores)[i] = step.logit_width == 1
+                              ? host_logits_[i]
+                              : host_logits_[2 * i + 1] - host_logits_[2 * i];
+    }
+  }
+  result->loss = host_stats_[0] / static_cast<double>(n);
+  result->correct = static_cast<int64_t>(std::lround(host_stats_[1]));
+  result->examples = n;
+  return absl::OkStatus();
+}
+
+absl::Status GraphModel::Queue(const Batch& batch, const ParamValues& params,
+                               const Gradients* grads, std::vector<float>* scores) {
   const int64_t n = batch.num_examples;
   const size_t num_params = params_.size();
   const std::vector<GraphNode>& nodes = plan_.nodes;
   const size_t count = nodes.size();
   const bool train = grads != nullptr;
+  // On a device, gradients come back on the download stream, each as soon as backward has
+  // finished its layer (or, when steps are recorded as graphs, after the step's ops).
+  const bool async_grads = train && !backend_->shares_host_memory() && layer_gradient_copies_;
+  step_.async_grads = async_grads;
 
-  // ---- One copy in: parameters, the batch, the bags, labels. Out: gradients and stats. ----
+  // ---- Parameters: uploaded ahead by PrefetchParams, or with the step's other inputs. ----
+  std::vector<const float*> prefetched;
+  KERNELS_ASSIGN_OR_RETURN(step_.took_prefetch, prefetch_.Take(params.values, &prefetched));
+  const bool took = step_.took_prefetch;
+
+  // ---- One copy in: parameters (unless prefetched), the batch, the bags, labels. Out:
+  // gradients (unless they come back on the download stream) and stats. ----
   io_.Begin();
-  std::vector<int> param_slots(num_params), grad_slots;
-  for (size_t i = 0; i < num_params; ++i) {
+  std::vector<int> param_slots(num_params, -1), grad_slots;
+  for (size_t i = 0; i < num_params && !took; ++i) {
     param_slots[i] = io_.AddInput(params.values[i].data(), params.values[i].size() * sizeof(float));
   }
   int dense_slot = -1;
@@ -379,8 +466,9 @@ absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, cons
   const int labels_slot = io_.AddInput(batch.labels.data(), n * sizeof(int32_t));
   if (train) {
     for (size_t i = 0; i < num_params; ++i) {
-      grad_slots.push_back(
-          io_.AddOutput(grads->values[i].data(), grads->values[i].size() * sizeof(float)));
+      const size_t bytes = grads->values[i].size() * sizeof(float);
+      grad_slots.push_back(async_grads ? io_.AddDeviceOutput(bytes)
+                                       : io_.AddOutput(grads->values[i].data(), bytes));
     }
   }
   const int stats_slot = io_.AddOutput(host_stats_, sizeof(host_stats_));
@@ -452,7 +540,7 @@ absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, cons
   ctx.params.resize(num_params);
   ctx.sparse_rows.assign(num_params, 0);
   for (size_t i = 0; i < num_params; ++i) {
-    ctx.params[i] = static_cast<const float*>(io_.device(param_slots[i]));
+    ctx.params[i] = took ? prefetched[i] : static_cast<const float*>(io_.device(param_slots[i]));
     if (params_[i].sparse) ctx.sparse_rows[i] = static_cast<int64_t>(params.keys[i].size());
   }
   for (int slot : grad_slots) ctx.grads.push_back(static_cast<float*>(io_.device(slot)));
@@ -470,7 +558,20 @@ absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, cons
   const float grad_scale = (train ? grads->scale : 1.0f) / static_cast<float>(n);
   const auto* labels = static_cast<const int32_t*>(io_.device(labels_slot));
   float* dlogits = !train ? nullptr : IsInput(nodes[logits_node].type) ? tmp : grad(logits_node);
+  // Gradients complete at points of backward: groups of parameters, each with an event recorded
+  // on the op stream after the ops that finished them (not while recording a graph: recordings
+  // hold no events).
+  const bool per_layer = async_grads && !graphs_.enabled();
+  std::vector<std::vector<int>> ready;
+  auto grads_ready = [&](std::vector<int> group) -> absl::Status {
+    if (!per_layer || group.empty()) return absl::OkStatus();
+    KERNELS_RETURN_IF_ERROR(GrowGradEvents(ready.size() + 1));
+    KERNELS_RETURN_IF_ERROR(be->RecordEvent(Stream::kOps, grad_events_[ready.size()]));
+    ready.push_back(std::move(group));
+    return absl::OkStatus();
+  };
   auto enqueue = [&]() -> absl::Status {
+    ready.clear();
     // ---- Forward. ----
     for (size_t kk = 0; kk + 1 < count; ++kk) {
       const int k = static_cast<int>(kk);
@@ -591,10 +692,16 @@ absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, cons
                 bags, w, static_cast<int64_t>(b.rows.size()), b.d_offsets, b.d_rows, b.d_weights,
                 direct ? g : tmp, ctx.sparse_rows[b.param], ctx.grads[b.param]));
           }
+          std::vector<int> done;
+          for (const Bags& b : bags_) {
+            if (b.node == k) done.push_back(b.param);
+          }
           if (node.type == NodeType::kLinear) {
             KERNELS_RETURN_IF_ERROR(
                 be->ColumnSum(n, node.width, g, false, ctx.grads[linear_bias_[k]]));
+            done.push_back(linear_bias_[k]);
           }
+          KERNELS_RETURN_IF_ERROR(grads_ready(std::move(done)));
           break;
         }
         case NodeType::kConcat: {
@@ -621,6 +728,7 @@ absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, cons
             const float* in = j == 0 ? out(in_node) : mlp_act(k, j - 1);
             KERNELS_RETURN_IF_ERROR(
                 m.layers[j]->Backward(ctx, in, mlp_act(k, j), dout, din, scratch(k, j)));
+            KERNELS_RETURN_IF_ERROR(grads_ready(m.layers[j]->Params()));
             dout = din;
           }
           if (needs_grad(in_node)) {
@@ -667,29 +775,66 @@ absl::Status GraphModel::Run(const Batch& batch, const ParamValues& params, cons
   };
   if (graphs_.enabled()) {
     // Everything the queued ops' arguments depend on: shapes and the loss's scale, and the
-    // addresses of the workspace and of the step's device slots.
+    // addresses of the workspace and of the step's device slots and parameters.
     uint32_t scale_bits = 0;
     std::memcpy(&scale_bits, &grad_scale, sizeof(scale_bits));
     std::vector<uint64_t> key = {train, scores != nullptr, static_cast<uint64_t>(n), scale_bits,
-                                 reinterpret_cast<uintptr_t>(ws), bytes};
+                                 reinterpret_cast<uintptr_t>(ws), bytes, took};
     io_.AppendLayoutKey(&key);
+    if (took) prefetch_.AppendLayoutKey(&key);
     KERNELS_RETURN_IF_ERROR(graphs_.Run(std::move(key), enqueue));
   } else {
     KERNELS_RETURN_IF_ERROR(enqueue());
   }
-  KERNELS_RETURN_IF_ERROR(io_.Download());
-  if (scores != nullptr) {
-    scores->resize(n);
-    for (int64_t i = 0; i < n; ++i) {
-      (*scores)[i] = logit_width == 1 ? host_logits_[i]
-                                      : host_logits_[2 * i + 1] - host_logits_[2 * i];
+  // The op stream is done with the prefetched parameters after these ops.
+  if (took) KERNELS_RETURN_IF_ERROR(prefetch_.Release());
+  if (async_grads) KERNELS_RETURN_IF_ERROR(QueueGradientCopies(ready, ctx.grads, *grads));
+  step_.n = n;
+  step_.logit_width = logit_width;
+  step_.scores = scores;
+  return absl::OkStatus();
+}
+
+absl::Status GraphModel::GrowGradEvents(size_t count) {
+  while (grad_events_.size() < count) {
+    KERNELS_ASSIGN_OR_RETURN(Event e, backend_->CreateEvent());
+    grad_events_.push_back(std::move(e));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GraphModel::QueueGradientCopies(const std::vector<std::vector<int>>& ready,
+                                             const std::vector<float*>& device,
+                                             const Gradients& grads) {
+  // Each gradient goes back after the last group that names it (a table written by several
+  // nodes is complete only after the last); any left over after the step's ops.
+  const size_t num_params = params_.size();
+  std::vector<size_t> group(num_params, ready.size());
+  bool rest = false;
+  for (size_t g = 0; g < ready.size(); ++g) {
+    for (int p : ready[g]) group[p] = g;
+  }
+  for (size_t p = 0; p < num_params; ++p) rest |= group[p] == ready.size();
+  if (rest) {
+    KERNELS_RETURN_IF_ERROR(GrowGradEvents(ready.size() + 1));
+    KERNELS_RETURN_IF_ERROR(backend_->RecordEvent(Stream::kOps, grad_events_[ready.size()]));
+  }
+  for (size_t g = 0; g < ready.size() + (rest ? 1 : 0); ++g) {
+    bool waited = false;
+    for (size_t p = 0; p < num_params; ++p) {
+      if (group[p] != g) continue;
+      if (!waited) {
+        KERNELS_RETURN_IF_ERROR(backend_->WaitEvent(Stream::kDownload, grad_events_[g]));
+        waited = true;
+      }
+      KERNELS_RETURN_IF_ERROR(backend_->CopyToHostAsync(
+          device[p], grads.values[p].data(), grads.values[p].size() * sizeof(float)));
     }
   }
-
-  result->loss = host_stats_[0] / static_cast<double>(n);
-  result->correct = static_cast<int64_t>(std::lround(host_stats_[1]));
-  result->examples = n;
-  return absl::OkStatus();
+  if (!grads_done_.valid()) {
+    KERNELS_ASSIGN_OR_RETURN(grads_done_, backend_->CreateEvent());
+  }
+  return backend_->RecordEvent(Stream::kDownload, grads_done_);
 }
 
 }  // namespace pscluster::kernels

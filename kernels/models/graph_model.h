@@ -20,6 +20,7 @@
 #include "kernels/models/graph_spec.h"
 #include "kernels/models/layers.h"
 #include "kernels/models/model.h"
+#include "kernels/models/param_prefetch.h"
 #include "kernels/models/step_graphs.h"
 #include "kernels/models/step_io.h"
 #include "proto/job.pb.h"
@@ -32,10 +33,12 @@ class GraphModel final : public Model {
   // REQUIRES: backend outlives the model.
   // `kind`: what kind() reports (a preset's name, create_model.h). `conv_chunk_bytes`: the
   // largest im2col matrix a conv2d layer builds at once (0 = 4 MiB on the CPU, 256 MiB on CUDA).
+  // `layer_gradient_copies`: ModelOptions::layer_gradient_copies.
   static absl::StatusOr<std::unique_ptr<GraphModel>> Create(const v1::ModelSpec& spec,
                                                             Backend* backend, uint64_t seed,
                                                             const std::string& kind = "graph",
-                                                            size_t conv_chunk_bytes = 0);
+                                                            size_t conv_chunk_bytes = 0,
+                                                            bool layer_gradient_copies = true);
 
   const std::string& kind() const override { return kind_; }
   // Reads both kinds of input; kSparse when it reads categorical keys at all.
@@ -49,6 +52,10 @@ class GraphModel final : public Model {
       const Batch& batch) const override;
   absl::Status TrainStep(const Batch& batch, const ParamValues& params, const Gradients& grads,
                          StepResult* result) override;
+  absl::Status StartTrainStep(const Batch& batch, const ParamValues& params,
+                              const Gradients& grads) override;
+  absl::Status FinishStep(StepResult* result) override;
+  absl::Status PrefetchParams(const ParamValues& next) override;
   absl::Status Evaluate(const Batch& batch, const ParamValues& params,
                         StepResult* result) override;
   absl::Status EvaluateScores(const Batch& batch, const ParamValues& params, StepResult* result,
@@ -57,6 +64,8 @@ class GraphModel final : public Model {
   // Steps run plainly, recorded and replayed while recording is enabled (all zero on a backend
   // that does not record), and why recording stopped, if it did.
   const StepGraphs& step_graphs() const { return graphs_; }
+  // Uploads of later steps' parameters queued by PrefetchParams, and steps that used one.
+  const ParamPrefetch& param_prefetch() const { return prefetch_; }
 
  private:
   // One EmbeddingBag call: the bags it forms from a categorical input and the table it reads.
@@ -81,6 +90,16 @@ class GraphModel final : public Model {
     int64_t max_width = 0;        // The input's features, or the widest sublayer's.
   };
 
+  // A step queued by Start() and not yet finished by Finish().
+  struct InFlight {
+    bool active = false;
+    int64_t n = 0;
+    int64_t logit_width = 0;
+    std::vector<float>* scores = nullptr;
+    bool took_prefetch = false;  // Its parameters came from ParamPrefetch.
+    bool async_grads = false;    // Its gradients come back on the download stream.
+  };
+
   GraphModel(Backend* backend, const v1::ModelSpec& spec, GraphPlan plan, std::string kind)
       : backend_(backend),
         spec_(spec),
@@ -88,7 +107,8 @@ class GraphModel final : public Model {
         kind_(std::move(kind)),
         io_(backend),
         workspace_(backend),
-        graphs_(backend) {}
+        graphs_(backend),
+        prefetch_(backend) {}
 
   absl::Status Build(uint64_t seed, size_t conv_chunk_bytes);
   absl::Status ValidateBatch(const Batch& batch) const;
@@ -98,14 +118,30 @@ class GraphModel final : public Model {
   template <typename F>
   void ForEntries(const Bags& b, const Batch& batch, int64_t i, int s, F&& f) const;
   absl::Status MapBags(const Batch& batch, const ParamValues& params);
-  // `scores`, when non-null: the two-class scores of EvaluateScores.
-  absl::Status Run(const Batch& batch, const ParamValues& params, const Gradients* grads,
-                   StepResult* result, std::vector<float>* scores = nullptr);
+  // Queues a step: its uploads, its ops and (training, on a device) its gradients' downloads.
+  // `scores`, when non-null: the two-class scores of EvaluateScores. On failure, waits for
+  // whatever it queued.
+  absl::Status Start(const Batch& batch, const ParamValues& params, const Gradients* grads,
+                     std::vector<float>* scores = nullptr);
+  absl::Status Queue(const Batch& batch, const ParamValues& params, const Gradients* grads,
+                     std::vector<float>* scores);
+  // Waits for the step Start() queued; its outputs are then in host memory.
+  absl::Status Finish(StepResult* result);
+  // After a failure: waits for every stream the step used (errors ignored) and forgets the
+  // pending prefetch, whose upload may be among what failed.
+  void Abandon();
+  // Makes grad_events_ hold at least `count` events.
+  absl::Status GrowGradEvents(size_t count);
+  // Queues on the download stream each gradient's copy from `device` to `grads`, after the
+  // event of the group in `ready` that completes it; then records grads_done_.
+  absl::Status QueueGradientCopies(const std::vector<std::vector<int>>& ready,
+                                   const std::vector<float*>& device, const Gradients& grads);
 
   Backend* const backend_;
   const v1::ModelSpec spec_;
   const GraphPlan plan_;
   const std::string kind_;
+  bool layer_gradient_copies_ = true;
   InputKind input_kind_ = InputKind::kDense;
   int64_t input_dim_ = 0;
   int64_t num_classes_ = 2;
@@ -120,6 +156,12 @@ class GraphModel final : public Model {
   StepIO io_;
   Workspace workspace_;
   StepGraphs graphs_;
+  ParamPrefetch prefetch_;
+  InFlight step_;
+  // Per-layer gradient downloads: events on the op stream where layers' gradients are complete
+  // (grown as needed), and the download stream's event after a step's last gradient copy.
+  std::vector<Event> grad_events_;
+  Event grads_done_;
   float host_stats_[2] = {0, 0};
   std::vector<float> host_logits_;  // EvaluateScores: the logits, from the device.
 };

@@ -11,6 +11,7 @@ class DenseLayer final : public Layer {
  public:
   DenseLayer(int64_t in, int64_t out, int weight, int bias)
       : in_(in), out_(out), weight_(weight), bias_(bias) {}
+  std::vector<int> Params() const override { return {weight_, bias_}; }
   int64_t in_features() const override { return in_; }
   int64_t out_features() const override { return out_; }
 
@@ -73,6 +74,7 @@ class ConvLayer final : public Layer {
     const size_t per_image = sizeof(float) * pixels_ * geometry_.patch_size();
     chunk_images_ = std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes / per_image));
   }
+  std::vector<int> Params() const override { return {weight_, bias_}; }
   int64_t in_features() const override {
     return geometry_.height * geometry_.width * geometry_.channels;
   }

@@ -29,6 +29,9 @@ class Layer {
   virtual int64_t out_features() const = 0;  // Per example.
   // Device scratch this layer keeps from forward to backward for n examples.
   virtual size_t ScratchBytes(int64_t n) const { return 0; }
+  // The parameters (indices into LayerContext::params) whose gradients Backward writes, all of
+  // them complete when it returns.
+  virtual std::vector<int> Params() const { return {}; }
   virtual absl::Status Forward(const LayerContext& ctx, const float* in, float* out,
                                void* scratch) = 0;
   // Writes this layer's parameter gradients and, when din is non-null, d(loss)/d(in).

@@ -13,7 +13,10 @@
 // Parameters, gradients and batches live in host memory. The CUDA path keeps its device buffers
 // across steps (they grow with the largest batch seen), moves the small inputs to the device in
 // one copy and each large one straight from the caller's memory (a DMA transfer when that memory
-// is page-locked, e.g. a kernels::HostArray), and brings the outputs back the same way.
+// is page-locked, e.g. a kernels::HostArray), and brings the outputs back the same way; but each
+// layer's gradients go back on a copy stream of their own as soon as backward has finished the
+// layer, and parameters given to PrefetchParams() while the previous step computes are already
+// on the device when their step starts.
 //
 // Thread model: a Model is not thread-safe and uses its Backend exclusively while a call runs.
 // Bad input (shapes, labels, CSR offsets, keys) is INVALID_ARGUMENT naming the field; it never
@@ -124,8 +127,31 @@ class Model {
       const Batch& batch) const = 0;
 
   // Forward and backward over the batch: loss, correct count and every parameter's gradient.
+  // StartTrainStep() and FinishStep() in one.
   virtual absl::Status TrainStep(const Batch& batch, const ParamValues& params,
                                  const Gradients& grads, StepResult* result) = 0;
+
+  // A training step in two halves, so that the caller can do something while the device
+  // computes (on the CPU the step runs in the first half):
+  //   StartTrainStep()  checks the inputs and queues the step: its uploads, ops and gradient
+  //                     copies (on a device each layer's gradients go back as soon as backward
+  //                     has finished that layer). On return the batch's memory is free again.
+  //   FinishStep()      waits for the step; `grads` and `result` are valid after it. Errors of
+  //                     the step's asynchronous work (a kernel's, a copy's) are its status.
+  // REQUIRES: `params` and `grads` stay valid and unchanged until FinishStep() returns; one
+  // step in flight at a time (FAILED_PRECONDITION otherwise; TrainStep and Evaluate too).
+  virtual absl::Status StartTrainStep(const Batch& batch, const ParamValues& params,
+                                      const Gradients& grads) = 0;
+  virtual absl::Status FinishStep(StepResult* result) = 0;
+  // Queues the upload of a later step's parameters now (on a device: on a stream of its own,
+  // into a second set of device buffers, so that it overlaps the step in flight); the next step
+  // whose ParamValues are the same memory (each span's data() and size()) uses them instead of
+  // uploading its own. A step with other memory leaves the prefetch waiting for its own.
+  // Nothing happens where the backend shares host memory (CPU). Errors of the upload are the
+  // status of the step in flight or of the step that uses it; a step that fails forgets the
+  // prefetch. REQUIRES: `next`'s memory stays valid and unchanged until the step that uses it
+  // has finished or the next PrefetchParams() returns.
+  virtual absl::Status PrefetchParams(const ParamValues& next) = 0;
   // Forward only: loss and correct count.
   virtual absl::Status Evaluate(const Batch& batch, const ParamValues& params,
                                 StepResult* result) = 0;

@@ -39,6 +39,14 @@ int StepIO::AddOutput(void* host, size_t bytes) {
   return static_cast<int>(slots_.size()) - 1;
 }
 
+int StepIO::AddDeviceOutput(size_t bytes) {
+  Slot s;
+  s.device_only = true;
+  s.bytes = bytes;
+  slots_.push_back(s);
+  return static_cast<int>(slots_.size()) - 1;
+}
+
 void StepIO::Layout() {
   // The arena: staged inputs, direct inputs, staged outputs, direct outputs; so one copy sends
   // the staged inputs and one brings the staged outputs back.
@@ -49,7 +57,7 @@ void StepIO::Layout() {
     if (pass == 2) out_offset_ = offset;
     if (pass == 3) staged_out_bytes_ = offset - out_offset_;
     for (Slot& s : slots_) {
-      if (s.input != input || (s.bytes < kDirectBytes) != staged) continue;
+      if (s.input != input || s.Staged() != staged) continue;
       s.staged = staged;
       s.offset = offset;
       s.staging = input ? offset : staged_in_bytes_ + (offset - out_offset_);
@@ -118,7 +126,7 @@ void StepIO::AppendLayoutKey(std::vector<uint64_t>* key) const {
   key->push_back(slots_.size());
   if (!shared) key->push_back(reinterpret_cast<uintptr_t>(device_arena_.data()));
   for (const Slot& s : slots_) {
-    key->push_back(uint64_t{s.bytes} << 1 | (s.input ? 1 : 0));
+    key->push_back(uint64_t{s.bytes} << 2 | (s.device_only ? 2 : 0) | (s.input ? 1 : 0));
     if (shared) key->push_back(reinterpret_cast<uintptr_t>(s.device));
   }
 }
@@ -130,7 +138,7 @@ absl::Status StepIO::Download() {
   KERNELS_RETURN_IF_ERROR(backend_->CopyToHost(arena + out_offset_, staging + staged_in_bytes_,
                                                staged_out_bytes_));
   for (const Slot& s : slots_) {
-    if (!s.input && !s.staged) {
+    if (!s.input && !s.staged && !s.device_only) {
       KERNELS_RETURN_IF_ERROR(backend_->CopyToHost(arena + s.offset, s.host_out, s.bytes));
     }
   }

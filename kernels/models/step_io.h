@@ -51,21 +51,27 @@ class StepIO {
   // (outputs) or Upload() (inputs) returns.
   int AddInput(const void* host, size_t bytes);
   int AddOutput(void* host, size_t bytes);
+  // Device memory for an output that the caller copies back itself (Download() leaves it).
+  // REQUIRES: !backend->shares_host_memory() (there, give the host memory to AddOutput).
+  int AddDeviceOutput(size_t bytes);
   // Sends every input; when some went without staging, waits for the copies, so the caller's
   // memory is free again on return either way. After it, device(slot) is valid for inputs and
   // outputs until Begin().
   absl::Status Upload();
   void* device(int slot) const { return slots_[slot].device; }
   // What every device(slot) depends on, appended to `key`: the arena's address and each slot's
-  // direction and size (on a backend that shares host memory, each slot's address too). For
+  // kind and size (on a backend that shares host memory, each slot's address too). For
   // keying recorded graphs (step_graphs.h). REQUIRES: Upload() ran since Begin().
   void AppendLayoutKey(std::vector<uint64_t>* key) const;
-  // Waits for the device's work, then copies every output to its host memory.
+  // Waits for the device's work (the op stream), then copies every output but device-only ones
+  // to its host memory.
   absl::Status Download();
 
  private:
   struct Slot {
     bool input = false;
+    bool device_only = false;  // AddDeviceOutput.
+    bool Staged() const { return bytes < kDirectBytes && !device_only; }
     const void* host_in = nullptr;
     void* host_out = nullptr;
     size_t bytes = 0;
