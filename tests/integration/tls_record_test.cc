@@ -459,5 +459,48 @@ TEST_F(TlsRecordTest, TwoTlsIosMoveToNewKeysEveryFewRecords) {
   close(fds[1]);
 }
 
+// Random bytes where records should be, after a real handshake: never data, always the end of the
+// stream or an error (a record in the clear, an oversized record, one that fails its check, one
+// cut short by the end of the stream), and never a crash.
+TEST_F(TlsRecordTest, RandomBytesAfterTheHandshakeNeverComeOutAsData) {
+  auto server_ctx = TlsContext::ForServer(ServerFiles());
+  auto client_ctx = TlsContext::ForClient(ClientFiles(), "localhost");
+  ASSERT_TRUE(server_ctx.ok() && client_ctx.ok());
+  uint32_t seed = 12345;
+  auto next = [&seed] {
+    seed = seed * 1664525u + 1013904223u;
+    return seed >> 8;
+  };
+  int errors = 0, ends = 0;
+  for (int i = 0; i < 60; ++i) {
+    int fds[2];
+    Pair(fds);
+    TlsIo client(fds[0], **client_ctx, "localhost");
+    TlsIo server(fds[1], **server_ctx, "");
+    Handshake(client, server);
+    std::string junk(next() % 40000, '\0');
+    for (char& c : junk) c = static_cast<char>(next());
+    if (i % 3 == 0 && junk.size() >= 5) {  // A plausible header: application data, a valid length.
+      junk[0] = 23;
+      junk[1] = 3;
+      junk[2] = 3;
+      const size_t len = std::min<size_t>(junk.size() - 5, 16384 + 256);
+      junk[3] = static_cast<char>(len >> 8);
+      junk[4] = static_cast<char>(len & 0xff);
+    }
+    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) & ~O_NONBLOCK);
+    ASSERT_EQ(send(fds[0], junk.data(), junk.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(junk.size()));
+    shutdown(fds[0], SHUT_WR);
+    std::vector<char> buf(1 << 16);
+    const ssize_t r = server.Recv(buf.data(), buf.size(), /*dontwait=*/false);
+    EXPECT_LE(r, 0) << "case " << i << ": " << junk.size() << " random bytes came out as data";
+    (r < 0 ? errors : ends) += 1;
+    close(fds[0]);
+    close(fds[1]);
+  }
+  EXPECT_GT(errors, 50);  // The end of the stream only when no byte came.
+}
+
 }  // namespace
 }  // namespace pscluster
