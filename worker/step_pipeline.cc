@@ -30,6 +30,7 @@ StepPipeline::StepPipeline(kernels::Model* model, kernels::Backend* backend, Par
       reporter_(reporter),
       schedule_(schedule),
       prefetch_(prefetch),
+      overlap_uploads_(prefetch && !backend->shares_host_memory()),
       log_prefix_(std::move(log_prefix)),
       hooks_(std::move(hooks)) {}
 
@@ -125,15 +126,30 @@ absl::Status StepPipeline::Run(int64_t start_step) {
         if (prefetch_) start_pull(step + 1);
       }
       absl::Time t1 = absl::Now();
+      absl::Duration pulled;  // Waiting for step n + 1's pull while step n computes.
       kernels::StepResult r;
       kernels::Gradients grads = GradientsOf(&slot);
       grads.scale = hooks_.grad_scale(batches_[step & 1].num_examples);  // In the loss kernel.
-      absl::Status cs = model_->TrainStep(batches_[step & 1], ValuesOf(slot), grads, &r);
+      absl::Status cs = model_->StartTrainStep(batches_[step & 1], ValuesOf(slot), grads);
+      if (cs.ok() && overlap_uploads_ && step + 1 < total_steps) {
+        // While the device computes step n, step n + 1's parameters go to it (the model's
+        // upload stream), as soon as their pull is in.
+        absl::Time t0 = absl::Now();
+        absl::Status ps = wait(&pending_pull, false);
+        pulled = absl::Now() - t0;
+        if (ps.ok()) ps = model_->PrefetchParams(ValuesOf(slots_[(step + 1) % 3]));
+        if (!ps.ok()) {
+          model_->FinishStep(&r).IgnoreError();  // Waited for; the pull's error is the one.
+          drain();
+          return ps;
+        }
+      }
+      if (cs.ok()) cs = model_->FinishStep(&r);
       if (!cs.ok()) {
         drain();
         return cs;
       }
-      reporter_->AddStep(r, absl::Now() - t1);
+      reporter_->AddStep(r, absl::Now() - t1 - pulled);
       hooks_.computed(step);
 
       if (fused) {

@@ -6,7 +6,10 @@
 //    comes back as soon as the server has applied it and the slowest worker allows the read.
 //  * SSP with s >= 1 and ASP: the pull of step n+1 is issued before step n is computed
 //    (prefetch), and the push of step n runs on a second thread while step n+1 computes (one
-//    push in flight, in order).
+//    push in flight, in order). On a device (a backend that does not share host memory), step
+//    n is started, then step n+1's pull is waited for and its parameters sent to the device
+//    while step n computes (Model::PrefetchParams), then step n is finished and pushed: the
+//    upload leaves step n+1's critical path, and step n's push starts once both are done.
 // Buffers rotate over three slots (param_slots.h) so that a pull, a computation and a push never
 // share one.
 //
@@ -73,6 +76,9 @@ class StepPipeline {
   ProgressReporter* const reporter_;
   const Schedule schedule_;
   const bool prefetch_;
+  // prefetch_ on a backend with device memory of its own: step n+1's parameters are uploaded
+  // while step n computes.
+  const bool overlap_uploads_;
   const std::string log_prefix_;
   const StepPipelineHooks hooks_;
   ParamSlot slots_[3];
