@@ -15,8 +15,9 @@
 #   DIR/run.sh            (this script, copied into the bundle)
 #       On the GPU machine, under one deadline (4.5 minutes for everything, each step's time
 #       limit cut to what remains): prints the libraries the binaries load, the driver and
-#       glibc; runs every CUDA test (the CUDA Graph step test among them), top-k 300 times,
-#       cuda_consistency_test 20 times, the int64 index tests (about 20 GB of device memory)
+#       glibc; runs every CUDA test (the CUDA Graph and copy-overlap step tests among them),
+#       top-k 300 times, cuda_consistency_test 20 times, the int64 index tests (about 20 GB of
+#       device memory)
 #       and, where compute-sanitizer exists, memcheck, racecheck and synccheck; then the
 #       benchmark table (cuBLAS GEMM TFLOP/s, each kernel's GB/s against a device-to-device
 #       copy, MLP / CNN step times against PyTorch with and without TF32, and ours with CUDA
@@ -36,6 +37,7 @@ TESTS=(
   //tests/gpu:cuda_device_test
   //tests/gpu:cuda_int64_index_test
   //tests/gpu:cuda_graph_step_test
+  //tests/gpu:cuda_step_overlap_test
 )
 BENCH=//tests/gpu:kernels_gpu_bench
 # Libraries every Linux machine has (or must provide itself: libcuda comes with the driver).
@@ -351,6 +353,7 @@ run() {
   gtest_step cuda_device_test 40 10 1 cuda_device_test
   gtest_step cuda_int64_index_test 60 15 1 cuda_int64_index_test
   gtest_step cuda_graph_step_test 40 10 1 cuda_graph_step_test
+  gtest_step cuda_step_overlap_test 40 10 1 cuda_step_overlap_test
   if [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     gtest_step training_cuda_test 60 15 1 training_cuda_test
   else

@@ -23,7 +23,7 @@ make_bundle() {  # make_bundle DIR [EXTERNAL_LIB_NAME]
   echo "${2:-}" > "$dir/lib/EXTERNAL"
   for b in device_probe_test create_backend_test ops_cuda_test model_gradient_cuda_test \
            cuda_consistency_test training_cuda_test cuda_device_test cuda_int64_index_test \
-           cuda_graph_step_test; do
+           cuda_graph_step_test cuda_step_overlap_test; do
     cat > "$dir/bin/$b" <<'EOF'
 #!/usr/bin/env bash
 name="$(basename "$0")"
@@ -101,6 +101,7 @@ grep -q '| mlp | 128 | fp32+graphs | 1.500 ms | n/a | n/a | n/a |' <<< "$OUT" ||
 grep -q 'mlp batch 128, CUDA Graphs: 1 steps plain, 1 recorded, 9 replayed' <<< "$OUT" ||
   fail "all pass: no CUDA Graphs note"
 grep -q 'cuda_graph_step_test | ok' <<< "$OUT" || fail "all pass: cuda_graph_step_test not run"
+grep -q 'cuda_step_overlap_test | ok' <<< "$OUT" || fail "all pass: cuda_step_overlap_test not run"
 [ "$(cat "$tmp/torch_env")" = /callers/libs ] ||
   fail "python3 saw LD_LIBRARY_PATH='$(cat "$tmp/torch_env")', not the caller's"
 head -5 <<< "$OUT" | grep glibc > /dev/null || fail "all pass: glibc not printed first"
