@@ -17,8 +17,8 @@
 //    tensors is touched. Any CUDA runtime or cuBLAS failure becomes an absl::Status.
 //  * An output pointer may equal an input pointer only where the op says so.
 //
-// Thread model: a Backend is not thread-safe; use one per thread (each has its own stream and
-// thread pool). A Buffer must not outlive the Backend that allocated it.
+// Thread model: a Backend is not thread-safe; use one per thread (each has its own streams and
+// thread pool). A Buffer or Event must not outlive the Backend that made it.
 #ifndef PSCLUSTER_KERNELS_BACKEND_H_
 #define PSCLUSTER_KERNELS_BACKEND_H_
 
