@@ -73,7 +73,9 @@ TEST(CopyingBackendStreamsTest, OpsFirstRunsAnOpAheadOfAnUploadItDoesNotWaitFor)
     std::vector<float> host(16, 3.0f), back(16, 0.0f);
     ASSERT_TRUE(backend.CopyToDeviceAsync(host.data(), dev->data(), 64).ok());
     ASSERT_TRUE(backend.RecordEvent(Stream::kUpload, *uploaded).ok());
-    if (wait) ASSERT_TRUE(backend.WaitEvent(Stream::kOps, *uploaded).ok());
+    if (wait) {
+      ASSERT_TRUE(backend.WaitEvent(Stream::kOps, *uploaded).ok());
+    }
     ASSERT_TRUE(backend.CopyOnDevice(dev->data(), out->data(), 64).ok());
     ASSERT_TRUE(backend.CopyToHost(out->data(), back.data(), 64).ok());
     EXPECT_EQ(back[0], 0.0f);  // Nothing has run before the host waits.
@@ -97,7 +99,9 @@ TEST(CopyingBackendStreamsTest, CopiesFirstRunsADownloadAheadOfTheOpsItDoesNotWa
     std::vector<float> back(16, 0.0f);
     ASSERT_TRUE(backend.Fill(16, 2.0f, dev->as<float>()).ok());
     ASSERT_TRUE(backend.RecordEvent(Stream::kOps, *computed).ok());
-    if (wait) ASSERT_TRUE(backend.WaitEvent(Stream::kDownload, *computed).ok());
+    if (wait) {
+      ASSERT_TRUE(backend.WaitEvent(Stream::kDownload, *computed).ok());
+    }
     ASSERT_TRUE(backend.CopyToHostAsync(dev->data(), back.data(), 64).ok());
     ASSERT_TRUE(backend.RecordEvent(Stream::kDownload, *copied).ok());
     ASSERT_TRUE(backend.WaitForEvent(*copied).ok());
@@ -428,7 +432,9 @@ TEST_P(StepOverlapTest, OverlappedStepsGiveTheCpuResultsBitForBit) {
     EXPECT_EQ(model->param_prefetch().taken(), static_cast<int64_t>(steps.size()) - 1);
     if (GetParam().records) {
       EXPECT_TRUE(model->step_graphs().failure().ok()) << model->step_graphs().failure();
-      if (c.dense > 0 && c.fields == 0) EXPECT_GT(model->step_graphs().stats().replayed, 0);
+      if (c.dense > 0 && c.fields == 0) {
+        EXPECT_GT(model->step_graphs().stats().replayed, 0);
+      }
     }
   }
 }

@@ -30,19 +30,19 @@ namespace {
 
 using ::pscluster::testing::MakeTestCerts;
 
+// A connected pair of stream sockets, the first non-blocking (the second too by default).
+void Pair(int fds[2], bool nonblocking_second = true) {
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+  if (nonblocking_second) fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK);
+}
+
 class TlsRecordTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { dir_ = new std::string(MakeTestCerts()); }
   static std::string File(const std::string& name) { return *dir_ + "/" + name; }
   static TlsFiles ServerFiles() { return {File("server.pem"), File("server.key"), File("ca.pem")}; }
   static TlsFiles ClientFiles() { return {File("client.pem"), File("client.key"), File("ca.pem")}; }
-
-  // A connected pair of non-blocking stream sockets.
-  static void Pair(int fds[2], bool nonblocking_second = true) {
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-    if (nonblocking_second) fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK);
-  }
 
   // A standard OpenSSL server context (tickets on, as OpenSSL's default), of one cipher suite.
   static SSL_CTX* PlainOpenSslServer(const char* suite) {
@@ -135,15 +135,31 @@ void Handshake(TlsIo& a, TlsIo& b) {
   ASSERT_TRUE(sb.ok()) << sb;
 }
 
+// A TlsIo client and server over a socket pair, after their handshake.
+struct ConnectedPair {
+  explicit ConnectedPair(const TlsContext& client_ctx, const TlsContext& server_ctx) {
+    Pair(fds);
+    client = std::make_unique<TlsIo>(fds[0], client_ctx, "localhost");
+    server = std::make_unique<TlsIo>(fds[1], server_ctx, "");
+    Handshake(*client, *server);
+  }
+  ~ConnectedPair() {
+    client.reset();
+    server.reset();
+    close(fds[0]);
+    close(fds[1]);
+  }
+  int fds[2];
+  std::unique_ptr<TlsIo> client, server;
+};
+
 TEST_F(TlsRecordTest, TwoEndsCarryLargeStreamsBothWaysAtOnceInPiecesOfEverySize) {
   auto server_ctx = TlsContext::ForServer(ServerFiles());
   auto client_ctx = TlsContext::ForClient(ClientFiles(), "localhost");
   ASSERT_TRUE(server_ctx.ok() && client_ctx.ok());
-  int fds[2];
-  Pair(fds);
-  TlsIo client(fds[0], **client_ctx, "localhost");
-  TlsIo server(fds[1], **server_ctx, "");
-  Handshake(client, server);
+  ConnectedPair pair(**client_ctx, **server_ctx);
+  TlsIo& client = *pair.client;
+  TlsIo& server = *pair.server;
 
   const std::string up = Pattern((9 << 20) + 12345, 1);
   const std::string down = Pattern((7 << 20) + 999, 2);
@@ -161,8 +177,6 @@ TEST_F(TlsRecordTest, TwoEndsCarryLargeStreamsBothWaysAtOnceInPiecesOfEverySize)
   EXPECT_TRUE(at_server == up) << "the server read " << at_server.size() << " bytes, not the sent";
   EXPECT_TRUE(at_client == down) << "the client read " << at_client.size() << " bytes, not the sent";
   EXPECT_FALSE(server.HasPending());
-  close(fds[0]);
-  close(fds[1]);
 }
 
 // A TlsIo client against a standard OpenSSL server, each cipher suite: what one writes the other
@@ -439,11 +453,9 @@ TEST_F(TlsRecordTest, TwoTlsIosMoveToNewKeysEveryFewRecords) {
   auto server_ctx = TlsContext::ForServer(ServerFiles());
   auto client_ctx = TlsContext::ForClient(ClientFiles(), "localhost");
   ASSERT_TRUE(server_ctx.ok() && client_ctx.ok());
-  int fds[2];
-  Pair(fds);
-  TlsIo client(fds[0], **client_ctx, "localhost");
-  TlsIo server(fds[1], **server_ctx, "");
-  Handshake(client, server);
+  ConnectedPair pair(**client_ctx, **server_ctx);
+  TlsIo& client = *pair.client;
+  TlsIo& server = *pair.server;
   const std::string up = Pattern(2 << 20, 10);
   const std::string down = Pattern(1 << 20, 11);
   std::string at_server;
@@ -455,8 +467,6 @@ TEST_F(TlsRecordTest, TwoTlsIosMoveToNewKeysEveryFewRecords) {
   server_reads.join();
   EXPECT_TRUE(at_server == up);
   TlsIo::SetRecordsPerKeyForTesting(uint64_t{1} << 20);
-  close(fds[0]);
-  close(fds[1]);
 }
 
 // Random bytes where records should be, after a real handshake: never data, always the end of the
@@ -473,11 +483,9 @@ TEST_F(TlsRecordTest, RandomBytesAfterTheHandshakeNeverComeOutAsData) {
   };
   int errors = 0, ends = 0;
   for (int i = 0; i < 60; ++i) {
-    int fds[2];
-    Pair(fds);
-    TlsIo client(fds[0], **client_ctx, "localhost");
-    TlsIo server(fds[1], **server_ctx, "");
-    Handshake(client, server);
+    ConnectedPair pair(**client_ctx, **server_ctx);
+    TlsIo& server = *pair.server;
+    const int* fds = pair.fds;
     std::string junk(next() % 40000, '\0');
     for (char& c : junk) c = static_cast<char>(next());
     if (i % 3 == 0 && junk.size() >= 5) {  // A plausible header: application data, a valid length.
@@ -496,8 +504,6 @@ TEST_F(TlsRecordTest, RandomBytesAfterTheHandshakeNeverComeOutAsData) {
     const ssize_t r = server.Recv(buf.data(), buf.size(), /*dontwait=*/false);
     EXPECT_LE(r, 0) << "case " << i << ": " << junk.size() << " random bytes came out as data";
     (r < 0 ? errors : ends) += 1;
-    close(fds[0]);
-    close(fds[1]);
   }
   EXPECT_GT(errors, 50);  // The end of the stream only when no byte came.
 }
