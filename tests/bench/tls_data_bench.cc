@@ -24,6 +24,8 @@ ABSL_FLAG(int, rounds, 15, "measured push-pull rounds per size and transport");
 ABSL_FLAG(std::string, sizes_mib, "4,64", "table sizes in MiB, comma-separated");
 ABSL_FLAG(std::string, only, "",
           "plain or tls: run only that transport's rounds (to profile one; no ratio)");
+ABSL_FLAG(int, chunk_kib, 0,
+          "largest message of a round in KiB (PsClientOptions::chunk_bytes; 0: the default, 4 MiB)");
 ABSL_FLAG(std::string, certs, "",
           "directory for the throw-away certificates (default: a temporary one)");
 
@@ -43,6 +45,9 @@ std::unique_ptr<PsClient> MakeClient(InProcessCluster& c, const TlsFiles& tls, s
   o.channel.tls = tls;
   o.data_transport = DataTransport::kTcp;
   o.call_timeout = absl::Seconds(120);
+  if (absl::GetFlag(FLAGS_chunk_kib) > 0) {
+    o.chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_kib)) << 10;
+  }
   auto client = c.Client(job, {DenseSpec("w", {elems}, Optimizer(v1::OptimizerSpec::SGD, 0.01f))},
                          0, o);
   if (!client.ok()) {
