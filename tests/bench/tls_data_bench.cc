@@ -26,6 +26,9 @@ ABSL_FLAG(std::string, only, "",
           "plain or tls: run only that transport's rounds (to profile one; no ratio)");
 ABSL_FLAG(int, chunk_kib, 0,
           "largest message of a round in KiB (PsClientOptions::chunk_bytes; 0: the default, 4 MiB)");
+ABSL_FLAG(int, spin_us, 50,
+          "how long the client and the servers' data readers check an empty socket before they "
+          "sleep, microseconds (PsClientOptions::spin, --data_spin_us)");
 ABSL_FLAG(std::string, certs, "",
           "directory for the throw-away certificates (default: a temporary one)");
 
@@ -45,6 +48,7 @@ std::unique_ptr<PsClient> MakeClient(InProcessCluster& c, const TlsFiles& tls, s
   o.channel.tls = tls;
   o.data_transport = DataTransport::kTcp;
   o.call_timeout = absl::Seconds(120);
+  o.spin = absl::Microseconds(absl::GetFlag(FLAGS_spin_us));
   if (absl::GetFlag(FLAGS_chunk_kib) > 0) {
     o.chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_kib)) << 10;
   }
@@ -102,8 +106,10 @@ int Main(int argc, char** argv) {
   PsServerOptions tls_options;
   tls_options.tls = {dir + "/server.pem", dir + "/server.key", dir + "/ca.pem"};
   tls_options.data_unix = false;
+  tls_options.data_spin = absl::Microseconds(absl::GetFlag(FLAGS_spin_us));
   PsServerOptions plain_options;
   plain_options.data_unix = false;
+  plain_options.data_spin = tls_options.data_spin;
   InProcessCluster plain(1, plain_options);
   InProcessCluster tls(1, tls_options);
   if (!plain.status().ok() || !tls.status().ok()) {
