@@ -184,6 +184,20 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
                                        {"transport=\"shm\"", double(n.shm)}};
           });
       s->registry_.AddCounterCallback(
+          "pscluster_server_data_connections_refused_total",
+          "Data connections closed for what the peer sent or did not prove, by reason: "
+          "tls_handshake, tls_record (a record that failed its check, one in the clear, an "
+          "alert), auth (the job's data secret), frame (a malformed frame), limit (the data "
+          "plane's 256 open connections).",
+          [t]() {
+            const TcpDataServer::Refusals& r = t->refusals();
+            return std::vector<Sample>{{"reason=\"tls_handshake\"", double(r.tls_handshake)},
+                                       {"reason=\"tls_record\"", double(r.tls_record)},
+                                       {"reason=\"auth\"", double(r.auth)},
+                                       {"reason=\"frame\"", double(r.frame)},
+                                       {"reason=\"limit\"", double(r.limit)}};
+          });
+      s->registry_.AddCounterCallback(
           "pscluster_server_shm_payload_bytes_total",
           "Payload bytes passed through shared memory with workers on this host.", [t]() {
             return std::vector<Sample>{{"direction=\"received\"", double(t->shm_bytes_received())},

@@ -104,6 +104,10 @@ class PsServer {
   uint64_t data_shm_bytes_received() const { return tcp_ ? tcp_->shm_bytes_received() : 0; }
   uint64_t data_shm_bytes_sent() const { return tcp_ ? tcp_->shm_bytes_sent() : 0; }
   int data_connections() const { return tcp_ ? tcp_->connections() : 0; }
+  // Data connections refused since the start, by reason (null when the data plane is off).
+  const TcpDataServer::Refusals* data_refusals() const {
+    return tcp_ ? &tcp_->refusals() : nullptr;
+  }
   // host:port of the Prometheus endpoint (empty when off).
   std::string metrics_address() const {
     return metrics_ ? absl::StrCat("127.0.0.1:", metrics_->port()) : "";

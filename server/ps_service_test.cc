@@ -455,6 +455,10 @@ TEST(ServiceMetricsTest, ServesPrometheusText) {
             std::string::npos) << page;
   EXPECT_NE(page.find("pscluster_server_data_connections{transport=\"tcp\"} 0\n"),
             std::string::npos) << page;
+  EXPECT_NE(page.find("# TYPE pscluster_server_data_connections_refused_total counter"),
+            std::string::npos) << page;
+  EXPECT_NE(page.find("pscluster_server_data_connections_refused_total{reason=\"auth\"} 0\n"),
+            std::string::npos) << page;
   EXPECT_NE(page.find("pscluster_server_shm_payload_bytes_total{direction=\"received\"} 0\n"),
             std::string::npos) << page;
   EXPECT_NE(page.find("pscluster_job_worker_clock{job=\"job\",worker=\"0\"} 1\n"),

@@ -27,13 +27,14 @@ namespace pscluster {
 class TcpDataServer::Conn {
  public:
   Conn(int fd, std::string peer, bool is_unix, const TcpDataServerOptions& options,
-       std::shared_ptr<BufferPool> pool, ShmCounters* counters)
+       std::shared_ptr<BufferPool> pool, ShmCounters* counters, Refusals* refusals)
       : fd_(fd),
         peer_(std::move(peer)),
         is_unix_(is_unix),
         options_(options),
         pool_(std::move(pool)),
         counters_(counters),
+        refusals_(refusals),
         // TLS on the TCP port; the Unix socket never leaves the host.
         tls_(options.tls != nullptr && !is_unix
                  ? new TlsIo(fd, *options.tls, "", options.send_timeout)
@@ -276,6 +277,7 @@ class TcpDataServer::Conn {
     if (tls_ != nullptr) {
       absl::Status hs = tls_->Handshake(absl::Now() + options_.auth_timeout);
       if (!hs.ok()) {
+        ++refusals_->tls_handshake;
         // Nothing can be told to a peer that does not speak TLS with this server.
         Logger("server")->warn(
             "data connection {}: {}{}; closing it", peer_, hs.message(),
@@ -298,6 +300,7 @@ class TcpDataServer::Conn {
           absl::IsUnauthenticated(auth)) {
         Logger("server")->warn("data connection {}: {}; closing it", peer_, auth.message());
       }
+      ++(tls_ != nullptr && tls_->refused() ? refusals_->tls_record : refusals_->auth);
       stream_->Abort(auth);  // The client learns why from the status frame.
     }
     Drain();
@@ -393,8 +396,10 @@ class TcpDataServer::Conn {
         quiet = closed_ || finished_;
       }
       if (!quiet) {
-        if (absl::IsInvalidArgument(st) || (tls_ != nullptr && tls_->refused())) {
+        const bool refused_record = tls_ != nullptr && tls_->refused();
+        if (absl::IsInvalidArgument(st) || refused_record) {
           Logger("server")->warn("data connection {}: {}; closing it", peer_, st);
+          ++(refused_record ? refusals_->tls_record : refusals_->frame);
         } else {
           Logger("server")->debug("data connection {}: {}", peer_, st);
         }
@@ -476,6 +481,7 @@ class TcpDataServer::Conn {
   const TcpDataServerOptions options_;
   const std::shared_ptr<BufferPool> pool_;
   ShmCounters* const counters_;
+  Refusals* const refusals_;
   TlsIo* const tls_;  // TLS on this connection (owned by io_), or nullptr.
   std::unique_ptr<DataIo> io_;
   std::shared_ptr<DataStream> stream_;
@@ -582,13 +588,17 @@ void TcpDataServer::AcceptLoop(int listen_fd, bool is_unix) {
     std::string peer = PeerName(c);
     absl::MutexLock l(&mu_);
     if (stopping_.load() || static_cast<int>(conns_.size()) >= options_.max_connections) {
-      Logger("server")->warn("data port: refusing {}: {} connections open", peer, conns_.size());
+      if (!stopping_.load()) {
+        Logger("server")->warn("data port: refusing {}: {} connections open", peer, conns_.size());
+        ++refusals_.limit;
+      }
       close(c);
       continue;
     }
     TuneDataSocket(c, options_.send_timeout);
     if (is_unix) TuneUnixDataSocket(c);
-    auto conn = std::make_shared<Conn>(c, peer, is_unix, options_, pool_, &shm_counters_);
+    auto conn =
+        std::make_shared<Conn>(c, peer, is_unix, options_, pool_, &shm_counters_, &refusals_);
     conn->Start(handler_, executor_, data_plane_);
     conns_.push_back(std::move(conn));
   }

@@ -89,6 +89,18 @@ class TcpDataServer {
     std::atomic<uint64_t> received{0};
     std::atomic<uint64_t> sent{0};
   };
+  // Connections closed since the start for what the peer sent or did not prove, by reason:
+  // tls_handshake (a TLS handshake that failed), tls_record (a record TLS refuses after it: one
+  // that fails its check, one in the clear, an alert), auth (the job's data secret not proven in
+  // time or proven wrong), frame (a malformed or oversized frame), limit (over max_connections).
+  struct Refusals {
+    std::atomic<uint64_t> tls_handshake{0};
+    std::atomic<uint64_t> tls_record{0};
+    std::atomic<uint64_t> auth{0};
+    std::atomic<uint64_t> frame{0};
+    std::atomic<uint64_t> limit{0};
+  };
+  const Refusals& refusals() const { return refusals_; }
   // Stops accepting, ends every connection (pending waits are cancelled) and joins the threads.
   void Shutdown();
 
@@ -111,6 +123,7 @@ class TcpDataServer {
   std::thread unix_acceptor_;
   std::atomic<bool> stopping_{false};
   ShmCounters shm_counters_;
+  Refusals refusals_;
   mutable absl::Mutex mu_;
   std::vector<std::shared_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
 };

@@ -156,6 +156,10 @@ TEST_F(DataAuthTest, WrongOrMissingProofIsRefusedAndTheServerKeepsServing) {
   st = SendAuth(fd, "job", 0, 0, "");
   EXPECT_TRUE(absl::IsUnauthenticated(st)) << st;
   close(fd);
+  // Counted, by reason (pscluster_server_data_connections_refused_total): the wrong proof (each
+  // of the wrong client's tries) and the missing one.
+  EXPECT_GE(cluster_->server(0)->data_refusals()->auth.load(), 2u);
+  EXPECT_EQ(cluster_->server(0)->data_refusals()->tls_handshake.load(), 0u);
 
   // Nothing changed: the good client reads the same values (a zero gradient pushed meanwhile).
   ASSERT_TRUE(PushPull(*good, 1, 0.f, &after).ok());

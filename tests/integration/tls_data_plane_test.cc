@@ -109,6 +109,14 @@ class TlsDataPlaneTest : public ::testing::Test {
                          ctx->get());
   }
 
+  // Waits up to 10 s for `counter` (a server's refusal count, bumped by its connection's thread)
+  // to reach `want`; returns what it reached.
+  static uint64_t AwaitCount(const std::atomic<uint64_t>& counter, uint64_t want) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (counter.load() < want && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+    return counter.load();
+  }
+
   static constexpr int kSize = 300000;  // Chunks of 1000 floats: many frames per round.
   static std::string* dir_;
 };
@@ -168,6 +176,11 @@ TEST_F(TlsDataPlaneTest, ClientOfAnotherCaIsRefusedAndTheServerKeepsServing) {
   ASSERT_FALSE(anonymous.ok());
   EXPECT_TRUE(absl::StrContains(anonymous.status().message(), "certificate required"))
       << anonymous.status();
+  // Three failed handshakes, counted (pscluster_server_data_connections_refused_total).
+  const TcpDataServer::Refusals* refused = tls.server(0)->data_refusals();
+  ASSERT_NE(refused, nullptr);
+  EXPECT_EQ(AwaitCount(refused->tls_handshake, 3), 3u);
+  EXPECT_EQ(refused->tls_record.load(), 0u);
 
   Train(good.get());
   auto again = OpenTls(tls, ClientFiles());
@@ -337,6 +350,8 @@ TEST_F(TlsDataPlaneTest, AnAlteredRecordClosesOnlyItsConnectionAndIsLogged) {
   Logger("server")->sinks().pop_back();
   EXPECT_TRUE(absl::StrContains(log.str(), "bad_record_mac")) << log.str();
   EXPECT_TRUE(absl::StrContains(log.str(), "closing it")) << log.str();
+  EXPECT_EQ(tls.server(0)->data_refusals()->tls_record.load(), 1u);
+  EXPECT_EQ(tls.server(0)->data_refusals()->tls_handshake.load(), 0u);
   // Only that connection: a client trains as before.
   auto client = ClientOf(tls, ClientFiles(), DataTransport::kTcp);
   ASSERT_NE(client, nullptr);
