@@ -5,6 +5,7 @@
 // takes no data on unauthenticated connections even on a server without --token_file; gRPC data
 // calls prove the job's secret in their metadata.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -520,6 +521,49 @@ TEST_F(DataAuthTest, AJobsSecretCannotBeReplaced) {
   auto ctx2 = CallContext(absl::Seconds(5), channel_);
   st = FromGrpcStatus(stub->UpdateShardMap(ctx2.get(), req, &resp), "map");
   EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+}
+
+// The data plane holds at most 256 connections: the next is closed at once, logged and counted
+// (pscluster_server_data_connections_refused_total{reason="limit"}); once some close, new ones
+// are taken again.
+TEST_F(DataAuthTest, ConnectionsBeyondTheLimitAreClosedAndCounted) {
+  StartCluster(/*tokens=*/false);
+  const int port = cluster_->server(0)->data_port();
+  std::vector<int> held;
+  for (int i = 0; i < 256; ++i) {
+    held.push_back(ConnectRaw(port));
+    ASSERT_GE(held.back(), 0);
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (cluster_->server(0)->data_connections() < 256 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(cluster_->server(0)->data_connections(), 256);
+  const int extra = ConnectRaw(port);
+  ASSERT_GE(extra, 0);
+  pollfd p{extra, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1) << "the connection over the limit was not closed";
+  char c;
+  EXPECT_EQ(recv(extra, &c, 1, 0), 0) << "closed without a byte";
+  close(extra);
+  EXPECT_EQ(cluster_->server(0)->data_refusals()->limit.load(), 1u);
+  for (int fd : held) close(fd);
+  // Room again once the server has seen them go (finished connections are reaped as the next
+  // one is accepted): a connection is served, its challenge comes.
+  int next = -1;
+  for (const absl::Time again = absl::Now() + absl::Seconds(20); absl::Now() < again;) {
+    next = ConnectRaw(port);
+    pollfd q{next, POLLIN, 0};
+    if (poll(&q, 1, 2000) == 1 && recv(next, &c, 1, MSG_PEEK) == 1) break;
+    close(next);
+    next = -1;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_GE(next, 0) << "no connection was served after the others closed";
+  bool required = true;
+  EXPECT_FALSE(ReadChallenge(next, &required).empty());
+  EXPECT_FALSE(required);
+  close(next);
 }
 
 }  // namespace

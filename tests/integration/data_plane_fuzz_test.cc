@@ -432,6 +432,8 @@ TEST_F(DataPlaneFuzzTest, HostileFramesOnTheTcpPortNeverCrashTheServerOrTouchOth
   EXPECT_GT(outcomes["INVALID_ARGUMENT"], 0);
   EXPECT_GT(outcomes["NOT_FOUND"], 0);
   EXPECT_GT(replies, 0);
+  // Malformed frames are counted (pscluster_server_data_connections_refused_total).
+  EXPECT_GT(cluster_.server(0)->data_refusals()->frame.load(), 0u);
   ExpectUnharmed();
 }
 
