@@ -241,6 +241,35 @@ inline v1::ModelSpec BagSoftmaxGraph(uint64_t key_space, int classes) {
 }
 
 // Parameter values (and gradient buffers) with owned storage for a model and a key set.
+// A model a step test runs, with the shape of its batches: `dense` features, `fields`
+// categorical fields of `field_size` keys each (graph models), `classes`; a sparse model's rows
+// draw `nnz` keys of `key_space`.
+struct ModelCase {
+  v1::ModelSpec spec;
+  int dense = 0, fields = 0, classes = 2;
+  uint64_t field_size = 0;
+  uint64_t key_space = 0;
+  int nnz = 0;
+};
+
+// A random batch of `n` rows for `c`.
+inline OwnedBatch BatchFor(const ModelCase& c, std::mt19937_64& rng, int64_t n) {
+  return c.fields > 0   ? RandomFieldBatch(rng, n, c.dense, c.fields, c.field_size, 2)
+         : c.dense > 0 ? RandomDenseBatch(rng, n, c.dense, c.classes)
+                       : RandomSparseBatch(rng, n, c.key_space, c.nnz, c.classes);
+}
+
+// The device tests' models at Fashion-MNIST and Criteo-like sizes: an MLP with hidden layers
+// `mlp_hidden`, a CNN, wide & deep over 26 fields, a sparse linear model.
+inline std::vector<ModelCase> DeviceModelCases(const std::vector<uint32_t>& mlp_hidden) {
+  return {
+      {Spec("mlp", 784, 10, mlp_hidden, "relu"), 784, 0, 10},
+      {Spec("cnn", 784, 10, {64}, "relu", 0, {8, 16}), 784, 0, 10},
+      {WideDeepGraph(13, 26, 1000, 8, "relu"), 13, 26, 2, 1000},
+      {Spec("sparse_linear", 0, 2, {32}, "gelu", 16), 0, 0, 2, 0, 5000, 40},
+  };
+}
+
 struct OwnedParams {
   std::vector<std::vector<float>> values;
   std::vector<std::vector<uint64_t>> keys;

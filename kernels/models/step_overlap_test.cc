@@ -315,25 +315,18 @@ INSTANTIATE_TEST_SUITE_P(Schedules, ParamPrefetchTest,
 
 // ---- Models: steps overlapped as a worker runs them ----
 
-struct ModelCase {
-  v1::ModelSpec spec;
-  int dense, fields, classes;
-};
+using testing::BatchFor;
+using testing::ModelCase;
+
 constexpr uint64_t kFieldSize = 50;
 
 std::vector<ModelCase> Cases() {
   return {
       {testing::Spec("mlp", 64, 10, {32, 16}, "relu"), 64, 0, 10},
       {testing::Spec("cnn", 64, 10, {16}, "relu", 0, {4, 8}), 64, 0, 10},
-      {testing::WideDeepGraph(5, 6, kFieldSize, 4, "gelu"), 5, 6, 2},
-      {testing::Spec("sparse_linear", 0, 2, {8}, "relu", 4), 0, 0, 2},
+      {testing::WideDeepGraph(5, 6, kFieldSize, 4, "gelu"), 5, 6, 2, kFieldSize},
+      {testing::Spec("sparse_linear", 0, 2, {8}, "relu", 4), 0, 0, 2, 0, 300, 6},
   };
-}
-
-testing::OwnedBatch BatchFor(const ModelCase& c, std::mt19937_64& rng, int64_t n) {
-  return c.fields > 0 ? testing::RandomFieldBatch(rng, n, c.dense, c.fields, kFieldSize, 2)
-         : c.dense > 0 ? testing::RandomDenseBatch(rng, n, c.dense, c.classes)
-                       : testing::RandomSparseBatch(rng, n, 300, 6, c.classes);
 }
 
 // One step's inputs, made ahead (a worker's next slot is pulled while the step computes).

@@ -104,28 +104,14 @@ TEST(CudaGraphTest, ReplayedStepsMatchThePlainCudaPathAndTheCpu) {
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(absl::StrCat("seed ", seed, ", ", graphs->name()));
   std::mt19937_64 rng(seed);
-  constexpr uint64_t kFieldSize = 1000;
-  struct Case {
-    v1::ModelSpec spec;
-    int dense, fields, classes;
-  };
-  const Case cases[] = {
-      {testing::Spec("mlp", 784, 10, {256, 128}, "relu"), 784, 0, 10},
-      {testing::Spec("cnn", 784, 10, {64}, "relu", 0, {8, 16}), 784, 0, 10},
-      {testing::WideDeepGraph(13, 26, kFieldSize, 8, "relu"), 13, 26, 2},
-      {testing::Spec("sparse_linear", 0, 2, {32}, "gelu", 16), 0, 0, 2},
-  };
-  for (const Case& c : cases) {
+  for (const testing::ModelCase& c : testing::DeviceModelCases({256, 128})) {
     SCOPED_TRACE(c.spec.ShortDebugString());
     auto on_cpu = CreateModel(c.spec, cpu->get());
     auto on_plain = CreateModel(c.spec, plain.get());
     auto on_graphs = CreateModel(c.spec, graphs.get());
     ASSERT_TRUE(on_cpu.ok() && on_plain.ok() && on_graphs.ok());
     for (int64_t n : {128, 128, 7, 128, 300, 128, 7}) {
-      OwnedBatch batch =
-          c.fields > 0 ? testing::RandomFieldBatch(rng, n, c.dense, c.fields, kFieldSize, 2)
-          : c.dense > 0 ? testing::RandomDenseBatch(rng, n, c.dense, c.classes)
-                        : testing::RandomSparseBatch(rng, n, 5000, 40, c.classes);
+      OwnedBatch batch = testing::BatchFor(c, rng, n);
       auto keys = (*on_cpu)->SparseKeys(batch.view());
       ASSERT_TRUE(keys.ok()) << keys.status();
       for (float scale : {1.0f, 1.0f, 0.5f}) {

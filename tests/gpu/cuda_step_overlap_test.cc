@@ -109,24 +109,14 @@ TEST(CudaStepOverlapTest, OverlappedStepsMatchTheSynchronousPathAndTheCpu) {
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(absl::StrCat("seed ", seed, ", ", sync_backend->name()));
   std::mt19937_64 rng(seed);
-  constexpr uint64_t kFieldSize = 1000;
-  struct Case {
-    v1::ModelSpec spec;
-    int dense, fields, classes;
-  };
-  const Case cases[] = {
-      {testing::Spec("mlp", 784, 10, {1024, 512}, "relu"), 784, 0, 10},
-      {testing::Spec("cnn", 784, 10, {64}, "relu", 0, {8, 16}), 784, 0, 10},
-      {testing::WideDeepGraph(13, 26, kFieldSize, 8, "relu"), 13, 26, 2},
-      {testing::Spec("sparse_linear", 0, 2, {32}, "gelu", 16), 0, 0, 2},
-  };
+  const std::vector<testing::ModelCase> cases = testing::DeviceModelCases({1024, 512});
   ModelOptions sync_options;
   sync_options.layer_gradient_copies = false;
   for (bool graphs : {false, true}) {
     for (bool pinned : {true, false}) {
       std::unique_ptr<Backend> overlap_backend = Cuda(graphs);
       ASSERT_NE(overlap_backend, nullptr);
-      for (const Case& c : cases) {
+      for (const testing::ModelCase& c : cases) {
         SCOPED_TRACE(absl::StrCat(c.spec.ShortDebugString(), graphs ? ", graphs" : "",
                                   pinned ? ", page-locked" : ", pageable"));
         auto on_cpu = CreateModel(c.spec, cpu->get());
@@ -139,10 +129,7 @@ TEST(CudaStepOverlapTest, OverlappedStepsMatchTheSynchronousPathAndTheCpu) {
         std::vector<std::unique_ptr<OwnedParams>> owned;
         std::vector<std::unique_ptr<PinnedParams>> pinned_params;
         for (int64_t n : sizes) {
-          batches.push_back(
-              c.fields > 0 ? testing::RandomFieldBatch(rng, n, c.dense, c.fields, kFieldSize, 2)
-              : c.dense > 0 ? testing::RandomDenseBatch(rng, n, c.dense, c.classes)
-                            : testing::RandomSparseBatch(rng, n, 5000, 40, c.classes));
+          batches.push_back(testing::BatchFor(c, rng, n));
           auto keys = (*on_cpu)->SparseKeys(batches.back().view());
           ASSERT_TRUE(keys.ok()) << keys.status();
           owned.push_back(std::make_unique<OwnedParams>(**on_cpu, *keys, rng, 0.05f));

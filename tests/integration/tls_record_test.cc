@@ -37,8 +37,14 @@ void Pair(int fds[2], bool nonblocking_second = true) {
   if (nonblocking_second) fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK);
 }
 
+struct ConnectedPair;
+
 class TlsRecordTest : public ::testing::Test {
  protected:
+  // A TlsIo client (of "localhost") and server with the test certificates, connected over a
+  // socket pair and past their handshake (null when the certificates cannot be used).
+  static std::unique_ptr<ConnectedPair> Connected();
+
   static void SetUpTestSuite() { dir_ = new std::string(MakeTestCerts()); }
   static std::string File(const std::string& name) { return *dir_ + "/" + name; }
   static TlsFiles ServerFiles() { return {File("server.pem"), File("server.key"), File("ca.pem")}; }
@@ -153,13 +159,20 @@ struct ConnectedPair {
   std::unique_ptr<TlsIo> client, server;
 };
 
-TEST_F(TlsRecordTest, TwoEndsCarryLargeStreamsBothWaysAtOnceInPiecesOfEverySize) {
+std::unique_ptr<ConnectedPair> TlsRecordTest::Connected() {
   auto server_ctx = TlsContext::ForServer(ServerFiles());
   auto client_ctx = TlsContext::ForClient(ClientFiles(), "localhost");
-  ASSERT_TRUE(server_ctx.ok() && client_ctx.ok());
-  ConnectedPair pair(**client_ctx, **server_ctx);
-  TlsIo& client = *pair.client;
-  TlsIo& server = *pair.server;
+  EXPECT_TRUE(server_ctx.ok()) << server_ctx.status();
+  EXPECT_TRUE(client_ctx.ok()) << client_ctx.status();
+  if (!server_ctx.ok() || !client_ctx.ok()) return nullptr;
+  return std::make_unique<ConnectedPair>(**client_ctx, **server_ctx);
+}
+
+TEST_F(TlsRecordTest, TwoEndsCarryLargeStreamsBothWaysAtOnceInPiecesOfEverySize) {
+  auto pair = Connected();
+  ASSERT_NE(pair, nullptr);
+  TlsIo& client = *pair->client;
+  TlsIo& server = *pair->server;
 
   const std::string up = Pattern((9 << 20) + 12345, 1);
   const std::string down = Pattern((7 << 20) + 999, 2);
@@ -450,12 +463,10 @@ TEST_F(TlsRecordTest, BothSidesFollowEachOthersKeyUpdates) {
 
 TEST_F(TlsRecordTest, TwoTlsIosMoveToNewKeysEveryFewRecords) {
   TlsIo::SetRecordsPerKeyForTesting(3);
-  auto server_ctx = TlsContext::ForServer(ServerFiles());
-  auto client_ctx = TlsContext::ForClient(ClientFiles(), "localhost");
-  ASSERT_TRUE(server_ctx.ok() && client_ctx.ok());
-  ConnectedPair pair(**client_ctx, **server_ctx);
-  TlsIo& client = *pair.client;
-  TlsIo& server = *pair.server;
+  auto pair = Connected();
+  ASSERT_NE(pair, nullptr);
+  TlsIo& client = *pair->client;
+  TlsIo& server = *pair->server;
   const std::string up = Pattern(2 << 20, 10);
   const std::string down = Pattern(1 << 20, 11);
   std::string at_server;
@@ -473,9 +484,6 @@ TEST_F(TlsRecordTest, TwoTlsIosMoveToNewKeysEveryFewRecords) {
 // stream or an error (a record in the clear, an oversized record, one that fails its check, one
 // cut short by the end of the stream), and never a crash.
 TEST_F(TlsRecordTest, RandomBytesAfterTheHandshakeNeverComeOutAsData) {
-  auto server_ctx = TlsContext::ForServer(ServerFiles());
-  auto client_ctx = TlsContext::ForClient(ClientFiles(), "localhost");
-  ASSERT_TRUE(server_ctx.ok() && client_ctx.ok());
   uint32_t seed = 12345;
   auto next = [&seed] {
     seed = seed * 1664525u + 1013904223u;
@@ -483,9 +491,10 @@ TEST_F(TlsRecordTest, RandomBytesAfterTheHandshakeNeverComeOutAsData) {
   };
   int errors = 0, ends = 0;
   for (int i = 0; i < 60; ++i) {
-    ConnectedPair pair(**client_ctx, **server_ctx);
-    TlsIo& server = *pair.server;
-    const int* fds = pair.fds;
+    auto pair = Connected();
+    ASSERT_NE(pair, nullptr);
+    TlsIo& server = *pair->server;
+    const int* fds = pair->fds;
     std::string junk(next() % 40000, '\0');
     for (char& c : junk) c = static_cast<char>(next());
     if (i % 3 == 0 && junk.size() >= 5) {  // A plausible header: application data, a valid length.
