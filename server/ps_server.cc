@@ -21,6 +21,7 @@
 #include "server/ps_metrics.h"
 #include "server/row_store.h"
 #include "server/tcp_frame.h"
+#include "server/tls_stream.h"
 #include "server/wire.h"
 
 namespace pscluster {
@@ -248,7 +249,15 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
                          s->grpc_->address(),
                          options.scheduler.empty() ? std::string("standalone")
                                                    : "scheduler " + options.scheduler,
-                         threads, s->tcp_ ? std::to_string(s->tcp_->port()) : "off");
+                         threads,
+                         !s->tcp_ ? std::string("off")
+                         : !options.tls.enabled()
+                             ? std::to_string(s->tcp_->port())
+                             : absl::StrCat(s->tcp_->port(), ", TLS records ",
+                                            TlsIo::UsesVectorAes()
+                                                ? "in AES-GCM on the CPU's VAES/VPCLMULQDQ"
+                                                : "by OpenSSL (--tls_vector_aes=false or no "
+                                                  "VAES/VPCLMULQDQ on this CPU)"));
   return s;
 }
 

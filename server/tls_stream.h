@@ -89,6 +89,13 @@ class TlsIo : public DataIo {
   static uint64_t RecordsPerKey();
   static void SetRecordsPerKeyForTesting(uint64_t n);
 
+  // Whether AES-GCM records are sealed and opened with the CPU's vector AES and carry-less
+  // multiply instructions (server/aes_gcm.h) instead of OpenSSL's EVP: where the CPU has them.
+  // SetVectorAes(false) makes OpenSSL do every record (`--tls_vector_aes=false`); the setting
+  // applies to the process's connections set up after it.
+  static bool UsesVectorAes();
+  static void SetVectorAes(bool allowed);
+
  private:
   // After an OpenSSL handshake call returned `r`: 1 = wait for the socket to be readable,
   // 2 = writable, 0 = the stream ended cleanly, -1 = failed (the error is kept; errno is set).

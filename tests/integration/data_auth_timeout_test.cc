@@ -245,6 +245,29 @@ TEST_F(DataAuthTimeoutTest, TlsConnectionsWithoutAFinishedHandshakeAreClosed) {
   EXPECT_GE(Count(log, "(not done within 1s, --data_auth_timeout); closing it"), 2) << log;
 }
 
+// --tls_vector_aes=false: the server's records go through OpenSSL (its log says which), and a
+// client sealing with the vector instructions trains against it; the default says the other.
+TEST_F(DataAuthTimeoutTest, TheRecordCipherFlagChoosesOpenSslAndBothEndsAgree) {
+  const std::string address =
+      StartServer("openssl", {"--tls_vector_aes=false", "--tls_cert=" + Cert("server.pem"),
+                              "--tls_key=" + Cert("server.key"), "--tls_ca=" + Cert("ca.pem")});
+  ASSERT_FALSE(address.empty());
+  EXPECT_TRUE(absl::StrContains(Log(), ", TLS records by OpenSSL (--tls_vector_aes=false"))
+      << Log();
+  auto client = ClientOf(address, ClientFiles());
+  ASSERT_NE(client, nullptr);
+  Rounds(client.get(), 0, 5);
+}
+
+TEST_F(DataAuthTimeoutTest, TheDefaultRecordCipherIsNamedInTheLog) {
+  const std::string address = StartTlsServer("vector", "30s");
+  ASSERT_FALSE(address.empty());
+  EXPECT_TRUE(absl::StrContains(Log(), TlsIo::UsesVectorAes()
+                                           ? ", TLS records in AES-GCM on the CPU's VAES"
+                                           : ", TLS records by OpenSSL"))
+      << Log();
+}
+
 // With a long timeout the slow connections are certainly still open while the client trains:
 // each connection has its own threads, a silent one holds up nobody.
 TEST_F(DataAuthTimeoutTest, SilentConnectionsDoNotHoldUpOtherClients) {
