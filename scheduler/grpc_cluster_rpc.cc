@@ -31,7 +31,10 @@ absl::Status GrpcClusterRpc::UpdateShardMap(const std::string& address,
                                             const v1::UpdateShardMapRequest& request) {
   auto s = Get(address);
   if (!s.ok()) return s.status();
-  auto ctx = Context(options_.timeout);
+  // A server answers once the copies to backups that the new map drops are delivered, which it
+  // waits for up to its replication retry (10 s) plus 20 s: a shorter deadline would take a slow
+  // copy for a failed switch and send the job into recovery while the server still takes the map.
+  auto ctx = Context(std::max(options_.timeout, absl::Seconds(35)));
   v1::UpdateShardMapResponse resp;
   if (!options_.cluster_key.empty()) {
     v1::UpdateShardMapRequest with_secret = request;
