@@ -19,6 +19,12 @@ Bytes Hex(const std::string& hex) {
   return Bytes(raw.begin(), raw.end());
 }
 
+Bytes RandomBytes(std::mt19937& rng, size_t n) {
+  Bytes b(n);
+  for (auto& c : b) c = static_cast<unsigned char>(rng());
+  return b;
+}
+
 std::string ToHex(const Bytes& b) {
   return absl::BytesToHexString(std::string(b.begin(), b.end()));
 }
@@ -117,11 +123,7 @@ TEST_F(VectorAesGcmTest, MatchesTheSpecificationsTestVectors) {
 // 40 bytes, both key sizes, random keys and nonces: the same bytes and tag as OpenSSL.
 TEST_F(VectorAesGcmTest, AgreesWithOpenSslOnEveryLength) {
   std::mt19937 rng(7);
-  auto random = [&rng](size_t n) {
-    Bytes b(n);
-    for (auto& c : b) c = static_cast<unsigned char>(rng());
-    return b;
-  };
+  auto random = [&rng](size_t n) { return RandomBytes(rng, n); };
   for (size_t key_len : {16, 32}) {
     for (size_t len = 0; len <= 1100; ++len) {
       const Bytes key = random(key_len), nonce = random(12), aad = random(len % 41),
@@ -140,11 +142,7 @@ TEST_F(VectorAesGcmTest, AgreesWithOpenSslOnEveryLength) {
 // the last ended (mid-block too); and a record of 16 KiB, and a message of 1 MiB.
 TEST_F(VectorAesGcmTest, PiecesMatchTheWholeMessage) {
   std::mt19937 rng(11);
-  auto random = [&rng](size_t n) {
-    Bytes b(n);
-    for (auto& c : b) c = static_cast<unsigned char>(rng());
-    return b;
-  };
+  auto random = [&rng](size_t n) { return RandomBytes(rng, n); };
   for (size_t len : {size_t{300}, size_t{16385}, size_t{1} << 20}) {
     const Bytes key = random(16), nonce = random(12), aad = random(5), plain = random(len);
     VectorAesGcm gcm;
