@@ -9,7 +9,7 @@
 //
 //   bazel run -c opt //tests/bench:netsim_training_bench -- [--rate=1gbit] [--epochs=1]
 //       [--hidden=512,256] [--batch=128] [--optimizer=momentum|sgd] [--consistency=bsp|ssp:N]
-//       [--variants=topk1,topk1-both] [--out=FILE]                                   (as root)
+//       [--variants=topk1,topk1-both] [--cpu_threads=N] [--out=FILE]                 (as root)
 #include <unistd.h>
 
 #include <cstdio>
@@ -42,6 +42,11 @@ ABSL_FLAG(std::string, optimizer, "momentum",
 ABSL_FLAG(std::string, consistency, "bsp",
           "the job's consistency: bsp, or ssp:N (N >= 1: the worker pulls step n+1's weights "
           "while it computes step n and pushes step n while it computes step n+1)");
+ABSL_FLAG(int, cpu_threads, 1,
+          "compute threads of the worker's CPU backend and of the one-process run alike: 1 = "
+          "the worker's host has one of this machine's cores for its model and the server's "
+          "host the other, as separate hosts would; 0 = every core for both (then the worker's "
+          "threads share the cores with the server's host and both network stacks)");
 ABSL_FLAG(std::string, variants, "",
           "comma-separated names of the compressions to run after fp32 (empty: all)");
 
@@ -143,6 +148,9 @@ int Main() {
   o.servers = 1;
   o.workers = 1;
   o.rate = absl::GetFlag(FLAGS_rate);
+  // The worker computes with as many threads as the one-process run below (the cluster's
+  // default for its workers is one).
+  o.worker_args.push_back(absl::StrCat("--cpu_threads=", absl::GetFlag(FLAGS_cpu_threads)));
   auto cluster = NetsimCluster::Start("netsim_training_bench", o);
   if (!cluster.ok()) {
     std::fprintf(stderr, "cannot start the network: %s\n", cluster.status().ToString().c_str());
@@ -166,10 +174,10 @@ int Main() {
       absl::StrSplit(absl::GetFlag(FLAGS_variants), ',', absl::SkipEmpty());
   std::string report = absl::StrFormat(
       "Fashion-MNIST MLP (hidden %s, batch %d, %d epoch(s), %s, %s), 1 server x 1 worker, "
-      "links %s\n\n| compression | samples/s | vs fp32 | test accuracy |\n|---|---|---|---|\n",
+      "links %s, %d compute thread(s) in the worker and in one process (0 = every core)\n\n| compression | samples/s | vs fp32 | test accuracy |\n|---|---|---|---|\n",
       absl::GetFlag(FLAGS_hidden), absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_epochs),
       absl::GetFlag(FLAGS_optimizer) == "sgd" ? "SGD 0.1" : "momentum SGD",
-      absl::GetFlag(FLAGS_consistency), o.rate);
+      absl::GetFlag(FLAGS_consistency), o.rate, absl::GetFlag(FLAGS_cpu_threads));
   double base = 0;
   int index = 1;
   for (const Variant& v : variants) {
@@ -201,10 +209,10 @@ int Main() {
                           r.samples_per_sec / base, r.test_accuracy);
   }
   // The same job's model trained in this process, with no parameter server and no network (the
-  // CPU backend with all cores, as ps_worker's default), after the cluster's runs.
+  // CPU backend with --cpu_threads, as the worker's), after the cluster's runs.
   auto spec = scheduler::LoadJobYaml(JobYaml("one-process", variants[0]), "netsim_training_bench");
   auto fm = spec.ok() ? data::LoadFashionMnist("") : absl::StatusOr<data::FashionMnist>(spec.status());
-  auto one = fm.ok() ? bench::TrainInOneProcess(*spec, *fm, 0)
+  auto one = fm.ok() ? bench::TrainInOneProcess(*spec, *fm, absl::GetFlag(FLAGS_cpu_threads))
                      : absl::StatusOr<bench::OneProcessResult>(fm.status());
   if (!one.ok()) {
     std::fprintf(stderr, "one process: %s\n", one.status().ToString().c_str());
