@@ -17,8 +17,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "server/aes_gcm.h"
 #include "absl/time/clock.h"
+#include "server/aes_gcm.h"
 
 namespace pscluster {
 namespace {
