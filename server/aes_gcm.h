@@ -1,8 +1,9 @@
 // AES-GCM (NIST SP 800-38D) with the x86 vector instructions for AES and carry-less multiplication
-// on 512-bit registers (VAES, VPCLMULQDQ, AVX-512), for the records of the TLS data plane
+// (VAES, VPCLMULQDQ) on 512-bit registers with AVX-512, or on 256-bit ones with AVX2 where
+// AVX-512 is missing, for the records of the TLS data plane
 // (server/tls_stream.h). The system's OpenSSL 3.0 has no code path for these instructions and
-// seals about 4.5 GB/s per core with AES-NI on 128-bit registers; this runs four blocks per
-// instruction. Only the record layer's AES-128-GCM and AES-256-GCM use it, and only where
+// seals about 4.5 GB/s per core with AES-NI on 128-bit registers; this runs four (or two) blocks
+// per instruction. Only the record layer's AES-128-GCM and AES-256-GCM use it, and only where
 // Supported() says the CPU has every instruction it needs; everything else stays with OpenSSL.
 //
 // The operations are split the way a TLS record needs them: Crypt() XORs the counter-mode key
@@ -25,16 +26,21 @@ class VectorAesGcm {
   static constexpr size_t kNonceBytes = 12;
   static constexpr size_t kTagBytes = 16;
 
-  // Whether this CPU has AES-NI, PCLMULQDQ, AVX-512 F/BW/VL, VAES and VPCLMULQDQ (the build is
-  // x86-64). Nothing else may be called when it does not.
+  // Whether this CPU (the build being x86-64) has what the 256-bit code needs (AES-NI, PCLMULQDQ,
+  // AVX2, VAES, VPCLMULQDQ) or the 512-bit code (those and AVX-512 F/BW/VL): `bits` 256 or 512.
+  static bool Supports(int bits);
+  // Supports(256): the narrowest. Nothing else may be called when it is false.
   static bool Supported();
 
-  VectorAesGcm() = default;
+  // `bits`: the register width, 256 or 512; 0 = the widest this CPU supports.
+  explicit VectorAesGcm(int bits = 0);
+  int bits() const { return bits_; }
   ~VectorAesGcm();  // The round keys and powers of H are wiped.
   VectorAesGcm(const VectorAesGcm&) = delete;
   VectorAesGcm& operator=(const VectorAesGcm&) = delete;
 
-  // A 16- or 32-byte key (AES-128, AES-256); false for any other length.
+  // A 16- or 32-byte key (AES-128, AES-256); false for any other length, or when the CPU lacks
+  // the instructions of this width.
   bool SetKey(const unsigned char* key, size_t key_len);
 
   // XORs `n` bytes of `in` with the key stream of `nonce`, starting at byte `pos` of the message,
@@ -49,9 +55,10 @@ class VectorAesGcm {
  private:
   alignas(64) unsigned char round_keys_[15 * 16] = {};
   // H^32 .. H^1 (H = AES(K, 0)), byte-reversed: block i of a group of 32 multiplies by
-  // H^(32 - i).
-  alignas(64) unsigned char h_powers_[32 * 16] = {};
+  // H^(32 - i); then the same powers with their two halves XORed (for Karatsuba).
+  alignas(64) unsigned char h_powers_[2 * 32 * 16] = {};
   int rounds_ = 0;
+  const int bits_;
 };
 
 }  // namespace pscluster

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace pscluster {
@@ -57,18 +58,30 @@ std::pair<Bytes, Bytes> VectorSeal(const VectorAesGcm& gcm, const Bytes& nonce, 
   return {out, tag};
 }
 
-class VectorAesGcmTest : public ::testing::Test {
+// Each register width: 512-bit (AVX-512) and 256-bit (AVX2), each where the CPU has it.
+class VectorAesGcmTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    if (!VectorAesGcm::Supported()) {
-      GTEST_SKIP() << "this CPU lacks VAES, VPCLMULQDQ or AVX-512: the TLS records use OpenSSL";
+    if (!VectorAesGcm::Supports(GetParam())) {
+      GTEST_SKIP() << "this CPU lacks what the " << GetParam()
+                   << "-bit code needs (VAES, VPCLMULQDQ, AVX2 or AVX-512)";
     }
   }
 };
 
+INSTANTIATE_TEST_SUITE_P(Widths, VectorAesGcmTest, ::testing::Values(256, 512),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("Bits", info.param);
+                         });
+
+TEST(VectorAesGcmWidthTest, TheDefaultIsTheWidestSupported) {
+  if (!VectorAesGcm::Supported()) GTEST_SKIP() << "no VAES/VPCLMULQDQ on this CPU";
+  EXPECT_EQ(VectorAesGcm().bits(), VectorAesGcm::Supports(512) ? 512 : 256);
+}
+
 // The test vectors of "The Galois/Counter Mode of Operation (GCM)" (McGrew and Viega), test
 // cases 1 to 4 (AES-128) and 13 to 16 (AES-256), 96-bit IVs.
-TEST_F(VectorAesGcmTest, MatchesTheSpecificationsTestVectors) {
+TEST_P(VectorAesGcmTest, MatchesTheSpecificationsTestVectors) {
   struct Case {
     const char* key;
     const char* iv;
@@ -110,7 +123,7 @@ TEST_F(VectorAesGcmTest, MatchesTheSpecificationsTestVectors) {
   int n = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "case " << n++);
-    VectorAesGcm gcm;
+    VectorAesGcm gcm(GetParam());
     const Bytes key = Hex(c.key);
     ASSERT_TRUE(gcm.SetKey(key.data(), key.size()));
     const auto [cipher, tag] = VectorSeal(gcm, Hex(c.iv), Hex(c.aad), Hex(c.plain));
@@ -121,14 +134,14 @@ TEST_F(VectorAesGcmTest, MatchesTheSpecificationsTestVectors) {
 
 // Every length from 0 to 1,100 bytes (all the register and tail paths), additional data of 0 to
 // 40 bytes, both key sizes, random keys and nonces: the same bytes and tag as OpenSSL.
-TEST_F(VectorAesGcmTest, AgreesWithOpenSslOnEveryLength) {
+TEST_P(VectorAesGcmTest, AgreesWithOpenSslOnEveryLength) {
   std::mt19937 rng(7);
   auto random = [&rng](size_t n) { return RandomBytes(rng, n); };
   for (size_t key_len : {16, 32}) {
     for (size_t len = 0; len <= 1100; ++len) {
       const Bytes key = random(key_len), nonce = random(12), aad = random(len % 41),
                   plain = random(len);
-      VectorAesGcm gcm;
+      VectorAesGcm gcm(GetParam());
       ASSERT_TRUE(gcm.SetKey(key.data(), key.size()));
       const auto expected = OpenSslSeal(key, nonce, aad, plain);
       const auto got = VectorSeal(gcm, nonce, aad, plain);
@@ -140,12 +153,12 @@ TEST_F(VectorAesGcmTest, AgreesWithOpenSslOnEveryLength) {
 
 // A TLS record as the record layer seals it: in pieces from several buffers, each starting where
 // the last ended (mid-block too); and a record of 16 KiB, and a message of 1 MiB.
-TEST_F(VectorAesGcmTest, PiecesMatchTheWholeMessage) {
+TEST_P(VectorAesGcmTest, PiecesMatchTheWholeMessage) {
   std::mt19937 rng(11);
   auto random = [&rng](size_t n) { return RandomBytes(rng, n); };
   for (size_t len : {size_t{300}, size_t{16385}, size_t{1} << 20}) {
     const Bytes key = random(16), nonce = random(12), aad = random(5), plain = random(len);
-    VectorAesGcm gcm;
+    VectorAesGcm gcm(GetParam());
     ASSERT_TRUE(gcm.SetKey(key.data(), key.size()));
     const auto expected = OpenSslSeal(key, nonce, aad, plain);
     for (int trial = 0; trial < 20; ++trial) {
@@ -167,10 +180,10 @@ TEST_F(VectorAesGcmTest, PiecesMatchTheWholeMessage) {
 }
 
 // One flipped bit anywhere changes the tag; a wrong key length is refused.
-TEST_F(VectorAesGcmTest, AnyChangeChangesTheTagAndBadKeysAreRefused) {
+TEST_P(VectorAesGcmTest, AnyChangeChangesTheTagAndBadKeysAreRefused) {
   const Bytes key(16, 0x42), nonce(12, 0x17), aad = {23, 3, 3, 1, 0};
   Bytes ct(200, 0x5a), tag(16), other(16);
-  VectorAesGcm gcm;
+  VectorAesGcm gcm(GetParam());
   ASSERT_TRUE(gcm.SetKey(key.data(), key.size()));
   gcm.Tag(nonce.data(), aad.data(), aad.size(), ct.data(), ct.size(), tag.data());
   for (size_t bit = 0; bit < ct.size() * 8; bit += 7) {
@@ -179,7 +192,7 @@ TEST_F(VectorAesGcmTest, AnyChangeChangesTheTagAndBadKeysAreRefused) {
     EXPECT_NE(other, tag) << "bit " << bit;
     ct[bit / 8] ^= static_cast<unsigned char>(1 << (bit % 8));
   }
-  VectorAesGcm bad;
+  VectorAesGcm bad(GetParam());
   EXPECT_FALSE(bad.SetKey(key.data(), 24));
   EXPECT_FALSE(bad.SetKey(key.data(), 0));
 }
