@@ -70,8 +70,8 @@ ABSL_FLAG(int, data_spin_us, 50,
           "sleeps (0 = never; saves waking an idle core between the chunks of a round)");
 ABSL_FLAG(bool, tls_vector_aes, true,
           "TLS data plane: seal and open AES-GCM records with this CPU's vector AES and "
-          "carry-less multiply instructions (VAES, VPCLMULQDQ, AVX-512) where it has them, "
-          "3x OpenSSL 3.0's rate; false: OpenSSL does every record (e.g. where only a "
+          "carry-less multiply instructions (VAES, VPCLMULQDQ; on AVX-512 or AVX2) where it "
+          "has them, 2-4x OpenSSL 3.0's rate; false: OpenSSL does every record (e.g. where only a "
           "validated OpenSSL module may do the crypto)");
 ABSL_FLAG(absl::Duration, data_auth_timeout, absl::Seconds(30),
           "TCP/Unix data plane: a connection must authenticate (in TLS, finish its handshake "

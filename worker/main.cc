@@ -54,8 +54,8 @@ ABSL_FLAG(int, data_spin_us, 50,
           "before it sleeps (0 = never)");
 ABSL_FLAG(bool, tls_vector_aes, true,
           "TLS data plane: seal and open AES-GCM records with this CPU's vector AES and "
-          "carry-less multiply instructions (VAES, VPCLMULQDQ, AVX-512) where it has them, "
-          "3x OpenSSL 3.0's rate; false: OpenSSL does every record (e.g. where only a "
+          "carry-less multiply instructions (VAES, VPCLMULQDQ; on AVX-512 or AVX2) where it "
+          "has them, 2-4x OpenSSL 3.0's rate; false: OpenSSL does every record (e.g. where only a "
           "validated OpenSSL module may do the crypto)");
 ABSL_FLAG(int, data_shm_mib, 16,
           "Unix data socket: offer the server shared memory with two rings of this many MiB "
