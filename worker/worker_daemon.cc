@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "common/path_root.h"
 #include "kernels/device_probe.h"
+#include "server/tls_stream.h"
 
 namespace pscluster::worker {
 
@@ -115,8 +116,13 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(WorkerDaemonOp
     absl::Status s = WriteFileAtomically(options.port_file, d->address_ + "\n");
     if (!s.ok()) return s;
   }
-  log->info("ps_worker serving on {} (scheduler {}, device {})", d->address_,
-            options.scheduler_address, d->device_);
+  log->info("ps_worker serving on {} (scheduler {}, device {}{})", d->address_,
+            options.scheduler_address, d->device_,
+            !topts.channel.tls.enabled() ? ""
+            : TlsIo::UsesVectorAes()
+                ? "; TLS data records in AES-GCM on the CPU's VAES/VPCLMULQDQ"
+                : "; TLS data records by OpenSSL (--tls_vector_aes=false or no VAES/VPCLMULQDQ "
+                  "on this CPU)");
   return d;
 }
 

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
+#include "server/tls_stream.h"
 #include "tests/cluster/e2e_cluster.h"
 
 namespace pscluster::testing {
@@ -102,8 +103,12 @@ TEST(E2eUpSecuredTest, ADetachedLocalClusterIsSecuredAndPsctlUsesItsToken) {
   // send it: the cluster would not come up otherwise).
   const std::string mine = dir + "/mine.token";
   std::ofstream(mine) << "my-own-token-0123456789abcdef\n";
-  CommandResult up =
-      RunCommand(PsctlBinary(), UpArgs(work, {"--token_file=" + mine}), absl::Seconds(90));
+  // The workers leave their TLS records to OpenSSL (--tls_vector_aes=false); the servers do not.
+  CommandResult up = RunCommand(
+      PsctlBinary(),
+      UpArgs(work, {"--token_file=" + mine,
+                    "--worker_args=--cpu_threads=1 --tls_vector_aes=false"}),
+      absl::Seconds(90));
   ASSERT_EQ(up.exit_code, 0) << up.output;
   const std::string creds = work + "/credentials";
   EXPECT_THAT(ReadFile(creds + "/tokens").value_or(""), HasSubstr(" psctl-user admin,viewer"));
@@ -130,6 +135,15 @@ TEST(E2eUpSecuredTest, ADetachedLocalClusterIsSecuredAndPsctlUsesItsToken) {
     EXPECT_THAT(log, HasSubstr("callers authenticated (bearer tokens and client certificates)"))
         << name;
     EXPECT_THAT(log, Not(HasSubstr("authentication is OFF"))) << name;
+  }
+  for (const char* name : {"worker-1", "worker-2"}) {
+    EXPECT_THAT(ReadFile(absl::StrCat(work, "/logs/", name, ".log")).value_or(""),
+                HasSubstr("; TLS data records by OpenSSL (--tls_vector_aes=false"))
+        << name;
+  }
+  if (TlsIo::UsesVectorAes()) {
+    EXPECT_THAT(ReadFile(work + "/logs/server-1.log").value_or(""),
+                HasSubstr(", TLS records in AES-GCM on the CPU's VAES/VPCLMULQDQ"));
   }
 
   auto server_port = ReadFile(work + "/ports/server-1.port");
