@@ -9,11 +9,13 @@
 #include <openssl/ssl.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <sstream>
+#include <mutex>
 #include <thread>
 
 #include <cstdlib>
@@ -298,11 +300,15 @@ TEST_F(TlsDataPlaneTest, AnAlteredRecordClosesOnlyItsConnectionAndIsLogged) {
   const int server_fd = Dial(tls.server(0)->data_port());
   std::atomic<bool> stop{false};
   std::atomic<size_t> sent_up{0}, flip_at{~size_t{0}};
+  // Held while the relay takes bytes off the client's side and counts them, so that the test can
+  // see when every byte of the handshake has been counted.
+  std::mutex relay_mu;
   std::thread relay([&] {
     char buf[65536];
     while (!stop) {
       pollfd p[2] = {{a[1], POLLIN, 0}, {server_fd, POLLIN, 0}};
       if (poll(p, 2, 20) <= 0) continue;
+      std::lock_guard<std::mutex> hold(relay_mu);
       for (int side = 0; side < 2; ++side) {
         if (!(p[side].revents & (POLLIN | POLLHUP))) continue;
         const int from = side == 0 ? a[1] : server_fd, to = side == 0 ? server_fd : a[1];
@@ -325,7 +331,19 @@ TEST_F(TlsDataPlaneTest, AnAlteredRecordClosesOnlyItsConnectionAndIsLogged) {
   {
     TlsIo io(a[0], **ctx, "127.0.0.1");
     ASSERT_TRUE(io.Handshake(absl::Now() + absl::Seconds(10)).ok());
-    flip_at = sent_up.load() + 5 + 3;  // Inside the first record after the handshake.
+    // Inside the first record after the handshake: once the relay has counted every byte the
+    // handshake wrote (its side of the pair empty, the relay between two reads).
+    for (bool armed = false; !armed;) {
+      {
+        std::lock_guard<std::mutex> hold(relay_mu);
+        int queued = 1;
+        if (ioctl(a[1], FIONREAD, &queued) == 0 && queued == 0) {
+          flip_at = sent_up.load() + 5 + 3;
+          armed = true;
+        }
+      }
+      if (!armed) absl::SleepFor(absl::Milliseconds(1));
+    }
     const std::string bytes(64, 'x');
     iovec v{const_cast<char*>(bytes.data()), bytes.size()};
     ASSERT_EQ(io.Send(&v, 1, /*dontwait=*/false), 64);
