@@ -240,6 +240,7 @@ float* SparseTable::FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget,
             spilled.size(), " bytes for row ", key, ", expected ", 24 + row_bytes));
       } else {
         read_error = store_ptr_.load()->Delete(key);
+        if (read_error.ok()) NoteDiskChange(s, key);
       }
     }
     if (!read_error.ok()) {

@@ -22,6 +22,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -247,10 +248,26 @@ class SparseTable {
     std::vector<uint8_t> referenced ABSL_GUARDED_BY(mu);
     std::vector<uint16_t> pins ABSL_GUARDED_BY(mu);
     uint32_t hand ABSL_GUARDED_BY(mu) = 0;  // The clock hand: next row id to look at.
-    // Counts the spills from this stripe: what a caller read from disk for it stays true while
-    // this does not change.
-    uint64_t spill_gen ABSL_GUARDED_BY(mu) = 0;
+    // Counts the changes to this stripe's rows on disk (a row spilled, updated where it lies,
+    // brought back or freed): what a call read from disk for the stripe stays true while this
+    // does not move, and for one key while the key is not among the changes since.
+    uint64_t disk_gen ABSL_GUARDED_BY(mu) = 0;
+    // The calls holding what they read from disk between their two phases, and while there are
+    // any, the keys changed on disk with the disk_gen of each change, oldest first (at most
+    // kDiskChangesKept; changes at gens <= disk_changes_floor are not among them).
+    uint32_t readers ABSL_GUARDED_BY(mu) = 0;
+    std::vector<std::pair<uint64_t, uint64_t>> disk_changes ABSL_GUARDED_BY(mu);
+    uint64_t disk_changes_floor ABSL_GUARDED_BY(mu) = 0;
   };
+  static constexpr size_t kDiskChangesKept = 8192;
+  // Records a change to `key`'s row on disk in `s` (see Stripe::disk_gen).
+  static void NoteDiskChange(Stripe* s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+  // The keys of `s` whose rows on disk changed since disk_gen was `gen`: false when that is not
+  // known (then any may have), else true with *keys set (empty when none did).
+  static bool DiskChangesSince(const Stripe* s, uint64_t gen, absl::flat_hash_set<uint64_t>* keys)
+      ABSL_SHARED_LOCKS_REQUIRED(s->mu);
+  // A call done with what it read from `s` between its phases.
+  static void EndDiskRead(Stripe* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
   // Stripe positions of `keys` sorted by stripe: order[count[s] .. count[s+1]) are stripe s's.
   static void SortByStripe(absl::Span<const uint64_t> keys, int* count,
                            std::vector<uint32_t>* order);
@@ -266,8 +283,8 @@ class SparseTable {
   // budget is exhausted.
   // With a disk tier, a row found there is brought back (*loaded set) instead of made; a disk
   // error leaves nothing changed and comes back in *error (nullptr returned).
-  // `known` (optional): what the disk holds for `key`, read since s->spill_gen last changed
-  // (empty: nothing), so that it is not read again.
+  // `known` (optional): what the disk holds for `key` (empty: nothing), read since its last
+  // change there (Stripe::disk_gen), so that it is not read again.
   float* FindOrCreate(Stripe* s, uint64_t key, MemoryBudget* budget, uint64_t* reserved,
                       int64_t** updates, bool* loaded = nullptr, absl::Status* error = nullptr,
                       const std::string* known = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);

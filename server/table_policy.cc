@@ -50,12 +50,18 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
   std::vector<uint8_t> pinned(tiered() ? keys.size() : 0);
   // Rows on disk that this push updates where they are (their first push there lately).
   std::vector<uint8_t> in_place(tiered() ? keys.size() : 0);
+  // Stripes whose disk reads this call holds (Stripe::readers) until its phase 2 is done there.
+  std::vector<uint8_t> reading(tiered() ? kStripes : 0);
   auto unpin = [&] {
     if (!tiered()) return;
     for (int s = 0; s < kStripes; ++s) {
       if (count[s] == count[s + 1]) continue;
       Stripe* st = &stripes_[s];
       absl::MutexLock l(&st->mu);
+      if (reading[s]) {
+        EndDiskRead(st);
+        reading[s] = 0;
+      }
       for (int j = count[s]; j < count[s + 1]; ++j) {
         if (!pinned[order[j]]) continue;
         auto it = st->index.find(keys[order[j]]);
@@ -63,8 +69,9 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
       }
     }
   };
-  // What phase 1 read from disk (per key: the row, or empty for none), valid in phase 2 while
-  // the stripe's spill_gen has not moved.
+  // What phase 1 read from disk (per key: the row, or empty for none), valid in phase 2 unless
+  // the key's row on disk changed since (another call's spill, update there, or the row brought
+  // back): the stripe's disk_gen then, and the keys it changed for (Stripe::disk_changes).
   std::vector<std::string> on_disk(tiered() ? keys.size() : 0);
   std::vector<uint64_t> gen(tiered() ? kStripes : 0);
   std::vector<size_t> missed;
@@ -76,7 +83,9 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
     Stripe* st = &stripes_[s];
     absl::MutexLock l(&st->mu);
     if (tiered()) {
-      gen[s] = st->spill_gen;
+      gen[s] = st->disk_gen;
+      ++st->readers;
+      reading[s] = 1;
       // The stripe's keys not in memory, read from disk in one batched lookup.
       RowStore* store = store_ptr_.load(std::memory_order_acquire);
       missed.clear();
@@ -169,11 +178,15 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
   std::vector<float> g(width), cold(row_floats_);
   std::vector<std::pair<uint64_t, std::string>> write_back;  // Rows updated on disk.
   uint64_t made = 0, counted = 0, restarted = 0;
+  absl::flat_hash_set<uint64_t> changed;  // A stripe's keys changed on disk since phase 1.
   for (int s = 0; s < kStripes; ++s) {
     if (count[s] == count[s + 1]) continue;
     Stripe* st = &stripes_[s];
     absl::ReleasableMutexLock l(&st->mu);
     write_back.clear();
+    const bool changes_known = tiered() && DiskChangesSince(st, gen[s], &changed);
+    // Whether what phase 1 read of keys[i] is still what the disk holds.
+    auto read_holds = [&](size_t i) { return changes_known && !changed.contains(keys[i]); };
     for (int j = count[s]; j < count[s + 1]; ++j) {
       const size_t i = order[j];
       const uint8_t d = static_cast<uint8_t>(decided[i]);
@@ -184,9 +197,9 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
       std::string v;
       absl::Status disk_read;
       if (!in_place.empty() && in_place[i] && !st->index.contains(keys[i])) {
-        // Read again if a spill since may have changed it (brought back by another push and
-        // spilled again: then it is on disk still).
-        if (st->spill_gen == gen[s]) {
+        // Read again if its row on disk changed since phase 1 (another push updated it there,
+        // or brought it back and spilled it again).
+        if (read_holds(i)) {
           v = std::move(on_disk[i]);
         } else if (!ReadSpilled(keys[i], &v, &disk_read)) {
           v.clear();
@@ -231,7 +244,7 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
       int64_t* updates = nullptr;
       bool loaded = false;
       absl::Status disk;
-      const std::string* known = tiered() && st->spill_gen == gen[s] ? &on_disk[i] : nullptr;
+      const std::string* known = tiered() && read_holds(i) ? &on_disk[i] : nullptr;
       float* row =
           FindOrCreate(st, keys[i], budget, &reserved, &updates, &loaded, &disk, known);
       if (row == nullptr) {  // A disk error; else not reached: phase 1 reserved every row.
@@ -272,7 +285,12 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
                                                      "': updating rows on disk: ",
                                                      put.message()));
       }
+      for (const auto& [key, v] : write_back) NoteDiskChange(st, key);
       updated_on_disk_.fetch_add(write_back.size(), std::memory_order_relaxed);
+    }
+    if (tiered() && reading[s]) {
+      EndDiskRead(st);
+      reading[s] = 0;
     }
   }
   budget->Release(reserved);
@@ -330,8 +348,8 @@ uint64_t SparseTable::SweepExpiredOnDisk(int64_t min_clock, int64_t now_ms) {
   std::string v;
   for (uint64_t key : candidates) {
     // Under the key's stripe lock, checked again: a push may have brought the row back or
-    // touched it since. A push that read it before keeps its copy only while the stripe's
-    // spill_gen stands still, so the change is made visible there.
+    // touched it since. A push that read it before keeps its copy only while the change is not
+    // noted in the stripe (Stripe::disk_gen).
     Stripe* st = &stripes_[StripeOf(key)];
     absl::MutexLock l(&st->mu);
     if (st->index.contains(key) || !store->Get(key, &v) || !collectable(v)) continue;
@@ -341,7 +359,7 @@ uint64_t SparseTable::SweepExpiredOnDisk(int64_t min_clock, int64_t now_ms) {
                               info_->spec.name(), s.ToString());
       continue;
     }
-    ++st->spill_gen;
+    NoteDiskChange(st, key);
     rows_on_disk_.fetch_sub(1, std::memory_order_relaxed);
     ++freed;
   }

@@ -14,6 +14,35 @@ void SparseTable::NoteRowLive(Stripe* s, uint32_t id) {
   s->pins[id] = 0;
 }
 
+void SparseTable::NoteDiskChange(Stripe* s, uint64_t key) {
+  ++s->disk_gen;
+  if (s->readers == 0) return;  // No call holds an older read.
+  if (s->disk_changes.size() >= kDiskChangesKept) {
+    const size_t drop = s->disk_changes.size() / 2;
+    s->disk_changes_floor = s->disk_changes[drop - 1].first;
+    s->disk_changes.erase(s->disk_changes.begin(), s->disk_changes.begin() + drop);
+  }
+  s->disk_changes.emplace_back(s->disk_gen, key);
+}
+
+bool SparseTable::DiskChangesSince(const Stripe* s, uint64_t gen,
+                                   absl::flat_hash_set<uint64_t>* keys) {
+  keys->clear();
+  if (s->disk_gen == gen) return true;
+  if (gen < s->disk_changes_floor) return false;
+  for (auto it = s->disk_changes.rbegin(); it != s->disk_changes.rend() && it->first > gen; ++it) {
+    keys->insert(it->second);
+  }
+  return true;
+}
+
+void SparseTable::EndDiskRead(Stripe* s) {
+  if (--s->readers == 0) {
+    s->disk_changes.clear();
+    s->disk_changes_floor = s->disk_gen;
+  }
+}
+
 bool SparseTable::ReadSpilled(uint64_t key, std::string* value, absl::Status* error) const {
   RowStore* store = store_ptr_.load(std::memory_order_acquire);
   if (store == nullptr || rows_on_disk_.load(std::memory_order_relaxed) == 0) return false;
@@ -129,8 +158,8 @@ uint64_t SparseTable::SpillFrom(Stripe* s, uint64_t want, bool hot_too, MemoryBu
                                                    "': spilling rows: ", put.message()));
     return 0;
   }
-  ++s->spill_gen;
   for (uint32_t id : victims) {
+    NoteDiskChange(s, s->keys[id]);
     s->index.erase(s->keys[id]);
     s->free_ids.push_back(id);
   }
