@@ -283,11 +283,9 @@ TEST(TierConcurrencyTest, ConcurrentPushesOfRowsOnDiskLoseNoUpdate) {
   // Adagrad with one gradient value: a row after n updates does not depend on their order, so
   // every row equals an uncapped table's pushed as often.
   Table ram(v1::EmbeddingSpec(), 0, "");
+  auto quarter = [](size_t, size_t k, float* out) { std::fill(out, out + k, 0.25f); };
   for (int i = 0; i < kThreads * kRounds; ++i) {
-    ASSERT_TRUE(ram.table
-                    .Apply(keys, [](size_t, size_t k, float* out) { std::fill(out, out + k, 0.25f); },
-                           &ram.budget, 0)
-                    .ok());
+    ASSERT_TRUE(ram.table.Apply(keys, quarter, &ram.budget, 0).ok());
   }
   ExpectSameRows(ram.All(), all, /*steps=*/false);
 }
