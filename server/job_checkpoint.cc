@@ -391,8 +391,6 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(CheckpointSource
     return source.Read(data_start + off, static_cast<size_t>(n), into);
   };
   constexpr uint64_t kRowsPerPiece = 65536;
-  // Rows restored straight to a disk tier go in writes of this many (a few hundred KiB).
-  constexpr size_t kRowsPerDiskWrite = 2048;
 
   // Validate every table section before anything changes.
   std::vector<uint32_t> table_of(h.tables_size());
@@ -511,10 +509,11 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(CheckpointSource
       const size_t row_bytes = row_floats * sizeof(float);
       std::vector<float> row(row_floats);
       // A table with a disk tier takes rows into memory while it has room, then the rest
-      // straight to disk, a piece at a time (not each into memory and spilled again).
+      // straight to disk as whole files of its store (not each into memory and spilled again,
+      // nor through the store's memtables: the file's rows come in ascending key order).
       const bool tiered = t.sparse->tiered();
       bool memory_full = false;
-      std::vector<std::pair<uint64_t, std::string>> to_disk;
+      std::unique_ptr<SparseTable::DiskLoad> to_disk;
       for (uint64_t first = 0; first < ct.rows(); first += kRowsPerPiece) {
         const uint64_t n = std::min(kRowsPerPiece, ct.rows() - first);
         auto keys = read(ct.keys_offset() + 8 * first, 8 * n, &scratch);
@@ -542,20 +541,22 @@ absl::StatusOr<std::pair<int64_t, uint32_t>> Job::RestoreLocked(CheckpointSource
             if (!memory_full) budget_->Release(row_bytes);
           }
           if (memory_full) {
-            to_disk.emplace_back(k, t.sparse->EncodeDiskRow(u, last_step, row.data()));
-            if (to_disk.size() == kRowsPerDiskWrite || r + 1 == n) {
-              absl::Status s = t.sparse->PutRowsOnDisk(to_disk);
-              if (!s.ok()) return s;
-              to_disk.clear();
+            if (to_disk == nullptr) {
+              auto load = t.sparse->StartDiskLoad();
+              if (!load.ok()) return load.status();
+              to_disk = std::move(*load);
             }
+            absl::Status s = to_disk->Add(k, u, last_step, row.data());
+            if (!s.ok()) return s;
             continue;
           }
           absl::Status s = t.sparse->PutRow(k, u, row.data(), budget_, last_step);
           if (!s.ok()) return s;
         }
-        absl::Status s = t.sparse->PutRowsOnDisk(to_disk);
+      }
+      if (to_disk != nullptr) {
+        absl::Status s = to_disk->Finish();
         if (!s.ok()) return s;
-        to_disk.clear();
       }
       if (ct.admit_sketch_bytes() != 0) {
         // Added, not replaced: a recovery restores one file per former server (disjoint keys)

@@ -13,6 +13,7 @@
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
+#include "rocksdb/sst_file_writer.h"
 #include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 
@@ -100,7 +101,8 @@ static std::shared_ptr<rocksdb::Cache> SharedBlockCache() {
   return cache;
 }
 
-RowStore::RowStore(std::string path, rocksdb::DB* db) : path_(std::move(path)), db_(db) {}
+RowStore::RowStore(std::string path, rocksdb::DB* db, std::unique_ptr<rocksdb::Options> options)
+    : path_(std::move(path)), db_(db), options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<RowStore>> RowStore::Open(const std::string& path) {
   rocksdb::Options o;
@@ -130,7 +132,8 @@ absl::StatusOr<std::unique_ptr<RowStore>> RowStore::Open(const std::string& path
     return absl::FailedPreconditionError(
         absl::StrCat("disk tier ", path, ": cannot open a database there: ", s.ToString()));
   }
-  return std::unique_ptr<RowStore>(new RowStore(path, db));
+  return std::unique_ptr<RowStore>(
+      new RowStore(path, db, std::make_unique<rocksdb::Options>(o)));
 }
 
 RowStore::~RowStore() {
@@ -201,6 +204,69 @@ void RowStore::ForEachFrom(uint64_t start, absl::FunctionRef<bool(uint64_t, absl
   for (it->Seek(rocksdb::Slice(from.data(), from.size())); it->Valid(); it->Next()) {
     if (!f(KeyOf(it->key()), absl::string_view(it->value().data(), it->value().size()))) return;
   }
+}
+
+}  // namespace pscluster
+
+namespace pscluster {
+
+RowStore::BulkLoad::BulkLoad(RowStore* store) : store_(store) {}
+
+RowStore::BulkLoad::~BulkLoad() {
+  if (!file_.empty()) {
+    writer_.reset();
+    unlink(file_.c_str());
+  }
+}
+
+absl::Status RowStore::BulkLoad::Add(uint64_t key, absl::string_view value, uint64_t* added) {
+  *added = 0;
+  if (!file_.empty() && (key <= last_key_ || bytes_ >= kFileBytes)) {
+    absl::Status s = AddFile(added);
+    if (!s.ok()) return s;
+  }
+  if (file_.empty()) {
+    file_ = absl::StrCat(store_->path_, "/bulk-", store_->bulk_loads_.fetch_add(1), ".sst");
+    writer_ = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), *store_->options_);
+    absl::Status s = FromRocks(writer_->Open(file_), store_->path_, "writing a table file");
+    if (!s.ok()) {
+      writer_.reset();
+      unlink(file_.c_str());
+      file_.clear();
+      return s;
+    }
+  }
+  absl::Status s = FromRocks(
+      writer_->Put(KeyBytes(key), rocksdb::Slice(value.data(), value.size())), store_->path_,
+      "writing a table file");
+  if (!s.ok()) return s;
+  last_key_ = key;
+  ++rows_;
+  bytes_ += 8 + value.size();
+  return absl::OkStatus();
+}
+
+absl::Status RowStore::BulkLoad::AddFile(uint64_t* added) {
+  absl::Status s = FromRocks(writer_->Finish(), store_->path_, "writing a table file");
+  writer_.reset();
+  if (s.ok()) {
+    rocksdb::IngestExternalFileOptions o;
+    o.move_files = true;  // Linked into the database, not copied.
+    o.write_global_seqno = false;
+    s = FromRocks(store_->db_->IngestExternalFile({file_}, o), store_->path_,
+                  "adding a table file");
+  }
+  unlink(file_.c_str());  // Gone already once moved in.
+  file_.clear();
+  if (s.ok()) *added += rows_;
+  rows_ = 0;
+  bytes_ = 0;
+  return s;
+}
+
+absl::Status RowStore::BulkLoad::Finish(uint64_t* added) {
+  *added = 0;
+  return file_.empty() ? absl::OkStatus() : AddFile(added);
 }
 
 }  // namespace pscluster

@@ -7,6 +7,7 @@
 #ifndef PSCLUSTER_SERVER_ROW_STORE_H_
 #define PSCLUSTER_SERVER_ROW_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,7 +22,9 @@
 
 namespace rocksdb {
 class DB;
-}
+class SstFileWriter;
+struct Options;
+}  // namespace rocksdb
 
 namespace pscluster {
 
@@ -50,6 +53,32 @@ class RowStore {
                    absl::FunctionRef<bool(uint64_t key, absl::string_view value)> f);
   const std::string& path() const { return path_; }
 
+  // Rows written as whole table files and added to the database (RocksDB's SstFileWriter and
+  // IngestExternalFile), for a restore: no memtable, no write-ahead log, and no compaction of
+  // what it writes where its keys do not overlap rows already there. Rows come in ascending key
+  // order where the caller can: a key not above the one before starts another file, so that any
+  // order is still right (a later row of a key replaces an earlier one), only slower. Rows are
+  // in the database once their file is: when it reaches kFileBytes, or at Finish().
+  class BulkLoad {
+   public:
+    static constexpr uint64_t kFileBytes = 64 << 20;
+    ~BulkLoad();  // Removes a file not added.
+    // *added: how many rows (of this and earlier calls) this call put into the database.
+    absl::Status Add(uint64_t key, absl::string_view value, uint64_t* added);
+    absl::Status Finish(uint64_t* added);
+
+   private:
+    friend class RowStore;
+    explicit BulkLoad(RowStore* store);
+    absl::Status AddFile(uint64_t* added);
+    RowStore* const store_;
+    std::unique_ptr<rocksdb::SstFileWriter> writer_;
+    std::string file_;  // The file being written ("" when none).
+    uint64_t rows_ = 0, bytes_ = 0, last_key_ = 0;
+    int files_ = 0;
+  };
+  std::unique_ptr<BulkLoad> StartBulkLoad() { return std::unique_ptr<BulkLoad>(new BulkLoad(this)); }
+
   // Removes the databases directly under `spill_dir` that no live process holds open (RocksDB
   // keeps an fcntl lock on each database's LOCK file while it is open): the disk tiers of
   // servers that were killed. A process does not see its own locks, so this process's own
@@ -58,9 +87,11 @@ class RowStore {
   static absl::StatusOr<std::vector<std::string>> RemoveAbandoned(const std::string& spill_dir);
 
  private:
-  RowStore(std::string path, rocksdb::DB* db);
+  RowStore(std::string path, rocksdb::DB* db, std::unique_ptr<rocksdb::Options> options);
   std::string path_;
   std::unique_ptr<rocksdb::DB> db_;
+  std::unique_ptr<rocksdb::Options> options_;  // The database's, for the files of a BulkLoad.
+  std::atomic<int> bulk_loads_{0};              // Names their files apart.
 };
 
 }  // namespace pscluster

@@ -218,9 +218,26 @@ class SparseTable {
   absl::Status PutRow(uint64_t key, int64_t updates, const float* row, MemoryBudget* budget,
                       int64_t step = 0);
   // A tiered table: rows held in neither tier (exclusive access; a restore after DropShards)
-  // written straight to the disk tier in one batch, none of them passing through memory, each
-  // encoded by EncodeDiskRow. Errors name the table and the directory; nothing is counted then.
-  absl::Status PutRowsOnDisk(const std::vector<std::pair<uint64_t, std::string>>& rows);
+  // written straight to the disk tier, none of them passing through memory, in ascending key
+  // order where the caller can (faster; any order is right): as whole files of the disk tier
+  // (RowStore::BulkLoad), counted as each file is added. Add the rows, then Finish. Errors name
+  // the table and the directory.
+  class DiskLoad {
+   public:
+    absl::Status Add(uint64_t key, int64_t updates, int64_t last_step, const float* row);
+    absl::Status Finish();
+
+   private:
+    friend class SparseTable;
+    DiskLoad(SparseTable* table, std::unique_ptr<RowStore::BulkLoad> load)
+        : table_(table), load_(std::move(load)) {}
+    absl::Status Added(absl::Status s, uint64_t added);
+    SparseTable* const table_;
+    std::unique_ptr<RowStore::BulkLoad> load_;
+    int64_t max_last_step_ = 0;  // Of the rows added.
+  };
+  // FAILED_PRECONDITION for a table without a disk tier.
+  absl::StatusOr<std::unique_ptr<DiskLoad>> StartDiskLoad();
   // A row as the disk tier keeps it: updates, the step of its last push, the time of this call,
   // then its floats (weights and optimizer slots).
   std::string EncodeDiskRow(int64_t updates, int64_t last_step, const float* row) const;

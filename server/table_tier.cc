@@ -75,31 +75,41 @@ absl::Status SparseTable::OpenStore() {
   return absl::OkStatus();
 }
 
-absl::Status SparseTable::PutRowsOnDisk(const std::vector<std::pair<uint64_t, std::string>>& rows) {
-  if (rows.empty()) return absl::OkStatus();
+absl::StatusOr<std::unique_ptr<SparseTable::DiskLoad>> SparseTable::StartDiskLoad() {
   if (!tiered()) {
     return absl::FailedPreconditionError(
         absl::StrCat("table '", info_->spec.name(), "' has no disk tier"));
   }
   absl::Status opened = OpenStore();
   if (!opened.ok()) return opened;
-  absl::Status put = store_ptr_.load()->PutAll(rows);
-  if (!put.ok()) {
-    return absl::Status(put.code(), absl::StrCat("table '", info_->spec.name(),
-                                                 "': restoring rows to disk: ", put.message()));
-  }
-  rows_on_disk_.fetch_add(rows.size(), std::memory_order_relaxed);
-  if (has_meta()) {
-    for (const auto& [key, v] : rows) {
-      int64_t step;
-      std::memcpy(&step, v.data() + 8, 8);
-      int64_t seen = max_step_.load(std::memory_order_relaxed);
-      while (seen < step &&
-             !max_step_.compare_exchange_weak(seen, step, std::memory_order_relaxed)) {
-      }
+  return std::unique_ptr<DiskLoad>(new DiskLoad(this, store_ptr_.load()->StartBulkLoad()));
+}
+
+absl::Status SparseTable::DiskLoad::Add(uint64_t key, int64_t updates, int64_t last_step,
+                                        const float* row) {
+  max_last_step_ = std::max(max_last_step_, last_step);
+  uint64_t added = 0;
+  absl::Status s = load_->Add(key, table_->EncodeDiskRow(updates, last_step, row), &added);
+  return Added(std::move(s), added);
+}
+
+absl::Status SparseTable::DiskLoad::Finish() {
+  uint64_t added = 0;
+  absl::Status s = load_->Finish(&added);
+  return Added(std::move(s), added);
+}
+
+absl::Status SparseTable::DiskLoad::Added(absl::Status s, uint64_t added) {
+  table_->rows_on_disk_.fetch_add(added, std::memory_order_relaxed);
+  if (added > 0 && table_->has_meta()) {
+    int64_t seen = table_->max_step_.load(std::memory_order_relaxed);
+    while (seen < max_last_step_ && !table_->max_step_.compare_exchange_weak(
+                                        seen, max_last_step_, std::memory_order_relaxed)) {
     }
   }
-  return absl::OkStatus();
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat("table '", table_->info_->spec.name(),
+                                             "': restoring rows to disk: ", s.message()));
 }
 
 std::string SparseTable::EncodeRow(Stripe* s, uint32_t id) const {
@@ -189,7 +199,9 @@ absl::Status SparseTable::Reserve(uint64_t bytes, MemoryBudget* budget, uint64_t
   const uint64_t in_memory = rows() - rows_on_disk_.load(std::memory_order_relaxed);
   const uint64_t batch = std::max<uint64_t>(std::min<uint64_t>(256, in_memory / 32),
                                             (bytes + row_bytes - 1) / row_bytes);
-  for (int attempt = 0; attempt < 4; ++attempt) {
+  // Rounds go on while they free rows: other calls at the same time may take what a round
+  // freed before this one does (up to 64 rounds).
+  for (int attempt = 0; attempt < 64; ++attempt) {
     uint64_t freed = 0;
     for (int k = 0; k < kStripes && freed < batch; ++k) {
       Stripe* st = &stripes_[spill_cursor_.fetch_add(1, std::memory_order_relaxed) % kStripes];

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <cstring>
 #include <iostream>
 #include <algorithm>
@@ -237,7 +238,8 @@ TEST(TierAdmissionTest, HotRowsStayInMemoryWhileATailOfOneOffRowsPassesThrough) 
 // since (a lost update).
 TEST(TierConcurrencyTest, ConcurrentPushesOfRowsOnDiskLoseNoUpdate) {
   const uint64_t row_bytes = kWidth * 2 * sizeof(float);
-  Table capped(v1::EmbeddingSpec(), 600 * row_bytes, TempDir() + "/tier_concurrent");
+  // Room for three pushes pinning their rows and three taking memory for theirs at once.
+  Table capped(v1::EmbeddingSpec(), 1000 * row_bytes, TempDir() + "/tier_concurrent");
   constexpr int kThreads = 3, kRounds = 40;
   constexpr uint64_t kKeys = 3000;
   std::vector<uint64_t> keys(kKeys);
@@ -352,9 +354,9 @@ TEST(TierCheckpointTest, BothTiersAreWrittenAndRestored) {
   EXPECT_EQ(capped.Read(all), restored.Read(all));
 }
 
-// A restore writes the rows that do not fit in memory straight to the disk tier
-// (PutRowsOnDisk): they read back as saved, with their step counts and the steps of their last
-// pushes (expiry), and count as rows on disk.
+// A restore writes the rows that do not fit in memory straight to the disk tier as whole files
+// (DiskLoad): they read back as saved, with their step counts and the steps of their last pushes
+// (expiry), and count as rows on disk once added.
 TEST(TierCheckpointTest, RowsRestoredStraightToDiskAreTheSavedOnes) {
   const uint64_t row_bytes = kWidth * 2 * sizeof(float);
   v1::EmbeddingSpec e;
@@ -363,8 +365,9 @@ TEST(TierCheckpointTest, RowsRestoredStraightToDiskAreTheSavedOnes) {
   for (int step = 0; step < 300; ++step) ASSERT_TRUE(capped.Push(StepKeys(step), step).ok());
   const Rows before = capped.All();
   Table restored(e, 50 * row_bytes, TempDir() + "/tier_direct_b");
-  std::vector<std::pair<uint64_t, std::string>> to_disk;
-  size_t in_memory = 0;
+  auto load = restored.table.StartDiskLoad();
+  ASSERT_TRUE(load.ok()) << load.status();
+  size_t in_memory = 0, to_disk = 0;
   for (const auto& [k, r] : before) {
     if (in_memory < 40) {
       ASSERT_TRUE(restored.table.PutRow(k, std::get<0>(r), std::get<2>(r).data(),
@@ -372,14 +375,16 @@ TEST(TierCheckpointTest, RowsRestoredStraightToDiskAreTheSavedOnes) {
                       .ok());
       ++in_memory;
     } else {
-      to_disk.emplace_back(
-          k, restored.table.EncodeDiskRow(std::get<0>(r), std::get<1>(r), std::get<2>(r).data()));
+      absl::Status s = (*load)->Add(k, std::get<0>(r), std::get<1>(r), std::get<2>(r).data());
+      ASSERT_TRUE(s.ok()) << s;
+      ++to_disk;
     }
   }
-  ASSERT_GT(to_disk.size(), 0u);
-  absl::Status s = restored.table.PutRowsOnDisk(to_disk);
+  ASSERT_GT(to_disk, 0u);
+  EXPECT_EQ(restored.table.policy_counts().rows_on_disk, 0u) << "counted once in the store";
+  absl::Status s = (*load)->Finish();
   ASSERT_TRUE(s.ok()) << s;
-  EXPECT_EQ(restored.table.policy_counts().rows_on_disk, to_disk.size());
+  EXPECT_EQ(restored.table.policy_counts().rows_on_disk, to_disk);
   EXPECT_EQ(restored.table.rows(), before.size());
   ExpectSameRows(before, restored.All());
   std::vector<uint64_t> all(500);
@@ -387,7 +392,39 @@ TEST(TierCheckpointTest, RowsRestoredStraightToDiskAreTheSavedOnes) {
   EXPECT_EQ(capped.Read(all), restored.Read(all));
 
   Table in_ram(e, 0, "");
-  EXPECT_EQ(in_ram.table.PutRowsOnDisk(to_disk).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(in_ram.table.StartDiskLoad().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Rows loaded in any order, a key twice among them: each key not above the one before starts
+// another file, the later row of a key wins, and no file is left behind in the directory.
+TEST(TierCheckpointTest, RowsLoadedOutOfOrderAreRightAndLeaveNoFileBehind) {
+  const uint64_t row_bytes = kWidth * 2 * sizeof(float);
+  const std::string dir = TempDir() + "/tier_load_order";
+  Table ram(v1::EmbeddingSpec(), 0, ""), capped(v1::EmbeddingSpec(), 10 * row_bytes, dir);
+  std::vector<uint64_t> keys;
+  for (uint64_t run : {2, 0, 1}) {  // Three ascending runs, the later ones below the first.
+    for (uint64_t k = 0; k < 1000; ++k) keys.push_back(run * 1000 + k);
+  }
+  keys.push_back(keys[10]);  // Again, with other values: the later row is the one kept.
+  auto load = capped.table.StartDiskLoad();
+  ASSERT_TRUE(load.ok()) << load.status();
+  std::vector<float> row(kWidth * 2);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (size_t j = 0; j < row.size(); ++j) row[j] = 0.001f * static_cast<float>(i * 8 + j);
+    ASSERT_TRUE(ram.table.PutRow(keys[i], static_cast<int64_t>(i), row.data(), &ram.budget).ok());
+    absl::Status s = (*load)->Add(keys[i], static_cast<int64_t>(i), 0, row.data());
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  absl::Status s = (*load)->Finish();
+  ASSERT_TRUE(s.ok()) << s;
+  load->reset();
+  EXPECT_EQ(capped.table.policy_counts().rows_on_disk, keys.size());
+  ExpectSameRows(ram.All(), capped.All(), /*steps=*/false);
+  std::vector<uint64_t> sorted(keys.begin(), keys.end() - 1);
+  EXPECT_EQ(ram.Read(sorted), capped.Read(sorted));
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    EXPECT_EQ(f.path().filename().string().rfind("bulk-", 0), std::string::npos) << f.path();
+  }
 }
 
 TEST(TierBadInputTest, APushLargerThanTheCapIsRefusedNamingTableLimitAndDirectory) {
