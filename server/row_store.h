@@ -77,7 +77,9 @@ class RowStore {
     uint64_t rows_ = 0, bytes_ = 0, last_key_ = 0;
     int files_ = 0;
   };
-  std::unique_ptr<BulkLoad> StartBulkLoad() { return std::unique_ptr<BulkLoad>(new BulkLoad(this)); }
+  std::unique_ptr<BulkLoad> StartBulkLoad() {
+    return std::unique_ptr<BulkLoad>(new BulkLoad(this));
+  }
 
   // Removes the databases directly under `spill_dir` that no live process holds open (RocksDB
   // keeps an fcntl lock on each database's LOCK file while it is open): the disk tiers of
