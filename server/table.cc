@@ -383,65 +383,73 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, v1::DataType dtype, char
   int count[kStripes + 1];
   std::vector<uint32_t> order;
   SortByStripe(keys, count, &order);
-  std::vector<float> initial(width);
-  uint64_t without_row = 0, ram_hits = 0, disk_reads = 0;
-  // With a disk tier, the keys of a stripe that are not in memory are read from disk together,
-  // in one batched lookup, still under the stripe's lock.
-  std::vector<size_t> missed;
-  std::vector<uint64_t> missed_keys;
-  std::vector<std::string> spilled;
   RowStore* store = tiered() ? store_ptr_.load(std::memory_order_acquire) : nullptr;
-  auto initial_value = [&](size_t i) {
-    info_->init.FillRow(keys[i], width, initial.data());
-    EncodeFloats(initial.data(), width, dtype, out + i * row_bytes);
-    ++without_row;
-  };
-  for (int s = 0; s < kStripes; ++s) {
-    if (count[s] == count[s + 1]) continue;
-    Stripe* st = &stripes_[s];
-    absl::MutexLock l(&st->mu);
-    missed.clear();
-    for (int j = count[s]; j < count[s + 1]; ++j) {
-      const size_t i = order[j];
-      auto it = st->index.find(keys[i]);
-      if (it != st->index.end()) {
-        if (tiered()) {
-          st->referenced[it->second] = 1;
-          ++ram_hits;
-        }
-        if (!(policy_.expires() && policy_.Expired(st->last_step[it->second],
-                                                   st->last_ms[it->second], step, now_ms))) {
-          EncodeFloats(RowPtr(st, it->second), width, dtype, out + i * row_bytes);
+  std::atomic<int> next_stripe{0};
+  std::atomic<uint64_t> without_row{0}, ram_hits{0}, disk_reads{0};
+  // With a disk tier, the keys of a stripe that are not in memory are read from disk together,
+  // in one batched lookup, still under the stripe's lock; with many keys, the stripes are shared
+  // out among threads (RunShared), each reading its own.
+  RunShared(ShareDiskReads(keys.size()), [&] {
+    std::vector<float> initial(width);
+    uint64_t my_without_row = 0, my_ram_hits = 0, my_disk_reads = 0;
+    std::vector<size_t> missed;
+    std::vector<uint64_t> missed_keys;
+    std::vector<std::string> spilled;
+    auto initial_value = [&](size_t i) {
+      info_->init.FillRow(keys[i], width, initial.data());
+      EncodeFloats(initial.data(), width, dtype, out + i * row_bytes);
+      ++my_without_row;
+    };
+    for (int s; (s = next_stripe.fetch_add(1, std::memory_order_relaxed)) < kStripes;) {
+      if (count[s] == count[s + 1]) continue;
+      Stripe* st = &stripes_[s];
+      absl::MutexLock l(&st->mu);
+      missed.clear();
+      for (int j = count[s]; j < count[s + 1]; ++j) {
+        const size_t i = order[j];
+        auto it = st->index.find(keys[i]);
+        if (it != st->index.end()) {
+          if (tiered()) {
+            st->referenced[it->second] = 1;
+            ++my_ram_hits;
+          }
+          if (!(policy_.expires() && policy_.Expired(st->last_step[it->second],
+                                                     st->last_ms[it->second], step, now_ms))) {
+            EncodeFloats(RowPtr(st, it->second), width, dtype, out + i * row_bytes);
+            continue;
+          }
+        } else if (store != nullptr && rows_on_disk_.load(std::memory_order_relaxed) > 0) {
+          missed.push_back(i);
           continue;
         }
-      } else if (store != nullptr && rows_on_disk_.load(std::memory_order_relaxed) > 0) {
-        missed.push_back(i);
-        continue;
+        initial_value(i);
       }
-      initial_value(i);
-    }
-    if (missed.empty()) continue;
-    missed_keys.resize(missed.size());
-    for (size_t m = 0; m < missed.size(); ++m) missed_keys[m] = keys[missed[m]];
-    // An error reading counts as no row (as a single Get's did): the initializer's values.
-    (void)store->GetMany(missed_keys, &spilled);
-    for (size_t m = 0; m < missed.size(); ++m) {
-      const size_t i = missed[m];
-      const std::string& v = spilled[m];
-      if (v.size() == 24 + width * info_->floats_per_elem() * sizeof(float)) {
-        ++disk_reads;
-        int64_t last_step, last_ms;
-        std::memcpy(&last_step, v.data() + 8, 8);
-        std::memcpy(&last_ms, v.data() + 16, 8);
-        if (!(policy_.expires() && policy_.Expired(last_step, last_ms, step, now_ms))) {
-          std::memcpy(initial.data(), v.data() + 24, width * sizeof(float));
-          EncodeFloats(initial.data(), width, dtype, out + i * row_bytes);
-          continue;
+      if (missed.empty()) continue;
+      missed_keys.resize(missed.size());
+      for (size_t m = 0; m < missed.size(); ++m) missed_keys[m] = keys[missed[m]];
+      // An error reading counts as no row (as a single Get's did): the initializer's values.
+      (void)store->GetMany(missed_keys, &spilled);
+      for (size_t m = 0; m < missed.size(); ++m) {
+        const size_t i = missed[m];
+        const std::string& v = spilled[m];
+        if (v.size() == 24 + width * info_->floats_per_elem() * sizeof(float)) {
+          ++my_disk_reads;
+          int64_t last_step, last_ms;
+          std::memcpy(&last_step, v.data() + 8, 8);
+          std::memcpy(&last_ms, v.data() + 16, 8);
+          if (!(policy_.expires() && policy_.Expired(last_step, last_ms, step, now_ms))) {
+            std::memcpy(initial.data(), v.data() + 24, width * sizeof(float));
+            EncodeFloats(initial.data(), width, dtype, out + i * row_bytes);
+            continue;
+          }
         }
+        initial_value(i);
       }
-      initial_value(i);
     }
-  }
+    without_row.fetch_add(my_without_row, std::memory_order_relaxed);
+    ram_hits.fetch_add(my_ram_hits, std::memory_order_relaxed);
+    disk_reads.fetch_add(my_disk_reads, std::memory_order_relaxed);
+  });
   if (without_row > 0) reads_without_row_.fetch_add(without_row, std::memory_order_relaxed);
   if (ram_hits > 0) ram_hits_.fetch_add(ram_hits, std::memory_order_relaxed);
   if (disk_reads > 0) disk_reads_.fetch_add(disk_reads, std::memory_order_relaxed);

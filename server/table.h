@@ -245,6 +245,8 @@ class SparseTable {
   uint64_t rows() const;  // In memory and on disk.
   uint64_t bytes_held() const;  // In memory.
   bool tiered() const { return !spill_path_.empty(); }
+  // Calls (pulls and pushes) whose disk reads were shared out among threads.
+  uint64_t shared_calls() const { return shared_calls_.load(std::memory_order_relaxed); }
   void Clear(MemoryBudget* budget);
 
  private:
@@ -285,6 +287,18 @@ class SparseTable {
       ABSL_SHARED_LOCKS_REQUIRED(s->mu);
   // A call done with what it read from `s` between its phases.
   static void EndDiskRead(Stripe* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+  // Whether a call over `keys` reads the disk tier from several threads (RunShared): a tiered
+  // table with rows on disk and a call of at least kSharedKeys keys, on a machine of more than
+  // one core.
+  bool ShareDiskReads(size_t keys);
+  static constexpr size_t kSharedKeys = 512;
+  std::atomic<uint64_t> shared_calls_{0};
+  // Runs `body` on the calling thread and, with `shared`, at the same time on the other threads
+  // of a process-wide pool (one fewer than the cores); returns when every run that started has
+  // returned. A pool thread that comes free only after the caller's own run has returned does
+  // nothing, so a busy pool never delays the caller. `body` takes its stripes from a shared
+  // counter (each once, whoever runs it).
+  static void RunShared(bool shared, absl::FunctionRef<void()> body);
   // Stripe positions of `keys` sorted by stripe: order[count[s] .. count[s+1]) are stripe s's.
   static void SortByStripe(absl::Span<const uint64_t> keys, int* count,
                            std::vector<uint32_t>* order);

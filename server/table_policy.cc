@@ -1,5 +1,6 @@
 // SparseTable with an EmbeddingPolicy: admission, expiry and their counts (see table.h).
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -46,7 +47,6 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
   // that have expired for every push from the slowest clock on, which phase 1 restarts).
   // With a disk tier, the rows found in memory are pinned there until phase 2 is done with them,
   // and a row on disk counts as present (its step decides expiry) but needs memory to come back.
-  uint64_t need = 0;
   std::vector<uint8_t> pinned(tiered() ? keys.size() : 0);
   // Rows on disk that this push updates where they are (their first push there lately).
   std::vector<uint8_t> in_place(tiered() ? keys.size() : 0);
@@ -74,89 +74,104 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
   // back): the stripe's disk_gen then, and the keys it changed for (Stripe::disk_changes).
   std::vector<std::string> on_disk(tiered() ? keys.size() : 0);
   std::vector<uint64_t> gen(tiered() ? kStripes : 0);
-  std::vector<size_t> missed;
-  std::vector<uint64_t> missed_keys;
-  std::vector<std::string> spilled;
+  // With many keys and rows on disk, the stripes are shared out among threads (RunShared), each
+  // reading its own stripes' rows from disk.
+  std::atomic<int> next_stripe{0};
+  std::atomic<uint64_t> need_total{0};
+  absl::Mutex error_mu;
   absl::Status disk_error;
-  for (int s = 0; s < kStripes; ++s) {
-    if (count[s] == count[s + 1]) continue;
-    Stripe* st = &stripes_[s];
-    absl::MutexLock l(&st->mu);
-    if (tiered()) {
-      gen[s] = st->disk_gen;
-      ++st->readers;
-      reading[s] = 1;
-      // The stripe's keys not in memory, read from disk in one batched lookup.
-      RowStore* store = store_ptr_.load(std::memory_order_acquire);
-      missed.clear();
-      missed_keys.clear();
-      if (store != nullptr && rows_on_disk_.load(std::memory_order_relaxed) > 0) {
-        for (int j = count[s]; j < count[s + 1]; ++j) {
-          if (st->index.contains(keys[order[j]])) continue;
-          missed.push_back(order[j]);
-          missed_keys.push_back(keys[order[j]]);
+  RunShared(ShareDiskReads(keys.size()), [&] {
+    std::vector<size_t> missed;
+    std::vector<uint64_t> missed_keys;
+    std::vector<std::string> spilled;
+    uint64_t need = 0;
+    for (int s; (s = next_stripe.fetch_add(1, std::memory_order_relaxed)) < kStripes;) {
+      if (count[s] == count[s + 1]) continue;
+      Stripe* st = &stripes_[s];
+      absl::MutexLock l(&st->mu);
+      if (tiered()) {
+        gen[s] = st->disk_gen;
+        ++st->readers;
+        reading[s] = 1;
+        // The stripe's keys not in memory, read from disk in one batched lookup.
+        RowStore* store = store_ptr_.load(std::memory_order_acquire);
+        missed.clear();
+        missed_keys.clear();
+        if (store != nullptr && rows_on_disk_.load(std::memory_order_relaxed) > 0) {
+          for (int j = count[s]; j < count[s + 1]; ++j) {
+            if (st->index.contains(keys[order[j]])) continue;
+            missed.push_back(order[j]);
+            missed_keys.push_back(keys[order[j]]);
+          }
+        }
+        if (!missed.empty()) {
+          // A row that cannot be read refuses the push (before anything is applied): taking it
+          // for absent would start it again from the initializer.
+          absl::Status read = store->GetMany(missed_keys, &spilled);
+          if (!read.ok()) {
+            absl::MutexLock e(&error_mu);
+            if (disk_error.ok()) disk_error = read;
+            next_stripe.store(kStripes, std::memory_order_relaxed);  // The others stop too.
+            break;
+          }
+          for (size_t m = 0; m < missed.size(); ++m) {
+            if (spilled[m].size() >= 24) on_disk[missed[m]] = std::move(spilled[m]);
+          }
         }
       }
-      if (!missed.empty()) {
-        // A row that cannot be read refuses the push (before anything is applied): taking it
-        // for absent would start it again from the initializer.
-        disk_error = store->GetMany(missed_keys, &spilled);
-        if (!disk_error.ok()) break;
-        for (size_t m = 0; m < missed.size(); ++m) {
-          if (spilled[m].size() >= 24) on_disk[missed[m]] = std::move(spilled[m]);
+      for (int j = count[s]; j < count[s + 1]; ++j) {
+        const size_t i = order[j];
+        auto it = st->index.find(keys[i]);
+        bool present = it != st->index.end();
+        int64_t last_step = 0, last_ms = 0;
+        bool in_ram = present;
+        if (present) {
+          if (policy_.expires()) {
+            last_step = st->last_step[it->second];
+            last_ms = st->last_ms[it->second];
+          }
+          if (tiered()) {
+            ++st->pins[it->second];
+            pinned[i] = 1;
+          }
+        } else if (tiered() && !on_disk[i].empty()) {
+          present = true;
+          std::memcpy(&last_step, on_disk[i].data() + 8, 8);
+          std::memcpy(&last_ms, on_disk[i].data() + 16, 8);
         }
+        char& d = decided[i];
+        if (follow) {
+          d = decisions->follow[i];
+          // The copy counts what its primary counted, so that it decides alike once promoted.
+          if (policy_.admits() && (d != kRowApplied || !present)) policy_.Admit(keys[i], step);
+        } else if (present) {
+          // An expired row is as good as gone: its key passes admission again, as it would once
+          // CollectExpired had dropped the row.
+          const bool expired =
+              policy_.expires() && policy_.Expired(last_step, last_ms, step, now_ms);
+          d = static_cast<char>(!expired                        ? kRowApplied
+                                : policy_.Admit(keys[i], step) ? kRowRestarted
+                                                               : kRowCounted);
+        } else {
+          d = static_cast<char>(policy_.Admit(keys[i], step) ? kRowApplied : kRowCounted);
+        }
+        if (tiered() && d != kRowCounted) {
+          const uint32_t pushed = pushes_->Add(keys[i]);
+          // Back into memory only when pushed lately by more than one push more often than the
+          // rows spilled lately, on average (TinyLFU's admission against the victim): else it
+          // would push out a row about as hot as itself.
+          if (d == kRowApplied && !in_ram && !on_disk[i].empty() &&
+              pushed * 16 <= victim_pushes_x16_.load(std::memory_order_relaxed) + 16) {
+            in_place[i] = 1;
+            continue;
+          }
+        }
+        if (d != kRowCounted && (!in_ram || d == kRowRestarted)) ++need;
       }
     }
-    for (int j = count[s]; j < count[s + 1]; ++j) {
-      const size_t i = order[j];
-      auto it = st->index.find(keys[i]);
-      bool present = it != st->index.end();
-      int64_t last_step = 0, last_ms = 0;
-      bool in_ram = present;
-      if (present) {
-        if (policy_.expires()) {
-          last_step = st->last_step[it->second];
-          last_ms = st->last_ms[it->second];
-        }
-        if (tiered()) {
-          ++st->pins[it->second];
-          pinned[i] = 1;
-        }
-      } else if (tiered() && !on_disk[i].empty()) {
-        present = true;
-        std::memcpy(&last_step, on_disk[i].data() + 8, 8);
-        std::memcpy(&last_ms, on_disk[i].data() + 16, 8);
-      }
-      char& d = decided[i];
-      if (follow) {
-        d = decisions->follow[i];
-        // The copy counts what its primary counted, so that it decides alike once promoted.
-        if (policy_.admits() && (d != kRowApplied || !present)) policy_.Admit(keys[i], step);
-      } else if (present) {
-        // An expired row is as good as gone: its key passes admission again, as it would once
-        // CollectExpired had dropped the row.
-        const bool expired =
-            policy_.expires() && policy_.Expired(last_step, last_ms, step, now_ms);
-        d = static_cast<char>(!expired                        ? kRowApplied
-                              : policy_.Admit(keys[i], step) ? kRowRestarted
-                                                             : kRowCounted);
-      } else {
-        d = static_cast<char>(policy_.Admit(keys[i], step) ? kRowApplied : kRowCounted);
-      }
-      if (tiered() && d != kRowCounted) {
-        const uint32_t pushed = pushes_->Add(keys[i]);
-        // Back into memory only when pushed lately by more than one push more often than the
-        // rows spilled lately, on average (TinyLFU's admission against the victim): else it
-        // would push out a row about as hot as itself.
-        if (d == kRowApplied && !in_ram && !on_disk[i].empty() &&
-            pushed * 16 <= victim_pushes_x16_.load(std::memory_order_relaxed) + 16) {
-          in_place[i] = 1;
-          continue;
-        }
-      }
-      if (d != kRowCounted && (!in_ram || d == kRowRestarted)) ++need;
-    }
-  }
+    need_total.fetch_add(need, std::memory_order_relaxed);
+  });
+  const uint64_t need = need_total.load(std::memory_order_relaxed);
   if (!disk_error.ok()) {
     unpin();
     return absl::Status(disk_error.code(), absl::StrCat("table '", info_->spec.name(), "': ",

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include <memory>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
+#include "common/executor.h"
 #include "server/table.h"
 
 namespace pscluster {
@@ -41,6 +45,63 @@ void SparseTable::EndDiskRead(Stripe* s) {
     s->disk_changes.clear();
     s->disk_changes_floor = s->disk_gen;
   }
+}
+
+namespace {
+
+Executor* DiskReadPool() {
+  static Executor* const pool = new Executor(
+      std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1), "disk-read");
+  return pool;
+}
+
+int DiskReadHelpers() {
+  static const int helpers =
+      std::thread::hardware_concurrency() > 1 ? DiskReadPool()->threads() : 0;
+  return helpers;
+}
+
+}  // namespace
+
+bool SparseTable::ShareDiskReads(size_t keys) {
+  const bool shared = tiered() && keys >= kSharedKeys && DiskReadHelpers() > 0 &&
+                      store_ptr_.load(std::memory_order_acquire) != nullptr &&
+                      rows_on_disk_.load(std::memory_order_relaxed) > 0;
+  if (shared) shared_calls_.fetch_add(1, std::memory_order_relaxed);
+  return shared;
+}
+
+void SparseTable::RunShared(bool shared, absl::FunctionRef<void()> body) {
+  if (!shared) {
+    body();
+    return;
+  }
+  struct State {
+    absl::Mutex mu;
+    bool closed ABSL_GUARDED_BY(mu) = false;
+    int active ABSL_GUARDED_BY(mu) = 0;
+    const absl::FunctionRef<void()>* body = nullptr;  // Called only while !closed or active.
+  };
+  auto state = std::make_shared<State>();
+  state->body = &body;
+  for (int i = 0; i < DiskReadHelpers(); ++i) {
+    DiskReadPool()->Post([state] {
+      {
+        absl::MutexLock l(&state->mu);
+        if (state->closed) return;
+        ++state->active;
+      }
+      (*state->body)();
+      absl::MutexLock l(&state->mu);
+      --state->active;
+    });
+  }
+  body();
+  absl::MutexLock l(&state->mu);
+  state->closed = true;
+  state->mu.Await(absl::Condition(
+      +[](State* st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(st->mu) { return st->active == 0; },
+      state.get()));
 }
 
 bool SparseTable::ReadSpilled(uint64_t key, std::string* value, absl::Status* error) const {

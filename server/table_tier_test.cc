@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "server/table.h"
 #include "server/testing/test_tables.h"
 
@@ -231,6 +232,35 @@ TEST(TierAdmissionTest, HotRowsStayInMemoryWhileATailOfOneOffRowsPassesThrough) 
   ExpectSameRows(ram.All(), capped.All(), /*steps=*/false);
 }
 
+// Pulls and pushes of many keys share their disk reads out among threads, stripe by stripe
+// (SparseTable::RunShared): the rows are still an uncapped table's, bit for bit.
+TEST(TierSharedReadsTest, LargeCallsReadTheDiskFromSeveralThreadsAndMatchAnUncappedTable) {
+  const uint64_t row_bytes = kWidth * 2 * sizeof(float);
+  Table ram(v1::EmbeddingSpec(), 0, ""),
+      capped(v1::EmbeddingSpec(), 3000 * row_bytes, TempDir() + "/tier_shared");
+  uint64_t x = 0x2545f4914f6cdd1dULL;
+  for (int step = 0; step < 40; ++step) {
+    // 2,000 distinct keys of 20,000, skewed towards the low ones.
+    std::vector<uint64_t> keys;
+    absl::flat_hash_set<uint64_t> seen;
+    while (keys.size() < 2000) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      const double u = static_cast<double>(x % 1000003) / 1000003.0;
+      const uint64_t k = static_cast<uint64_t>(20000 * u * u * u);
+      if (seen.insert(k).second) keys.push_back(k);
+    }
+    ASSERT_EQ(ram.Read(keys), capped.Read(keys)) << "step " << step;
+    ASSERT_TRUE(ram.Push(keys, step).ok());
+    absl::Status s = capped.Push(keys, step);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  if (std::thread::hardware_concurrency() > 1) {
+    EXPECT_GT(capped.table.shared_calls(), 40u) << "pulls and pushes that read from disk";
+  }
+  EXPECT_GT(capped.table.policy_counts().disk_reads, 0u);
+  ExpectSameRows(ram.All(), capped.All(), /*steps=*/false);
+}
+
 // Pushes from several workers at once (a job's pushes run concurrently) of the same rows, most of
 // them on disk: every push reaches every row exactly once, whether the row is updated where it
 // lies, brought back, or spilled again meanwhile by another push. A push that read a row from
@@ -270,7 +300,14 @@ TEST(TierConcurrencyTest, ConcurrentPushesOfRowsOnDiskLoseNoUpdate) {
       }
     });
   }
+  // And pulls of every key meanwhile (their disk reads shared out among threads).
+  std::atomic<int> pushers_done{0};
+  std::thread reader([&] {
+    while (pushers_done.load() == 0) (void)capped.Read(keys);
+  });
   for (auto& th : threads) th.join();
+  pushers_done = 1;
+  reader.join();
   ASSERT_EQ(failures.load(), 0);
   const auto c = capped.table.policy_counts();
   EXPECT_GT(c.updated_on_disk, 0u) << "no row was updated where it lies";
