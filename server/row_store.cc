@@ -87,6 +87,17 @@ absl::StatusOr<std::vector<std::string>> RowStore::RemoveAbandoned(const std::st
   for (const std::string& path : candidates) {
     if (LockHeld(path + "/LOCK")) continue;
     if (rocksdb::DestroyDB(path, rocksdb::Options()).ok()) {
+      // A restore's table file not yet added (BulkLoad) is not the database's: DestroyDB leaves
+      // it, and with it the directory.
+      if (DIR* dd = opendir(path.c_str())) {
+        std::vector<std::string> stray;
+        while (struct dirent* e = readdir(dd)) {
+          const std::string name = e->d_name;
+          if (name.rfind("bulk-", 0) == 0) stray.push_back(absl::StrCat(path, "/", name));
+        }
+        closedir(dd);
+        for (const std::string& f : stray) unlink(f.c_str());
+      }
       rmdir(path.c_str());  // DestroyDB leaves the directory when it holds anything else.
       removed.push_back(path);
     }
