@@ -434,6 +434,7 @@ void SparseTable::Read(absl::Span<const uint64_t> keys, v1::DataType dtype, char
         const std::string& v = spilled[m];
         if (v.size() == 24 + width * info_->floats_per_elem() * sizeof(float)) {
           ++my_disk_reads;
+          KeepReadBack(st, keys[i], v);
           int64_t last_step, last_ms;
           std::memcpy(&last_step, v.data() + 8, 8);
           std::memcpy(&last_ms, v.data() + 16, 8);
@@ -516,6 +517,7 @@ uint64_t SparseTable::DropIf(absl::FunctionRef<bool(uint64_t, int64_t, int64_t)>
     st->hand = 0;
   }
   if (include_disk && store_ptr_.load() != nullptr && rows_on_disk_.load() > 0) {
+    ForgetReadBack();
     RowStore* store = store_ptr_.load();
     std::vector<uint64_t> gone;
     store->ForEach([&](uint64_t key, absl::string_view v) {

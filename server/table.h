@@ -14,6 +14,7 @@
 #define PSCLUSTER_SERVER_TABLE_H_
 
 #include <atomic>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -247,6 +248,9 @@ class SparseTable {
   bool tiered() const { return !spill_path_.empty(); }
   // Calls (pulls and pushes) whose disk reads were shared out among threads.
   uint64_t shared_calls() const { return shared_calls_.load(std::memory_order_relaxed); }
+  // Rows a push found among those a pull had just read from disk (Stripe::read_back), so not
+  // read again.
+  uint64_t read_back_hits() const { return read_back_hits_.load(std::memory_order_relaxed); }
   void Clear(MemoryBudget* budget);
 
  private:
@@ -277,7 +281,18 @@ class SparseTable {
     uint32_t readers ABSL_GUARDED_BY(mu) = 0;
     std::vector<std::pair<uint64_t, uint64_t>> disk_changes ABSL_GUARDED_BY(mu);
     uint64_t disk_changes_floor ABSL_GUARDED_BY(mu) = 0;
+    // Rows a pull read from disk lately, as the disk holds them (at most kReadBackRows, the
+    // oldest dropped first), so that the push of the same rows that follows a pull in training
+    // does not read them again. A row leaves when it changes on disk (NoteDiskChange).
+    absl::flat_hash_map<uint64_t, std::string> read_back ABSL_GUARDED_BY(mu);
+    std::deque<uint64_t> read_back_order ABSL_GUARDED_BY(mu);
   };
+  static constexpr size_t kReadBackRows = 128;  // A stripe's: 8,192 rows a table.
+  // Keeps `row`, read from disk for `key`, in s->read_back.
+  static void KeepReadBack(Stripe* s, uint64_t key, const std::string& row)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+  // Empties every stripe's read_back (rows written to disk other than through NoteDiskChange).
+  void ForgetReadBack();
   static constexpr size_t kDiskChangesKept = 8192;
   // Records a change to `key`'s row on disk in `s` (see Stripe::disk_gen).
   static void NoteDiskChange(Stripe* s, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
@@ -293,6 +308,7 @@ class SparseTable {
   bool ShareDiskReads(size_t keys);
   static constexpr size_t kSharedKeys = 512;
   std::atomic<uint64_t> shared_calls_{0};
+  std::atomic<uint64_t> read_back_hits_{0};
   // Runs `body` on the calling thread and, with `shared`, at the same time on the other threads
   // of a process-wide pool (one fewer than the cores); returns when every run that started has
   // returned. A pool thread that comes free only after the caller's own run has returned does

@@ -84,7 +84,7 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
     std::vector<size_t> missed;
     std::vector<uint64_t> missed_keys;
     std::vector<std::string> spilled;
-    uint64_t need = 0;
+    uint64_t need = 0, read_back_hits = 0;
     for (int s; (s = next_stripe.fetch_add(1, std::memory_order_relaxed)) < kStripes;) {
       if (count[s] == count[s + 1]) continue;
       Stripe* st = &stripes_[s];
@@ -99,9 +99,18 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
         missed_keys.clear();
         if (store != nullptr && rows_on_disk_.load(std::memory_order_relaxed) > 0) {
           for (int j = count[s]; j < count[s + 1]; ++j) {
-            if (st->index.contains(keys[order[j]])) continue;
+            const uint64_t key = keys[order[j]];
+            if (st->index.contains(key)) continue;
+            // Read by a pull just before (and unchanged since): not read again. This push
+            // changes it on disk or brings it back, so it is not kept any longer either way.
+            if (auto kept = st->read_back.find(key); kept != st->read_back.end()) {
+              on_disk[order[j]] = std::move(kept->second);
+              st->read_back.erase(kept);
+              ++read_back_hits;
+              continue;
+            }
             missed.push_back(order[j]);
-            missed_keys.push_back(keys[order[j]]);
+            missed_keys.push_back(key);
           }
         }
         if (!missed.empty()) {
@@ -170,6 +179,7 @@ absl::Status SparseTable::ApplyWithPolicy(absl::Span<const uint64_t> keys, Gradi
       }
     }
     need_total.fetch_add(need, std::memory_order_relaxed);
+    read_back_hits_.fetch_add(read_back_hits, std::memory_order_relaxed);
   });
   const uint64_t need = need_total.load(std::memory_order_relaxed);
   if (!disk_error.ok()) {

@@ -18,8 +18,27 @@ void SparseTable::NoteRowLive(Stripe* s, uint32_t id) {
   s->pins[id] = 0;
 }
 
+void SparseTable::KeepReadBack(Stripe* s, uint64_t key, const std::string& row) {
+  if (!s->read_back.insert_or_assign(key, row).second) return;  // Already kept: refreshed.
+  s->read_back_order.push_back(key);
+  while (s->read_back_order.size() > kReadBackRows) {
+    // A key that left and came again meanwhile leaves a little early: only a read more.
+    s->read_back.erase(s->read_back_order.front());
+    s->read_back_order.pop_front();
+  }
+}
+
+void SparseTable::ForgetReadBack() {
+  for (int i = 0; i < kStripes; ++i) {
+    absl::MutexLock l(&stripes_[i].mu);
+    stripes_[i].read_back.clear();
+    stripes_[i].read_back_order.clear();
+  }
+}
+
 void SparseTable::NoteDiskChange(Stripe* s, uint64_t key) {
   ++s->disk_gen;
+  if (!s->read_back.empty()) s->read_back.erase(key);
   if (s->readers == 0) return;  // No call holds an older read.
   if (s->disk_changes.size() >= kDiskChangesKept) {
     const size_t drop = s->disk_changes.size() / 2;
@@ -143,6 +162,7 @@ absl::StatusOr<std::unique_ptr<SparseTable::DiskLoad>> SparseTable::StartDiskLoa
   }
   absl::Status opened = OpenStore();
   if (!opened.ok()) return opened;
+  ForgetReadBack();  // Rows it adds may replace rows kept there.
   return std::unique_ptr<DiskLoad>(new DiskLoad(this, store_ptr_.load()->StartBulkLoad()));
 }
 

@@ -233,7 +233,8 @@ TEST(TierAdmissionTest, HotRowsStayInMemoryWhileATailOfOneOffRowsPassesThrough) 
 }
 
 // Pulls and pushes of many keys share their disk reads out among threads, stripe by stripe
-// (SparseTable::RunShared): the rows are still an uncapped table's, bit for bit.
+// (SparseTable::RunShared), and a push takes the rows its pull just read from disk instead of
+// reading them again: the rows are still an uncapped table's, bit for bit.
 TEST(TierSharedReadsTest, LargeCallsReadTheDiskFromSeveralThreadsAndMatchAnUncappedTable) {
   const uint64_t row_bytes = kWidth * 2 * sizeof(float);
   Table ram(v1::EmbeddingSpec(), 0, ""),
@@ -258,6 +259,8 @@ TEST(TierSharedReadsTest, LargeCallsReadTheDiskFromSeveralThreadsAndMatchAnUncap
     EXPECT_GT(capped.table.shared_calls(), 40u) << "pulls and pushes that read from disk";
   }
   EXPECT_GT(capped.table.policy_counts().disk_reads, 0u);
+  // Each push follows a pull of its keys: the rows that pull read from disk are not read again.
+  EXPECT_GT(capped.table.read_back_hits(), 1000u);
   ExpectSameRows(ram.All(), capped.All(), /*steps=*/false);
 }
 
