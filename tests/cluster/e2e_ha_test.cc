@@ -49,7 +49,7 @@ TEST(E2eHaTest, TheLeadingSchedulerKilledMidJobAnotherTakesOverAndTheJobSucceeds
   auto etcd = scheduler::testing::EtcdCluster::Start(dir, 3);
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   const std::vector<std::string> common = {
-      absl::StrCat("--etcd_endpoints=", (*etcd)->endpoints()), "--etcd_lease_seconds=4",
+      absl::StrCat("--etcd_endpoints=", (*etcd)->endpoints()), "--etcd_lease_seconds=6",
       "--lease_ms=4000", "--startup_grace_ms=200", "--rebalance_every_ms=0"};
   auto s1 = StartDaemonIn(dir, SchedulerBinary(), "scheduler-1", common);
   ASSERT_TRUE(s1.ok()) << s1.status();
@@ -142,9 +142,9 @@ TEST(E2eHaTest, TheLeadingSchedulerKilledMidJobAnotherTakesOverAndTheJobSucceeds
   ASSERT_TRUE(WaitFor(absl::Seconds(30), [&] { return (*client)->GetJob("job-1").ok(); }))
       << Tails(all);
   const absl::Duration takeover = absl::Now() - killed;
-  std::printf("takeover after kill -9 of the leading scheduler: %s (leadership lease 4 s)\n",
+  std::printf("takeover after kill -9 of the leading scheduler: %s (leadership lease 6 s)\n",
               absl::FormatDuration(takeover).c_str());
-  EXPECT_LE(takeover, absl::Seconds(12)) << Tails(all);
+  EXPECT_LE(takeover, absl::Seconds(14)) << Tails(all);
   EXPECT_THAT(Log(follower), HasSubstr("leading (term"));
   // The servers heard from the new leader, whose term is higher: the old one's calls would now
   // be refused (common/scheduler_term.h).
