@@ -2,7 +2,6 @@
 // listing the keys held in both tiers.
 #include <algorithm>
 #include <cstring>
-
 #include <memory>
 #include <thread>
 
