@@ -5,8 +5,11 @@
 // startup error, 138 on a retryable fault (the scheduler could not be reached to register), 2 for
 // bad flags.
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -192,6 +195,16 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // A disk tier keeps every table file of its database open (server/row_store.cc): take all the
+  // descriptors the hard limit allows (a soft limit of 1,024 is common).
+  if (struct rlimit files;
+      getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &files) != 0) {
+      log->warn("could not raise the limit on open files to {}: {}", files.rlim_max,
+                std::strerror(errno));
+    }
+  }
 
   pscluster::RealClock clock;
   auto server = pscluster::PsServer::Start(o, &clock);

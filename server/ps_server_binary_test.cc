@@ -6,7 +6,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
 
 #include <atomic>
 
@@ -71,6 +75,40 @@ TEST(PsServerBinaryTest, ServesAClientChecksHealthAndStopsOnSigterm) {
   EXPECT_EQ(static_cast<uint64_t>(st.st_size), (*cps)[0].bytes());
   EXPECT_EQ((*cps)[0].path().rfind(ckpt, 0), 0u) << "under --checkpoint_dir";
 
+  EXPECT_EQ(d.Signal(SIGTERM), 0) << d.Log();
+}
+
+// The limit on open files, soft and hard, of process `pid`, from /proc.
+std::pair<std::string, std::string> OpenFilesLimit(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/limits");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("Max open files", 0) != 0) continue;
+    std::istringstream in(line.substr(14));
+    std::string soft, hard;
+    in >> soft >> hard;
+    return {soft, hard};
+  }
+  return {"", ""};
+}
+
+TEST(PsServerBinaryTest, RaisesItsLimitOnOpenFilesToTheHardLimit) {
+  // A disk tier keeps all its table files open (server/row_store.cc).
+  struct rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max <= 256) {
+    GTEST_SKIP() << "the hard limit on open files is " << saved.rlim_max;
+  }
+  struct rlimit low = saved;
+  low.rlim_cur = 256;  // Inherited by the server started below.
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  const std::string port_file = Tmp("nofile.port");
+  Daemon d(kBinary, {"--port_file=" + port_file, "--log_level=warn"}, Tmp("nofile.log"));
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_TRUE(d.WaitForPortFile(port_file).ok()) << d.Log();
+  const auto [soft, hard] = OpenFilesLimit(d.pid());
+  EXPECT_NE(soft, "256");
+  EXPECT_EQ(soft, hard) << d.Log();
   EXPECT_EQ(d.Signal(SIGTERM), 0) << d.Log();
 }
 

@@ -120,7 +120,15 @@ absl::StatusOr<std::unique_ptr<RowStore>> RowStore::Open(const std::string& path
   o.create_if_missing = true;
   o.error_if_exists = false;
   o.IncreaseParallelism(2);
-  o.max_open_files = 256;
+  // Every table file stays open, its index and bloom filter read once (held by the file's table
+  // reader, outside the block cache and the cap: about 15 bits a row). With a bound on open files
+  // (256 before), a 10^8-row tier (13 GB, more files than that) closed and opened files all the
+  // time, and every lookup in a file just opened read its whole index and filter again: 31% of
+  // the server's time at 10^8 keys ("Every table file open" in docs/benchmarks.md). Files of
+  // 128 MiB (64 by default) halve the descriptors this takes; ps_server raises its limit on
+  // open files to the hard limit at start.
+  o.max_open_files = -1;
+  o.target_file_size_base = 128 << 20;
   // Rows are float32 weights and optimizer state: compression costs CPU and saves little.
   o.compression = rocksdb::kNoCompression;
   // A row that misses memory is looked up in the memtable first, and every spill and every row

@@ -362,11 +362,13 @@ class SparseTable {
   const Clock* const clock_;
   const std::string spill_path_;
   EmbeddingPolicy policy_;
-  // With a disk tier: how often each key was pushed lately (TinyLFU's sketch). A row pushed
-  // lately by more than one push more often than the rows spilled lately (victim_pushes_x16_,
-  // their mean) is passed over by the spilling clock's first turn, and only such a row comes
-  // back into memory when pushed while on disk (else it is updated where it lies). So rows of a
-  // skewed key space's long tail, touched once or twice, do not push hotter rows out of memory.
+  // With a disk tier: how often each key was pushed lately (TinyLFU's sketch, with its
+  // doorkeeper). A row pushed lately by more than one push more often than the rows spilled
+  // lately (victim_pushes_x16_, their mean) is passed over by the spilling clock's first turn;
+  // a row pushed while on disk comes back into memory only when pushed lately by more than half
+  // a push more often than they (else it is updated where it lies). So rows of a skewed key
+  // space's long tail, touched once or twice, do not push hotter rows out of memory, and rows
+  // colder than the tail (a fill's, never touched again) make way for it.
   std::unique_ptr<RecentTouches> pushes_;
   std::atomic<uint32_t> victim_pushes_x16_{0};  // Mean estimate of recent victims, times 16.
   absl::Mutex store_mu_;

@@ -248,6 +248,9 @@ Run RunOn(const std::string& server_bin, const std::vector<std::string>& args, b
       }
     }
     r.fill_rows_per_sec = n / absl::ToDoubleSeconds(absl::Now() - start);
+    std::fprintf(stderr, "  fill: done, %llu keys in %.0f s, %.0f rows/s\n",
+                 static_cast<unsigned long long>(n), absl::ToDoubleSeconds(absl::Now() - start),
+                 r.fill_rows_per_sec);
   }
   Zipf zipf(n, absl::GetFlag(FLAGS_zipf), 42);
   const uint32_t batch = absl::GetFlag(FLAGS_batch);
@@ -261,6 +264,11 @@ Run RunOn(const std::string& server_bin, const std::vector<std::string>& args, b
     if (s == warmup && warmup > 0) {
       r.before_measured = status().jobs(0).tables(0);
       touched.clear();
+    }
+    if (s == warmup) {
+      std::fprintf(stderr, "  %s: measuring %d steps%s\n", name.c_str(),
+                   absl::GetFlag(FLAGS_steps),
+                   warmup > 0 ? absl::StrCat(" after ", warmup, " warm-up steps").c_str() : "");
     }
     keys.clear();
     in_batch.clear();
